@@ -1,0 +1,191 @@
+"""Build the +Graph of a set of nodes with the transformation primitives of PluS §4.1.
+
+Nodes are merged in topological order; each node B is merged across its hub tensors with the loops
+that produced them (prev_loop) level by level:
+
+* Primitive 1 — prev_loop and cur_loop have the same size and are both parallelizable: merge.
+* Primitive 2 — same size, prev_loop parallelizable, cur_loop not: merge, the loop becomes
+  non-parallelizable.
+* Primitive 3 — prev_loop non-parallelizable: cur_loop and everything inside it form a new loop.
+
+A merge only targets the last loop of the current body, so pre-order stays a valid program order.
+Prologue ops (element-wise/injective ops whose data come from outside the subgraph) fold into the
+loads of their first consumer in a subgraph that has a skeleton: their loops coincide with the
+consumer's, which is what Primitives 1/2 give when a producer is merged into its consumer.
+Primitive 4 (collapsing) is `PGraph.canonical()`.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from .lowering import Nest
+from .ploop import Loop, PGraph, Stmt
+
+
+def same_size(a, b) -> bool:
+    return a == b or str(a) == str(b)
+
+
+class Builder:
+    def __init__(self, nests_by_node: dict, order: Iterable[int]):
+        self.order = sorted(order)
+        self.nests = [n for i in self.order for n in nests_by_node[i]]
+        self.graph = PGraph()
+        self.axis_loops: dict = {}     # tensor -> [tuple(Loop) per axis]
+        self.pending: dict = {}        # tensor -> Nest (prologue op waiting for a consumer)
+        self.produced: set = set()
+        self.consts = {k for n in self.nests for k in n.consts}
+        self.absorb = any(n.skeleton for n in self.nests)
+
+    # ------------------------------------------------------------------------------------------
+    def run(self, outputs=None) -> PGraph:
+        for nest in self.nests:
+            self._add(nest)
+        for t, nest in list(self.pending.items()):      # prologue ops nobody consumed here
+            if t in self.pending:
+                self.pending.pop(t)
+                self._place(nest)
+        stmts = self.graph.statements()
+        made = {t for s in stmts for t in s.outputs}
+        ins = []
+        for s in stmts:
+            for t in s.inputs:
+                if t not in made and t not in self.consts and t not in ins:
+                    ins.append(t)
+        used = {t for s in stmts for t in s.inputs}
+        self.graph.inputs = ins
+        self.graph.outputs = list(outputs) if outputs is not None else \
+            [t for s in stmts for t in s.outputs if t not in used]
+        return self.graph
+
+    def _hubs(self, nest: Nest):
+        return [t for t in nest.ins if t in self.axis_loops]
+
+    def _add(self, nest: Nest):
+        external = all(t not in self.produced for t in nest.ins)
+        if self.absorb and nest.kind in ("elementwise", "injective", "view") and external:
+            for t in nest.outs:
+                self.pending[t] = nest
+            return
+        if nest.kind == "view":
+            self._view(nest)
+            return
+        self._place(nest)
+
+    # ------------------------------------------------------------------------------------------
+    def _view(self, nest: Nest):
+        src = next(iter(nest.ins))
+        src_loops = self.axis_loops.get(src)
+        for out, vmap in nest.view.items():
+            if src_loops is None:
+                self.axis_loops[out] = [()] * len(vmap)
+            else:
+                self.axis_loops[out] = [tuple(dict.fromkeys(l for j in axes for l in src_loops[j]))
+                                        for axes in vmap]
+            self.produced.add(out)
+        home = self._home_of(src)
+        home.body.append(Stmt(nest.node, nest.op, data_inputs=tuple(nest.ins)))
+        if isinstance(home, Loop):
+            home.add_op(nest.op)
+
+    def _home_of(self, t):
+        for owner in self._owners():
+            if any(isinstance(s, Stmt) and t in s.outputs for s in owner.body):
+                return owner
+        return self.graph
+
+    def _owners(self):
+        yield self.graph
+        for _, loop in self.graph.walk():
+            yield loop
+
+    def _place(self, nest: Nest):
+        hubs = self._hubs(nest)
+        reads = set(nest.ins)
+        parent, objs = self.graph, []
+        for d, (size, para) in enumerate(nest.loops):
+            cands = set()
+            for t in hubs:
+                for a, ks in enumerate(nest.ins[t]):
+                    if d in ks and a < len(self.axis_loops[t]):
+                        cands.update(self.axis_loops[t][a])
+            target, after = _last_loop(parent)
+            blocked = any(set(s.outputs) & reads for s in after)
+            if target is not None and cands == {target} and target.para \
+                    and same_size(target.size, size) and not blocked:
+                target.para = para                      # Primitive 1 (para) or 2 (non-para)
+                objs.append(target)
+                parent = target
+                continue
+            break                                       # Primitive 3 / no correspondence
+        for size, para in nest.loops[len(objs):]:
+            loop = Loop(size, para)
+            parent.body.append(loop)
+            objs.append(loop)
+            parent = loop
+        for t, axes in nest.ins.items():
+            for ks in axes:
+                for k in ks:
+                    objs[k].tensors.add(t)
+        for t in nest.ins:
+            if t in self.pending:
+                self._absorb(t, [tuple(objs[k] for k in ks) for ks in nest.ins[t]], parent)
+        if isinstance(parent, Loop):
+            parent.add_op(nest.op)
+        for k, tag in nest.tags:
+            objs[k].add_op(tag)
+        parent.body.append(Stmt(nest.node, nest.op, data_inputs=tuple(nest.ins)))
+        for t, axes in nest.outs.items():
+            self.axis_loops[t] = [tuple(objs[k] for k in ks) for ks in axes]
+            self.produced.add(t)
+
+    def _absorb(self, t, loops_per_axis, home):
+        """Fold the pending producer of `t` (and its pending producers) into `home`."""
+        nest = self.pending.get(t)
+        if nest is None:
+            return
+        for o in nest.outs:
+            self.pending.pop(o, None)
+        if nest.kind == "view":
+            src = next(iter(nest.ins))
+            vmap = nest.view[t]
+            src_loops = [()] * len(nest.ins[src])
+            for a, axes in enumerate(vmap):
+                for j in axes:
+                    src_loops[j] = tuple(dict.fromkeys(src_loops[j] + loops_per_axis[a]))
+            in_loops = {src: src_loops}
+        else:
+            by_k: dict = {}
+            for a, ks in enumerate(nest.outs[t]):
+                for k in ks:
+                    by_k[k] = loops_per_axis[a]
+            in_loops = {s: [tuple(dict.fromkeys(l for k in ks for l in by_k.get(k, ()))) for ks in axes]
+                        for s, axes in nest.ins.items()}
+            for o, axes in nest.outs.items():
+                self.axis_loops[o] = [tuple(l for k in ks for l in by_k.get(k, ())) for ks in axes]
+                self.produced.add(o)
+        for s, per_axis in in_loops.items():
+            if s in self.pending:
+                self._absorb(s, per_axis, home)
+            else:
+                for loops in per_axis:
+                    for loop in loops:
+                        loop.tensors.add(s)
+        self.axis_loops[t] = list(loops_per_axis)
+        self.produced.add(t)
+        if isinstance(home, Loop):
+            home.add_op(nest.op)
+        home.body.append(Stmt(nest.node, nest.op, absorbed=True, data_inputs=tuple(nest.ins)))
+
+
+def _last_loop(parent):
+    """The last loop of a body and the statements after it."""
+    for i in range(len(parent.body) - 1, -1, -1):
+        if isinstance(parent.body[i], Loop):
+            return parent.body[i], parent.body[i + 1:]
+    return None, parent.body
+
+
+def build(nests_by_node: dict, nodes: Iterable[int], outputs=None) -> PGraph:
+    """The (uncollapsed) +Graph of `nodes`; `nests_by_node` maps node index -> lowered nests."""
+    return Builder(nests_by_node, nodes).run(outputs)

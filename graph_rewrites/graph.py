@@ -1,0 +1,208 @@
+"""A read-only view of an ONNX graph for the compiler: producers, consumers, shapes (symbolic dims
+kept), small constants, and which nodes compute on graph-input data.
+
+Shapes come from ONNX Runtime's symbolic shape inference (it follows Shape→Gather→Concat→Reshape
+chains of TorchScript exports) run on a copy whose large initializers are replaced by typed graph
+inputs, so a 400 MB model infers in a fraction of a second; onnx's own inference is the fallback.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+log = logging.getLogger("plus_ep.graph")
+
+SHAPE_OPS = frozenset({"Shape", "Size"})
+ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
+SMALL_CONST = 4096            # elements: initializers up to this size are kept by value
+
+
+class ModelError(ValueError):
+    """A model the compiler cannot read; the message names the node or value and the fix."""
+
+
+@dataclass
+class GraphView:
+    model: onnx.ModelProto
+    nodes: list = field(default_factory=list)             # graph.node, topologically sorted
+    index: list = field(default_factory=list)             # position of nodes[i] in graph.node
+    producer: dict = field(default_factory=dict)          # tensor -> node index
+    consumers: dict = field(default_factory=dict)         # tensor -> [node index]
+    shapes: dict = field(default_factory=dict)            # tensor -> list[int|str|None] | None
+    dtypes: dict = field(default_factory=dict)            # tensor -> onnx elem type
+    consts: dict = field(default_factory=dict)            # tensor -> np.ndarray (small constants)
+    initializers: set = field(default_factory=set)
+    data: set = field(default_factory=set)                # tensors that depend on graph-input data
+    outputs: set = field(default_factory=set)             # graph outputs
+
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, model: onnx.ModelProto, infer: bool = True) -> "GraphView":
+        g = model.graph
+        for n in g.node:
+            for a in n.attribute:
+                if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                    log.debug("node %s has a subgraph attribute; it stays unfused", n.name)
+        view = cls(model=model)
+        view.index = toposort(g)
+        view.nodes = [g.node[i] for i in view.index]
+        for i, n in enumerate(view.nodes):
+            for t in n.output:
+                if t:
+                    view.producer[t] = i
+            for t in n.input:
+                if t:
+                    view.consumers.setdefault(t, []).append(i)
+        view.outputs = {o.name for o in g.output}
+        for init in g.initializer:
+            view.initializers.add(init.name)
+            view.dtypes[init.name] = init.data_type
+            view.shapes[init.name] = list(init.dims)
+            if int(np.prod(init.dims)) <= SMALL_CONST and not init.external_data:
+                view.consts[init.name] = numpy_helper.to_array(init)
+        for n in view.nodes:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                arr = _constant_value(n)
+                if arr is not None:
+                    view.consts[n.output[0]] = arr
+        if infer:
+            view._infer_shapes()
+        view._classify_data()
+        return view
+
+    # ------------------------------------------------------------------------------------------
+    def _infer_shapes(self):
+        light = _strip_weights(self.model)
+        inferred = None
+        try:
+            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+            inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
+        except Exception as exc:  # unknown ops, custom domains: fall back to onnx's inference
+            log.debug("symbolic shape inference failed (%s); using onnx shape inference", exc)
+        if inferred is None:
+            try:
+                inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+            except Exception as exc:
+                log.warning("shape inference failed: %s; loop sizes will be symbolic", exc)
+                inferred = light
+        g = inferred.graph
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type"):
+                continue
+            self.dtypes[vi.name] = tt.elem_type
+            if tt.HasField("shape"):
+                self.shapes[vi.name] = [_dim(d) for d in tt.shape.dim]
+            else:
+                self.shapes.setdefault(vi.name, None)
+
+    def _classify_data(self):
+        g = self.model.graph
+        self.data = {i.name for i in g.input if i.name not in self.initializers}
+        for n in self.nodes:
+            if n.op_type in SHAPE_OPS:
+                continue
+            if any(t in self.data for t in n.input if t):
+                self.data.update(t for t in n.output if t)
+
+    # ------------------------------------------------------------------------------------------
+    def is_data_node(self, i: int) -> bool:
+        n = self.nodes[i]
+        return n.op_type not in SHAPE_OPS and any(t in self.data for t in n.input if t)
+
+    def shape(self, t: str):
+        return self.shapes.get(t)
+
+    def const(self, t: str):
+        return self.consts.get(t)
+
+    def node_label(self, i: int) -> str:
+        n = self.nodes[i]
+        return f"{n.op_type} node '{n.name or n.output[0]}'"
+
+
+def _dim(d) -> int | str | None:
+    if d.HasField("dim_value"):
+        return int(d.dim_value)
+    if d.HasField("dim_param") and d.dim_param:
+        return d.dim_param.replace(" ", "")
+    return None
+
+
+def _constant_value(node):
+    for a in node.attribute:
+        if a.name == "value" and a.t is not None:
+            return numpy_helper.to_array(a.t)
+        if a.name == "value_int":
+            return np.array(a.i, dtype=np.int64)
+        if a.name == "value_ints":
+            return np.array(list(a.ints), dtype=np.int64)
+        if a.name == "value_float":
+            return np.array(a.f, dtype=np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), dtype=np.float32)
+    return None
+
+
+def _strip_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Copy of the model whose large initializers are typed graph inputs (values not needed)."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    g = light.graph
+    keep, moved = [], []
+    for init in g.initializer:
+        if int(np.prod(init.dims)) > SMALL_CONST or init.external_data:
+            moved.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        else:
+            keep.append(init)
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    g.input.extend(moved)
+    return light
+
+
+def toposort(graph: onnx.GraphProto) -> list:
+    """Indices of graph.node in a topological order (stable). A cycle raises ModelError."""
+    nodes = list(graph.node)
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    producer = {t: i for i, n in enumerate(nodes) for t in n.output if t}
+    indeg, users = [0] * len(nodes), {}
+    for i, n in enumerate(nodes):
+        deps = {producer[t] for t in list(n.input) + _implicit_inputs(n) if t in producer and t not in available}
+        indeg[i] = len(deps)
+        for d in deps:
+            users.setdefault(d, []).append(i)
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    order = []
+    heapq.heapify(ready)
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, []):
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = next(i for i, d in enumerate(indeg) if d > 0)
+        n = nodes[stuck]
+        raise ModelError(f"graph has a cycle through {n.op_type} node '{n.name or n.output[0]}'; "
+                         "an ONNX graph must be acyclic (re-export the model)")
+    return order
+
+
+def _implicit_inputs(node) -> list:
+    """Names a node's subgraph attributes read from the enclosing scope."""
+    names = []
+    for a in node.attribute:
+        subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        for sg in subs:
+            local = {i.name for i in sg.input} | {i.name for i in sg.initializer}
+            local |= {t for n in sg.node for t in n.output}
+            for n in sg.node:
+                names += [t for t in list(n.input) + _implicit_inputs(n) if t and t not in local]
+    return names

@@ -1,0 +1,459 @@
+"""Lowering: one ONNX node -> its +Loop nest(s) (PluS Fig. 4).
+
+A `Nest` lists the node's loops outermost first (size, parallelism), which loop each axis of each
+input/output tensor is iterated by, and the operation tag. Views (Transpose, Reshape, Squeeze, ...)
+have no loops: they re-index their input. Composite ops (Softmax, LayerNormalization, ...) lower to
+the nests of their decomposition into primitive ONNX nodes, merged later by the same primitives.
+`lower()` returns None for anything it does not know: such a node stays untouched, never a crash.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .graph import GraphView
+
+Axes = tuple  # loop indices (into Nest.loops) iterating one tensor axis; () = broadcast / indirect
+
+ELEMENTWISE = frozenset("""Add Sub Mul Div Pow Max Min Mod Equal Less Greater LessOrEqual GreaterOrEqual
+And Or Xor Not Where Exp Log Sqrt Reciprocal Neg Abs Erf Tanh Sigmoid Relu Cast CastLike IsNaN IsInf
+Softplus Softsign Gelu Sin Cos Floor Ceil Sign Clip LeakyRelu Elu Selu HardSigmoid HardSwish Round
+BitwiseNot BitwiseAnd BitwiseOr PRelu Mish Sum Mean""".split())
+VIEWS = frozenset({"Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+REDUCES = {"ReduceSum": "reduceSum", "ReduceMean": "reduceMean", "ReduceMax": "reduceMax",
+           "ReduceMin": "reduceMin", "ReduceProd": "reduceProd", "ReduceL1": "reduceL1",
+           "ReduceL2": "reduceL2", "ReduceLogSumExp": "reduceLogSumExp",
+           "ReduceSumSquare": "reduceSumSquare", "ArgMax": "argMax", "ArgMin": "argMin"}
+INJECTIVE = frozenset({"Expand", "Slice", "Concat", "Split", "Gather", "Tile", "Trilu"})
+COMPOSITE = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "RMSNormalization"})
+
+
+@dataclass(eq=False)
+class Nest:
+    node: onnx.NodeProto
+    op: str                                   # tag of the statement
+    kind: str                                 # elementwise | injective | view | reduce | dot
+    loops: list = field(default_factory=list)  # [(size, para)], outermost first
+    ins: dict = field(default_factory=dict)    # tensor -> [Axes per tensor axis]
+    outs: dict = field(default_factory=dict)   # tensor -> [Axes per tensor axis]
+    view: dict = field(default_factory=dict)   # views only: out tensor -> [input axes per out axis]
+    tags: list = field(default_factory=list)   # extra (loop index, tag), e.g. Gemm's bias add
+    consts: dict = field(default_factory=dict)  # synthetic constants a decomposed node reads
+    shapes: dict = field(default_factory=dict)  # shapes of synthetic tensors
+
+    @property
+    def skeleton(self) -> bool:
+        return any(not para for _, para in self.loops)
+
+    @property
+    def depth(self) -> int:
+        return len(self.loops) - 1
+
+
+def tag_of(op_type: str) -> str:
+    if op_type in ("MatMul", "Gemm"):
+        return "dot"
+    return REDUCES.get(op_type, op_type[:1].lower() + op_type[1:])
+
+
+def known_ops() -> frozenset:
+    return ELEMENTWISE | VIEWS | INJECTIVE | COMPOSITE | frozenset(REDUCES) | {"MatMul", "Gemm"}
+
+
+# ----------------------------------------------------------------------------------------------
+class _Ctx:
+    """Shapes and constants, with room for the synthetic tensors of a decomposition."""
+
+    def __init__(self, view: GraphView):
+        self.view, self.extra_shapes, self.extra_consts = view, {}, {}
+        self.opset = _opset(view.model)
+
+    def shape(self, t):
+        s = self.extra_shapes.get(t)
+        if s is None:
+            s = self.view.shape(t)
+        if s is None:
+            return None
+        return [d if d is not None else f"?{t}[{a}]" for a, d in enumerate(s)]
+
+    def const(self, t):
+        v = self.extra_consts.get(t)
+        return v if v is not None else self.view.const(t)
+
+
+def _opset(model) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 17
+
+
+def _attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def lower(view: GraphView, node: onnx.NodeProto) -> list | None:
+    """The nests of one node, or None when the node stays outside fusion."""
+    if node.domain not in ("", "ai.onnx") or node.op_type not in known_ops():
+        return None
+    ctx = _Ctx(view)
+    try:
+        if node.op_type in COMPOSITE:
+            return _composite(ctx, node)
+        nest = _lower_one(ctx, node)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return [nest] if nest is not None else None
+
+
+def _lower_one(ctx: _Ctx, node) -> Nest | None:
+    op = node.op_type
+    if any(t and ctx.shape(t) is None for t in node.input) and op not in ("Reshape", "Expand", "Slice", "Tile", "Split", "Squeeze", "Unsqueeze"):
+        return None
+    outs = [t for t in node.output if t]
+    if not outs or any(ctx.shape(t) is None for t in outs[:1]):
+        return None
+    if op in ELEMENTWISE:
+        return _elementwise(ctx, node, tag_of(op))
+    if op in VIEWS:
+        return _view(ctx, node)
+    if op in REDUCES:
+        return _reduce(ctx, node)
+    if op == "MatMul":
+        return _matmul(ctx, node)
+    if op == "Gemm":
+        return _gemm(ctx, node)
+    if op == "Gather":
+        return _gather(ctx, node)
+    if op == "Split":
+        return _split(ctx, node)
+    if op in INJECTIVE:
+        return _injective(ctx, node)
+    return None
+
+
+def _out_loops(shape):
+    """Loops over a tensor's non-unit axes; returns (loops, axes map)."""
+    loops, axes = [], []
+    for d in shape:
+        if d == 1:
+            axes.append(())
+        else:
+            axes.append((len(loops),))
+            loops.append((d, True))
+    return loops, axes
+
+
+def _broadcast_map(in_shape, out_shape, out_axes):
+    off = len(out_shape) - len(in_shape)
+    res = []
+    for j, d in enumerate(in_shape):
+        k = j + off
+        res.append(() if d == 1 or k < 0 else out_axes[k])
+    return res
+
+
+def _elementwise(ctx, node, tag) -> Nest:
+    out = node.output[0]
+    loops, axes = _out_loops(ctx.shape(out))
+    ins = {t: _broadcast_map(ctx.shape(t), ctx.shape(out), axes) for t in node.input if t}
+    return Nest(node, tag, "elementwise", loops, ins, {out: axes})
+
+
+def _injective(ctx, node) -> Nest:
+    """Own loops over the output; inputs map axis-to-axis where ranks agree (Slice, Concat, Tile,
+    Trilu) or by broadcasting (Expand)."""
+    out = node.output[0]
+    oshape = ctx.shape(out)
+    loops, axes = _out_loops(oshape)
+    data = node.input[0]
+    ishape = ctx.shape(data)
+    if ishape is None:
+        return None
+    if node.op_type == "Expand":
+        ins = {data: _broadcast_map(ishape, oshape, axes)}
+    else:
+        ins = {t: [axes[j] if j < len(axes) else () for j in range(len(ctx.shape(t) or []))]
+               for t in (node.input if node.op_type == "Concat" else [data]) if t}
+    return Nest(node, tag_of(node.op_type), "injective", loops, ins, {out: axes})
+
+
+def _gather(ctx, node) -> Nest:
+    data, idx, out = node.input[0], node.input[1], node.output[0]
+    dshape, ishape = ctx.shape(data), ctx.shape(idx)
+    axis = _attr(node, "axis", 0) % len(dshape)
+    loops, axes = _out_loops(ctx.shape(out))
+    r = len(ishape)
+    dmap = [axes[j] if j < axis else () if j == axis else axes[j + r - 1] for j in range(len(dshape))]
+    imap = [axes[axis + j] for j in range(r)]
+    return Nest(node, "gather", "injective", loops, {data: dmap, idx: imap}, {out: axes})
+
+
+def _split(ctx, node) -> Nest:
+    data = node.input[0]
+    ishape = ctx.shape(data)
+    axis = _attr(node, "axis", 0) % len(ishape)
+    loops, axes = _out_loops(ishape)
+    outs = {t: [axes[j] for j in range(len(ishape))] for t in node.output if t}
+    return Nest(node, "split", "injective", loops, {data: list(axes)}, outs)
+
+
+def _reduce(ctx, node) -> Nest | None:
+    data, out = node.input[0], node.output[0]
+    shape = ctx.shape(data)
+    rank = len(shape)
+    if node.op_type in ("ArgMax", "ArgMin"):
+        axes = [_attr(node, "axis", 0)]
+    else:
+        axes = _attr(node, "axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            val = ctx.const(node.input[1])
+            if val is None:
+                return None
+            axes = [int(a) for a in np.asarray(val).reshape(-1)]
+        if not axes:
+            if _attr(node, "noop_with_empty_axes", 0):
+                return _elementwise(ctx, node, "identity")
+            axes = list(range(rank))
+    axes = sorted(a % rank for a in axes)
+    keep = _attr(node, "keepdims", 1)
+    loops, in_axes = [], [()] * rank
+    for j in range(rank):
+        if j not in axes and shape[j] != 1:
+            in_axes[j] = (len(loops),)
+            loops.append((shape[j], True))
+    out_axes = []
+    for j in range(rank):
+        if j in axes:
+            if keep:
+                out_axes.append(())
+        else:
+            out_axes.append(in_axes[j])
+    red = [j for j in axes if shape[j] != 1]
+    for j in red:
+        in_axes[j] = (len(loops),)
+        loops.append((shape[j], False))
+    tag = REDUCES[node.op_type]
+    if not red:  # reducing unit axes only: an element-wise copy
+        return Nest(node, tag, "elementwise", loops, {data: in_axes}, {out: out_axes})
+    return Nest(node, tag, "reduce", loops, {data: in_axes}, {out: out_axes})
+
+
+def _matmul(ctx, node) -> Nest:
+    a, b, out = node.input[0], node.input[1], node.output[0]
+    ash, bsh, osh = ctx.shape(a), ctx.shape(b), ctx.shape(out)
+    a2 = ash if len(ash) > 1 else [1] + ash
+    b2 = bsh if len(bsh) > 1 else bsh + [1]
+    batch = osh[:len(osh) - (len(ash) > 1) - (len(bsh) > 1)]
+    loops, baxes = _out_loops(batch)
+    m, n, k = a2[-2], b2[-1], a2[-1]
+    mi = (len(loops),) if m != 1 else ()
+    loops += [(m, True)] if m != 1 else []
+    ni = (len(loops),) if n != 1 else ()
+    loops += [(n, True)] if n != 1 else []
+    ki = (len(loops),)
+    loops.append((k, False))
+    amap = _broadcast_map(a2[:-2], batch, baxes) + [mi, ki]
+    bmap = _broadcast_map(b2[:-2], batch, baxes) + [ki, ni]
+    if len(ash) == 1:
+        amap = [ki]
+    if len(bsh) == 1:
+        bmap = bmap[:-2] + [ki]
+    omap = list(baxes) + ([mi] if len(ash) > 1 else []) + ([ni] if len(bsh) > 1 else [])
+    return Nest(node, "dot", "dot", loops, {a: amap, b: bmap}, {out: omap})
+
+
+def _gemm(ctx, node) -> Nest:
+    a, b, out = node.input[0], node.input[1], node.output[0]
+    ash, bsh = ctx.shape(a), ctx.shape(b)
+    ta, tb = _attr(node, "transA", 0), _attr(node, "transB", 0)
+    m, k = (ash[1], ash[0]) if ta else (ash[0], ash[1])
+    n = bsh[0] if tb else bsh[1]
+    loops = [(m, True), (n, True), (k, False)]
+    amap = [(2,), (0,)] if ta else [(0,), (2,)]
+    bmap = [(1,), (2,)] if tb else [(2,), (1,)]
+    ins, tags = {a: amap, b: bmap}, []
+    if len(node.input) > 2 and node.input[2]:
+        ins[node.input[2]] = _broadcast_map(ctx.shape(node.input[2]), [m, n], [(0,), (1,)])
+        tags.append((1, "add"))
+    return Nest(node, "dot", "dot", loops, ins, {out: [(0,), (1,)]}, tags=tags)
+
+
+# ---- views -----------------------------------------------------------------------------------
+def _view(ctx, node) -> Nest | None:
+    data, out = node.input[0], node.output[0]
+    ishape, oshape = ctx.shape(data), ctx.shape(out)
+    if ishape is None or oshape is None:
+        return None
+    if node.op_type == "Transpose":
+        perm = _attr(node, "perm") or list(reversed(range(len(ishape))))
+        vmap = [(p,) for p in perm]
+    elif node.op_type in ("Identity", "Dropout"):
+        vmap = [(j,) for j in range(len(ishape))]
+    else:
+        vmap = reshape_map(ishape, oshape)
+    outs = {out: []}
+    return Nest(node, tag_of(node.op_type), "view", [], {data: [()] * len(ishape)}, outs, view={out: vmap})
+
+
+def _factor(d):
+    """A dim as (int coefficient, sorted symbol tuple)."""
+    if isinstance(d, int):
+        return d, ()
+    coef, syms = 1, []
+    for part in str(d).split("*"):
+        if part.isdigit():
+            coef *= int(part)
+        else:
+            syms.append(part)
+    return coef, tuple(sorted(syms))
+
+
+def _fmul(a, b):
+    return a[0] * b[0], tuple(sorted(a[1] + b[1]))
+
+
+def reshape_map(ishape, oshape) -> list:
+    """For each output axis, the input axes it is made of (reshape = merge/split of axis groups).
+    Falls back to 'every input axis' for an axis it cannot pair."""
+    res = [None] * len(oshape)
+    i = j = 0
+    ni, no = len(ishape), len(oshape)
+    while i < ni or j < no:
+        if j < no and oshape[j] == 1:
+            res[j] = ()
+            j += 1
+            continue
+        if i < ni and ishape[i] == 1:
+            i += 1
+            continue
+        if i >= ni or j >= no:
+            break
+        gi, gj = [i], [j]
+        pi, pj = _factor(ishape[i]), _factor(oshape[j])
+        i += 1
+        j += 1
+        while pi != pj:
+            if (pi[1] and not pj[1]) or (len(pi[1]) <= len(pj[1]) and pi[0] < pj[0] and i < ni) or (len(pi[1]) < len(pj[1]) and i < ni):
+                if i >= ni:
+                    break
+                pi = _fmul(pi, _factor(ishape[i]))
+                gi.append(i)
+                i += 1
+            elif j < no:
+                pj = _fmul(pj, _factor(oshape[j]))
+                gj.append(j)
+                j += 1
+            else:
+                break
+        if pi != pj:
+            return [tuple(range(ni))] * no
+        for k in gj:
+            res[k] = tuple(gi)
+    return [r if r is not None else tuple(range(ni)) for r in res]
+
+
+# ---- composites ------------------------------------------------------------------------------
+def _composite(ctx: _Ctx, node) -> list | None:
+    x = node.input[0]
+    shape = ctx.shape(x)
+    if shape is None:
+        return None
+    rank = len(shape)
+    out = node.output[0]
+    mk = _Decomp(ctx, node, shape)
+    if node.op_type in ("Softmax", "LogSoftmax"):
+        axis = _attr(node, "axis", -1 if ctx.opset >= 13 else 1) % rank
+        if ctx.opset < 13 and axis != rank - 1:
+            return None
+        m = mk.reduce("ReduceMax", x, [axis])
+        s = mk.op("Sub", [x, m])
+        if node.op_type == "Softmax":
+            e = mk.op("Exp", [s])
+            z = mk.reduce("ReduceSum", e, [axis])
+            mk.op("Div", [e, z], out)
+        else:
+            e = mk.op("Exp", [s])
+            z = mk.reduce("ReduceSum", e, [axis])
+            lz = mk.op("Log", [z], shape=mk.shapes[z])
+            mk.op("Sub", [s, lz], out)
+    else:  # LayerNormalization / RMSNormalization over axes [axis, rank)
+        if any(t for t in node.output[1:]):
+            return None
+        axis = _attr(node, "axis", -1) % rank
+        axes = list(range(axis, rank))
+        eps = mk.scalar(_attr(node, "epsilon", 1e-5), ctx.view.dtypes.get(x, 1))
+        if node.op_type == "LayerNormalization":
+            mean = mk.reduce("ReduceMean", x, axes)
+            d = mk.op("Sub", [x, mean])
+        else:
+            d = x
+        sq = mk.op("Mul", [d, d])
+        var = mk.reduce("ReduceMean", sq, axes)
+        ve = mk.op("Add", [var, eps], shape=mk.shapes[var])
+        sd = mk.op("Sqrt", [ve], shape=mk.shapes[var])
+        n = mk.op("Div", [d, sd])
+        scaled = mk.op("Mul", [n, node.input[1]], None if len(node.input) > 2 and node.input[2] else out)
+        if len(node.input) > 2 and node.input[2]:
+            mk.op("Add", [scaled, node.input[2]], out)
+    nests = []
+    for sub in mk.nodes:
+        ctx.extra_shapes.update(mk.shapes)
+        ctx.extra_consts.update(mk.consts)
+        nest = _lower_one(ctx, sub)
+        if nest is None:
+            return None
+        nest.consts, nest.shapes = dict(mk.consts), dict(mk.shapes)
+        nests.append(nest)
+    return nests
+
+
+class _Decomp:
+    """Builds the primitive nodes of a composite op, with synthetic names under the output's."""
+
+    def __init__(self, ctx, node, shape):
+        self.ctx, self.node, self.shape = ctx, node, shape
+        self.nodes, self.shapes, self.consts = [], {}, {}
+        self.base = node.output[0]
+
+    def _name(self, what):
+        return f"{self.base}::{len(self.nodes)}_{what}"
+
+    def scalar(self, value, dtype):
+        name = f"{self.base}::eps"
+        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype else np.float32
+        self.consts[name] = np.array(value, dtype=np_dtype)
+        self.shapes[name] = []
+        return name
+
+    def reduce(self, op, x, axes):
+        out = self._name(op)
+        if self.ctx.opset >= 18 or (op == "ReduceSum" and self.ctx.opset >= 13):
+            ax = f"{out}::axes"
+            self.consts[ax] = np.array(axes, dtype=np.int64)
+            self.shapes[ax] = [len(axes)]
+            n = helper.make_node(op, [x, ax], [out], keepdims=1)
+        else:
+            n = helper.make_node(op, [x], [out], axes=axes, keepdims=1)
+        self.nodes.append(n)
+        self.shapes[out] = [1 if j in axes else d for j, d in enumerate(self.shape)]
+        return out
+
+    def op(self, op, inputs, out=None, shape=None):
+        out = out or self._name(op)
+        self.nodes.append(helper.make_node(op, inputs, [out]))
+        self.shapes[out] = list(shape if shape is not None else self.shape)
+        return out
+
+
+def decomposition_constants(nests) -> dict:
+    consts = {}
+    for n in nests:
+        consts.update({k: numpy_helper.from_array(v, k) for k, v in n.consts.items()})
+    return consts

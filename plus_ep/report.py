@@ -1,0 +1,60 @@
+"""The fusion report behind `plus-ep inspect`: ops, data kernels before/after, patterns, +Graphs."""
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx
+
+from graph_rewrites.graph import ALIAS_OPS, SHAPE_OPS, GraphView
+
+FUSED = ("ai.plus_ep", "Fused")
+
+
+def data_kernels(model: onnx.ModelProto, view: GraphView | None = None) -> int:
+    """Nodes that compute on graph-input data, excluding Shape/Size and the pure aliases
+    (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Dropout); a fused node counts as one."""
+    view = view or GraphView.build(model, infer=False)
+    count = 0
+    for i, n in enumerate(view.nodes):
+        if (n.domain, n.op_type) == FUSED:
+            count += 1
+        elif n.op_type not in ALIAS_OPS and n.op_type not in SHAPE_OPS and view.is_data_node(i):
+            count += 1
+    return count
+
+
+def op_histogram(model: onnx.ModelProto) -> dict:
+    return dict(Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+                        for n in model.graph.node).most_common())
+
+
+def report(result) -> dict:
+    """A JSON-able report of a `RewriteResult`."""
+    before, after = result.view.model, result.model
+    subgraphs = []
+    for k, sg in enumerate(result.subgraphs):
+        subgraphs.append({
+            "id": k, "pattern": sg.pattern.name,
+            "nodes": [result.view.nodes[i].name or result.view.nodes[i].output[0] for i in sg.nodes],
+            "ops": [result.view.nodes[i].op_type for i in sg.nodes],
+            "outputs": list(sg.outputs), "pgraph": sg.pgraph.render(),
+            "hash": sg.pgraph.structural_hash(),
+        })
+    return {
+        "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node),
+        "data_kernels_before": data_kernels(before, result.view),
+        "data_kernels_after": data_kernels(after),
+        "patterns": dict(Counter(s["pattern"] for s in subgraphs).most_common()),
+        "ops_before": op_histogram(before), "ops_after": op_histogram(after),
+        "functions": len(after.functions), "seconds": round(result.seconds, 3),
+        "subgraphs": subgraphs,
+    }
+
+
+def format_table(rep: dict, name: str = "model") -> str:
+    lines = [f"{name}: {rep['nodes_before']} nodes -> {rep['nodes_after']} "
+             f"({rep['functions']} fused functions), rewrite {rep['seconds']:.2f}s",
+             f"data kernels: {rep['data_kernels_before']} -> {rep['data_kernels_after']}",
+             "", "| pattern | subgraphs |", "|---|---|"]
+    lines += [f"| {p} | {n} |" for p, n in rep["patterns"].items()]
+    return "\n".join(lines)

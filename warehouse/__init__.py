@@ -1,0 +1,4 @@
+"""The PlusEP pattern warehouse: +Graph patterns written in ONNX-op vocabulary, in priority order."""
+from .registry import Pattern, PatternBuilder, Warehouse, default_warehouse, pattern
+
+__all__ = ["Pattern", "PatternBuilder", "Warehouse", "default_warehouse", "pattern"]

@@ -1,0 +1,17 @@
+"""GEMM + any element-wise epilogue (bias, GELU erf/tanh, ReLU, SiLU, scale, residual add).
+
+Element-wise ops merge into the N loop by Primitive 1, so one +Graph covers every epilogue chain.
+"""
+from warehouse.registry import pattern
+
+
+@pattern("gemm", template="gemm")
+def gemm(b):
+    """Row-major activations [M, K] times weights [K, N]."""
+    return b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"]))
+
+
+@pattern("batched_gemm", template="gemm")
+def batched_gemm(b):
+    """Both operands batched [B, M, K] x [B, K, N]."""
+    return b.MatMul(b.input("x", ["B", "M", "K"]), b.input("w", ["B", "K", "N"]))

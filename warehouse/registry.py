@@ -1,0 +1,180 @@
+"""The pattern warehouse: an ordered registry of +Graph patterns (position = priority).
+
+A pattern is a small Python function written in ONNX-op vocabulary; the compiler lowers it with the
+same lowering as models into its +Graph. Experts add patterns without touching the compiler, from
+their own package (entry-point group ``plus_ep.warehouse``) or a folder (``PLUS_EP_WAREHOUSE``)::
+
+    from warehouse import pattern
+
+    @pattern("gemm_softmax", allow_epilogue=True, template="gemm_softmax")
+    def gemm_softmax(b):
+        x, w = b.input("x", ["M", "K"]), b.input("w", ["K", "N"])
+        return b.Softmax(b.MatMul(x, w), axis=-1)
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import pathlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import onnx
+from onnx import TensorProto, helper
+
+log = logging.getLogger("plus_ep.warehouse")
+
+
+class PatternBuilder:
+    """Writes a pattern as ONNX nodes: ``b.input(name, dims)``, ``b.Add(x, y)``, ``b.const([..])``."""
+
+    def __init__(self, opset: int = 18):
+        self.opset, self.nodes, self.inputs, self.inits = opset, [], [], []
+
+    def input(self, name: str, dims, dtype=TensorProto.FLOAT) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, dtype, list(dims)))
+        return name
+
+    def const(self, values, dtype=TensorProto.INT64) -> str:
+        name = f"c{len(self.inits)}"
+        vals = values if isinstance(values, (list, tuple)) else [values]
+        dims = [len(vals)] if isinstance(values, (list, tuple)) else []
+        self.inits.append(helper.make_tensor(name, dtype, dims, vals))
+        return name
+
+    def __getattr__(self, op_type: str):
+        if not op_type[:1].isupper():
+            raise AttributeError(op_type)
+
+        def make(*inputs, **attrs):
+            out = f"t{len(self.nodes)}"
+            self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+            return out
+        return make
+
+    def model(self, outputs) -> onnx.ModelProto:
+        outs = [outputs] if isinstance(outputs, str) else list(outputs)
+        graph = helper.make_graph(self.nodes, "pattern", self.inputs,
+                                  [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
+                                  self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+
+
+@dataclass
+class Pattern:
+    name: str
+    define: Callable | None = None          # fn(PatternBuilder) -> output name(s)
+    allow_prologue: bool = False
+    allow_epilogue: bool = True
+    template: str | None = None             # +Code template (kernels issue)
+    any_parallel: bool = False              # wildcard: any nest of parallel loops, no key ops
+    check: Callable | None = None           # fn(candidate) -> reason str | None
+    doc: str = ""
+    _graph: object = field(default=None, repr=False)
+    _match: object = field(default=None, repr=False)
+
+    @property
+    def graph(self):
+        """The canonical +Graph of the definition (lowered once, lazily)."""
+        if self._graph is None and self.define is not None:
+            from graph_rewrites.pgraph_of import pgraph_of_model
+            b = PatternBuilder()
+            raw = pgraph_of_model(b.model(self.define(b)))
+            self._graph, self._match = raw.canonical(), raw.canonical(strict=False)
+        return self._graph
+
+    @property
+    def match_graph(self):
+        """The form matching compares: perfectly nested parallel chains collapsed."""
+        if self._match is None:
+            _ = self.graph
+        return self._match
+
+
+class Warehouse:
+    """Ordered patterns; the first exact match wins."""
+
+    def __init__(self, patterns=()):
+        self.patterns: list[Pattern] = list(patterns)
+
+    def add(self, p: Pattern, before: str | None = None):
+        if any(q.name == p.name for q in self.patterns):
+            raise ValueError(f"warehouse already has a pattern named {p.name!r}")
+        if before is None:
+            self.patterns.append(p)
+        else:
+            names = [q.name for q in self.patterns]
+            if before not in names:
+                raise ValueError(f"no pattern {before!r} to insert {p.name!r} before; have {names}")
+            self.patterns.insert(names.index(before), p)
+        return p
+
+    def without(self, names) -> "Warehouse":
+        names = set(names)
+        unknown = names - {p.name for p in self.patterns}
+        if unknown:
+            raise ValueError(f"unknown pattern(s) {sorted(unknown)}; have {[p.name for p in self.patterns]}")
+        return Warehouse(p for p in self.patterns if p.name not in names)
+
+    def get(self, name: str) -> Pattern:
+        for p in self.patterns:
+            if p.name == name:
+                return p
+        raise KeyError(f"no pattern {name!r}; have {[p.name for p in self.patterns]}")
+
+    def __iter__(self):
+        return iter(self.patterns)
+
+    def __len__(self):
+        return len(self.patterns)
+
+
+_DEFAULT = Warehouse()
+
+
+def pattern(name: str, *, allow_prologue=False, allow_epilogue=True, template=None,
+            any_parallel=False, check=None, before=None, warehouse: Warehouse | None = None):
+    """Decorator registering a pattern definition in the default (or given) warehouse."""
+    def deco(fn):
+        (warehouse or _DEFAULT).add(Pattern(name, fn, allow_prologue, allow_epilogue, template,
+                                            any_parallel, check, (fn.__doc__ or "").strip()), before)
+        return fn
+    return deco
+
+
+_loaded = False
+
+
+def default_warehouse() -> Warehouse:
+    """Built-in patterns, then entry-point plugins, then files in $PLUS_EP_WAREHOUSE."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        importlib.import_module("warehouse.patterns")
+        _load_entry_points()
+        _load_folder(os.environ.get("PLUS_EP_WAREHOUSE"))
+    return _DEFAULT
+
+
+def _load_entry_points():
+    from importlib.metadata import entry_points
+    for ep in entry_points(group="plus_ep.warehouse"):
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj(_DEFAULT)
+        except Exception as exc:
+            log.warning("warehouse plugin %s failed to load: %s", ep.name, exc)
+
+
+def _load_folder(folder):
+    if not folder:
+        return
+    for path in sorted(pathlib.Path(folder).glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"plus_ep_user_patterns.{path.stem}", path)
+        try:
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        except Exception as exc:
+            log.warning("warehouse file %s failed to load: %s", path, exc)

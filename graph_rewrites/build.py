@@ -18,12 +18,32 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .lowering import Nest
+from .lowering import Nest, _factor
 from .ploop import Loop, PGraph, Stmt
 
 
 def same_size(a, b) -> bool:
     return a == b or str(a) == str(b)
+
+
+def _product(sizes):
+    coef, syms = 1, []
+    for s in sizes:
+        c, sy = _factor(s)
+        coef, syms = coef * c, syms + list(sy)
+    return coef, tuple(sorted(syms))
+
+
+def _chain(target, cands):
+    """`cands` as a perfectly nested chain starting at `target` (outermost first), or None."""
+    chain, loop = [target], target
+    while len(chain) < len(cands):
+        inner = loop.loops()
+        if not inner or inner[-1] not in cands:
+            return None
+        loop = inner[-1]
+        chain.append(loop)
+    return chain if set(chain) == cands else None
 
 
 class Builder:
@@ -103,19 +123,35 @@ class Builder:
         hubs = self._hubs(nest)
         reads = set(nest.ins)
         parent, objs = self.graph, []
-        for d, (size, para) in enumerate(nest.loops):
-            cands = set()
-            for t in hubs:
-                for a, ks in enumerate(nest.ins[t]):
-                    if d in ks and a < len(self.axis_loops[t]):
-                        cands.update(self.axis_loops[t][a])
+        loops = nest.loops
+        while len(objs) < len(loops):
+            d = len(objs)
+            size, para = loops[d]
+            cands = self._cands(nest, hubs, d)
             target, after = _last_loop(parent)
-            blocked = any(set(s.outputs) & reads for s in after)
-            if target is not None and cands == {target} and target.para \
-                    and same_size(target.size, size) and not blocked:
+            if target is None or not target.para or any(set(s.outputs) & reads for s in after):
+                break                                   # Primitive 3 / nothing to merge with
+            if cands == {target} and same_size(target.size, size):
                 target.para = para                      # Primitive 1 (para) or 2 (non-para)
                 objs.append(target)
                 parent = target
+                continue
+            # a reshape between producer and consumer: several consumer loops over one producer
+            # loop, or one consumer loop over a nested chain of producer loops
+            group = d
+            while group + 1 < len(loops) and self._cands(nest, hubs, group + 1) == {target} \
+                    and loops[group + 1][1] == para:
+                group += 1
+            if cands == {target} and group > d and para and \
+                    _product([target.size]) == _product([sz for sz, _ in loops[d:group + 1]]):
+                objs += [target] * (group + 1 - d)
+                parent = target
+                continue
+            chain = _chain(target, cands) if len(cands) > 1 else None
+            if chain and para and all(c.para for c in chain) and \
+                    _product([c.size for c in chain]) == _product([size]):
+                objs.append(chain[-1])
+                parent = chain[-1]
                 continue
             break                                       # Primitive 3 / no correspondence
         for size, para in nest.loops[len(objs):]:
@@ -138,6 +174,15 @@ class Builder:
         for t, axes in nest.outs.items():
             self.axis_loops[t] = [tuple(objs[k] for k in ks) for ks in axes]
             self.produced.add(t)
+
+    def _cands(self, nest, hubs, d) -> set:
+        """prev_loops: the loops that produced the hub-tensor axes iterated by loop d."""
+        cands = set()
+        for t in hubs:
+            for a, ks in enumerate(nest.ins[t]):
+                if d in ks and a < len(self.axis_loops[t]):
+                    cands.update(self.axis_loops[t][a])
+        return cands
 
     def _absorb(self, t, loops_per_axis, home):
         """Fold the pending producer of `t` (and its pending producers) into `home`."""

@@ -9,7 +9,7 @@ def model(nodes, inputs, outputs, inits=(), opset=17):
     g = h.make_graph(nodes, "paper",
                      [h.make_tensor_value_info(n, T.FLOAT, d) for n, d in inputs],
                      [h.make_tensor_value_info(n, T.FLOAT, None) for n in outputs], list(inits))
-    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=10)
 
 
 def axes(name, values):

@@ -131,50 +131,67 @@ class Warehouse:
         return len(self.patterns)
 
 
-_DEFAULT = Warehouse()
+_BUILTIN = Warehouse()
+_TARGET = [_BUILTIN]          # where @pattern registers: built-ins, or the warehouse being loaded
 
 
 def pattern(name: str, *, allow_prologue=False, allow_epilogue=True, template=None,
             any_parallel=False, check=None, before=None, warehouse: Warehouse | None = None):
-    """Decorator registering a pattern definition in the default (or given) warehouse."""
+    """Decorator registering a pattern definition (in the warehouse being loaded)."""
     def deco(fn):
-        (warehouse or _DEFAULT).add(Pattern(name, fn, allow_prologue, allow_epilogue, template,
-                                            any_parallel, check, (fn.__doc__ or "").strip()), before)
+        (warehouse or _TARGET[-1]).add(Pattern(name, fn, allow_prologue, allow_epilogue, template,
+                                               any_parallel, check, (fn.__doc__ or "").strip()), before)
         return fn
     return deco
 
 
-_loaded = False
+_cache: dict = {}
 
 
 def default_warehouse() -> Warehouse:
-    """Built-in patterns, then entry-point plugins, then files in $PLUS_EP_WAREHOUSE."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        importlib.import_module("warehouse.patterns")
-        _load_entry_points()
-        _load_folder(os.environ.get("PLUS_EP_WAREHOUSE"))
-    return _DEFAULT
+    """Built-in patterns, then entry-point plugins, then the files of $PLUS_EP_WAREHOUSE."""
+    folder = os.environ.get("PLUS_EP_WAREHOUSE") or None
+    if folder not in _cache:
+        _cache[folder] = load_warehouse(folder)
+    return _cache[folder]
 
 
-def _load_entry_points():
+def load_warehouse(folder=None, plugins: bool = True) -> Warehouse:
+    importlib.import_module("warehouse.patterns")
+    wh = Warehouse(_BUILTIN.patterns)
+    if plugins:
+        _load_entry_points(wh)
+    if folder:
+        load_folder(folder, wh)
+    return wh
+
+
+def _load_entry_points(wh: Warehouse):
     from importlib.metadata import entry_points
     for ep in entry_points(group="plus_ep.warehouse"):
+        _TARGET.append(wh)
         try:
-            obj = ep.load()
-            if callable(obj):
-                obj(_DEFAULT)
+            obj = ep.load()                   # a module registers with @pattern on import;
+            if callable(obj):                 # a function gets the warehouse to add to
+                obj(wh)
         except Exception as exc:
-            log.warning("warehouse plugin %s failed to load: %s", ep.name, exc)
+            log.warning("warehouse plugin %s (%s) failed to load: %s", ep.name, ep.value, exc)
+        finally:
+            _TARGET.pop()
 
 
-def _load_folder(folder):
-    if not folder:
-        return
-    for path in sorted(pathlib.Path(folder).glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"plus_ep_user_patterns.{path.stem}", path)
+def load_folder(folder, wh: Warehouse) -> Warehouse:
+    """Import every *.py of `folder`; their @pattern definitions go into `wh`."""
+    path = pathlib.Path(folder)
+    if not path.is_dir():
+        raise ValueError(f"PLUS_EP_WAREHOUSE={folder}: not a directory")
+    for file in sorted(path.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"plus_ep_user_patterns.{file.stem}", file)
+        _TARGET.append(wh)
         try:
             spec.loader.exec_module(importlib.util.module_from_spec(spec))
         except Exception as exc:
-            log.warning("warehouse file %s failed to load: %s", path, exc)
+            log.warning("warehouse file %s failed to load: %s", file, exc)
+        finally:
+            _TARGET.pop()
+    return wh

@@ -18,7 +18,13 @@ def _attention(b, mask_dims):
     return b.Transpose(o, perm=[0, 2, 1, 3])
 
 
-@pattern("attention", allow_prologue=True, template="flash_attention")
+def head_dim_known(g):
+    """Templates are specialised per head dimension: it must be a compile-time integer."""
+    dot = next(loop for _, loop in g.walk() if "dot" in loop.key_ops)
+    return None if isinstance(dot.size, int) else f"head dim {dot.size} is not a compile-time integer"
+
+
+@pattern("attention", allow_prologue=True, template="flash_attention", check=head_dim_known)
 def attention(b):
     """QKᵀ, scale, mask, softmax, ·V, output transpose."""
     return _attention(b, ["B", 1, 1, "T"])

@@ -226,8 +226,9 @@ def _type_sig(tp: onnx.TypeProto | None) -> str:
 
 def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """Best-effort types of the top-level values (shape inference on a copy)."""
+    from .graph import _strip_weights   # weights as typed inputs: no 400 MB serialisation
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(_strip_weights(model))
     except Exception:  # custom ops, broken models... fall back to what is declared
         inferred = model
     types: dict[str, onnx.TypeProto] = {}

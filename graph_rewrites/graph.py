@@ -79,11 +79,18 @@ class GraphView:
     def _infer_shapes(self):
         light = _strip_weights(self.model)
         inferred = None
-        try:
-            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-            inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
-        except Exception as exc:  # unknown ops, custom domains: fall back to onnx's inference
-            log.debug("symbolic shape inference failed (%s); using onnx shape inference", exc)
+        try:   # fast path: onnx's inference, kept when every dim is built from the input symbols
+            quick = onnx.shape_inference.infer_shapes(light, data_prop=True)
+            if _dims_from_inputs(quick):
+                inferred = quick
+        except Exception as exc:
+            log.debug("onnx shape inference failed: %s", exc)
+        if inferred is None:
+            try:   # follows Shape->Gather->Concat->Reshape chains of TorchScript exports
+                from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+                inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
+            except Exception as exc:  # unknown ops, custom domains
+                log.debug("symbolic shape inference failed (%s); using onnx shape inference", exc)
         if inferred is None:
             try:
                 inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
@@ -134,6 +141,27 @@ def _dim(d) -> int | str | None:
     return None
 
 
+def _dims_from_inputs(model) -> bool:
+    """Every node output has a full shape whose symbols are graph-input symbols."""
+    g = model.graph
+    symbols = {d.dim_param for i in g.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+    infos = {v.name: v for v in list(g.value_info) + list(g.output)}
+    for n in g.node:
+        for t in n.output:
+            vi = infos.get(t)
+            if not t:
+                continue
+            if vi is None or not vi.type.tensor_type.HasField("shape"):
+                return False
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value"):
+                    continue
+                parts = [p for p in d.dim_param.replace(" ", "").split("*") if not p.isdigit()]
+                if not d.dim_param or any(p not in symbols for p in parts):
+                    return False
+    return True
+
+
 def _constant_value(node):
     for a in node.attribute:
         if a.name == "value" and a.t is not None:
@@ -151,18 +179,16 @@ def _constant_value(node):
 
 def _strip_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """Copy of the model whose large initializers are typed graph inputs (values not needed)."""
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    g = light.graph
-    keep, moved = [], []
-    for init in g.initializer:
+    src = model.graph
+    g = onnx.GraphProto(name=src.name, node=src.node, input=src.input, output=src.output,
+                        value_info=src.value_info)
+    for init in src.initializer:
         if int(np.prod(init.dims)) > SMALL_CONST or init.external_data:
-            moved.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
         else:
-            keep.append(init)
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    g.input.extend(moved)
+            g.initializer.append(init)
+    light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                            functions=model.functions, graph=g)
     return light
 
 

@@ -27,6 +27,12 @@ class Verdict:
     exact: object = None                 # the Pattern matched exactly, or None
     partial: list = field(default_factory=list)
     reasons: dict = field(default_factory=dict)   # pattern name -> why it refused
+    raw: object = None                            # the +Graph before Primitive 4
+
+    @property
+    def graph(self):
+        """The canonical +Graph of the candidate subgraph."""
+        return self.raw.canonical() if self.raw is not None else None
 
     @property
     def ok(self):
@@ -63,6 +69,7 @@ class Identifier:
         self._reach()
         self.steps: dict = {}            # seed -> [Step]
         self.support: set = set()        # shape-only nodes already moved into a subgraph
+        self._verdicts: dict = {}
 
     # ---- reachability bitsets ----------------------------------------------------------------
     def _reach(self):
@@ -124,6 +131,16 @@ class Identifier:
         data = [i for i in nodes if i in self.nests and i != seed]
         prologue = any(self.desc[i] >> seed & 1 for i in data)
         epilogue = any(self.anc[i] >> seed & 1 for i in data)
+        key = (g.skeleton(sizes=True), prologue, epilogue)
+        cached = self._verdicts.get(key)
+        if cached is None:
+            cached = self._verdicts[key] = self._match(g, prologue, epilogue)
+        verdict = Verdict(cached.exact, list(cached.partial), dict(cached.reasons))
+        verdict.raw = full
+        return verdict
+
+    def _match(self, g, prologue, epilogue) -> Verdict:
+        """Match conditions against every pattern (memoised by skeleton: repeated layers hit)."""
         verdict = Verdict()
         for p in self.warehouse:
             if prologue and not p.allow_prologue:
@@ -151,7 +168,6 @@ class Identifier:
                 verdict.partial.append(p)
             verdict.reasons[p.name] = f"not exact ({why}); " + (
                 "partial state" if partial_why is None else f"not partial ({partial_why})")
-        verdict.graph = full.canonical()
         return verdict
 
     # ---- Algorithm 2 -------------------------------------------------------------------------

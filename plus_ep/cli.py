@@ -1,0 +1,553 @@
+"""`plus-ep` command line: rewrite a model offline, inspect the fusion report, explain a pattern.
+
+    plus-ep rewrite in.onnx -o out.onnx [--disable PATTERN ...] [--report]
+    plus-ep inspect model.onnx [--json] [--graphs]
+    plus-ep explain model.onnx --pattern attention
+    plus-ep explain --list
+
+Errors are one line on stderr (`plus-ep: error: ...`): exit 2 for input the compiler cannot read
+(not ONNX, truncated, missing, cyclic, unknown pattern), exit 1 for an internal error; `--debug`
+re-raises instead, for developers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections import Counter
+
+import onnx
+
+log = logging.getLogger("plus_ep")
+
+PROG = "plus-ep"
+FUSED = ("ai.plus_ep", "Fused")
+# protobuf cannot serialize a message of 2 GiB or more; larger models are saved with external data
+EXTERNAL_DATA_THRESHOLD = 2**31 - 1
+TOP_OPS = 15
+
+
+class UsageError(ValueError):
+    """Bad arguments or input the user can fix (exit code 2)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# argument parsing
+# ------------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    def flags(default_verbose, default_debug):
+        p = argparse.ArgumentParser(add_help=False)
+        p.add_argument("-v", "--verbose", action="count", default=default_verbose,
+                       help="log progress (-v: INFO, -vv: DEBUG) on the 'plus_ep' logger")
+        p.add_argument("--debug", action="store_true", default=default_debug,
+                       help="re-raise errors with a traceback instead of a one-line message")
+        return p
+
+    # the flags work before or after the command; SUPPRESS keeps a subcommand's defaults from
+    # overwriting what was given before it
+    common = flags(argparse.SUPPRESS, argparse.SUPPRESS)
+    ap = argparse.ArgumentParser(
+        prog=PROG, parents=[flags(0, False)],
+        description="PlusEP: PluS-style pluggable graph fusion for ONNX models.")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    rw = sub.add_parser("rewrite", parents=[common], help="rewrite a model into ai.plus_ep::Fused nodes",
+                        description="Identify fusable subgraphs and save the rewritten model. The output "
+                                    "runs on any ONNX Runtime (fused nodes carry their original "
+                                    "subgraph as a model-local function).")
+    rw.add_argument("input", metavar="IN", help="input .onnx model")
+    rw.add_argument("-o", "--output", metavar="OUT", required=True, help="output .onnx path")
+    rw.add_argument("--disable", metavar="PATTERN", nargs="+", default=[], action="extend",
+                    help="warehouse patterns not to use")
+    rw.add_argument("--report", action="store_true", help="also print the fusion report")
+    rw.set_defaults(func=cmd_rewrite)
+
+    ins = sub.add_parser("inspect", parents=[common], help="print the fusion report of a model",
+                         description="Rewrite in memory and print the fusion report; for a model that is "
+                                     "already rewritten, report its fused nodes.")
+    ins.add_argument("model", metavar="MODEL", help=".onnx model")
+    ins.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    ins.add_argument("--graphs", action="store_true", help="print each fused subgraph's +Graph")
+    ins.add_argument("--disable", metavar="PATTERN", nargs="+", default=[], action="extend",
+                     help="warehouse patterns not to use")
+    ins.set_defaults(func=cmd_inspect)
+
+    ex = sub.add_parser("explain", parents=[common], help="show a pattern's best partial match and why it stopped",
+                        description="For the named pattern, show the largest subgraph growth where it "
+                                    "matched exactly or partially, each step with the pattern's reason, "
+                                    "and the reason growth stopped.")
+    ex.add_argument("model", metavar="MODEL", nargs="?", help=".onnx model")
+    ex.add_argument("--pattern", "-p", metavar="NAME", help="warehouse pattern name")
+    ex.add_argument("--list", action="store_true", help="list the warehouse patterns with their +Graphs")
+    ex.set_defaults(func=cmd_explain)
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as exc:           # --help, or argparse's own usage error (exit 2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    _setup_logging(args.verbose)
+    try:
+        return args.func(args) or 0
+    except BrokenPipeError:             # `plus-ep inspect big.onnx | head`: stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 1
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        _error("interrupted")
+        return 130
+    except (UsageError, ValueError, OSError, onnx.checker.ValidationError) as exc:
+        # ModelError is a ValueError: unreadable / invalid input
+        if args.debug:
+            raise
+        _error(_one_line(exc) if not isinstance(exc, OSError) else _os_message(exc))
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the CLI never shows a bare traceback
+        if args.debug:
+            raise
+        _error(f"internal error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for a traceback)")
+        return 1
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (stdout stays clean for --json)."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+_LOG_STATE = {"handler": None, "level": None}
+
+
+def _setup_logging(verbose: int) -> None:
+    """-v: INFO, -vv: DEBUG on the 'plus_ep' logger; each main() call undoes the previous call's."""
+    logger = logging.getLogger("plus_ep")
+    if _LOG_STATE["handler"] is not None:
+        logger.removeHandler(_LOG_STATE["handler"])
+        logger.setLevel(_LOG_STATE["level"])
+        _LOG_STATE.update(handler=None, level=None)
+    if verbose <= 0:
+        return
+    _LOG_STATE.update(handler=_StderrHandler(), level=logger.level)
+    logger.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
+    logger.addHandler(_LOG_STATE["handler"])
+
+
+def _error(msg: str) -> None:
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, KeyError) and text.startswith(("'", '"')):
+        text = text[1:-1]
+    return " ".join(text.split())
+
+
+def _os_message(exc: OSError) -> str:
+    if exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or _one_line(exc)}"
+    return _one_line(exc)
+
+
+# ------------------------------------------------------------------------------------------------
+# rewrite
+# ------------------------------------------------------------------------------------------------
+def cmd_rewrite(args) -> int:
+    from .report import report
+    from .rewrite import rewrite_detailed
+
+    out = os.path.abspath(args.output)
+    out_dir = os.path.dirname(out)
+    if not os.path.isdir(out_dir):
+        raise UsageError(f"{args.output}: output directory {out_dir} does not exist")
+    if os.path.isdir(out):
+        raise UsageError(f"{args.output}: is a directory")
+    result = rewrite_detailed(args.input, disable=tuple(args.disable))
+    rep = report(result)
+    if not result.subgraphs:
+        _copy_untouched(args.input, result.model, out)
+        print(f"{args.input}: nothing to fuse; wrote the model unchanged to {args.output} "
+              f"({rep['data_kernels_before']} data kernels, {result.seconds:.2f}s)")
+    else:
+        external = save_model(result.model, out)
+        print(f"{args.input} -> {args.output}: {len(result.subgraphs)} fused subgraphs "
+              f"({rep['functions']} distinct), data kernels {rep['data_kernels_before']} -> "
+              f"{rep['data_kernels_after']}, {result.seconds:.2f}s"
+              + (f" (weights in {os.path.basename(external)})" if external else ""))
+    if args.report:
+        print()
+        print(format_rewrite_report(rep, args.input))
+    return 0
+
+
+def _has_external_data(model: onnx.ModelProto) -> bool:
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def _copy_untouched(src, model: onnx.ModelProto, out: str) -> None:
+    """Nothing fused: copy the input file byte for byte when that is self-contained."""
+    try:
+        probe = onnx.load(os.fspath(src), load_external_data=False)
+        self_contained = not _has_external_data(probe)
+    except Exception:  # noqa: BLE001
+        self_contained = False
+    if self_contained and os.path.abspath(src) != out:
+        fd, tmp = tempfile.mkstemp(prefix=".plus-ep-", suffix=".onnx.tmp", dir=os.path.dirname(out))
+        os.close(fd)
+        try:
+            shutil.copyfile(src, tmp)
+            _plain_mode(tmp)
+            os.replace(tmp, out)
+        except BaseException:
+            _remove(tmp)
+            raise
+    else:
+        save_model(model, out)
+
+
+def save_model(model: onnx.ModelProto, out: str) -> str | None:
+    """Save atomically: write into a temporary file (or folder, with external data) in the output's
+    directory, then os.replace; a failure never leaves a partial OUT. Models too large for one
+    protobuf get their tensors in `OUT.data` next to OUT. Returns that data path or None."""
+    out = os.path.abspath(out)
+    out_dir = os.path.dirname(out)
+    if _proto_size(model) < EXTERNAL_DATA_THRESHOLD:
+        fd, tmp = tempfile.mkstemp(prefix=".plus-ep-", suffix=".onnx.tmp", dir=out_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(model.SerializeToString())
+            _plain_mode(tmp)
+            os.replace(tmp, out)
+        except BaseException:
+            _remove(tmp)
+            raise
+        return None
+    location = os.path.basename(out) + ".data"
+    tmpdir = tempfile.mkdtemp(prefix=".plus-ep-", dir=out_dir)
+    try:
+        staged = os.path.join(tmpdir, os.path.basename(out))
+        onnx.save_model(model, staged, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=location, size_threshold=1024)
+        data = os.path.join(tmpdir, location)
+        wrote_data = os.path.exists(data)
+        if wrote_data:
+            os.replace(data, os.path.join(out_dir, location))
+        os.replace(staged, out)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return os.path.join(out_dir, location) if wrote_data else None
+
+
+def _proto_size(model: onnx.ModelProto) -> int:
+    try:
+        return model.ByteSize()
+    except Exception:  # noqa: BLE001 - some protobuf builds refuse to size >2 GiB messages
+        return EXTERNAL_DATA_THRESHOLD
+
+
+def _plain_mode(path: str) -> None:
+    """mkstemp makes 0600 files; give the output the mode a plain open() would."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------
+# inspect
+# ------------------------------------------------------------------------------------------------
+def cmd_inspect(args) -> int:
+    from .report import report
+    from .rewrite import load_model, rewrite_detailed
+
+    model = load_model(args.model)
+    if is_rewritten(model):
+        rep = fused_report(model)
+        if args.json:
+            print(json.dumps({"model": args.model, **rep}, indent=2))
+        else:
+            print(format_fused_report(rep, args.model, graphs=args.graphs))
+        return 0
+    result = rewrite_detailed(model, disable=tuple(args.disable))
+    rep = report(result)
+    if args.json:
+        print(json.dumps({"model": args.model, "rewritten": False, **rep}, indent=2))
+    else:
+        print(format_rewrite_report(rep, args.model, graphs=args.graphs))
+    return 0
+
+
+def is_rewritten(model: onnx.ModelProto) -> bool:
+    return any((n.domain, n.op_type) == FUSED for n in model.graph.node)
+
+
+def _attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            value = onnx.helper.get_attribute_value(a)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+def fused_report(model: onnx.ModelProto) -> dict:
+    """Report of a model that is already rewritten: its Fused nodes by pattern."""
+    from .report import data_kernels, op_histogram
+
+    fused = []
+    for k, n in enumerate(node for node in model.graph.node if (node.domain, node.op_type) == FUSED):
+        fused.append({"id": k, "name": n.name, "pattern": _attr(n, "pattern", "?"),
+                      "overload": n.overload, "inputs": list(n.input), "outputs": list(n.output),
+                      "pgraph": _attr(n, "pgraph", ""), "hash": _attr(n, "pgraph_hash", "")})
+    return {
+        "rewritten": True, "nodes": len(model.graph.node), "fused_nodes": len(fused),
+        "functions": sum(1 for f in model.functions if (f.domain, f.name) == FUSED),
+        "data_kernels": data_kernels(model),
+        "patterns": dict(Counter(f["pattern"] for f in fused).most_common()),
+        "ops": op_histogram(model), "subgraphs": fused,
+    }
+
+
+def _md(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _ops_table(before: dict, after: dict | None = None) -> list:
+    keys = set(before) | set(after or {})
+    order = sorted(keys, key=lambda k: (-(before.get(k, 0) + (after or {}).get(k, 0)), k))
+    shown, rest = order[:TOP_OPS], order[TOP_OPS:]
+    if after is None:
+        lines = ["| op | count |", "|---|---:|"]
+        lines += [f"| {_md(k)} | {before.get(k, 0)} |" for k in shown]
+        if rest:
+            lines.append(f"| ({len(rest)} more op types) | {sum(before.get(k, 0) for k in rest)} |")
+        return lines
+    lines = ["| op | before | after |", "|---|---:|---:|"]
+    lines += [f"| {_md(k)} | {before.get(k, 0)} | {after.get(k, 0)} |" for k in shown]
+    if rest:
+        lines.append(f"| ({len(rest)} more op types) | {sum(before.get(k, 0) for k in rest)} | "
+                     f"{sum(after.get(k, 0) for k in rest)} |")
+    lines.append(f"| **total** | {sum(before.values())} | {sum(after.values())} |")
+    return lines
+
+
+def format_rewrite_report(rep: dict, name: str, graphs: bool = False) -> str:
+    lines = [f"{name}: {rep['nodes_before']} nodes -> {rep['nodes_after']} "
+             f"({len(rep['subgraphs'])} fused subgraphs, {rep['functions']} distinct functions), "
+             f"rewrite {rep['seconds']:.2f}s",
+             f"data kernels: {rep['data_kernels_before']} -> {rep['data_kernels_after']}", ""]
+    lines += ["ops (top by count):"] + _ops_table(rep["ops_before"], rep["ops_after"]) + [""]
+    if rep["subgraphs"]:
+        nodes = Counter()
+        for s in rep["subgraphs"]:
+            nodes[s["pattern"]] += len(s["nodes"])
+        lines += ["| pattern | subgraphs | nodes |", "|---|---:|---:|"]
+        lines += [f"| {_md(p)} | {n} | {nodes[p]} |" for p, n in rep["patterns"].items()]
+    else:
+        lines.append("nothing to fuse")
+    if graphs:
+        for s in rep["subgraphs"]:
+            lines += ["", f"subgraph {s['id']} ({s['pattern']}, {len(s['nodes'])} nodes: "
+                          f"{' '.join(s['ops'])}) -> {', '.join(s['outputs'])}",
+                      _indent(s["pgraph"])]
+    return "\n".join(lines)
+
+
+def format_fused_report(rep: dict, name: str, graphs: bool = False) -> str:
+    lines = [f"{name}: already rewritten: {rep['nodes']} nodes, {rep['fused_nodes']} ai.plus_ep::Fused "
+             f"nodes ({rep['functions']} distinct functions)",
+             f"data kernels: {rep['data_kernels']}", "", "ops (top by count):"]
+    lines += _ops_table(rep["ops"]) + [""]
+    lines += ["| pattern | fused nodes |", "|---|---:|"]
+    lines += [f"| {_md(p)} | {n} |" for p, n in rep["patterns"].items()]
+    if graphs:
+        for s in rep["subgraphs"]:
+            lines += ["", f"fused node {s['id']} '{s['name']}' ({s['pattern']}, overload {s['overload']})"
+                          f" -> {', '.join(s['outputs'])}",
+                      _indent(s["pgraph"] or "(no pgraph attribute)")]
+    return "\n".join(lines)
+
+
+def _indent(text: str, pad: str = "    ") -> str:
+    return "\n".join(pad + line for line in text.splitlines())
+
+
+# ------------------------------------------------------------------------------------------------
+# explain
+# ------------------------------------------------------------------------------------------------
+def cmd_explain(args) -> int:
+    from warehouse import default_warehouse
+
+    wh = default_warehouse()
+    names = [p.name for p in wh]
+    if args.list:
+        print(format_pattern_list(wh))
+        return 0
+    if not args.pattern:
+        raise UsageError(f"explain needs --pattern NAME (or --list); available patterns: {', '.join(names)}")
+    if args.pattern not in names:
+        raise UsageError(f"no pattern {args.pattern!r}; available patterns: {', '.join(names)}")
+    if not args.model:
+        raise UsageError("explain needs a MODEL (or --list)")
+
+    from .rewrite import load_model, rewrite_detailed
+    model = load_model(args.model)
+    if is_rewritten(model):
+        print(f"note: {args.model} is already rewritten; its ai.plus_ep::Fused nodes are opaque to "
+              "identification, so explain the original model for a full picture", file=sys.stderr)
+    result = rewrite_detailed(model, warehouse=wh)
+    print(format_explanation(explain(result, args.pattern, wh.get(args.pattern)), args.model))
+    return 0
+
+
+def pattern_status(verdict, name: str):
+    """('exact' | 'partial' | 'no', reason) of pattern `name` in one identification verdict."""
+    reasons = verdict.reasons
+    if "*" in reasons and getattr(verdict, "graph", None) is None:
+        return "no", reasons["*"]
+    if verdict.exact is not None and verdict.exact.name == name:
+        return "exact", None
+    if any(p.name == name for p in verdict.partial):
+        return "partial", reasons.get(name)
+    if name in reasons and reasons[name] is not None:
+        return "no", reasons[name]
+    if getattr(verdict, "graph", None) is not None:
+        return "exact", "matched exactly; a higher-priority pattern also matched"  # shadowed
+    return "no", "not evaluated"
+
+
+def explain(result, name: str, pattern) -> dict:
+    """The largest growth where pattern `name` matched exactly or partially, as a JSON-able dict."""
+    ident, view = result.identifier, result.view
+    label = lambda i: view.nodes[i].name or view.nodes[i].output[0]   # noqa: E731
+    fused_as = {}
+    for k, sg in enumerate(result.subgraphs):
+        fused_as[sg.seed] = (k, sg)
+
+    best = None
+    for seed, steps in ident.steps.items():
+        status = [pattern_status(s.verdict, name) for s in steps]
+        matched = [i for i, (st, _) in enumerate(status) if st != "no" and steps[i].accepted]
+        if not matched:
+            continue
+        key = (len(matched), status[matched[-1]][0] == "exact")
+        if best is None or key > best[0]:
+            best = (key, seed, steps, status, matched)
+
+    out = {"pattern": name, "pattern_graph": pattern.graph.render() if pattern.graph is not None else None,
+           "pattern_doc": pattern.doc, "seeds": len(ident.steps)}
+    if best is None:
+        closest = []
+        for seed, steps in list(ident.steps.items())[:5]:
+            st, why = pattern_status(steps[0].verdict, name)
+            closest.append({"seed": label(seed), "op": view.nodes[seed].op_type, "reason": why})
+        out.update(found=False, closest=closest)
+        return out
+
+    _, seed, steps, status, matched = best
+    last = matched[-1]
+    rows = []
+    for i, (s, (st, why)) in enumerate(zip(steps, status)):
+        rows.append({"step": i, "node": label(s.node), "op": view.nodes[s.node].op_type, "role": s.role,
+                     "accepted": s.accepted, "status": st, "reason": why})
+    stop = next((i for i in range(last + 1, len(steps)) if status[i][0] == "no"), None)
+    if stop is not None:
+        stopped = {"step": stop, "node": rows[stop]["node"], "op": rows[stop]["op"],
+                   "reason": status[stop][1], "after_exact": status[last][0] == "exact"}
+    elif status[last][0] == "exact":
+        stopped = {"step": None, "reason": "matched exactly", "after_exact": True}
+    else:
+        stopped = {"step": None, "reason": "no more candidates (still only a partial match)",
+                   "after_exact": False}
+    graph = getattr(steps[last].verdict, "graph", None)
+    fused = fused_as.get(seed)
+    out.update(found=True, seed=label(seed), seed_op=view.nodes[seed].op_type, matched_steps=len(matched),
+               last_match={"step": last, "status": status[last][0],
+                           "graph": graph.render() if graph is not None else None},
+               steps=rows, stopped=stopped,
+               fused_as=None if fused is None else {"subgraph": fused[0], "pattern": fused[1].pattern.name,
+                                                     "nodes": [label(i) for i in fused[1].nodes]})
+    return out
+
+
+def format_explanation(ex: dict, model_name: str) -> str:
+    name = ex["pattern"]
+    lines = [f"explain pattern '{name}' on {model_name} ({ex['seeds']} seeds grown)"]
+    if not ex["found"]:
+        lines += [f"'{name}' never matched, even partially, any grown subgraph.",
+                  "closest refusals (first seeds):"]
+        lines += [f"  - {c['op']} '{c['seed']}': {c['reason']}" for c in ex["closest"]]
+        lines += ["", f"pattern '{name}' +Graph:", _indent(ex["pattern_graph"] or "(any parallel nest)")]
+        return "\n".join(lines)
+    fused = ex["fused_as"]
+    lines.append(f"best match: grown from {ex['seed_op']} '{ex['seed']}', {ex['matched_steps']} accepted "
+                 f"step{'s' if ex['matched_steps'] != 1 else ''} with '{name}' exact or partial")
+    if fused is None:
+        lines.append("final result: this seed's growth was not fused")
+    else:
+        lines.append(f"final result: fused as '{fused['pattern']}' (subgraph {fused['subgraph']}, "
+                     f"{len(fused['nodes'])} nodes)")
+    lines += ["", f"| # | node | op | role | accepted | {_md(name)} |", "|---:|---|---|---|---|---|"]
+    for r in ex["steps"]:
+        verdict = r["status"] if r["reason"] is None else f"{r['status']}: {r['reason']}"
+        lines.append(f"| {r['step']} | {_md(r['node'])} | {r['op']} | {r['role']} | "
+                     f"{'yes' if r['accepted'] else 'no'} | {_md(verdict)} |")
+    lm = ex["last_match"]
+    lines += ["", f"+Graph at the last state where '{name}' matched (step {lm['step']}, {lm['status']}):",
+              _indent(lm["graph"] or "(none)"),
+              "", f"pattern '{name}' +Graph:", _indent(ex["pattern_graph"] or "(any parallel nest)"), ""]
+    st = ex["stopped"]
+    if st["step"] is None:
+        lines.append(f"stopped: {st['reason']}")
+    else:
+        prefix = "matched exactly, then " if st["after_exact"] else ""
+        lines.append(f"stopped: {prefix}step {st['step']} ({st['op']} '{st['node']}') refused: {st['reason']}")
+    return "\n".join(lines)
+
+
+def format_pattern_list(wh) -> str:
+    lines = []
+    for k, p in enumerate(wh):
+        flags = [f for f, on in (("prologue", p.allow_prologue), ("epilogue", p.allow_epilogue)) if on]
+        head = f"{k}. {p.name}  [{', '.join(flags) or 'no growth'}]"
+        if p.template:
+            head += f"  template={p.template}"
+        lines.append(head)
+        if p.doc:
+            lines.append(_indent(p.doc.splitlines()[0]))
+        graph = p.graph if p.define is not None else None
+        lines.append(_indent(graph.render() if graph is not None else "(any nest of parallel loops, no key ops)"))
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""transformers configs for every family and size of the zoo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _deps
+
+FAMILIES = ("bert", "albert", "gpt2", "t5", "vit", "llama")
+EXPORTERS = ("torchscript", "dynamo")
+SIZES = ("small", "real")
+
+# Attention implementation requested from transformers per family; None keeps
+# the transformers default (SDPA where the model supports it, eager for T5).
+# Both exporters lower SDPA to plain ops (MatMul/Softmax/IsNaN/Where) at the
+# opsets used here, so no override is needed. Set "eager" to force the
+# classic MatMul-Div-Add-Softmax-MatMul pattern.
+ATTN_IMPLEMENTATION: dict[str, str | None] = {f: None for f in FAMILIES}
+
+# Default layer count per (family, size).
+DEFAULT_LAYERS = {
+    "small": {"bert": 12, "albert": 12, "gpt2": 12, "t5": 12, "vit": 12, "llama": 4},
+    "real": {"bert": 12, "albert": 12, "gpt2": 12, "t5": 12, "vit": 12, "llama": 4},
+}
+
+# Keyword arguments of the transformers config classes.
+_KWARGS: dict[str, dict[str, dict[str, Any]]] = {
+    "small": {
+        "bert": dict(vocab_size=1000, hidden_size=64, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=512,
+                     type_vocab_size=2),
+        "albert": dict(vocab_size=1000, embedding_size=32, hidden_size=64,
+                       num_attention_heads=4, intermediate_size=128,
+                       max_position_embeddings=512, type_vocab_size=2,
+                       num_hidden_groups=1, inner_group_num=1),
+        "gpt2": dict(vocab_size=1000, n_embd=64, n_head=4, n_inner=128,
+                     n_positions=512, bos_token_id=999, eos_token_id=999),
+        "t5": dict(vocab_size=1000, d_model=64, d_kv=16, num_heads=4, d_ff=128,
+                   relative_attention_num_buckets=32,
+                   relative_attention_max_distance=128,
+                   decoder_start_token_id=0, pad_token_id=0),
+        "vit": dict(image_size=32, patch_size=8, num_channels=3, hidden_size=64,
+                    num_attention_heads=4, intermediate_size=128),
+        "llama": dict(vocab_size=1000, hidden_size=64, intermediate_size=128,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=512, rms_norm_eps=1e-5,
+                      rope_theta=500000.0, tie_word_embeddings=False),
+    },
+    "real": {
+        # bert-base-uncased
+        "bert": dict(vocab_size=30522, hidden_size=768, num_attention_heads=12,
+                     intermediate_size=3072, max_position_embeddings=512,
+                     type_vocab_size=2),
+        # albert-base-v2
+        "albert": dict(vocab_size=30000, embedding_size=128, hidden_size=768,
+                       num_attention_heads=12, intermediate_size=3072,
+                       max_position_embeddings=512, type_vocab_size=2,
+                       num_hidden_groups=1, inner_group_num=1,
+                       hidden_act="gelu_new"),
+        # gpt2 (124M)
+        "gpt2": dict(vocab_size=50257, n_embd=768, n_head=12, n_positions=1024),
+        # t5-base
+        "t5": dict(vocab_size=32128, d_model=768, d_kv=64, num_heads=12, d_ff=3072,
+                   relative_attention_num_buckets=32,
+                   relative_attention_max_distance=128,
+                   decoder_start_token_id=0, pad_token_id=0),
+        # google/vit-base-patch16-224
+        "vit": dict(image_size=224, patch_size=16, num_channels=3, hidden_size=768,
+                    num_attention_heads=12, intermediate_size=3072),
+        # meta-llama/Llama-3.2-1B width, fewer layers
+        "llama": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                      max_position_embeddings=131072, rms_norm_eps=1e-5,
+                      rope_theta=500000.0, tie_word_embeddings=True,
+                      rope_scaling=dict(rope_type="llama3", factor=32.0,
+                                        low_freq_factor=1.0, high_freq_factor=4.0,
+                                        original_max_position_embeddings=8192)),
+    },
+}
+
+_CLASSES = {
+    "bert": "BertConfig",
+    "albert": "AlbertConfig",
+    "gpt2": "GPT2Config",
+    "t5": "T5Config",
+    "vit": "ViTConfig",
+    "llama": "LlamaConfig",
+}
+
+
+def check_args(family: str, size: str, exporter: str | None = None) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; expected one of {SIZES}")
+    if exporter is not None and exporter not in EXPORTERS:
+        raise ValueError(f"unknown exporter {exporter!r}; expected one of {EXPORTERS}")
+
+
+def resolve_layers(family: str, size: str, layers: int | None) -> int:
+    check_args(family, size)
+    n = DEFAULT_LAYERS[size][family] if layers is None else int(layers)
+    if n < 1:
+        raise ValueError(f"layers must be >= 1, got {layers}")
+    return n
+
+
+def config(family: str, size: str = "small", layers: int | None = None):
+    """The transformers config used for ``family`` at ``size`` (``layers`` overrides depth)."""
+    n = resolve_layers(family, size, layers)
+    tf = _deps.transformers()
+    kwargs = dict(_KWARGS[size][family])
+    if family == "gpt2":
+        kwargs["n_layer"] = n
+    elif family == "t5":
+        kwargs["num_layers"] = n
+        kwargs["num_decoder_layers"] = n
+    else:
+        kwargs["num_hidden_layers"] = n
+    kwargs["use_cache"] = False
+    cfg = getattr(tf, _CLASSES[family])(**kwargs)
+    if family == "t5":
+        cfg.use_cache = False
+    # Dropout is inactive in eval mode anyway; pin the attention implementation.
+    if ATTN_IMPLEMENTATION[family] is not None:
+        cfg._attn_implementation = ATTN_IMPLEMENTATION[family]
+    return cfg

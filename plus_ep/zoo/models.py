@@ -1,0 +1,131 @@
+"""Random-weight torch models and export wrappers (positional tensors in, tuple out)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _deps
+from .configs import config as make_config
+
+# Graph input / output names and the symbolic dims of each input.
+INPUTS = {
+    "bert": ("input_ids", "attention_mask", "token_type_ids"),
+    "albert": ("input_ids", "attention_mask", "token_type_ids"),
+    "gpt2": ("input_ids", "attention_mask"),
+    "t5": ("input_ids", "attention_mask", "decoder_input_ids"),
+    "vit": ("pixel_values",),
+    "llama": ("input_ids", "attention_mask"),
+}
+OUTPUTS = {
+    "bert": ("last_hidden_state", "pooler_output"),
+    "albert": ("last_hidden_state", "pooler_output"),
+    "gpt2": ("last_hidden_state",),
+    "t5": ("last_hidden_state", "encoder_last_hidden_state"),
+    "vit": ("last_hidden_state", "pooler_output"),
+    "llama": ("last_hidden_state",),
+}
+_DIMS = {
+    "input_ids": {0: "batch", 1: "seq"},
+    "attention_mask": {0: "batch", 1: "seq"},
+    "token_type_ids": {0: "batch", 1: "seq"},
+    "decoder_input_ids": {0: "batch", 1: "dec_seq"},
+    "pixel_values": {0: "batch"},
+}
+_OUT_DIMS = {
+    "last_hidden_state": {0: "batch", 1: "seq"},
+    "encoder_last_hidden_state": {0: "batch", 1: "seq"},
+    "pooler_output": {0: "batch"},
+}
+
+
+def input_dims(family: str) -> dict[str, dict[int, str]]:
+    return {name: dict(_DIMS[name]) for name in INPUTS[family]}
+
+
+def output_dims(family: str) -> dict[str, dict[int, str]]:
+    dims = {name: dict(_OUT_DIMS[name]) for name in OUTPUTS[family]}
+    if family == "t5":
+        dims["last_hidden_state"] = {0: "batch", 1: "dec_seq"}
+    if family == "vit":
+        dims["last_hidden_state"] = {0: "batch"}
+    return dims
+
+
+@dataclass
+class Built:
+    family: str
+    config: object
+    model: object  # the transformers model
+    wrapper: object  # torch.nn.Module with positional inputs
+
+
+def _wrapper_classes():
+    """Per-family wrappers with explicit positional arguments (export friendly)."""
+    torch = _deps.torch()
+
+    class _Base(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+    class Encoder(_Base):  # bert, albert
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=token_type_ids)
+            return out.last_hidden_state, out.pooler_output
+
+    class Decoder(_Base):  # gpt2, llama
+        def forward(self, input_ids, attention_mask):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             use_cache=False)
+            return (out.last_hidden_state,)
+
+    class Seq2Seq(_Base):  # t5
+        def forward(self, input_ids, attention_mask, decoder_input_ids):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             decoder_input_ids=decoder_input_ids, use_cache=False)
+            return out.last_hidden_state, out.encoder_last_hidden_state
+
+    class Vision(_Base):  # vit
+        def forward(self, pixel_values):
+            out = self.model(pixel_values=pixel_values)
+            return out.last_hidden_state, out.pooler_output
+
+    return {"bert": Encoder, "albert": Encoder, "gpt2": Decoder, "llama": Decoder,
+            "t5": Seq2Seq, "vit": Vision}
+
+
+_MODEL_CLASSES = {
+    "bert": "BertModel",
+    "albert": "AlbertModel",
+    "gpt2": "GPT2Model",
+    "t5": "T5Model",
+    "vit": "ViTModel",
+    "llama": "LlamaModel",
+}
+
+
+def build(family: str, size: str = "small", layers: int | None = None, cfg=None) -> Built:
+    """Random-weight (``torch.manual_seed(0)``) fp32 eval-mode model for ``family``."""
+    torch = _deps.torch()
+    tf = _deps.transformers()
+    cfg = make_config(family, size, layers) if cfg is None else cfg
+    torch.manual_seed(0)
+    model = getattr(tf, _MODEL_CLASSES[family])(cfg)
+    model = model.to(torch.float32).eval()
+    wrapper = _wrapper_classes()[family](model).eval()
+    return Built(family, cfg, model, wrapper)
+
+
+def torch_inputs(family: str, feeds: dict):
+    """Positional torch tensors for the wrapper from a numpy feed dict."""
+    torch = _deps.torch()
+    return tuple(torch.from_numpy(feeds[name]) for name in INPUTS[family])
+
+
+def run_torch(built: Built, feeds: dict) -> list:
+    """Run the torch wrapper on numpy feeds; returns numpy outputs."""
+    torch = _deps.torch()
+    with torch.no_grad():
+        outs = built.wrapper(*torch_inputs(built.family, feeds))
+    return [o.detach().cpu().numpy() for o in outs]

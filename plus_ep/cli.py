@@ -96,6 +96,9 @@ def main(argv=None) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     _setup_logging(args.verbose)
     try:
+        for field in ("input", "model"):
+            if isinstance(getattr(args, field, None), str) and getattr(args, field).startswith("zoo:"):
+                setattr(args, field, resolve_zoo(getattr(args, field)))
         return args.func(args) or 0
     except BrokenPipeError:             # `plus-ep inspect big.onnx | head`: stop quietly
         try:
@@ -120,6 +123,19 @@ def main(argv=None) -> int:
             raise
         _error(f"internal error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for a traceback)")
         return 1
+
+
+def resolve_zoo(spec: str) -> str:
+    """``zoo:FAMILY[/EXPORTER][@SIZE]`` -> the path of that model-zoo export (built if needed)."""
+    from . import zoo
+    body = spec[len("zoo:"):]
+    body, _, size = body.partition("@")
+    family, _, exporter = body.partition("/")
+    if family not in zoo.FAMILIES:
+        raise UsageError(f"{spec}: unknown zoo family {family!r}; have {', '.join(zoo.FAMILIES)}")
+    if exporter and exporter not in zoo.EXPORTERS:
+        raise UsageError(f"{spec}: unknown exporter {exporter!r}; have {', '.join(zoo.EXPORTERS)}")
+    return str(zoo.export(family, exporter or "torchscript", size or "small"))
 
 
 class _StderrHandler(logging.StreamHandler):

@@ -170,10 +170,28 @@ class Builder:
             parent.add_op(nest.op)
         for k, tag in nest.tags:
             objs[k].add_op(tag)
-        parent.body.append(Stmt(nest.node, nest.op, data_inputs=tuple(nest.ins)))
+        parent.body.append(Stmt(nest.node, nest.op, data_inputs=tuple(nest.ins),
+                                axes=self._exact_axes(nest, objs)))
         for t, axes in nest.outs.items():
             self.axis_loops[t] = [tuple(objs[k] for k in ks) for ks in axes]
             self.produced.add(t)
+
+    @staticmethod
+    def _exact_axes(nest, objs) -> dict:
+        """Tensor axes iterated by exactly one loop of the same size (what the interpreter checks
+        against runtime shapes); reshape-merged loops and injective ops are left out."""
+        if nest.kind not in ("elementwise", "reduce", "dot"):
+            return {}
+        uses = {}
+        for o in objs:
+            uses[id(o)] = uses.get(id(o), 0) + 1
+        found = {}
+        for t, axes in list(nest.ins.items()) + list(nest.outs.items()):
+            for a, ks in enumerate(axes):
+                if len(ks) == 1 and uses[id(objs[ks[0]])] == 1 and \
+                        same_size(objs[ks[0]].size, nest.loops[ks[0]][0]):
+                    found.setdefault(t, {})[a] = objs[ks[0]]
+        return found
 
     def _cands(self, nest, hubs, d) -> set:
         """prev_loops: the loops that produced the hub-tensor axes iterated by loop d."""

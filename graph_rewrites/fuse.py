@@ -69,16 +69,21 @@ def _has_graph_attr(node: onnx.NodeProto) -> bool:
     return any(a.type in _GRAPH_ATTR_TYPES for a in node.attribute)
 
 
+def _node_graphs(node: onnx.NodeProto):
+    """The graphs held by a node's attributes (If branches, Loop/Scan bodies)."""
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
 def _subgraph_refs(graph: onnx.GraphProto, out: set[str]) -> None:
     """Names a nested graph uses (conservatively: every name it consumes)."""
     for n in graph.node:
         out.update(i for i in n.input if i)
-        for a in n.attribute:
-            if a.type == AttributeProto.GRAPH:
-                _subgraph_refs(a.g, out)
-            elif a.type == AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    _subgraph_refs(g, out)
+        for g in _node_graphs(n):
+            _subgraph_refs(g, out)
     out.update(o.name for o in graph.output)
 
 
@@ -90,12 +95,8 @@ def _consumed(node: onnx.NodeProto) -> list[str]:
     names = [i for i in node.input if i]
     if _has_graph_attr(node):
         implicit: set[str] = set()
-        for a in node.attribute:
-            if a.type == AttributeProto.GRAPH:
-                _subgraph_refs(a.g, implicit)
-            elif a.type == AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    _subgraph_refs(g, implicit)
+        for g in _node_graphs(node):
+            _subgraph_refs(g, implicit)
         seen = set(names)
         names += sorted(implicit - seen)
     return names

@@ -286,6 +286,18 @@ def run_pgraph(pgraph: PGraph, feeds: Mapping[str, np.ndarray], consts: Mapping[
             checker.bind(o, v, where)
         for frame in frames:
             checker.check_loop(frame, list(out), values, where)
+        evaluated = {id(f[0]): f[1] for f in frames if f[1] is not None}
+        for t, per_axis in s.axes.items():
+            arr = values.get(t)
+            for a, loop in per_axis.items():
+                size = evaluated.get(id(loop))
+                if arr is None or size is None or a >= np.ndim(arr):
+                    continue
+                st["axes_checked"] = st.get("axes_checked", 0) + 1
+                if np.shape(arr)[a] != size:
+                    raise InterpreterError(
+                        f"{where}: axis {a} of '{t}' is iterated by loop [{loop.size}]={size}, "
+                        f"but it has {np.shape(arr)[a]} elements at run time")
         if not s.absorbed:
             space = _iteration_space(s.node, values)
             if space is not None and all(f[1] is not None for f in frames):

@@ -26,6 +26,7 @@ class Stmt:
     op: str                           # operation tag, e.g. "add", "dot", "reduceMax"
     absorbed: bool = False            # a prologue op folded into its consumer's loads
     data_inputs: tuple = ()           # the inputs the loops iterate (not axes/shape operands)
+    axes: dict = field(default_factory=dict)   # tensor -> {axis: Loop iterating exactly it}
 
     @property
     def inputs(self):

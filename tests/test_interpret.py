@@ -256,3 +256,21 @@ if __name__ == "__main__":      # python tests/test_interpret.py: summary over t
             print("   ", tot)
             for line in f[:10]:
                 print("   ", line)
+
+
+def test_swapped_symbolic_loop_sizes_raise():
+    """Loops M and N of a GEMM swapped: same iteration count, but each axis is checked against the
+    loop that iterates it."""
+    m = _model([helper.make_node("MatMul", ["a", "w"], ["c"]),
+                helper.make_node("Relu", ["c"], ["y"])],
+               [helper.make_tensor_value_info("a", F, ["M", "K"]),
+                helper.make_tensor_value_info("w", F, ["K", "N"])],
+               [helper.make_tensor_value_info("y", F, ["M", "N"])])
+    pg = pgraph_of_model(m)
+    consts, shapes, opset = model_program(m)
+    feeds = {"a": np.ones((3, 4), np.float32), "w": np.ones((4, 5), np.float32)}
+    run_pgraph(pg, feeds, consts, opset=opset, shapes=shapes)
+    outer, inner = pg.loops()[0], pg.loops()[0].loops()[0]
+    outer.size, inner.size = inner.size, outer.size
+    with pytest.raises(InterpreterError, match="axis 0 of 'a'"):
+        run_pgraph(pg, feeds, consts, opset=opset, shapes=shapes)

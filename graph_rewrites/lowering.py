@@ -197,8 +197,7 @@ def _gather(ctx, node) -> Nest:
 
 def _split(ctx, node) -> Nest:
     data = node.input[0]
-    ishape = ctx.shape(data)
-    axis = _attr(node, "axis", 0) % len(ishape)
+    ishape = ctx.shape(data)          # loops over the input; each output maps axis to axis
     loops, axes = _out_loops(ishape)
     outs = {t: [axes[j] for j in range(len(ishape))] for t in node.output if t}
     return Nest(node, "split", "injective", loops, {data: list(axes)}, outs)

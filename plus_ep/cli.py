@@ -18,17 +18,16 @@ import os
 import shutil
 import sys
 import tempfile
-from collections import Counter
-
 import onnx
+
+from .explain import explain, format_explanation, format_pattern_list
+from .report_text import format_fused_report, format_rewrite_report, fused_report, is_rewritten
 
 log = logging.getLogger("plus_ep")
 
 PROG = "plus-ep"
-FUSED = ("ai.plus_ep", "Fused")
 # protobuf cannot serialize a message of 2 GiB or more; larger models are saved with external data
 EXTERNAL_DATA_THRESHOLD = 2**31 - 1
-TOP_OPS = 15
 
 
 class UsageError(ValueError):
@@ -322,103 +321,6 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def is_rewritten(model: onnx.ModelProto) -> bool:
-    return any((n.domain, n.op_type) == FUSED for n in model.graph.node)
-
-
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            value = onnx.helper.get_attribute_value(a)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
-
-
-def fused_report(model: onnx.ModelProto) -> dict:
-    """Report of a model that is already rewritten: its Fused nodes by pattern."""
-    from .report import data_kernels, op_histogram
-
-    fused = []
-    for k, n in enumerate(node for node in model.graph.node if (node.domain, node.op_type) == FUSED):
-        fused.append({"id": k, "name": n.name, "pattern": _attr(n, "pattern", "?"),
-                      "overload": n.overload, "inputs": list(n.input), "outputs": list(n.output),
-                      "pgraph": _attr(n, "pgraph", ""), "hash": _attr(n, "pgraph_hash", "")})
-    return {
-        "rewritten": True, "nodes": len(model.graph.node), "fused_nodes": len(fused),
-        "functions": sum(1 for f in model.functions if (f.domain, f.name) == FUSED),
-        "data_kernels": data_kernels(model),
-        "patterns": dict(Counter(f["pattern"] for f in fused).most_common()),
-        "ops": op_histogram(model), "subgraphs": fused,
-    }
-
-
-def _md(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _ops_table(before: dict, after: dict | None = None) -> list:
-    keys = set(before) | set(after or {})
-    order = sorted(keys, key=lambda k: (-(before.get(k, 0) + (after or {}).get(k, 0)), k))
-    shown, rest = order[:TOP_OPS], order[TOP_OPS:]
-    if after is None:
-        lines = ["| op | count |", "|---|---:|"]
-        lines += [f"| {_md(k)} | {before.get(k, 0)} |" for k in shown]
-        if rest:
-            lines.append(f"| ({len(rest)} more op types) | {sum(before.get(k, 0) for k in rest)} |")
-        return lines
-    lines = ["| op | before | after |", "|---|---:|---:|"]
-    lines += [f"| {_md(k)} | {before.get(k, 0)} | {after.get(k, 0)} |" for k in shown]
-    if rest:
-        lines.append(f"| ({len(rest)} more op types) | {sum(before.get(k, 0) for k in rest)} | "
-                     f"{sum(after.get(k, 0) for k in rest)} |")
-    lines.append(f"| **total** | {sum(before.values())} | {sum(after.values())} |")
-    return lines
-
-
-def format_rewrite_report(rep: dict, name: str, graphs: bool = False) -> str:
-    lines = [f"{name}: {rep['nodes_before']} nodes -> {rep['nodes_after']} "
-             f"({len(rep['subgraphs'])} fused subgraphs, {rep['functions']} distinct functions), "
-             f"rewrite {rep['seconds']:.2f}s",
-             f"data kernels: {rep['data_kernels_before']} -> {rep['data_kernels_after']}", ""]
-    lines += ["ops (top by count):"] + _ops_table(rep["ops_before"], rep["ops_after"]) + [""]
-    if rep["subgraphs"]:
-        nodes = Counter()
-        for s in rep["subgraphs"]:
-            nodes[s["pattern"]] += len(s["nodes"])
-        lines += ["| pattern | subgraphs | nodes |", "|---|---:|---:|"]
-        lines += [f"| {_md(p)} | {n} | {nodes[p]} |" for p, n in rep["patterns"].items()]
-    else:
-        lines.append("nothing to fuse")
-    if graphs:
-        for s in rep["subgraphs"]:
-            lines += ["", f"subgraph {s['id']} ({s['pattern']}, {len(s['nodes'])} nodes: "
-                          f"{' '.join(s['ops'])}) -> {', '.join(s['outputs'])}",
-                      _indent(s["pgraph"])]
-    return "\n".join(lines)
-
-
-def format_fused_report(rep: dict, name: str, graphs: bool = False) -> str:
-    lines = [f"{name}: already rewritten: {rep['nodes']} nodes, {rep['fused_nodes']} ai.plus_ep::Fused "
-             f"nodes ({rep['functions']} distinct functions)",
-             f"data kernels: {rep['data_kernels']}", "", "ops (top by count):"]
-    lines += _ops_table(rep["ops"]) + [""]
-    lines += ["| pattern | fused nodes |", "|---|---:|"]
-    lines += [f"| {_md(p)} | {n} |" for p, n in rep["patterns"].items()]
-    if graphs:
-        for s in rep["subgraphs"]:
-            lines += ["", f"fused node {s['id']} '{s['name']}' ({s['pattern']}, overload {s['overload']})"
-                          f" -> {', '.join(s['outputs'])}",
-                      _indent(s["pgraph"] or "(no pgraph attribute)")]
-    return "\n".join(lines)
-
-
-def _indent(text: str, pad: str = "    ") -> str:
-    return "\n".join(pad + line for line in text.splitlines())
-
-
-# ------------------------------------------------------------------------------------------------
-# explain
-# ------------------------------------------------------------------------------------------------
 def cmd_explain(args) -> int:
     from warehouse import default_warehouse
 
@@ -442,127 +344,6 @@ def cmd_explain(args) -> int:
     result = rewrite_detailed(model, warehouse=wh)
     print(format_explanation(explain(result, args.pattern, wh.get(args.pattern)), args.model))
     return 0
-
-
-def pattern_status(verdict, name: str):
-    """('exact' | 'partial' | 'no', reason) of pattern `name` in one identification verdict."""
-    reasons = verdict.reasons
-    if "*" in reasons and getattr(verdict, "graph", None) is None:
-        return "no", reasons["*"]
-    if verdict.exact is not None and verdict.exact.name == name:
-        return "exact", None
-    if any(p.name == name for p in verdict.partial):
-        return "partial", reasons.get(name)
-    if name in reasons and reasons[name] is not None:
-        return "no", reasons[name]
-    if getattr(verdict, "graph", None) is not None:
-        return "exact", "matched exactly; a higher-priority pattern also matched"  # shadowed
-    return "no", "not evaluated"
-
-
-def explain(result, name: str, pattern) -> dict:
-    """The largest growth where pattern `name` matched exactly or partially, as a JSON-able dict."""
-    ident, view = result.identifier, result.view
-    label = lambda i: view.nodes[i].name or view.nodes[i].output[0]   # noqa: E731
-    fused_as = {}
-    for k, sg in enumerate(result.subgraphs):
-        fused_as[sg.seed] = (k, sg)
-
-    best = None
-    for seed, steps in ident.steps.items():
-        status = [pattern_status(s.verdict, name) for s in steps]
-        matched = [i for i, (st, _) in enumerate(status) if st != "no" and steps[i].accepted]
-        if not matched:
-            continue
-        key = (len(matched), status[matched[-1]][0] == "exact")
-        if best is None or key > best[0]:
-            best = (key, seed, steps, status, matched)
-
-    out = {"pattern": name, "pattern_graph": pattern.graph.render() if pattern.graph is not None else None,
-           "pattern_doc": pattern.doc, "seeds": len(ident.steps)}
-    if best is None:
-        closest = []
-        for seed, steps in list(ident.steps.items())[:5]:
-            st, why = pattern_status(steps[0].verdict, name)
-            closest.append({"seed": label(seed), "op": view.nodes[seed].op_type, "reason": why})
-        out.update(found=False, closest=closest)
-        return out
-
-    _, seed, steps, status, matched = best
-    last = matched[-1]
-    rows = []
-    for i, (s, (st, why)) in enumerate(zip(steps, status)):
-        rows.append({"step": i, "node": label(s.node), "op": view.nodes[s.node].op_type, "role": s.role,
-                     "accepted": s.accepted, "status": st, "reason": why})
-    stop = next((i for i in range(last + 1, len(steps)) if status[i][0] == "no"), None)
-    if stop is not None:
-        stopped = {"step": stop, "node": rows[stop]["node"], "op": rows[stop]["op"],
-                   "reason": status[stop][1], "after_exact": status[last][0] == "exact"}
-    elif status[last][0] == "exact":
-        stopped = {"step": None, "reason": "matched exactly", "after_exact": True}
-    else:
-        stopped = {"step": None, "reason": "no more candidates (still only a partial match)",
-                   "after_exact": False}
-    graph = getattr(steps[last].verdict, "graph", None)
-    fused = fused_as.get(seed)
-    out.update(found=True, seed=label(seed), seed_op=view.nodes[seed].op_type, matched_steps=len(matched),
-               last_match={"step": last, "status": status[last][0],
-                           "graph": graph.render() if graph is not None else None},
-               steps=rows, stopped=stopped,
-               fused_as=None if fused is None else {"subgraph": fused[0], "pattern": fused[1].pattern.name,
-                                                     "nodes": [label(i) for i in fused[1].nodes]})
-    return out
-
-
-def format_explanation(ex: dict, model_name: str) -> str:
-    name = ex["pattern"]
-    lines = [f"explain pattern '{name}' on {model_name} ({ex['seeds']} seeds grown)"]
-    if not ex["found"]:
-        lines += [f"'{name}' never matched, even partially, any grown subgraph.",
-                  "closest refusals (first seeds):"]
-        lines += [f"  - {c['op']} '{c['seed']}': {c['reason']}" for c in ex["closest"]]
-        lines += ["", f"pattern '{name}' +Graph:", _indent(ex["pattern_graph"] or "(any parallel nest)")]
-        return "\n".join(lines)
-    fused = ex["fused_as"]
-    lines.append(f"best match: grown from {ex['seed_op']} '{ex['seed']}', {ex['matched_steps']} accepted "
-                 f"step{'s' if ex['matched_steps'] != 1 else ''} with '{name}' exact or partial")
-    if fused is None:
-        lines.append("final result: this seed's growth was not fused")
-    else:
-        lines.append(f"final result: fused as '{fused['pattern']}' (subgraph {fused['subgraph']}, "
-                     f"{len(fused['nodes'])} nodes)")
-    lines += ["", f"| # | node | op | role | accepted | {_md(name)} |", "|---:|---|---|---|---|---|"]
-    for r in ex["steps"]:
-        verdict = r["status"] if r["reason"] is None else f"{r['status']}: {r['reason']}"
-        lines.append(f"| {r['step']} | {_md(r['node'])} | {r['op']} | {r['role']} | "
-                     f"{'yes' if r['accepted'] else 'no'} | {_md(verdict)} |")
-    lm = ex["last_match"]
-    lines += ["", f"+Graph at the last state where '{name}' matched (step {lm['step']}, {lm['status']}):",
-              _indent(lm["graph"] or "(none)"),
-              "", f"pattern '{name}' +Graph:", _indent(ex["pattern_graph"] or "(any parallel nest)"), ""]
-    st = ex["stopped"]
-    if st["step"] is None:
-        lines.append(f"stopped: {st['reason']}")
-    else:
-        prefix = "matched exactly, then " if st["after_exact"] else ""
-        lines.append(f"stopped: {prefix}step {st['step']} ({st['op']} '{st['node']}') refused: {st['reason']}")
-    return "\n".join(lines)
-
-
-def format_pattern_list(wh) -> str:
-    lines = []
-    for k, p in enumerate(wh):
-        flags = [f for f, on in (("prologue", p.allow_prologue), ("epilogue", p.allow_epilogue)) if on]
-        head = f"{k}. {p.name}  [{', '.join(flags) or 'no growth'}]"
-        if p.template:
-            head += f"  template={p.template}"
-        lines.append(head)
-        if p.doc:
-            lines.append(_indent(p.doc.splitlines()[0]))
-        graph = p.graph if p.define is not None else None
-        lines.append(_indent(graph.render() if graph is not None else "(any nest of parallel loops, no key ops)"))
-        lines.append("")
-    return "\n".join(lines).rstrip()
 
 
 if __name__ == "__main__":

@@ -50,11 +50,3 @@ def report(result) -> dict:
         "subgraphs": subgraphs,
     }
 
-
-def format_table(rep: dict, name: str = "model") -> str:
-    lines = [f"{name}: {rep['nodes_before']} nodes -> {rep['nodes_after']} "
-             f"({rep['functions']} fused functions), rewrite {rep['seconds']:.2f}s",
-             f"data kernels: {rep['data_kernels_before']} -> {rep['data_kernels_after']}",
-             "", "| pattern | subgraphs |", "|---|---|"]
-    lines += [f"| {p} | {n} |" for p, n in rep["patterns"].items()]
-    return "\n".join(lines)

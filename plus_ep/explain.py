@@ -1,0 +1,125 @@
+"""`plus-ep explain`: the best partial match of a pattern and the reason growth stopped."""
+from __future__ import annotations
+
+from .report_text import _indent, _md
+
+
+def pattern_status(verdict, name: str):
+    """('exact' | 'partial' | 'no', reason) of pattern `name` in one identification verdict."""
+    reasons = verdict.reasons
+    if "*" in reasons and getattr(verdict, "graph", None) is None:
+        return "no", reasons["*"]
+    if verdict.exact is not None and verdict.exact.name == name:
+        return "exact", None
+    if any(p.name == name for p in verdict.partial):
+        return "partial", reasons.get(name)
+    if name in reasons and reasons[name] is not None:
+        return "no", reasons[name]
+    if getattr(verdict, "graph", None) is not None:
+        return "exact", "matched exactly; a higher-priority pattern also matched"  # shadowed
+    return "no", "not evaluated"
+
+
+def explain(result, name: str, pattern) -> dict:
+    """The largest growth where pattern `name` matched exactly or partially, as a JSON-able dict."""
+    ident, view = result.identifier, result.view
+    label = lambda i: view.nodes[i].name or view.nodes[i].output[0]   # noqa: E731
+    fused_as = {}
+    for k, sg in enumerate(result.subgraphs):
+        fused_as[sg.seed] = (k, sg)
+
+    best = None
+    for seed, steps in ident.steps.items():
+        status = [pattern_status(s.verdict, name) for s in steps]
+        matched = [i for i, (st, _) in enumerate(status) if st != "no" and steps[i].accepted]
+        if not matched:
+            continue
+        key = (len(matched), status[matched[-1]][0] == "exact")
+        if best is None or key > best[0]:
+            best = (key, seed, steps, status, matched)
+
+    out = {"pattern": name, "pattern_graph": pattern.graph.render() if pattern.graph is not None else None,
+           "pattern_doc": pattern.doc, "seeds": len(ident.steps)}
+    if best is None:
+        closest = []
+        for seed, steps in list(ident.steps.items())[:5]:
+            st, why = pattern_status(steps[0].verdict, name)
+            closest.append({"seed": label(seed), "op": view.nodes[seed].op_type, "reason": why})
+        out.update(found=False, closest=closest)
+        return out
+
+    _, seed, steps, status, matched = best
+    last = matched[-1]
+    rows = []
+    for i, (s, (st, why)) in enumerate(zip(steps, status)):
+        rows.append({"step": i, "node": label(s.node), "op": view.nodes[s.node].op_type, "role": s.role,
+                     "accepted": s.accepted, "status": st, "reason": why})
+    stop = next((i for i in range(last + 1, len(steps)) if status[i][0] == "no"), None)
+    if stop is not None:
+        stopped = {"step": stop, "node": rows[stop]["node"], "op": rows[stop]["op"],
+                   "reason": status[stop][1], "after_exact": status[last][0] == "exact"}
+    elif status[last][0] == "exact":
+        stopped = {"step": None, "reason": "matched exactly", "after_exact": True}
+    else:
+        stopped = {"step": None, "reason": "no more candidates (still only a partial match)",
+                   "after_exact": False}
+    graph = getattr(steps[last].verdict, "graph", None)
+    fused = fused_as.get(seed)
+    out.update(found=True, seed=label(seed), seed_op=view.nodes[seed].op_type, matched_steps=len(matched),
+               last_match={"step": last, "status": status[last][0],
+                           "graph": graph.render() if graph is not None else None},
+               steps=rows, stopped=stopped,
+               fused_as=None if fused is None else {"subgraph": fused[0], "pattern": fused[1].pattern.name,
+                                                     "nodes": [label(i) for i in fused[1].nodes]})
+    return out
+
+
+def format_explanation(ex: dict, model_name: str) -> str:
+    name = ex["pattern"]
+    lines = [f"explain pattern '{name}' on {model_name} ({ex['seeds']} seeds grown)"]
+    if not ex["found"]:
+        lines += [f"'{name}' never matched, even partially, any grown subgraph.",
+                  "closest refusals (first seeds):"]
+        lines += [f"  - {c['op']} '{c['seed']}': {c['reason']}" for c in ex["closest"]]
+        lines += ["", f"pattern '{name}' +Graph:", _indent(ex["pattern_graph"] or "(any parallel nest)")]
+        return "\n".join(lines)
+    fused = ex["fused_as"]
+    lines.append(f"best match: grown from {ex['seed_op']} '{ex['seed']}', {ex['matched_steps']} accepted "
+                 f"step{'s' if ex['matched_steps'] != 1 else ''} with '{name}' exact or partial")
+    if fused is None:
+        lines.append("final result: this seed's growth was not fused")
+    else:
+        lines.append(f"final result: fused as '{fused['pattern']}' (subgraph {fused['subgraph']}, "
+                     f"{len(fused['nodes'])} nodes)")
+    lines += ["", f"| # | node | op | role | accepted | {_md(name)} |", "|---:|---|---|---|---|---|"]
+    for r in ex["steps"]:
+        verdict = r["status"] if r["reason"] is None else f"{r['status']}: {r['reason']}"
+        lines.append(f"| {r['step']} | {_md(r['node'])} | {r['op']} | {r['role']} | "
+                     f"{'yes' if r['accepted'] else 'no'} | {_md(verdict)} |")
+    lm = ex["last_match"]
+    lines += ["", f"+Graph at the last state where '{name}' matched (step {lm['step']}, {lm['status']}):",
+              _indent(lm["graph"] or "(none)"),
+              "", f"pattern '{name}' +Graph:", _indent(ex["pattern_graph"] or "(any parallel nest)"), ""]
+    st = ex["stopped"]
+    if st["step"] is None:
+        lines.append(f"stopped: {st['reason']}")
+    else:
+        prefix = "matched exactly, then " if st["after_exact"] else ""
+        lines.append(f"stopped: {prefix}step {st['step']} ({st['op']} '{st['node']}') refused: {st['reason']}")
+    return "\n".join(lines)
+
+
+def format_pattern_list(wh) -> str:
+    lines = []
+    for k, p in enumerate(wh):
+        flags = [f for f, on in (("prologue", p.allow_prologue), ("epilogue", p.allow_epilogue)) if on]
+        head = f"{k}. {p.name}  [{', '.join(flags) or 'no growth'}]"
+        if p.template:
+            head += f"  template={p.template}"
+        lines.append(head)
+        if p.doc:
+            lines.append(_indent(p.doc.splitlines()[0]))
+        graph = p.graph if p.define is not None else None
+        lines.append(_indent(graph.render() if graph is not None else "(any nest of parallel loops, no key ops)"))
+        lines.append("")
+    return "\n".join(lines).rstrip()

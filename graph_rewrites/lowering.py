@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from .graph import GraphView
 
@@ -450,9 +450,3 @@ class _Decomp:
         self.shapes[out] = list(shape if shape is not None else self.shape)
         return out
 
-
-def decomposition_constants(nests) -> dict:
-    consts = {}
-    for n in nests:
-        consts.update({k: numpy_helper.from_array(v, k) for k, v in n.consts.items()})
-    return consts

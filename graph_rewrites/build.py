@@ -54,6 +54,7 @@ class Builder:
         self.axis_loops: dict = {}     # tensor -> [tuple(Loop) per axis]
         self.pending: dict = {}        # tensor -> Nest (prologue op waiting for a consumer)
         self.produced: set = set()
+        self.home: dict = {}           # tensor -> the body (Loop or PGraph) of its statement
         self.consts = {k for n in self.nests for k in n.consts}
         self.absorb = any(n.skeleton for n in self.nests)
 
@@ -103,21 +104,15 @@ class Builder:
                 self.axis_loops[out] = [tuple(dict.fromkeys(l for j in axes for l in src_loops[j]))
                                         for axes in vmap]
             self.produced.add(out)
-        home = self._home_of(src)
-        home.body.append(Stmt(nest.node, nest.op, data_inputs=tuple(nest.ins)))
-        if isinstance(home, Loop):
-            home.add_op(nest.op)
+        self._append(self.home.get(src, self.graph), Stmt(nest.node, nest.op, data_inputs=tuple(nest.ins)))
 
-    def _home_of(self, t):
-        for owner in self._owners():
-            if any(isinstance(s, Stmt) and t in s.outputs for s in owner.body):
-                return owner
-        return self.graph
-
-    def _owners(self):
-        yield self.graph
-        for _, loop in self.graph.walk():
-            yield loop
+    def _append(self, owner, stmt: Stmt, tag: bool = True):
+        """Put a statement at the end of a body and remember where its outputs live."""
+        if tag and isinstance(owner, Loop):
+            owner.add_op(stmt.op)
+        owner.body.append(stmt)
+        for t in stmt.outputs:
+            self.home[t] = owner
 
     def _place(self, nest: Nest):
         hubs = self._hubs(nest)
@@ -170,8 +165,8 @@ class Builder:
             parent.add_op(nest.op)
         for k, tag in nest.tags:
             objs[k].add_op(tag)
-        parent.body.append(Stmt(nest.node, nest.op, data_inputs=tuple(nest.ins),
-                                axes=self._exact_axes(nest, objs)))
+        self._append(parent, Stmt(nest.node, nest.op, data_inputs=tuple(nest.ins),
+                                  axes=self._exact_axes(nest, objs)), tag=False)
         for t, axes in nest.outs.items():
             self.axis_loops[t] = [tuple(objs[k] for k in ks) for ks in axes]
             self.produced.add(t)
@@ -236,9 +231,7 @@ class Builder:
                         loop.tensors.add(s)
         self.axis_loops[t] = list(loops_per_axis)
         self.produced.add(t)
-        if isinstance(home, Loop):
-            home.add_op(nest.op)
-        home.body.append(Stmt(nest.node, nest.op, absorbed=True, data_inputs=tuple(nest.ins)))
+        self._append(home, Stmt(nest.node, nest.op, absorbed=True, data_inputs=tuple(nest.ins)))
 
 
 def _last_loop(parent):

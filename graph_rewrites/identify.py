@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from . import match
 from .build import build
 from .graph import GraphView
-from .lowering import lower
+from .lowering import lower_all
 from .ploop import PGraph
 
 log = logging.getLogger("plus_ep.identify")
@@ -58,14 +58,9 @@ class Step:
 
 
 class Identifier:
-    def __init__(self, view: GraphView, warehouse, trace: bool = False):
-        self.view, self.warehouse, self.trace = view, list(warehouse), trace
-        self.nests = {}
-        for i, node in enumerate(view.nodes):
-            if view.is_data_node(i) and not _has_subgraph(node):
-                nests = lower(view, node)
-                if nests is not None:
-                    self.nests[i] = nests
+    def __init__(self, view: GraphView, warehouse):
+        self.view, self.warehouse = view, list(warehouse)
+        self.nests = lower_all(view)
         self._reach()
         self.steps: dict = {}            # seed -> [Step]
         self.support: set = set()        # shape-only nodes already moved into a subgraph
@@ -283,10 +278,6 @@ class Identifier:
         return result
 
 
-def _has_subgraph(node) -> bool:
-    return any(a.type in (5, 10) for a in node.attribute)   # GRAPH, GRAPHS
-
-
 def check_partition(ident: Identifier, subgraphs) -> None:
     """Post-condition: subgraphs are disjoint and contracting each keeps the graph acyclic."""
     seen = {}
@@ -324,6 +315,6 @@ def check_partition(ident: Identifier, subgraphs) -> None:
                 stack.append((nxt, iter(edges.get(nxt, ()))))
 
 
-def identify(view: GraphView, warehouse, trace: bool = False):
-    ident = Identifier(view, warehouse, trace)
+def identify(view: GraphView, warehouse):
+    ident = Identifier(view, warehouse)
     return ident.run(), ident

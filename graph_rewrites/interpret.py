@@ -45,6 +45,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .lowering import default_opset
 from .ploop import Loop, PGraph, Stmt
 
 __all__ = ["InterpreterError", "run_pgraph", "run_subgraph", "subgraph_program", "model_program", "eval_size"]
@@ -331,13 +332,6 @@ def run_pgraph(pgraph: PGraph, feeds: Mapping[str, np.ndarray], consts: Mapping[
 
 
 # ---- fused subgraphs of a rewrite --------------------------------------------------------------
-def _opset(model) -> int:
-    for o in model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            return o.version
-    return 17
-
-
 def subgraph_program(result, sub):
     """(pgraph, consts, shapes, support nodes, opset) of one fused subgraph of a RewriteResult."""
     ident, view = result.identifier, result.view
@@ -348,7 +342,7 @@ def subgraph_program(result, sub):
             consts.update(n.consts)
             shapes.update(n.shapes)
     support = [view.nodes[i] for i in sub.nodes if i not in ident.nests]
-    return pg, consts, shapes, support, _opset(view.model)
+    return pg, consts, shapes, support, default_opset(view.model)
 
 
 def model_program(model: onnx.ModelProto):
@@ -356,16 +350,15 @@ def model_program(model: onnx.ModelProto):
     the model's initializers, the synthetic constants and shapes of decomposed nodes (lowering is
     deterministic, so re-lowering names them exactly as the +Graph does), and its opset."""
     from .graph import GraphView
-    from .lowering import lower
+    from .lowering import lower_all
     view = GraphView.build(model)
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     shapes = dict(view.shapes)
-    for i, node in enumerate(view.nodes):
-        if view.is_data_node(i):
-            for n in lower(view, node) or ():
-                consts.update(n.consts)
-                shapes.update(n.shapes)
-    return consts, shapes, _opset(model)
+    for nests in lower_all(view).values():
+        for n in nests:
+            consts.update(n.consts)
+            shapes.update(n.shapes)
+    return consts, shapes, default_opset(model)
 
 
 def run_subgraph(result, sub, feeds: Mapping[str, np.ndarray], stats: dict | None = None) -> dict:

@@ -69,7 +69,7 @@ class _Ctx:
 
     def __init__(self, view: GraphView):
         self.view, self.extra_shapes, self.extra_consts = view, {}, {}
-        self.opset = _opset(view.model)
+        self.opset = default_opset(view.model)
 
     def shape(self, t):
         s = self.extra_shapes.get(t)
@@ -84,7 +84,7 @@ class _Ctx:
         return v if v is not None else self.view.const(t)
 
 
-def _opset(model) -> int:
+def default_opset(model) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
             return o.version
@@ -96,6 +96,22 @@ def _attr(node, name, default=None):
         if a.name == name:
             return helper.get_attribute_value(a)
     return default
+
+
+def lower_all(view: GraphView, strict: bool = False) -> dict:
+    """Node index -> nests for every data node of the graph that lowers. Nodes holding subgraphs
+    (If/Loop/Scan) stay out. strict=True raises on a data node the lowering does not know."""
+    nests = {}
+    for i, node in enumerate(view.nodes):
+        if not view.is_data_node(i) or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                           for a in node.attribute):
+            continue
+        lowered = lower(view, node)
+        if lowered is not None:
+            nests[i] = lowered
+        elif strict:
+            raise ValueError(f"pattern uses {view.node_label(i)}, which the lowering does not know")
+    return nests
 
 
 def lower(view: GraphView, node: onnx.NodeProto) -> list | None:

@@ -19,6 +19,17 @@ static_assert(sizeof(PlusArgs) == 608, "PlusArgs layout is shared with the C lau
 
 #define PLUS_DEV __device__ __forceinline__
 
+// Problem sizes returned by the generated shape hooks (declared here: hooks precede the templates).
+struct PlusGemmShape {
+  long long batch, M, N, K;
+};
+struct PlusAttnShape {
+  long long B, H, Hkv, Sq, Skv;
+};
+#define PLUS_GEMM_SHAPE_DEFINED
+#define PLUS_GEMM_SHAPE_DECLARED
+#define PLUS_ATTN_SHAPE_DEFINED
+
 // ---- element conversions: hooks compute in float (or int64/bool for index and mask math) ----
 PLUS_DEV float plus_f(float x) { return x; }
 PLUS_DEV float plus_f(double x) { return (float)x; }

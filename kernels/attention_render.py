@@ -1,0 +1,103 @@
+"""Attention subgraphs: MatMul(Q, Kᵀ) -> score ops (scale, masks) -> Softmax -> NaN guard ->
+MatMul(P, V) -> stores (transpose/reshape), for the FlashAttention-style template. Q, K and V are
+pulled through whatever produces them inside the subgraph (scaling, RoPE, GQA expand), the score
+hook is everything between the first MatMul and the Softmax, the output hook is pushed forward."""
+from __future__ import annotations
+
+from . import routes, symdim
+from .forward import bind_forward, emit_stores, forward_map
+from .pull import RenderError, describe
+
+GUARD_OPS = {"Where", "IsNaN", "Identity", "Dropout", "Cast"}
+
+
+def _structure(job):
+    mms = [n for n in job.nodes if n.op_type == "MatMul"]
+    sms = [n for n in job.nodes if n.op_type == "Softmax"]
+    if len(mms) != 2 or len(sms) != 1:
+        raise RenderError(f"{job.node_name}: attention needs exactly two MatMul and one Softmax "
+                          f"(found {len(mms)} and {len(sms)})")
+    mm1, mm2 = mms
+    sm = sms[0]
+    dep_s = job.depends_on([mm1.output[0]])
+    if sm.input[0] not in dep_s or mm2.input[0] not in job.depends_on([sm.output[0]]):
+        raise RenderError(f"{describe(mm2)}: the MatMuls and the Softmax do not form QKᵀ -> softmax -> PV")
+    # between Softmax and the PV MatMul only a NaN guard may sit (the template zeroes masked rows)
+    dep_p = job.depends_on([sm.output[0]])
+    for n in job.nodes:
+        if n is mm2 or not any(o in dep_p for o in n.output):
+            continue
+        if n.op_type not in GUARD_OPS and n is not sm:
+            if mm2.input[0] in job.depends_on(list(n.output)):
+                raise RenderError(f"{describe(n)}: only a NaN guard may sit between Softmax and the PV MatMul")
+    return mm1, sm, mm2
+
+
+def render_attention(job):
+    mm1, sm, mm2 = _structure(job)
+    em = job.emitter()
+    q, kt, v = mm1.input[0], mm1.input[1], mm2.input[1]
+    s_shape, o_shape = em.shape(mm1.output[0]), em.shape(mm2.output[0])
+    rank = len(s_shape)
+    axis = sm.attribute[0].i if sm.attribute else -1
+    if axis not in (-1, rank - 1):
+        raise RenderError(f"{describe(sm)}: softmax over axis {axis}, not the key axis")
+    if rank not in (3, 4):
+        raise RenderError(f"{describe(mm1)}: scores of rank {rank} (need 3 or 4)")
+    B = s_shape[0]
+    H = s_shape[1] if rank == 4 else 1
+    Sq, Skv, D = s_shape[-2], s_shape[-1], o_shape[-1]
+    if not D.is_Integer:
+        raise RenderError(f"{describe(mm2)}: head dimension {D} is not static")
+    D = int(D)
+    lead = (lambda b, h: [b, h]) if rank == 4 else (lambda b, h: [b])
+    full_q = s_shape[:-1] + [symdim.parse(D)]
+
+    def hook(name, tensor, idx_fn, shape_ref):
+        em.reset()
+        val, ct = em.value(tensor, em.broadcast(idx_fn(), em.shape(tensor), shape_ref))
+        body = em.take()
+        return body, val if ct == "float" else f"(float)({val})"
+
+    hooks = [f"typedef float plus_qkv_t;\n#define PLUS_HAS_ATTN_SHAPE 1\n"
+             "PLUS_DEV PlusAttnShape plus_attn_shape(const PlusArgs& args) {\n"
+             f"  return PlusAttnShape{{{em.c(B)}, {em.c(H)}, {em.c(H)}, {em.c(Sq)}, {em.c(Skv)}}};\n}}\n"]
+    for name, tensor, order, ref in (
+            ("q", q, lambda: lead("b", "h") + ["i", "d"], full_q),
+            ("k", kt, lambda: lead("b", "h") + ["d", "j"], s_shape[:-2] + [symdim.parse(D), Skv]),
+            ("v", v, lambda: lead("b", "h") + ["j", "d"], s_shape[:-2] + [Skv, symdim.parse(D)])):
+        body, val = hook(name, tensor, order, ref)
+        pos = "i" if name == "q" else "j"
+        hooks.append(f"#define PLUS_HAS_{name.upper()} 1\n"
+                     f"PLUS_DEV float plus_{name}(const PlusArgs& args, long long b, long long h, long long {pos}, int d) {{\n"
+                     f"  if (d >= {D}) return 0.0f;\n{body}\n  return {val};\n}}\n")
+    # score hook: the tensors between the QKᵀ MatMul and the Softmax, with the product bound to `s`
+    em.reset()
+    em.bound[mm1.output[0]] = lambda idx: ("s", "float")
+    val, ct = em.value(sm.input[0], lead("b", "h") + ["i", "j"])
+    hooks.append("#define PLUS_HAS_SCORE 1\n"
+                 "PLUS_DEV float plus_score(const PlusArgs& args, long long b, long long h, long long i, long long j, float s) {\n"
+                 f"{em.take()}\n  return {val if ct == 'float' else f'(float)({val})'};\n}}\n")
+    # output hook: push O forward to the subgraph outputs
+    em = job.emitter()
+    out = mm2.output[0]
+    em.bound[out] = lambda idx: ("o", "float")
+    em.emit(f"if (d >= {D}) return;")
+    fwd = forward_map(em, out, lead("b", "h") + ["i", "d"])
+    bind_forward(em, fwd, out)
+    dep_s = job.depends_on([mm1.output[0]])
+    epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_s}
+    emit_stores(em, fwd, epi)
+    hooks.append("#define PLUS_HAS_ATTN_OUT 1\n"
+                 "PLUS_DEV void plus_attn_out(const PlusArgs& args, long long b, long long h, long long i, int d, float o) {\n"
+                 f"{em.take()}\n}}\n")
+    side = job.side_kernels([t for t in job.outputs if t not in dep_s])
+    out_variants = []
+    for cond, cfg in routes.attention_routes(B, H, Sq, Skv, D, job.arch, job.syms):
+        defines = routes.attention_defines(cfg, D)
+        prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "".join(hooks)
+        prefix += '#include "attention.cuh"\n'
+        grid = (f"{job.syms.rpn(Sq)},{cfg.bq},cdiv", job.syms.rpn(H), job.syms.rpn(B))
+        kernels = [("", "plus_attention", (grid, (str(cfg.warps * 32), "1", "1"), str(cfg.smem_bytes)))]
+        out_variants.append((cfg.name, prefix, kernels + side, cond))
+    return out_variants

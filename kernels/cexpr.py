@@ -1,0 +1,167 @@
+"""The one table from ONNX element-wise operators to C expressions (compute types: float,
+long long, bool). Each entry takes the node, the argument expressions and their compute types and
+returns (expression, compute type). Composite activations (erf/tanh GELU, SiLU, ...) reach the table
+as their primitives (Erf, Tanh, Sigmoid, Mul...), so the generated code reads like the exported graph.
+"""
+from __future__ import annotations
+
+import math
+
+from onnx import helper
+
+F, I, B = "float", "long long", "bool"
+
+
+def attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def lit(x: float) -> str:
+    if math.isnan(x):
+        return "CUDART_NAN_F"
+    if math.isinf(x):
+        return "CUDART_INF_F" if x > 0 else "(-CUDART_INF_F)"
+    r = repr(float(x))
+    return (r if ("e" in r or "." in r) else r + ".0") + "f"
+
+
+def _f(a, t):  # as float
+    return a if t == F else f"((float)({a}))"
+
+
+def _unary_f(fmt):
+    return lambda node, a, t: (fmt.format(x=_f(a[0], t[0])), F)
+
+
+def _binary(op, cmp=False):
+    def emit(node, a, t):
+        ct = F if F in t else (I if I in t else B)
+        xs = [a[i] if t[i] == ct else f"(({ct})({a[i]}))" for i in range(2)]
+        return f"({xs[0]} {op} {xs[1]})", (B if cmp else ct)
+    return emit
+
+
+def _pow(node, a, t, exponent=None):
+    x = _f(a[0], t[0])
+    if exponent is not None:
+        if exponent == 2.0:
+            return f"({x} * {x})", F
+        if exponent == 3.0:
+            return f"({x} * {x} * {x})", F
+        if exponent == 0.5:
+            return f"sqrtf({x})", F
+        if exponent == 1.0:
+            return x, F
+    return f"powf({x}, {_f(a[1], t[1])})", F
+
+
+def _minmax(fn, op):
+    def emit(node, a, t):
+        ct = F if F in t else I
+        out = a[0] if t[0] == ct else f"(({ct})({a[0]}))"
+        for x, tx in zip(a[1:], t[1:]):
+            x = x if tx == ct else f"(({ct})({x}))"
+            out = f"{fn}({out}, {x})" if ct == F else f"(({out}) {op} ({x}) ? ({out}) : ({x}))"
+        return out, ct
+    return emit
+
+
+def _where(node, a, t):
+    ct = F if F in t[1:] else (I if I in t[1:] else B)
+    x, y = [a[i] if t[i] == ct else f"(({ct})({a[i]}))" for i in (1, 2)]
+    return f"({a[0]} ? {x} : {y})", ct
+
+
+def _clip(node, a, t):
+    x = _f(a[0], t[0])
+    lo = a[1] if len(a) > 1 and a[1] else (lit(attr(node, "min")) if attr(node, "min") is not None else None)
+    hi = a[2] if len(a) > 2 and a[2] else (lit(attr(node, "max")) if attr(node, "max") is not None else None)
+    if lo:
+        x = f"fmaxf({x}, {lo})"
+    if hi:
+        x = f"fminf({x}, {hi})"
+    return x, F
+
+
+def _gelu(node, a, t):
+    x = _f(a[0], t[0])
+    if attr(node, "approximate", b"none") in (b"tanh", "tanh"):
+        return f"(0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))", F
+    return f"(0.5f * {x} * (1.0f + erff({x} * 0.7071067811865476f)))", F
+
+
+def _leaky(node, a, t):
+    x, al = _f(a[0], t[0]), lit(attr(node, "alpha", 0.01))
+    return f"({x} >= 0.0f ? {x} : {al} * {x})", F
+
+
+def _elu(node, a, t):
+    x, al = _f(a[0], t[0]), lit(attr(node, "alpha", 1.0))
+    return f"({x} >= 0.0f ? {x} : {al} * (expf({x}) - 1.0f))", F
+
+
+def _hsig(node, a, t):
+    x, al, be = _f(a[0], t[0]), lit(attr(node, "alpha", 0.2)), lit(attr(node, "beta", 0.5))
+    return f"fminf(1.0f, fmaxf(0.0f, {al} * {x} + {be}))", F
+
+
+def _not(node, a, t):
+    return f"(!({a[0]}))", B
+
+
+def _neg(node, a, t):
+    return f"(-({a[0]}))", t[0]
+
+
+def _identity(node, a, t):
+    return a[0], t[0]
+
+
+def _mod(node, a, t):
+    if attr(node, "fmod", 0) or F in t:
+        return f"fmodf({_f(a[0], t[0])}, {_f(a[1], t[1])})", F
+    x, y = a
+    return f"((({x}) % ({y}) + ({y})) % ({y}))", I
+
+
+def _isinf(node, a, t):
+    x = _f(a[0], t[0])
+    pos, neg = attr(node, "detect_positive", 1), attr(node, "detect_negative", 1)
+    if pos and neg:
+        return f"isinf({x})", B
+    return (f"({x} == CUDART_INF_F)" if pos else f"({x} == -CUDART_INF_F)"), B
+
+
+TABLE = {
+    "Add": _binary("+"), "Sub": _binary("-"), "Mul": _binary("*"), "Div": _binary("/"),
+    "Equal": _binary("==", True), "Less": _binary("<", True), "Greater": _binary(">", True),
+    "LessOrEqual": _binary("<=", True), "GreaterOrEqual": _binary(">=", True),
+    "And": _binary("&&", True), "Or": _binary("||", True), "Xor": _binary("!=", True),
+    "Pow": _pow, "Max": _minmax("fmaxf", ">"), "Min": _minmax("fminf", "<"), "Where": _where,
+    "Mod": _mod, "Clip": _clip, "Not": _not, "Neg": _neg,
+    "Identity": _identity, "Dropout": _identity,
+    "Relu": _unary_f("fmaxf({x}, 0.0f)"), "Sigmoid": _unary_f("(1.0f / (1.0f + expf(-{x})))"),
+    "Tanh": _unary_f("tanhf({x})"), "Erf": _unary_f("erff({x})"), "Exp": _unary_f("expf({x})"),
+    "Log": _unary_f("logf({x})"), "Sqrt": _unary_f("sqrtf({x})"), "Reciprocal": _unary_f("(1.0f / {x})"),
+    "Abs": _unary_f("fabsf({x})"), "Sin": _unary_f("sinf({x})"), "Cos": _unary_f("cosf({x})"),
+    "Floor": _unary_f("floorf({x})"), "Ceil": _unary_f("ceilf({x})"), "Round": _unary_f("rintf({x})"),
+    "Sign": _unary_f("(float)(({x} > 0.0f) - ({x} < 0.0f))"),
+    "Softplus": _unary_f("log1pf(expf({x}))"), "Softsign": _unary_f("({x} / (1.0f + fabsf({x})))"),
+    "Mish": _unary_f("({x} * tanhf(log1pf(expf({x}))))"), "Gelu": _gelu, "LeakyRelu": _leaky,
+    "Elu": _elu, "HardSigmoid": _hsig, "IsNaN": lambda n, a, t: (f"isnan({_f(a[0], t[0])})", B),
+    "IsInf": _isinf,
+}
+
+
+def emit(node, args: list, types: list, const_exponent=None):
+    """C expression and compute type of element-wise `node` applied to `args`."""
+    if node.op_type == "Pow":
+        return _pow(node, args, types, const_exponent)
+    return TABLE[node.op_type](node, args, types)
+
+
+def supported(op_type: str) -> bool:
+    return op_type in TABLE

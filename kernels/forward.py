@@ -1,0 +1,120 @@
+"""Push a template's result element forward to the subgraph outputs (epilogue stores).
+
+A template computes one element of a tensor C at index `idx` (the GEMM accumulator at (b, m, n), an
+attention output at (b, h, i, d)). The nodes after C in the subgraph are followed forward while each
+element of C feeds exactly one element downstream: element-wise ops whose other operands broadcast,
+the Reshape family, Transpose, Cast, Slice and Split (a condition on the index). Every tensor so
+reached gets its index (and conditions) as a function of C's; its value is then pulled at exactly
+that index, so the other operands (bias, residual) are read with the simple forward index.
+"""
+from __future__ import annotations
+
+import sympy
+
+from . import cexpr, dtypes
+from .cexpr import attr
+from .pull import VIEW_OPS, Emitter, RenderError, describe
+
+PASS_OPS = {"Cast"} | VIEW_OPS
+
+
+def forward_map(em: Emitter, src: str, idx: list, barriers=()) -> dict:
+    """tensor -> (index list, condition list) for every tensor element-wise reachable from `src`."""
+    fwd = {src: (list(idx), [])}
+    barriers = set(barriers)
+    for node in em.nodes:
+        mapped = [i for i in node.input if i in fwd]
+        if not mapped or node.op_type in barriers or id(node) in barriers:
+            continue
+        first = fwd[mapped[0]]
+        if any(fwd[m] != first for m in mapped[1:]):
+            continue        # two differently indexed copies of the result meet: not element-wise
+        in_idx, conds = first
+        in_shape = em.shape(mapped[0])
+        op = node.op_type
+        if op in PASS_OPS:
+            out = node.output[0]
+            fwd[out] = (em.reshape(in_idx, in_shape, em.shape(out)) if op in VIEW_OPS else in_idx, conds)
+        elif op == "Transpose":
+            perm = attr(node, "perm") or list(reversed(range(len(in_shape))))
+            fwd[node.output[0]] = ([in_idx[p] for p in perm], conds)
+        elif op == "Slice":
+            got = _slice(em, node, in_idx, in_shape)
+            if got is not None:
+                fwd[node.output[0]] = (got[0], conds + got[1])
+        elif op == "Split":
+            ax = em._axis(attr(node, "axis", 0), len(in_shape))
+            offset = sympy.Integer(0)
+            for out in node.output:
+                size = em.shape(out)[ax]
+                j = list(in_idx)
+                j[ax] = f"({in_idx[ax]}) - {em.c(offset)}" if offset != 0 else in_idx[ax]
+                lo = f"({in_idx[ax]}) >= {em.c(offset)}"
+                hi = f"({in_idx[ax]}) < {em.c(offset + size)}"
+                fwd[out] = (j, conds + [c for c in (lo if offset != 0 else None, hi) if c])
+                offset += size
+        elif cexpr.supported(op):
+            out = node.output[0]
+            out_shape = em.shape(out)
+            if len(out_shape) != len(in_shape) or any(
+                    sympy.simplify(a - b) != 0 for a, b in zip(out_shape, in_shape)):
+                continue    # the result is broadcast by this op: one element feeds many
+            fwd[out] = (in_idx, conds)
+    return fwd
+
+
+def _slice(em, node, idx, shape):
+    starts, ends = em._const_ints(node, 1), em._const_ints(node, 2)
+    axes = em._const_ints(node, 3, list(range(len(starts))))
+    steps = em._const_ints(node, 4, [1] * len(starts))
+    out, conds = list(idx), []
+    for s, e, ax, st in zip(starts, ends, axes, steps):
+        if st != 1:
+            return None
+        ax = em._axis(ax, len(shape))
+        d = shape[ax]
+        lo = d + s if s < 0 else sympy.Integer(s)
+        hi = d + e if e < 0 else (d if e >= 2**62 else sympy.Integer(e))
+        if lo != 0:
+            conds.append(f"({idx[ax]}) >= {em.c(lo)}")
+            out[ax] = f"({idx[ax]}) - {em.c(lo)}"
+        if sympy.simplify(hi - d) != 0:
+            conds.append(f"({idx[ax]}) < {em.c(hi)}")
+    return out, conds
+
+
+def bind_forward(em: Emitter, fwd: dict, src: str):
+    """Make every forward-reached tensor (but `src`) evaluate at its forward index. Values land in
+    the emitter's memo, so they follow its scoping (conditional stores do not leak temporaries)."""
+    for t in fwd:
+        if t == src or t not in em.producer:
+            continue
+
+        def at(idx, t=t):
+            saved = em.bound.pop(t)
+            try:
+                return em.value(t, fwd[t][0])
+            finally:
+                em.bound[t] = saved
+        em.bound[t] = at
+
+
+def emit_stores(em: Emitter, fwd: dict, targets: dict):
+    """Store each target tensor (name -> (pointer expr, dtype, shape)) at its forward index."""
+    for t, (ptr, dt, shape) in targets.items():
+        if t not in fwd:
+            who = em.producer.get(t)
+            raise RenderError(f"{describe(who) if who is not None else t}: output '{t}' is not an "
+                              "element-wise function of the template's result")
+        idx, conds = fwd[t]
+        saved_memo, saved_indent = dict(em.memo), em.indent
+        if conds:
+            em.emit(f"if ({' && '.join(conds)}) {{")
+            em.indent = saved_indent + "  "
+        val, ct = em.value(t, idx)
+        st = dtypes.compute(dt)
+        em.emit(dtypes.store(dt, ptr, em.linear(idx, shape), dtypes.convert(val, ct, st)))
+        if conds:
+            em.indent = saved_indent
+            em.emit("}")
+            em.memo = saved_memo

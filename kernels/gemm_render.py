@@ -1,0 +1,157 @@
+"""GEMM subgraphs: MatMul/Gemm + element-wise epilogue (bias, GELU, residual, reshape/transpose
+stores), and GEMM + row normalisation (LayerNorm/RMSNorm) as a two-kernel plan: the GEMM epilogue
+writes the normalised row's input to fp32 scratch, a row program finishes the rows."""
+from __future__ import annotations
+
+import sympy
+
+from . import dtypes, routes, symdim
+from .cexpr import attr, lit
+from .forward import bind_forward, emit_stores, forward_map
+from .pull import RenderError, describe
+from .row import ROW_OPS
+
+HOOKS = "gemm"
+
+
+def _operands(job, em, seed):
+    a, b = seed.input[0], seed.input[1]
+    for role, t in (("A", a), ("B", b)):
+        if t not in job.inputs:
+            raise RenderError(f"{describe(seed)}: operand {role} '{t}' is computed inside the subgraph; "
+                              "the gemm template reads its operands from memory")
+    dta, dtb = em.dtype(a), em.dtype(b)
+    if dta != dtb or dta not in dtypes.FLOATS:
+        raise RenderError(f"{describe(seed)}: operand types {dta}/{dtb} (need one of float/float16/bfloat16)")
+    return a, b, dta
+
+
+def _problem(job, em, seed):
+    """(batch dims, M, N, K, trans_b, A offset fn, B offset fn, C index fn)."""
+    a, b, _ = _operands(job, em, seed)
+    sa, sb, sc = em.shape(a), em.shape(b), em.shape(seed.output[0])
+    if seed.op_type == "Gemm":
+        if attr(seed, "transA", 0):
+            raise RenderError(f"{describe(seed)}: transA=1 is not supported by the gemm template")
+        tb = bool(attr(seed, "transB", 0))
+        M, K = sa
+        N = sb[0] if tb else sb[1]
+        return [], M, N, K, tb, (lambda b_: "0"), (lambda b_: "0"), (lambda: ["m", "n"])
+    if len(sa) < 2 or len(sb) < 2:
+        raise RenderError(f"{describe(seed)}: 1-D MatMul operands are not supported by the gemm template")
+    K, N = sa[-1], sb[-1]
+    if len(sb) == 2 or all(d == 1 for d in sb[:-2]):
+        M = symdim.numel(sa[:-1])
+        return [], M, N, K, False, (lambda b_: "0"), (lambda b_: "0"), (lambda: em.delinear("m", sc[:-1]) + ["n"])
+    M = sa[-2]
+    batch = sc[:-2]
+
+    def offset(shape, rows, cols):
+        def f(bvar):
+            bidx = em.delinear(bvar, batch)
+            own = em.broadcast(bidx, shape[:-2], batch)
+            lin = em.linear(own, shape[:-2])
+            return "0" if lin == "0" else f"({lin}) * {em.c(rows * cols)}"
+        return f
+    return (batch, M, N, K, False, offset(sa, M, K), offset(sb, K, N),
+            lambda: em.delinear("b", batch) + ["m", "n"])
+
+
+def render_gemm(job):
+    seed = job.view.nodes[job.sg.seed]
+    if seed.op_type not in ("MatMul", "Gemm"):
+        raise RenderError(f"{describe(seed)}: the gemm template grows from MatMul or Gemm")
+    em = job.emitter()
+    a, b, dt = _operands(job, em, seed)
+    batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(job, em, seed)
+    ka, kb = job.inputs.index(a), job.inputs.index(b)
+    nbatch = symdim.numel(batch)
+
+    # ---- the accumulator and what follows it --------------------------------------------------
+    cout = seed.output[0]
+    if seed.op_type == "Gemm" and len(seed.input) > 2 and seed.input[2]:
+        alpha, beta = attr(seed, "alpha", 1.0), attr(seed, "beta", 1.0)
+        cin = seed.input[2]
+
+        def acc(idx):
+            c, ct = em.value(cin, em.broadcast(idx, em.shape(cin), em.shape(cout)))
+            return em.tmp(f"{lit(alpha)} * acc + {lit(beta)} * {c}", "float"), "float"
+        em.bound[cout] = acc
+    else:
+        alpha = attr(seed, "alpha", 1.0) if seed.op_type == "Gemm" else 1.0
+        em.bound[cout] = (lambda idx: ("acc", "float")) if alpha == 1.0 else (
+            lambda idx: (em.tmp(f"{lit(alpha)} * acc", "float"), "float"))
+    row_nodes = [n for n in job.nodes if n.op_type in ROW_OPS]
+    em.emit("(void)args; (void)b;")
+    fwd = forward_map(em, cout, c_index(), barriers={id(n) for n in row_nodes})
+    bind_forward(em, fwd, cout)
+    dep_c = job.depends_on([cout])
+    dep_row = job.depends_on([o for n in row_nodes for o in n.output])
+    epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
+    row_out = [t for t in job.outputs if t in dep_row]
+    side = [t for t in job.outputs if t not in dep_c]
+    extra = []
+    if row_nodes:
+        x = row_nodes[0].input[0]
+        if x not in fwd:
+            raise RenderError(f"{describe(row_nodes[0])}: its input is not an element-wise function "
+                              "of the GEMM result")
+        xshape = em.shape(x)
+        epi[x] = ("args.scratch[0]", 1, xshape)      # fp32 (onnx FLOAT = 1)
+        job.plan.scratch.append(f"{rpn(symdim.numel(xshape), job)},4,*")
+
+        def bind_x(em2):
+            em2.bound[x] = lambda idx: (em2.tmp(f"plus_load<float>(args.scratch[0], {em2.linear(idx, xshape)})",
+                                                "float", "x"), "float")
+        src, entry, launch, _ = job.row_kernel(row_nodes, {t: job.out_ptr(t) for t in row_out}, bind_x)
+        extra.append((src, entry, launch))
+    emit_stores(em, fwd, epi)
+    hooks = _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)
+    extra += job.side_kernels(side)
+
+    # ---- variants: one per route ----------------------------------------------------------------
+    out = []
+    choices = routes.gemm_routes(M, N, K, nbatch, dt, job.arch, job.syms, job.fp32_math,
+                                 allow_splitk=not row_nodes)
+    max_split = max(s for _, _, s in choices)
+    if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
+        job.plan.scratch.append(f"{rpn(nbatch * M * N, job)},{max_split},*,4,*")
+    for cond, cfg, splitk in choices:
+        defines = routes.gemm_defines(cfg, splitk, dt, trans_b, job.fp32_math)
+        prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+        prefix += hooks + f'#include "{routes.gemm_header(cfg)}"\n'
+        grid = (f"{rpn(N, job)},{cfg.bn},cdiv", f"{rpn(M, job)},{cfg.bm},cdiv", f"{rpn(nbatch, job)},{splitk},*")
+        kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
+        if splitk > 1:
+            total = rpn(nbatch * M * N, job)
+            kernels.append(("", "plus_splitk_reduce", ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
+        out.append((f"{cfg.name}/splitk{splitk}", prefix, kernels + extra, cond))
+    return out
+
+
+def _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) -> str:
+    epilogue = em.take()
+    st = dtypes.storage(dt)
+    ab = st if st != "float" else "float"
+    return (
+        f"typedef {ab} plus_ab_t;\n"
+        "#define PLUS_HAS_GEMM_SHAPE 1\n"
+        "PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {\n"
+        f"  return PlusGemmShape{{{em.c(nbatch)}, {em.c(M)}, {em.c(N)}, {em.c(K)}}};\n}}\n"
+        "#define PLUS_HAS_A_PTR 1\n"
+        "PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {\n"
+        f"  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n}}\n"
+        "#define PLUS_HAS_LDA 1\n"
+        f"PLUS_DEV long long plus_lda(const PlusArgs& args) {{ return {em.c(K)}; }}\n"
+        "#define PLUS_HAS_B_PTR 1\n"
+        "PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {\n"
+        f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')};\n}}\n"
+        "#define PLUS_HAS_LDB 1\n"
+        f"PLUS_DEV long long plus_ldb(const PlusArgs& args) {{ return {em.c(K if trans_b else N)}; }}\n"
+        "#define PLUS_HAS_EPILOGUE 1\n"
+        "PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {\n"
+        f"{epilogue}\n}}\n")
+
+
+def rpn(expr, job) -> str:
+    return job.syms.rpn(expr if isinstance(expr, sympy.Expr) else symdim.parse(expr))

@@ -1,0 +1,38 @@
+"""Point-wise kernels: each output element pulled from the subgraph inputs (grid-stride loop).
+
+Used for element-wise subgraphs, and for the side outputs of other templates that do not depend on
+the template's result (e.g. an attention mask that later layers reuse)."""
+from __future__ import annotations
+
+from . import dtypes, symdim
+from .pull import Emitter
+
+THREADS = 256
+MAX_BLOCKS = 8192
+
+
+def render(em: Emitter, outputs: dict, entry: str) -> tuple[str, object]:
+    """Kernel `entry` computing tensors `outputs` (name -> (pointer expr, dtype)), all of one shape.
+    Returns (source, element count expression)."""
+    names = list(outputs)
+    shape = em.shape(names[0])
+    n = symdim.numel(shape)
+    em.reset()
+    em.indent = "    "
+    idx = [f"i{k}" for k in range(len(shape))]
+    for k, e in enumerate(em.delinear("q", shape)):
+        em.emit(f"const long long i{k} = {e};")
+    for t in names:
+        ptr, dt = outputs[t]
+        val, ct = em.value(t, idx)
+        em.emit(dtypes.store(dt, ptr, "q", dtypes.convert(val, ct, dtypes.compute(dt))))
+    body = em.take()
+    src = (f'extern "C" __global__ void __launch_bounds__({THREADS}) {entry}(const PlusArgs args) {{\n'
+           f"  const long long n = {em.c(n)};\n"
+           f"  for (long long q = (long long)blockIdx.x * {THREADS} + threadIdx.x; q < n;\n"
+           f"       q += (long long)gridDim.x * {THREADS}) {{\n{body}\n  }}\n}}\n")
+    return src, n
+
+
+def launch(syms, n):
+    return (f"{syms.rpn(n)},{THREADS},cdiv,{MAX_BLOCKS},min", "1", "1"), (str(THREADS), "1", "1"), "0"

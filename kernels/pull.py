@@ -1,0 +1,384 @@
+"""Element expressions: the C code computing one element of a tensor of a fused subgraph.
+
+`Emitter.value(t, idx)` returns a C expression (and its compute type) for element `idx` of tensor
+`t`, pulling through the subgraph's ONNX nodes: element-wise ops (through `cexpr.TABLE`), broadcasts,
+Transpose, the Reshape family, Expand, Slice, Split, Concat, Gather, Cast, constants. Subgraph inputs
+are loads from `args.in[k]`; tensors a template computes itself (the GEMM accumulator, a row's
+reduction) are *bound* by the template renderer. Every value becomes a named temporary, so the
+generated hooks read like the graph, and repeated reads are shared.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+from onnx import TensorProto
+
+from . import cexpr, dtypes, symdim
+from .cexpr import attr
+
+VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
+MAX_LITERAL_ARRAY = 64
+
+
+class RenderError(ValueError):
+    """A subgraph the codegen cannot turn into a kernel; the message names the node and why."""
+
+
+def describe(node) -> str:
+    return f"{node.op_type} node '{node.name or node.output[0]}'"
+
+
+class Emitter:
+    def __init__(self, view, nodes, inputs, syms: symdim.Symbols):
+        self.view = view
+        self.nodes = list(nodes)
+        self.producer = {t: n for n in self.nodes for t in n.output if t}
+        self.inputs = list(inputs)
+        self.syms = syms
+        self.bound = {}          # tensor -> callable(idx) -> (expr, ctype)
+        self.lines: list[str] = []
+        self.memo: dict = {}
+        self._n = 0
+        self.indent = "  "
+        self._delin = []         # (index tuple, shape, linear expr) from delinear(), to undo in linear()
+
+    # ---- shapes and types ----------------------------------------------------------------------
+    def shape(self, t) -> list:
+        try:
+            return symdim.shape(self.view.shape(t))
+        except symdim.DimError as exc:
+            who = self.producer.get(t)
+            where = describe(who) if who is not None else f"input '{t}'"
+            raise RenderError(f"{where}: shape of '{t}' is not known ({exc})") from None
+
+    def dtype(self, t) -> int:
+        dt = self.view.dtypes.get(t)
+        if dt is None:
+            raise RenderError(f"tensor '{t}' has no known element type")
+        return dt
+
+    def c(self, e) -> str:
+        return self.syms.c(e)
+
+    # ---- statements ----------------------------------------------------------------------------
+    def emit(self, line: str):
+        self.lines.append(self.indent + line)
+
+    def tmp(self, expr: str, ctype: str, hint="t") -> str:
+        self._n += 1
+        name = f"{hint}{self._n}"
+        self.emit(f"const {ctype} {name} = {expr};")
+        return name
+
+    def reset(self):
+        self.lines, self.memo, self.indent = [], {}, "  "
+
+    def take(self) -> str:
+        out = "\n".join(self.lines)
+        self.reset()
+        return out
+
+    # ---- index helpers -------------------------------------------------------------------------
+    def linear(self, idx, shape) -> str:
+        """Row-major linear offset of `idx` in a tensor of `shape` (C int64 expression)."""
+        idx, shape = self._collapse(list(idx), list(shape))
+        out = None
+        for i, d in zip(idx, shape):
+            if out is None:
+                out = i
+            elif d == 1:
+                out = f"({out})" if out != "0" else "0"
+            else:
+                out = f"({out}) * {self.c(d)} + {i}" if out != "0" else i
+        return out if out is not None else "0"
+
+    def _collapse(self, idx, shape):
+        """Fold runs of `idx` that came from delinear(lin, dims) over the same dims back into lin."""
+        for parts, dims, lin in self._delin:
+            n = len(parts)
+            for p in range(len(idx) - n + 1):
+                if tuple(idx[p:p + n]) == parts and all(
+                        sympy.simplify(a - b) == 0 for a, b in zip(shape[p:p + n], dims)):
+                    return (idx[:p] + [lin] + idx[p + n:],
+                            shape[:p] + [symdim.numel(dims)] + shape[p + n:])
+        return idx, shape
+
+    def delinear(self, lin: str, shape) -> list:
+        out = self._delinear(lin, shape)
+        if len(shape) > 1:
+            self._delin.append((tuple(out), list(shape), lin))
+        return out
+
+    def _delinear(self, lin: str, shape) -> list:
+        out = []
+        for k, d in enumerate(shape):
+            rest = symdim.numel(shape[k + 1:])
+            if d == 1:
+                out.append("0")
+                continue
+            q = lin if rest == 1 else f"({lin}) / {self.c(rest)}"
+            out.append(q if k == 0 else f"({q}) % {self.c(d)}")
+        return out
+
+    @staticmethod
+    def broadcast(idx, in_shape, out_shape) -> list:
+        off = len(out_shape) - len(in_shape)
+        return ["0" if d == 1 and out_shape[off + k] != 1 else idx[off + k] for k, d in enumerate(in_shape)]
+
+    def reshape(self, idx, out_shape, in_shape) -> list:
+        """Index into the source of a reshape: dims are matched in groups of equal product."""
+        keep_o = [k for k, d in enumerate(out_shape) if d != 1]
+        keep_i = [k for k, d in enumerate(in_shape) if d != 1]
+        res = ["0"] * len(in_shape)
+        i = j = 0
+        while i < len(keep_o) or j < len(keep_i):
+            a, b = self._group(out_shape, keep_o, i, in_shape, keep_i, j)
+            go, gi = keep_o[i:a], keep_i[j:b]
+            if len(go) == 1 and len(gi) == 1:
+                res[gi[0]] = idx[go[0]]
+            else:
+                lin = self.linear([idx[k] for k in go], [out_shape[k] for k in go])
+                for k, v in zip(gi, self.delinear(lin, [in_shape[k] for k in gi])):
+                    res[k] = v
+            i, j = a, b
+        return res
+
+    @staticmethod
+    def _group(os_, ko, i, is_, ki, j):
+        for total in range(2, len(ko) - i + len(ki) - j + 1):
+            for a in range(i + 1, len(ko) + 1):
+                b = j + total - (a - i)
+                if j < b <= len(ki):
+                    po = symdim.numel([os_[k] for k in ko[i:a]])
+                    pi = symdim.numel([is_[k] for k in ki[j:b]])
+                    if sympy.simplify(po - pi) == 0:
+                        return a, b
+        return len(ko), len(ki)
+
+    # ---- values --------------------------------------------------------------------------------
+    def value(self, t: str, idx: list):
+        key = (t, tuple(idx))
+        if key in self.memo:
+            return self.memo[key]
+        if t in self.bound:
+            out = self.bound[t](idx)
+        elif t in self.producer:
+            out = self._node_value(self.producer[t], t, idx)
+        else:
+            out = self._input_value(t, idx)
+        self.memo[key] = out
+        return out
+
+    def _const(self, t):
+        arr = self.view.consts.get(t)
+        return None if arr is None else np.asarray(arr)
+
+    def _literal(self, arr, idx, shape):
+        ct = dtypes.compute(dtypes_of(arr))
+        if arr.size == 1:
+            return _lit(arr.reshape(-1)[0], ct), ct
+        if arr.size > MAX_LITERAL_ARRAY:
+            return None
+        self._n += 1
+        name = f"c{self._n}"
+        vals = ", ".join(_lit(v, ct) for v in arr.reshape(-1))
+        self.emit(f"const {ct} {name}[{arr.size}] = {{{vals}}};")
+        return f"{name}[{self.linear(idx, shape)}]", ct
+
+    def _input_value(self, t, idx):
+        arr = self._const(t)
+        if arr is not None and arr.size == 1:
+            return self._literal(arr, idx, [])
+        if t not in self.inputs:
+            raise RenderError(f"tensor '{t}' is neither a subgraph input nor produced inside it")
+        k = self.inputs.index(t)
+        lin = self.linear(idx, self.shape(t))
+        dt = self.dtype(t)
+        return self.tmp(dtypes.load(dt, f"args.in[{k}]", lin), dtypes.compute(dt), "x"), dtypes.compute(dt)
+
+    def _node_value(self, node, t, idx):
+        op = node.op_type
+        out_shape = self.shape(t)
+        arr = self._const(t)
+        if arr is not None and (op == "Constant" or not any(i in self.view.data for i in node.input if i)):
+            lit = self._literal(arr, idx, out_shape)
+            if lit is not None:
+                return lit
+        if op in VIEW_OPS:
+            src = node.input[0]
+            return self.value(src, self.reshape(idx, out_shape, self.shape(src)))
+        if op == "Transpose":
+            perm = attr(node, "perm") or list(reversed(range(len(out_shape))))
+            src_idx = ["0"] * len(perm)
+            for i, p in enumerate(perm):
+                src_idx[p] = idx[i]
+            return self.value(node.input[0], src_idx)
+        if op == "Expand":
+            src = node.input[0]
+            return self.value(src, self.broadcast(idx, self.shape(src), out_shape))
+        if op == "Cast":
+            return self._cast(node, idx)
+        if op == "Slice":
+            return self._slice(node, idx)
+        if op == "Split":
+            return self._split(node, t, idx)
+        if op == "Concat":
+            return self._concat(node, t, idx)
+        if op == "Gather":
+            return self._gather(node, idx)
+        if cexpr.supported(op):
+            return self._elementwise(node, out_shape, idx)
+        if op == "Shape":
+            return self._shape_value(node, idx)
+        raise RenderError(f"{describe(node)}: operator {op} has no element expression "
+                          f"outside its template")
+
+    def _elementwise(self, node, out_shape, idx):
+        args, types = [], []
+        exponent = None
+        for k, inp in enumerate(node.input):
+            if not inp:
+                args.append("")
+                types.append("float")
+                continue
+            e, ct = self.value(inp, self.broadcast(idx, self.shape(inp), out_shape))
+            args.append(e)
+            types.append(ct)
+            if node.op_type == "Pow" and k == 1:
+                arr = self._const(inp)
+                if arr is not None and arr.size == 1:
+                    exponent = float(arr.reshape(-1)[0])
+        expr, ct = cexpr.emit(node, args, types, exponent)
+        return self.tmp(expr, ct), ct
+
+    def _cast(self, node, idx):
+        e, ct = self.value(node.input[0], idx)
+        to = attr(node, "to")
+        target = dtypes.compute(to)
+        if to == TensorProto.FLOAT16 and ct == "float":
+            return self.tmp(f"__half2float(__float2half_rn({e}))", "float"), "float"
+        if to == TensorProto.BFLOAT16 and ct == "float":
+            return self.tmp(f"__bfloat162float(__float2bfloat16_rn({e}))", "float"), "float"
+        return self.tmp(dtypes.convert(e, ct, target), target), target
+
+    def _const_ints(self, node, k, default=None):
+        if len(node.input) <= k or not node.input[k]:
+            return default
+        arr = self._const(node.input[k])
+        if arr is None:
+            raise RenderError(f"{describe(node)}: input {k} must be a constant")
+        return [int(v) for v in np.asarray(arr).reshape(-1)]
+
+    def _axis(self, a, rank):
+        return a + rank if a < 0 else a
+
+    def _slice(self, node, idx):
+        src = node.input[0]
+        shape = self.shape(src)
+        starts, ends = self._const_ints(node, 1), self._const_ints(node, 2)
+        axes = self._const_ints(node, 3, list(range(len(starts))))
+        steps = self._const_ints(node, 4, [1] * len(starts))
+        out = list(idx)
+        for s, ax, st in zip(starts, axes, steps):
+            ax = self._axis(ax, len(shape))
+            d = shape[ax]
+            if st > 0:
+                start = sympy.Min(sympy.Max(d + s, 0), d) if s < 0 else sympy.Min(s, d)
+            else:
+                start = sympy.Min(sympy.Max(d + s, -1), d - 1) if s < 0 else sympy.Min(s, d - 1)
+            start = _plain(start, d, s, st)
+            base = self.c(start) if not isinstance(start, str) else start
+            out[ax] = f"{base} + ({idx[ax]}) * {st}" if st != 1 else f"{base} + {idx[ax]}"
+        return self.value(src, out)
+
+    def _split(self, node, t, idx):
+        src = node.input[0]
+        shape = self.shape(src)
+        ax = self._axis(attr(node, "axis", 0), len(shape))
+        k = list(node.output).index(t)
+        sizes = self._const_ints(node, 1) or attr(node, "split")
+        if sizes:
+            offset = sympy.Integer(sum(sizes[:k]))
+        else:
+            offset = sum((self.shape(o)[ax] for o in node.output[:k]), sympy.Integer(0))
+        out = list(idx)
+        out[ax] = f"{self.c(offset)} + {idx[ax]}" if offset != 0 else idx[ax]
+        return self.value(src, out)
+
+    def _concat(self, node, t, idx):
+        shape = self.shape(t)
+        ax = self._axis(attr(node, "axis"), len(shape))
+        parts = [(i, self.shape(i)[ax]) for i in node.input if i]
+        dt = self.dtype(t)
+        ct = dtypes.compute(dt)
+        self._n += 1
+        name = f"cat{self._n}"
+        self.emit(f"{ct} {name};")
+        offset = sympy.Integer(0)
+        saved_memo, saved_indent = dict(self.memo), self.indent
+        for n, (inp, size) in enumerate(parts):
+            sub = list(idx)
+            sub[ax] = f"({idx[ax]}) - {self.c(offset)}" if offset != 0 else idx[ax]
+            end = offset + size
+            cond = f"({idx[ax]}) < {self.c(end)}"
+            head = "if" if n == 0 else "} else if"
+            if n == len(parts) - 1:
+                self.emit("} else {" if n else "{")
+            else:
+                self.emit(f"{head} ({cond}) {{")
+            self.indent = saved_indent + "  "
+            e, ect = self.value(inp, sub)
+            self.emit(f"{name} = {dtypes.convert(e, ect, ct)};")
+            self.indent = saved_indent
+            self.memo = dict(saved_memo)
+            offset = end
+        self.emit("}")
+        return name, ct
+
+    def _shape_value(self, node, idx):
+        dims = self.shape(node.input[0])
+        start, end = attr(node, "start", 0), attr(node, "end", len(dims))
+        dims = dims[slice(start, end)]
+        expr = self.c(dims[-1]) if dims else "0LL"
+        for k in range(len(dims) - 2, -1, -1):
+            expr = f"(({idx[0]}) == {k} ? {self.c(dims[k])} : {expr})"
+        return self.tmp(expr, "long long", "sh"), "long long"
+
+    def _gather(self, node, idx):
+        data, indices = node.input[0], node.input[1]
+        dshape, ishape = self.shape(data), self.shape(indices)
+        ax = self._axis(attr(node, "axis", 0), len(dshape))
+        r = len(ishape)
+        iv, ict = self.value(indices, idx[ax:ax + r])
+        if ict != "long long":
+            iv = f"(long long)({iv})"
+        dim = self.c(dshape[ax])
+        j = self.tmp(f"({iv}) < 0 ? ({iv}) + {dim} : ({iv})", "long long", "g")
+        return self.value(data, idx[:ax] + [j] + idx[ax + r:])
+
+
+def dtypes_of(arr) -> int:
+    if arr.dtype == np.bool_:
+        return TensorProto.BOOL
+    if np.issubdtype(arr.dtype, np.integer):
+        return TensorProto.INT64
+    return TensorProto.FLOAT
+
+
+def _lit(v, ct) -> str:
+    if ct == "bool":
+        return "true" if bool(v) else "false"
+    if ct == "long long":
+        return f"{int(v)}LL"
+    return cexpr.lit(float(v))
+
+
+def _plain(start, d, s, st):
+    """Slice starts with symbolic dims: keep the common exact forms, refuse the rest."""
+    if isinstance(start, sympy.Integer) or not start.has(sympy.Min, sympy.Max):
+        return start
+    if s >= 0 and st > 0:
+        return sympy.Integer(s)          # assumes s <= d: true for the exports' slices
+    if s < 0 and st > 0:
+        return d + s                     # assumes -s <= d
+    raise RenderError(f"slice start {s} with step {st} over a symbolic dimension {d}")

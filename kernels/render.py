@@ -1,0 +1,140 @@
+"""Render a fused subgraph into CUDA sources (one per route variant) and its launch plan.
+
+    rendered = render(view, subgraph, inputs, outputs, arch="sm_90")
+    rendered.plan.text()          # the node's `plus_plan` attribute
+    rendered.variants             # [Variant(name, source, entries)], compiled per arch
+
+The subgraph's template (warehouse pattern) picks the schedule; the hooks are written from the
+subgraph's nodes by the element-expression emitter (pull.py, forward.py); everything a template does
+not compute (side outputs) runs as point-wise kernels in the same module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import pointwise, routes, symdim
+from .attention_render import render_attention
+from .gemm_render import render_gemm
+from .plan import Plan, check_bound, input_tokens, rpn
+from .pull import Emitter, RenderError
+from .row import ROW_OPS, RowProgram
+
+HEADER = '#include "plus_common.cuh"\n'
+
+
+@dataclass
+class Variant:
+    name: str
+    source: str
+    entries: list = field(default_factory=list)
+
+
+@dataclass
+class Rendered:
+    plan: Plan
+    variants: list
+    template: str
+
+
+class Job:
+    """Everything a template renderer needs about one subgraph."""
+
+    def __init__(self, view, sg, inputs, outputs, arch, node_name, fp32_math="exact"):
+        self.view, self.sg, self.arch, self.node_name = view, sg, arch, node_name
+        self.inputs, self.outputs = list(inputs), list(outputs)
+        self.nodes = [view.nodes[i] for i in sg.nodes]
+        self.syms = symdim.Symbols()
+        self.fp32_math = fp32_math
+        self.plan = Plan(node=node_name)
+        for t in self.inputs:   # number the symbols the inputs bind first
+            em = self.emitter()
+            self.plan.inputs.append((em.dtype(t), input_tokens(em.shape(t), self.syms)))
+        for t in self.outputs:
+            em = self.emitter()
+            self.plan.outputs.append((em.dtype(t), [rpn(d, self.syms) for d in em.shape(t)]))
+
+    def emitter(self) -> Emitter:
+        return Emitter(self.view, self.nodes, self.inputs, self.syms)
+
+    def out_ptr(self, t):
+        k = self.outputs.index(t)
+        return f"args.out[{k}]", self.view.dtypes[t]
+
+    def depends_on(self, roots) -> set:
+        dep = set(roots)
+        for n in self.nodes:
+            if any(i in dep for i in n.input if i):
+                dep.update(o for o in n.output if o)
+        return dep
+
+    def side_kernels(self, outputs) -> list:
+        """Point-wise kernels for `outputs` (grouped by shape): [(source, entry, launch)]."""
+        groups: dict = {}
+        for t in outputs:
+            em = self.emitter()
+            key = tuple(str(d) for d in em.shape(t))
+            groups.setdefault(key, []).append(t)
+        out = []
+        for g, names in enumerate(groups.values()):
+            em = self.emitter()
+            entry = f"plus_pointwise{g}"
+            src, n = pointwise.render(em, {t: self.out_ptr(t) for t in names}, entry)
+            out.append((src, entry, pointwise.launch(self.syms, n)))
+        return out
+
+    def row_kernel(self, row_nodes, stores, bind=None, entry="plus_row"):
+        em = self.emitter()
+        if bind:
+            bind(em)
+        prog = RowProgram(em, row_nodes, entry)
+        return prog.body(stores), entry, prog.launch(self.syms), prog
+
+
+def _elementwise(job: Job):
+    kernels = job.side_kernels(job.outputs)
+    return [("pointwise", "", [(src, entry, launch) for src, entry, launch in kernels], routes.ALWAYS)]
+
+
+def _row(job: Job):
+    row_nodes = [n for n in job.nodes if n.op_type in ROW_OPS]
+    if not row_nodes:
+        raise RenderError(f"{job.node_name}: a row-reduce subgraph without a reduction")
+    dep = job.depends_on([o for n in row_nodes for o in n.output])
+    row_out = [t for t in job.outputs if t in dep]
+    side = [t for t in job.outputs if t not in dep]
+    src, entry, launch, _ = job.row_kernel(row_nodes, {t: job.out_ptr(t) for t in row_out})
+    kernels = [(src, entry, launch)] + job.side_kernels(side)
+    return [("row", "", kernels, routes.ALWAYS)]
+
+
+TEMPLATES = {
+    None: _elementwise,
+    "elementwise": _elementwise,
+    "row_reduce": _row,
+    "reduce": _row,
+    "gemm": render_gemm,
+    "gemm_rownorm": render_gemm,
+    "flash_attention": render_attention,
+}
+
+
+def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math="exact") -> Rendered:
+    job = Job(view, sg, inputs, outputs, arch, node_name, fp32_math)
+    template = sg.pattern.template
+    if template not in TEMPLATES:
+        raise RenderError(f"{node_name}: pattern {sg.pattern.name!r} names template {template!r}, "
+                          f"which has no renderer (known: {sorted(t for t in TEMPLATES if t)})")
+    variants = []
+    for v, (name, prefix, kernels, cond) in enumerate(TEMPLATES[template](job)):
+        source = HEADER + prefix + "\n" + "\n".join(src for src, _, _ in kernels)
+        variants.append(Variant(name, source, [e for _, e, _ in kernels]))
+        route = routes.Route(cond=cond, label=name)
+        for _, entry, (grid, block, smem) in kernels:
+            route.launches.append(routes.Launch(v, entry, grid, block, smem))
+        job.plan.routes.append(route)
+    job.plan.syms = list(job.syms.names)
+    check_bound(job.plan, node_name)
+    if len(job.plan.syms) > 32 or len(job.inputs) > 32 or len(job.outputs) > 8:
+        raise RenderError(f"{node_name}: more inputs/outputs/dimensions than a kernel takes "
+                          f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; limits 32/8/32)")
+    return Rendered(job.plan, variants, template or "pointwise")

@@ -1,0 +1,154 @@
+"""Shape routes: which variant runs for which shapes, chosen by an analytic model, not by tuning.
+
+For a GEMM the model follows Roller's rTile rules: tiles are aligned to the warp/MMA shape by
+construction (the menus in gemm_configs.py), the padding waste of a tile on the problem
+(cdiv(M,BM)·BM·cdiv(N,BN)·BN / (M·N) − 1) must stay under EPSILON when some tile manages it, and the
+estimated time is the number of waves on the target's SMs (wave quantisation) times a tile's work
+divided by its data reuse. The symbolic dim (M = batch·seq for most GEMMs) is sampled at powers of
+two; neighbouring samples with the same choice form one route `M <= bound`, the last route is `1`.
+"""
+from __future__ import annotations
+
+import math
+
+
+from . import gemm_configs, symdim
+from .plan import Launch, Route  # noqa: F401  (re-exported for the renderers)
+
+ALWAYS = "1"
+EPSILON = 0.25
+SAMPLES = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536]
+GUESS = 512                       # a symbolic N/K (rare) is assumed to be this large
+SMS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_90a": 132}
+SMEM_PER_SM = {"sm_80": 167936, "sm_86": 102400, "sm_89": 102400, "sm_90": 233472, "sm_90a": 233472}
+
+
+def sm_count(arch) -> int:
+    return SMS.get(arch, 108)
+
+
+def _value(expr, sample) -> int:
+    expr = symdim.parse(expr)
+    if expr.is_Integer:
+        return int(expr)
+    return max(1, int(expr.subs({s: 1 for s in expr.free_symbols if s != _main(expr)}).subs(_main(expr), sample)))
+
+
+def _main(expr):
+    syms = sorted(expr.free_symbols, key=str)
+    return syms[-1] if syms else None
+
+
+# ---- GEMM -------------------------------------------------------------------------------------
+def gemm_math(dtype, fp32_math) -> int:
+    from onnx import TensorProto
+    if dtype in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+        return gemm_configs.MATH_F16
+    return gemm_configs.MATH_TF32 if fp32_math == "tf32" else gemm_configs.MATH_SIMT
+
+
+def gemm_menu(math_, arch):
+    if math_ == gemm_configs.MATH_F16 and arch == "sm_90a":
+        from . import gemm_sm90a_configs
+        return gemm_sm90a_configs.CONFIGS
+    return gemm_configs.configs(math_)
+
+
+def gemm_header(cfg) -> str:
+    return "gemm_sm90a.cuh" if cfg.name.startswith("sm90a") or "wgmma" in cfg.name else "gemm.cuh"
+
+
+def padding_waste(cfg, m, n) -> float:
+    return (math.ceil(m / cfg.bm) * cfg.bm * math.ceil(n / cfg.bn) * cfg.bn) / (m * n) - 1.0
+
+
+def gemm_time(cfg, m, n, k, batch, splitk, arch) -> float:
+    """Relative time: waves × per-tile work / reuse, plus the split-K reduction's traffic."""
+    tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * batch * splitk
+    per_sm = max(1, min(SMEM_PER_SM.get(arch, 167936) // max(cfg.smem_bytes, 1), 2048 // cfg.threads, 8))
+    waves = math.ceil(tiles / (sm_count(arch) * per_sm))
+    k_part = math.ceil(math.ceil(k / splitk) / cfg.bk) * cfg.bk
+    reuse = min(1.0, (cfg.bm * cfg.bn / (cfg.bm + cfg.bn)) / 64.0)
+    work = waves * per_sm * cfg.bm * cfg.bn * k_part / reuse
+    reduce = (m * n * batch * splitk * 8.0) if splitk > 1 else 0.0
+    return work + reduce
+
+
+def best_gemm(m, n, k, batch, menu, arch, allow_splitk=True):
+    fits = [c for c in menu if c.smem_bytes <= SMEM_PER_SM.get(arch, 167936) - 1024]
+    ok = [c for c in fits if padding_waste(c, m, n) <= EPSILON] or fits
+    splits = [1, 2, 4] if allow_splitk and k >= 1024 else [1]
+    cands = [(gemm_time(c, m, n, k, batch, s, arch), c.bm * c.bn, c, s) for c in ok for s in splits
+             if math.ceil(k / s) >= 128 or s == 1]
+    _, _, cfg, split = min(cands, key=lambda x: (x[0], -x[1]))
+    return cfg, split
+
+
+def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_splitk=True):
+    """[(condition rpn, config, split-K)] in order; the last condition is ALWAYS."""
+    menu = gemm_menu(gemm_math(dtype, fp32_math), arch)
+    n, k = _static(N), _static(K)
+    b = _static(batch, 1)
+    M = symdim.parse(M)
+    if M.is_Integer:
+        cfg, split = best_gemm(int(M), n, k, b, menu, arch, allow_splitk)
+        return [(ALWAYS, cfg, split)]
+    picks = [(s, *best_gemm(_value(M, s), n, k, b, menu, arch, allow_splitk)) for s in SAMPLES]
+    routes = []
+    for i, (s, cfg, split) in enumerate(picks):
+        last = i == len(picks) - 1
+        if not last and (picks[i + 1][1], picks[i + 1][2]) == (cfg, split):
+            continue
+        cond = ALWAYS if last else f"{syms.rpn(M)},{_value(M, s)},<="
+        routes.append((cond, cfg, split))
+    if routes[-1][0] != ALWAYS:
+        routes[-1] = (ALWAYS, *routes[-1][1:])
+    return routes
+
+
+def gemm_defines(cfg, splitk, dtype, trans_b, fp32_math) -> dict:
+    return {k: v for k, v in gemm_configs.defines(cfg, b_trans=int(trans_b), aligned=0, splitk=splitk).items()}
+
+
+def _static(expr, default=GUESS) -> int:
+    e = symdim.parse(expr)
+    return int(e) if e.is_Integer else default
+
+
+# ---- attention ----------------------------------------------------------------------------------
+def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
+    from . import attention_configs as ac
+    menu = [c for c in ac.configs(math_, _padded(D))]
+    b, h = _static(B, 1), _static(H, 1)
+    Sq = symdim.parse(Sq)
+
+    def best(sq, skv):
+        def cost(c):
+            blocks = math.ceil(sq / c.bq) * b * h
+            waves = math.ceil(blocks / (sm_count(arch) * max(1, 2048 // (c.warps * 32))))
+            return waves * c.bq * skv, -c.bq
+        return min(menu, key=cost)
+    if Sq.is_Integer:
+        return [(ALWAYS, best(int(Sq), _static(Skv, int(Sq))))]
+    picks = [(s, best(_value(Sq, s), _value(Skv, s) if not symdim.parse(Skv).is_Integer else int(Skv)))
+             for s in SAMPLES]
+    routes = []
+    for i, (s, cfg) in enumerate(picks):
+        last = i == len(picks) - 1
+        if not last and picks[i + 1][1] == cfg:
+            continue
+        routes.append((ALWAYS if last else f"{syms.rpn(Sq)},{_value(Sq, s)},<=", cfg))
+    return routes
+
+
+def _padded(d) -> int:
+    return max(16, int(math.ceil(int(d) / 16) * 16))
+
+
+def attention_defines(cfg, D) -> dict:
+    from . import attention_configs as ac
+    return ac.defines(cfg)
+
+
+__all__ = ["ALWAYS", "gemm_routes", "gemm_defines", "gemm_header", "attention_routes", "attention_defines",
+           "Route", "Launch"]

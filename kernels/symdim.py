@@ -1,0 +1,108 @@
+"""Symbolic dimensions (ints, or strings such as "batch" or "seq*2" from shape inference) as
+sympy expressions, printed as C (over `args.v[k]`) or as the launch plan's reverse-Polish tokens."""
+from __future__ import annotations
+
+import re
+
+import sympy
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+class DimError(ValueError):
+    pass
+
+
+def parse(dim) -> sympy.Expr:
+    if isinstance(dim, (int, sympy.Integer)):
+        return sympy.Integer(int(dim))
+    if isinstance(dim, sympy.Expr):
+        return dim
+    if dim is None:
+        raise DimError("unknown dimension")
+    names = {n: sympy.Symbol(n, integer=True, nonnegative=True) for n in _NAME.findall(str(dim))}
+    try:
+        return sympy.sympify(str(dim), locals=names)
+    except (sympy.SympifyError, TypeError, SyntaxError) as exc:
+        raise DimError(f"cannot read dimension {dim!r}: {exc}") from None
+
+
+def shape(dims) -> list:
+    if dims is None:
+        raise DimError("unknown shape")
+    return [parse(d) for d in dims]
+
+
+def numel(dims) -> sympy.Expr:
+    out = sympy.Integer(1)
+    for d in dims:
+        out *= d
+    return out
+
+
+def equal(a, b) -> bool:
+    return sympy.simplify(parse(a) - parse(b)) == 0
+
+
+class Symbols:
+    """Numbers the symbols a kernel uses; symbol k lives in `args.v[k]` (the plan sets v[k] = s[k])."""
+
+    def __init__(self):
+        self.names: list[str] = []
+
+    def index(self, sym) -> int:
+        name = str(sym)
+        if name not in self.names:
+            self.names.append(name)
+        return self.names.index(name)
+
+    # ---- C ------------------------------------------------------------------------------------
+    def c(self, expr) -> str:
+        expr = parse(expr)
+        if expr.is_Integer:
+            return f"{int(expr)}LL"
+        if expr.is_Symbol:
+            return f"args.v[{self.index(expr)}]"
+        if expr.is_Add:
+            return "(" + " + ".join(self.c(a) for a in expr.args) + ")"
+        if expr.is_Mul:
+            return "(" + " * ".join(self.c(a) for a in expr.args) + ")"
+        if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+            return "(" + " * ".join([self.c(expr.base)] * int(expr.exp)) + ")"
+        if isinstance(expr, sympy.floor) and expr.args[0].is_Mul:
+            num, den = expr.args[0].as_numer_denom()
+            return f"({self.c(num)} / {self.c(den)})"
+        raise DimError(f"dimension expression {expr} has no integer C form")
+
+    # ---- plan RPN ------------------------------------------------------------------------------
+    def rpn(self, expr) -> str:
+        return ",".join(self._rpn(parse(expr)))
+
+    def _rpn(self, expr) -> list:
+        if expr.is_Integer:
+            return [str(int(expr))]
+        if expr.is_Symbol:
+            return [f"s{self.index(expr)}"]
+        if expr.is_Add or expr.is_Mul:
+            op = "+" if expr.is_Add else "*"
+            args = list(expr.args)
+            out = self._rpn(args[0])
+            for a in args[1:]:
+                if expr.is_Add and a.could_extract_minus_sign():
+                    out += self._rpn(-a) + ["-"]
+                else:
+                    out += self._rpn(a) + [op]
+            return out
+        if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+            out = self._rpn(expr.base)
+            for _ in range(int(expr.exp) - 1):
+                out += self._rpn(expr.base) + ["*"]
+            return out
+        if isinstance(expr, sympy.floor):
+            num, den = expr.args[0].as_numer_denom()
+            return self._rpn(num) + self._rpn(den) + ["/"]
+        raise DimError(f"dimension expression {expr} has no integer plan form")
+
+
+def rpn_cdiv(a: str, b: str) -> str:
+    return f"{a},{b},cdiv"

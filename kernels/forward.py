@@ -64,7 +64,10 @@ def forward_map(em: Emitter, src: str, idx: list, barriers=()) -> dict:
 
 
 def _slice(em, node, idx, shape):
-    starts, ends = em._const_ints(node, 1), em._const_ints(node, 2)
+    try:
+        starts, ends = em._const_ints(node, 1), em._const_ints(node, 2)
+    except RenderError:
+        return None         # run-time bounds: not followed forward
     axes = em._const_ints(node, 3, list(range(len(starts))))
     steps = em._const_ints(node, 4, [1] * len(starts))
     out, conds = list(idx), []

@@ -92,17 +92,18 @@ def render_gemm(job):
     side = [t for t in job.outputs if t not in dep_c]
     extra = []
     if row_nodes:
-        x = row_nodes[0].input[0]
-        if x not in fwd:
-            raise RenderError(f"{describe(row_nodes[0])}: its input is not an element-wise function "
-                              "of the GEMM result")
-        xshape = em.shape(x)
-        epi[x] = ("args.scratch[0]", 1, xshape)      # fp32 (onnx FLOAT = 1)
-        job.plan.scratch.append(f"{rpn(symdim.numel(xshape), job)},4,*")
+        keep = _frontier(job, em, cout, row_nodes, dep_c, dep_row)
+        for k, x in enumerate(keep):
+            if x not in fwd:
+                raise RenderError(f"{describe(em.producer.get(x, seed))}: '{x}' feeds the row normalisation "
+                                  "but is not an element-wise function of the GEMM result")
+            epi[x] = (f"args.scratch[{k}]", 1, em.shape(x))      # fp32 (onnx FLOAT = 1)
+            job.plan.scratch.append(f"{rpn(symdim.numel(em.shape(x)), job)},4,*")
 
         def bind_x(em2):
-            em2.bound[x] = lambda idx: (em2.tmp(f"plus_load<float>(args.scratch[0], {em2.linear(idx, xshape)})",
-                                                "float", "x"), "float")
+            for k, x in enumerate(keep):
+                em2.bound[x] = lambda idx, k=k, x=x: (em2.tmp(
+                    f"plus_load<float>(args.scratch[{k}], {em2.linear(idx, em2.shape(x))})", "float", "x"), "float")
         src, entry, launch, _ = job.row_kernel(row_nodes, {t: job.out_ptr(t) for t in row_out}, bind_x)
         extra.append((src, entry, launch))
     emit_stores(em, fwd, epi)
@@ -127,6 +128,30 @@ def render_gemm(job):
             kernels.append(("", "plus_splitk_reduce", ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
         out.append((f"{cfg.name}/splitk{splitk}", prefix, kernels + extra, cond))
     return out
+
+
+def _frontier(job, em, cout, row_nodes, dep_c, dep_row) -> list:
+    """GEMM-side tensors the row program reads, minus those it can recompute from the others."""
+    row_ids = {id(n) for n in row_nodes}
+    frontier = []
+    for n in job.nodes:
+        if id(n) in row_ids or any(o in dep_row for o in n.output):
+            frontier += [i for i in n.input if i and i in dep_c and i not in dep_row and i not in frontier]
+
+    def covered(t, keep):
+        if t in keep or t not in dep_c:
+            return True
+        if t == cout or t not in em.producer:
+            return False
+        return all(covered(i, keep) for i in em.producer[t].input if i)
+    keep = list(frontier)
+    for f in reversed(frontier):
+        others = [k for k in keep if k != f]
+        if f in em.producer and all(covered(i, others) for i in em.producer[f].input if i):
+            keep.remove(f)
+    if len(keep) > 4:
+        raise RenderError(f"{job.node_name}: the row normalisation needs {len(keep)} GEMM-side tensors (max 4)")
+    return keep
 
 
 def _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) -> str:

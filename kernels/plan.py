@@ -1,8 +1,10 @@
 """The launch plan: the text the native launcher evaluates per run (format: CONTRACT.md §3)."""
 from __future__ import annotations
 
-import sympy
+import re
 from dataclasses import dataclass, field
+
+import sympy
 
 from . import symdim
 from .pull import RenderError
@@ -45,7 +47,8 @@ class Plan:
             lines.append(" ".join(["in", str(i), str(dt), str(len(dims)), *dims]))
         for i, (dt, dims) in enumerate(self.outputs):
             lines.append(" ".join(["out", str(i), str(dt), str(len(dims)), *dims]))
-        lines += [f"val {k} s{k}" for k in range(len(self.syms))]
+        bound = {tok for _, dims in self.inputs for tok in dims if tok.startswith("s")}
+        lines += [f"val {k} s{k}" if f"s{k}" in bound else f"val {k} 0" for k in range(len(self.syms))]
         lines += [f"scratch {k} {e}" for k, e in enumerate(self.scratch)]
         for r, route in enumerate(self.routes):
             lines.append(f"route {r} {route.cond}")
@@ -69,10 +72,15 @@ def input_tokens(shape, syms: symdim.Symbols) -> list:
     return out
 
 
-def check_bound(plan: Plan, node_name: str):
+def check_bound(plan: Plan, node_name: str, sources=()):
+    """Every symbol the plan's expressions or the kernels use must be bound by an input dim."""
     bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
+    text = plan.text()
+    used_plan = set(re.findall(r"(?<![A-Za-z_])s(\d+)(?![0-9])", " ".join(
+        ln for ln in text.splitlines() if not ln.startswith(("in ", "sym ", "val ", "node ")))))
+    used_src = {m for s in sources for m in re.findall(r"args\.v\[(\d+)\]", s)}
     for k, name in enumerate(plan.syms):
-        if f"s{k}" not in bound:
+        if str(k) in (used_plan | used_src) and f"s{k}" not in bound:
             raise RenderError(f"{node_name}: dimension '{name}' is not the exact size of any input axis, "
                               "so the launcher cannot bind it")
 

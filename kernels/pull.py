@@ -29,8 +29,9 @@ def describe(node) -> str:
 
 
 class Emitter:
-    def __init__(self, view, nodes, inputs, syms: symdim.Symbols):
+    def __init__(self, view, nodes, inputs, syms: symdim.Symbols, subs=None):
         self.view = view
+        self.subs = subs or {}
         self.nodes = list(nodes)
         self.producer = {t: n for n in self.nodes for t in n.output if t}
         self.inputs = list(inputs)
@@ -45,7 +46,8 @@ class Emitter:
     # ---- shapes and types ----------------------------------------------------------------------
     def shape(self, t) -> list:
         try:
-            return symdim.shape(self.view.shape(t))
+            dims = symdim.shape(self.view.shape(t))
+            return [sympy.simplify(d.subs(self.subs)) for d in dims] if self.subs else dims
         except symdim.DimError as exc:
             who = self.producer.get(t)
             where = describe(who) if who is not None else f"input '{t}'"
@@ -272,16 +274,34 @@ class Emitter:
     def _axis(self, a, rank):
         return a + rank if a < 0 else a
 
+    def _int_values(self, node, k):
+        """Values of a small int input: constants, or C expressions pulled from shape arithmetic."""
+        arr = self._const(node.input[k])
+        if arr is not None:
+            return [int(v) for v in np.asarray(arr).reshape(-1)]
+        n = self.shape(node.input[k])
+        if len(n) != 1 or not n[0].is_Integer:
+            raise RenderError(f"{describe(node)}: input {k} is not a small 1-D integer tensor")
+        return [self.value(node.input[k], [str(j)])[0] for j in range(int(n[0]))]
+
     def _slice(self, node, idx):
         src = node.input[0]
         shape = self.shape(src)
-        starts, ends = self._const_ints(node, 1), self._const_ints(node, 2)
+        starts = self._int_values(node, 1)
         axes = self._const_ints(node, 3, list(range(len(starts))))
         steps = self._const_ints(node, 4, [1] * len(starts))
         out = list(idx)
         for s, ax, st in zip(starts, axes, steps):
             ax = self._axis(ax, len(shape))
             d = shape[ax]
+            if isinstance(s, str):      # run-time start: normalise and clamp like ONNX (step 1 only)
+                if st != 1:
+                    raise RenderError(f"{describe(node)}: a run-time start needs step 1")
+                dc = self.c(d)
+                s0 = self.tmp(f"({s}) < 0 ? ({s}) + {dc} : ({s})", "long long", "s")
+                base = self.tmp(f"{s0} < 0 ? 0LL : ({s0} > {dc} ? {dc} : {s0})", "long long", "s")
+                out[ax] = f"{base} + {idx[ax]}"
+                continue
             if st > 0:
                 start = sympy.Min(sympy.Max(d + s, 0), d) if s < 0 else sympy.Min(s, d)
             else:

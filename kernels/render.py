@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sympy
+
 from . import pointwise, routes, symdim
 from .attention_render import render_attention
 from .gemm_render import render_gemm
@@ -46,6 +48,7 @@ class Job:
         self.syms = symdim.Symbols()
         self.fp32_math = fp32_math
         self.plan = Plan(node=node_name)
+        self.subs = self._composite_dims()
         for t in self.inputs:   # number the symbols the inputs bind first
             em = self.emitter()
             self.plan.inputs.append((em.dtype(t), input_tokens(em.shape(t), self.syms)))
@@ -54,7 +57,24 @@ class Job:
             self.plan.outputs.append((em.dtype(t), [rpn(d, self.syms) for d in em.shape(t)]))
 
     def emitter(self) -> Emitter:
-        return Emitter(self.view, self.nodes, self.inputs, self.syms)
+        return Emitter(self.view, self.nodes, self.inputs, self.syms, self.subs)
+
+    def _composite_dims(self) -> dict:
+        """Input dims like `batch*seq` whose symbols no input gives alone become symbols of their own
+        (batch -> batch_seq/seq everywhere), so the launcher can bind them and products cancel."""
+        bound, subs = set(), {}
+        dims = [symdim.parse(d) for t in self.inputs for d in (self.view.shape(t) or []) if d is not None]
+        bound = {d for d in dims if d.is_Symbol}
+        for d in dims:
+            d = d.subs(subs)
+            if d.is_Integer or d.is_Symbol or d.free_symbols <= bound:
+                continue
+            free = sorted(d.free_symbols - bound, key=str)
+            new = sympy.Symbol("_".join(str(s) for s in sorted(d.free_symbols, key=str)),
+                               integer=True, positive=True)
+            subs[free[0]] = sympy.simplify(new * free[0] / d)
+            bound.add(new)
+        return subs
 
     def out_ptr(self, t):
         k = self.outputs.index(t)
@@ -133,7 +153,7 @@ def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math
             route.launches.append(routes.Launch(v, entry, grid, block, smem))
         job.plan.routes.append(route)
     job.plan.syms = list(job.syms.names)
-    check_bound(job.plan, node_name)
+    check_bound(job.plan, node_name, [v.source for v in variants])
     if len(job.plan.syms) > 32 or len(job.inputs) > 32 or len(job.outputs) > 8:
         raise RenderError(f"{node_name}: more inputs/outputs/dimensions than a kernel takes "
                           f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; limits 32/8/32)")

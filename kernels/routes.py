@@ -54,8 +54,12 @@ def gemm_menu(math_, arch):
     return gemm_configs.configs(math_)
 
 
+def _is_sm90a(cfg) -> bool:
+    return cfg.name.startswith("wg_")
+
+
 def gemm_header(cfg) -> str:
-    return "gemm_sm90a.cuh" if cfg.name.startswith("sm90a") or "wgmma" in cfg.name else "gemm.cuh"
+    return "gemm_sm90a.cuh" if _is_sm90a(cfg) else "gemm.cuh"
 
 
 def padding_waste(cfg, m, n) -> float:
@@ -107,7 +111,11 @@ def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_spli
 
 
 def gemm_defines(cfg, splitk, dtype, trans_b, fp32_math) -> dict:
-    return {k: v for k, v in gemm_configs.defines(cfg, b_trans=int(trans_b), aligned=0, splitk=splitk).items()}
+    if _is_sm90a(cfg):
+        from . import gemm_sm90a_configs as mod
+    else:
+        mod = gemm_configs
+    return mod.defines(cfg, b_trans=int(trans_b), aligned=0, splitk=splitk)
 
 
 def _static(expr, default=GUESS) -> int:
@@ -118,7 +126,9 @@ def _static(expr, default=GUESS) -> int:
 # ---- attention ----------------------------------------------------------------------------------
 def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
     from . import attention_configs as ac
-    menu = [c for c in ac.configs(math_, _padded(D))]
+    dp = _padded(D)
+    menu = list(ac.CONFIGS.get((math_, dp)) or
+                [ac.make_config(math_, dp, bq, bkv, w) for bq, bkv, w in ac._MENU[math_]])
     b, h = _static(B, 1), _static(H, 1)
     Sq = symdim.parse(Sq)
 

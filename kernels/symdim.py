@@ -59,6 +59,9 @@ class Symbols:
     # ---- C ------------------------------------------------------------------------------------
     def c(self, expr) -> str:
         expr = parse(expr)
+        num, den = expr.as_numer_denom()
+        if den != 1:
+            return f"({self.c(num)} / {self.c(den)})"
         if expr.is_Integer:
             return f"{int(expr)}LL"
         if expr.is_Symbol:
@@ -79,6 +82,9 @@ class Symbols:
         return ",".join(self._rpn(parse(expr)))
 
     def _rpn(self, expr) -> list:
+        num, den = expr.as_numer_denom()
+        if den != 1:
+            return self._rpn(num) + self._rpn(den) + ["/"]
         if expr.is_Integer:
             return [str(int(expr))]
         if expr.is_Symbol:

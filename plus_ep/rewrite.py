@@ -23,6 +23,7 @@ class RewriteResult:
     view: GraphView | None = None
     identifier: Identifier | None = None
     seconds: float = 0.0
+    kernels: object = None                               # kernel_build.KernelBuild when archs given
 
 
 def load_model(model) -> onnx.ModelProto:
@@ -49,7 +50,10 @@ def load_model(model) -> onnx.ModelProto:
     return proto
 
 
-def rewrite_detailed(model, warehouse=None, disable=()) -> RewriteResult:
+def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, progress=None,
+                     fp32_math="exact") -> RewriteResult:
+    """Identify and fuse. With `archs` (e.g. ["sm_80", "sm_90"]) every fused node also carries its
+    launch plan and compiled kernels; subgraphs whose kernels fail stay unfused (with a warning)."""
     start = time.perf_counter()
     proto = load_model(model)
     wh = warehouse if warehouse is not None else default_warehouse()
@@ -58,19 +62,29 @@ def rewrite_detailed(model, warehouse=None, disable=()) -> RewriteResult:
     view = GraphView.build(proto)
     ident = Identifier(view, wh)
     subgraphs = ident.run()
+    built = None
+    if archs:
+        from .kernel_build import build_kernels
+        built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
+                              fp32_math=fp32_math)
+        subgraphs = [sg for k, sg in enumerate(subgraphs) if k in built.attrs]
+        kernel_attrs = [built.attrs[k] for k in sorted(built.attrs)]
     specs = []
-    for sg in subgraphs:
+    for k, sg in enumerate(subgraphs):
         attrs = {"pgraph": sg.pgraph.render(), "pgraph_hash": sg.pgraph.structural_hash()}
         if sg.pattern.template:
             attrs["template"] = sg.pattern.template
+        if built is not None:
+            attrs.update(kernel_attrs[k])
         specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs))
     out = fuse(proto, specs) if specs else proto
     seconds = time.perf_counter() - start
     log.info("rewrote %d nodes into %d fused subgraphs in %.2fs", len(proto.graph.node), len(specs), seconds)
-    return RewriteResult(out, subgraphs, view, ident, seconds)
+    return RewriteResult(out, subgraphs, view, ident, seconds, built)
 
 
-def rewrite(model, warehouse=None, disable=()) -> onnx.ModelProto:
+def rewrite(model, warehouse=None, disable=(), archs=None, **kw) -> onnx.ModelProto:
     """Rewrite `model` (ModelProto or path): fused subgraphs become ai.plus_ep::Fused nodes with
-    model-local functions, so the result still runs anywhere ONNX Runtime does."""
-    return rewrite_detailed(model, warehouse, disable).model
+    model-local functions, so the result still runs anywhere ONNX Runtime does; with `archs` the
+    nodes also carry compiled kernels for the PlusEP launcher."""
+    return rewrite_detailed(model, warehouse, disable, archs=archs, **kw).model

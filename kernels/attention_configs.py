@@ -1,0 +1,175 @@
+"""Named tile configurations of the fused attention template (`templates/attention.cuh`, CONTRACT §2.2).
+
+    from kernels.attention_configs import configs_for, defines
+    for cfg in configs_for(math=2, head_dim=64):      # largest query tile first
+        print(cfg.name, cfg.bq, cfg.smem_bytes)
+    defs = defines(cfg)                               # {"PLUS_HEAD_DIM": 64, "PLUS_BQ": 128, ...}
+
+A config fixes the schedule (math path, head dim, query / key tile, warps) and the dynamic shared memory the
+launch needs; everything problem-specific (causal masking, the element type, strided operand loads, the
+hooks) is added by the codegen on top of `defines(cfg)`. The route chooser picks a config per shape:
+large query tiles for long sequences (more reuse of each K/V tile), small ones when Sq is short (decode,
+short prompts) or when B * H * cdiv(Sq, BQ) would leave SMs idle. `suggest()` is a simple version of that
+rule.
+
+Math paths: 0 = exact fp32 SIMT (fp32 models), 2 = f16/bf16 tensor cores (`plus_qkv_t` half or bf16).
+Register use and spills of every config are checked by tests/test_template_attention.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEAD_DIMS = (64, 80, 96, 128)
+MATHS = (0, 2)
+
+# Mirrors of the padding constants in attention.cuh.
+_TC_PAD = 8          # PLUS_ATTN_TC_PAD: halves added to each shared row (MATH 2)
+_SIMT_KPAD = 4       # PLUS_ATTN_SIMT_KPAD: floats added to each K row (MATH 0)
+
+
+def attn_smem_bytes(math: int, head_dim: int, bq: int, bkv: int) -> int:
+    """Dynamic shared memory of one block: the Python mirror of PLUS_ATTN_SMEM_BYTES."""
+    if math == 2:
+        return (bq + 2 * bkv) * (head_dim + _TC_PAD) * 2
+    if math == 0:
+        pstr = bkv + (16 if bkv % 32 == 0 else 0)  # PLUS_ATTN_SIMT_PSTR
+        return 4 * (bq * head_dim + bkv * (head_dim + _SIMT_KPAD) + bkv * head_dim + bq * pstr)
+    raise ValueError(f"attention has math paths 0 (fp32 SIMT) and 2 (f16/bf16 mma), not {math}")
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    name: str
+    math: int          # PLUS_MATH
+    head_dim: int      # PLUS_HEAD_DIM
+    bq: int            # PLUS_BQ: query rows per block
+    bkv: int           # PLUS_BKV: key/value rows per tile
+    warps: int         # PLUS_WARPS
+    smem_bytes: int    # dynamic shared memory of the launch (PLUS_ATTN_SMEM_BYTES)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def grid(self, batch: int, heads: int, seq_q: int) -> tuple[int, int, int]:
+        """Launch grid (cdiv(Sq, BQ), H, B)."""
+        return (-(-seq_q // self.bq), heads, batch)
+
+
+def _check(math: int, head_dim: int, bq: int, bkv: int, warps: int) -> None:
+    """The template's static_asserts, so that a bad config fails here and not in NVRTC."""
+    if math not in MATHS:
+        raise ValueError(f"attention math must be one of {MATHS}, got {math}")
+    if head_dim % 16 or not 16 <= head_dim <= 256:
+        raise ValueError(f"head_dim must be a multiple of 16 in [16, 256], got {head_dim}")
+    if bkv % 16 or bkv < 16:
+        raise ValueError(f"bkv must be a positive multiple of 16, got {bkv}")
+    if not 1 <= warps <= 16:
+        raise ValueError(f"warps must be 1..16, got {warps}")
+    if math == 2 and bq != 16 * warps:
+        raise ValueError(f"math 2: each warp owns 16 query rows, bq must be 16 * warps ({16 * warps}), got {bq}")
+    if math == 0 and bq % (2 * warps):
+        raise ValueError(f"math 0: bq must be a multiple of 2 * warps ({2 * warps}), got {bq}")
+
+
+def make_config(math: int, head_dim: int, bq: int, bkv: int, warps: int, name: str | None = None) -> AttnConfig:
+    """A config outside the menu (checked like the template checks it)."""
+    _check(math, head_dim, bq, bkv, warps)
+    prefix = "tc" if math == 2 else "simt"
+    return AttnConfig(name or f"{prefix}_d{head_dim}_q{bq}_kv{bkv}_w{warps}", math, head_dim, bq, bkv, warps,
+                      attn_smem_bytes(math, head_dim, bq, bkv))
+
+
+# (bq, bkv, warps) per math path, largest query tile first. Every entry fits the 99 KB opt-in limit of
+# sm_86 / sm_89 as well as sm_80 / sm_90, and compiles without spills (see the test).
+_MENU = {
+    # Tensor cores: one warp per 16 query rows; K/V tiles of 64 keys.
+    #   q128: long prefill sequences (K/V reuse over 128 rows, 8 warps)
+    #   q64:  the general choice (4 warps; several blocks per SM)
+    #   q32:  short queries, or long ones when B * H * cdiv(Sq, 64) would not fill the GPU
+    #   q16:  decode-like queries (Sq <= 16): one warp per block, so B * H blocks spread over the SMs
+    2: ((128, 64, 8), (64, 64, 4), (32, 64, 2), (16, 64, 1)),
+    # SIMT fp32: K/V tiles of 32 keys keep shared memory and registers moderate for D = 128.
+    #   q64: long sequences; q32: medium; q16: short or decode-like queries.
+    0: ((64, 32, 4), (32, 32, 4), (16, 64, 4)),
+}
+
+
+def _menu() -> dict[tuple[int, int], tuple[AttnConfig, ...]]:
+    out = {}
+    for math, entries in _MENU.items():
+        for d in HEAD_DIMS:
+            out[(math, d)] = tuple(make_config(math, d, bq, bkv, w, None) for bq, bkv, w in entries)
+    return out
+
+
+CONFIGS: dict[tuple[int, int], tuple[AttnConfig, ...]] = _menu()
+"""(math, head_dim) -> configs, largest query tile first."""
+
+
+def configs_for(math: int, head_dim: int) -> tuple[AttnConfig, ...]:
+    """The menu for one math path and head dimension (largest query tile first)."""
+    try:
+        return CONFIGS[(math, head_dim)]
+    except KeyError:
+        raise ValueError(f"no attention configs for math {math}, head_dim {head_dim}; "
+                         f"head dims: {HEAD_DIMS}, maths: {MATHS}") from None
+
+
+def all_configs() -> list[AttnConfig]:
+    return [c for cfgs in CONFIGS.values() for c in cfgs]
+
+
+def by_name(name: str) -> AttnConfig:
+    for c in all_configs():
+        if c.name == name:
+            return c
+    raise KeyError(f"no attention config named {name!r}")
+
+
+def defines(cfg: AttnConfig) -> dict[str, int]:
+    """The PLUS_* macros of a config, in the order the codegen writes them."""
+    return {
+        "PLUS_HEAD_DIM": cfg.head_dim,
+        "PLUS_BQ": cfg.bq,
+        "PLUS_BKV": cfg.bkv,
+        "PLUS_WARPS": cfg.warps,
+        "PLUS_MATH": cfg.math,
+    }
+
+
+def suggest(math: int, head_dim: int, batch: int, heads: int, seq_q: int, sm_count: int = 132,
+            smem_limit: int | None = None) -> AttnConfig:
+    """A reasonable default pick: the largest query tile that does not exceed the (16-rounded) query length
+    and still gives at least one block per SM; else the smallest tile. `smem_limit` drops configs that do
+    not fit the device (bytes per block)."""
+    menu = [c for c in configs_for(math, head_dim) if smem_limit is None or c.smem_bytes <= smem_limit]
+    if not menu:
+        raise ValueError(f"no attention config for math {math}, head_dim {head_dim} fits {smem_limit} bytes")
+    rows = -(-max(seq_q, 1) // 16) * 16
+    for c in menu:  # largest first
+        blocks = batch * heads * (-(-seq_q // c.bq))
+        if c.bq <= rows and blocks >= sm_count:
+            return c
+    fitting = [c for c in menu if c.bq <= rows]
+    return fitting[-1] if fitting else menu[-1]
+
+
+def source(cfg: AttnConfig, qkv_type: str, *, causal: bool = False, strided: bool = False,
+           hooks: str = "", extra_defines: dict[str, int] | None = None) -> str:
+    """A complete generated source for `cfg` (the layout of CONTRACT §2): used by tests and benchmarks;
+    the real codegen writes its own with the hooks of the fused subgraph. `qkv_type` is the C type of
+    Q/K/V ("float", "half" or "__nv_bfloat16")."""
+    defs = dict(defines(cfg))
+    defs["PLUS_CAUSAL"] = int(bool(causal))
+    defs["PLUS_QKV_STRIDED"] = int(bool(strided))
+    defs.update(extra_defines or {})
+    lines = [f"// attention {cfg.name} {qkv_type} causal={int(bool(causal))} strided={int(bool(strided))}",
+             '#include "plus_common.cuh"']
+    lines += [f"#define {k} {v}" for k, v in defs.items()]
+    lines.append(f"typedef {qkv_type} plus_qkv_t;")
+    if hooks:
+        lines.append(hooks.rstrip("\n"))
+    lines.append('#include "attention.cuh"')
+    return "\n".join(lines) + "\n"

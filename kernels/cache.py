@@ -1,0 +1,243 @@
+"""Content-keyed disk cache of compiled kernels.
+
+    cache = KernelCache()                      # $PLUS_EP_CACHE_DIR or ~/.cache/plus_ep/kernels
+    r = cache.build(source, "sm_90", name="gemm_k1.cu")   # compiles once, then loads
+    r.cached, cache.stats                      # True on a hit; CacheStats(hits=.., misses=.., ...)
+
+The key hashes every input of the binary: the cache schema, the PlusEP version, the NVRTC version
+(and its wheel's patch level), the arch, the rendered source, the contents of every header it can
+include (`nvrtc.header_digest`) and the options. An entry is a folder
+
+    <root>/<key[:2]>/<key>/kernel.cubin   the image
+                          kernel.cu      the source, readable beside it
+                          meta.json      sha256 and size of the cubin, resources, arch, options, ... (written last)
+
+Every file is written to a temporary name in the same folder and moved into place with os.replace, and
+meta.json goes last, so a reader sees a whole entry or none. `get` checks the cubin against meta.json;
+a damaged entry is logged, removed and rebuilt. `build` is try-load -> lock (flock on
+<root>/locks/<key>.lock, between processes and threads) -> try-load -> compile -> put, so concurrent
+builders of one kernel compile it once. With PLUS_EP_ASSERT_CACHED=1 a miss raises CacheMiss instead
+of compiling: tests use it to prove a warm start compiles nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import shutil
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from . import nvrtc
+from .nvrtc import CompileResult, Resources
+
+log = logging.getLogger("plus_ep.kernels")
+
+SCHEMA = 1
+ENV_DIR = "PLUS_EP_CACHE_DIR"
+ENV_ASSERT_CACHED = "PLUS_EP_ASSERT_CACHED"
+DEFAULT_DIR = "~/.cache/plus_ep/kernels"
+
+CUBIN, SOURCE, META = "kernel.cubin", "kernel.cu", "meta.json"
+
+
+class CacheMiss(RuntimeError):
+    """A kernel was not in the cache while PLUS_EP_ASSERT_CACHED=1 forbade compiling it."""
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0      # lookups that found nothing (compiled, or raised CacheMiss)
+    compiled: int = 0    # NVRTC compiles this cache ran
+    corrupt: int = 0     # damaged entries found and removed
+
+
+def assert_cached() -> bool:
+    return os.environ.get(ENV_ASSERT_CACHED, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def package_version() -> str:
+    """PlusEP's version from the installed distribution metadata ("dev" when not installed).
+    Read from metadata rather than `plus_ep.__version__`: kernels never imports plus_ep."""
+    try:
+        from importlib.metadata import version
+        return version("plus-ep")
+    except Exception:
+        return "dev"
+
+
+def _include_dirs_in(options) -> list[str]:
+    dirs = []
+    for o in options:
+        if o.startswith("--include-path="):
+            dirs.append(o[len("--include-path="):])
+        elif o.startswith("-I") and len(o) > 2:
+            dirs.append(o[2:])
+    return dirs
+
+
+def cache_key(source: str | bytes, arch, options=()) -> str:
+    """sha256 naming the binary that compiling `source` for `arch` with `options` gives."""
+    arch = nvrtc.parse_arch(arch)
+    options = [str(o) for o in options]
+    fixed = [o for o in nvrtc.base_options(arch) if not o.startswith("-I")]  # -I paths: contents hashed below
+    src = source if isinstance(source, bytes) else source.encode()
+    h = hashlib.sha256()
+    for part in (f"schema {SCHEMA}", f"plus_ep {package_version()}", nvrtc.compiler_id(), f"arch {arch}",
+                 "headers " + nvrtc.header_digest(_include_dirs_in(options)),
+                 "options " + json.dumps(fixed + options)):
+        h.update(part.encode() + b"\n")
+    h.update(b"source\n" + hashlib.sha256(src).digest())
+    return h.hexdigest()
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class KernelCache:
+    def __init__(self, root: str | os.PathLike | None = None):
+        root = root if root is not None else (os.environ.get(ENV_DIR) or DEFAULT_DIR)
+        self.root = pathlib.Path(root).expanduser()
+        self.stats = CacheStats()
+        self._stats_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"KernelCache({str(self.root)!r}, {self.stats})"
+
+    def _count(self, **delta: int) -> None:
+        with self._stats_lock:
+            for k, v in delta.items():
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+
+    # ------------------------------------------------------------------------------- layout
+    def key(self, source: str | bytes, arch, options=()) -> str:
+        return cache_key(source, arch, options)
+
+    def path(self, key: str) -> pathlib.Path:
+        return self.root / key[:2] / key
+
+    @contextmanager
+    def lock(self, key: str):
+        """Exclusive inter-process (and inter-thread) lock for building `key`."""
+        lock_dir = self.root / "locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                import fcntl
+            except ImportError:  # pragma: no cover - not POSIX: builds may race, entries stay atomic
+                fcntl = None
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    # --------------------------------------------------------------------------- read / write
+    def get(self, key: str) -> CompileResult | None:
+        """The cached result for `key`, or None. A damaged entry is logged, removed and reported as None."""
+        t0 = time.perf_counter()
+        entry = self.path(key)
+        try:
+            meta_text = (entry / META).read_text()
+        except FileNotFoundError:
+            return None  # absent, or still being written (meta.json goes last)
+        try:
+            meta = json.loads(meta_text)
+            if meta.get("schema") != SCHEMA or meta.get("key") != key:
+                raise ValueError("meta.json does not describe this key")
+            cubin = (entry / CUBIN).read_bytes()
+            if len(cubin) != meta["cubin"]["size"]:
+                raise ValueError(f"cubin is {len(cubin)} bytes, meta.json says {meta['cubin']['size']}")
+            if hashlib.sha256(cubin).hexdigest() != meta["cubin"]["sha256"]:
+                raise ValueError("cubin sha256 does not match meta.json")
+            resources = {fn: Resources(**r) for fn, r in meta["resources"].items()}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("kernel cache: removing damaged entry %s (%s); it will be rebuilt", entry, e)
+            self._count(corrupt=1)
+            self._remove(entry)
+            return None
+        return CompileResult(cubin=cubin, log=meta.get("log", ""), resources=resources,
+                             seconds=time.perf_counter() - t0, cached=True, arch=meta["arch"], key=key)
+
+    def _remove(self, entry: pathlib.Path) -> None:
+        trash = entry.with_name(f".trash-{entry.name}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(entry, trash)  # atomic: readers see the entry or nothing
+        except OSError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def put(self, key: str, source: str | bytes, result: CompileResult, name: str = "plus_kernel.cu",
+            options=()) -> pathlib.Path:
+        """Store `result` (compiled from `source`) under `key`; returns the entry folder."""
+        entry = self.path(key)
+        entry.mkdir(parents=True, exist_ok=True)
+        src = source if isinstance(source, bytes) else source.encode()
+        meta = {
+            "schema": SCHEMA,
+            "key": key,
+            "name": name,
+            "arch": result.arch,
+            "options": [str(o) for o in options],
+            "nvrtc": list(nvrtc.nvrtc_version()),
+            "compiler": nvrtc.compiler_id(),
+            "plus_ep": package_version(),
+            "cubin": {"sha256": hashlib.sha256(result.cubin).hexdigest(), "size": len(result.cubin)},
+            "resources": {fn: dataclasses.asdict(r) for fn, r in result.resources.items()},
+            "compile_seconds": round(result.seconds, 4),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "log": result.log,
+        }
+        _write_atomic(entry / CUBIN, result.cubin)
+        _write_atomic(entry / SOURCE, src)
+        _write_atomic(entry / META, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
+        return entry
+
+    # ---------------------------------------------------------------------------------- build
+    def build(self, source: str | bytes, arch, options=(), name: str = "plus_kernel.cu") -> CompileResult:
+        """The compiled kernel, from the cache or compiled now (and stored). Raises CompileError, or
+        CacheMiss when PLUS_EP_ASSERT_CACHED=1 and it is not cached."""
+        arch = nvrtc.parse_arch(arch)
+        options = tuple(str(o) for o in options)
+        key = self.key(source, arch, options)
+        hit = self.get(key)
+        if hit is None and assert_cached():
+            self._count(misses=1)
+            raise CacheMiss(f"kernel {name} ({arch}) is not in the kernel cache {self.root} "
+                            f"(key {key}) and {ENV_ASSERT_CACHED}=1 forbids compiling it")
+        if hit is None:
+            with self.lock(key):
+                hit = self.get(key)  # another process or thread may have built it while we waited
+                if hit is None:
+                    self._count(misses=1, compiled=1)
+                    result = nvrtc.compile_cubin(source, arch, name=name, options=options)
+                    result.key = key
+                    self.put(key, source, result, name=name, options=options)
+                    log.debug("kernel cache: compiled %s (%s) in %.2fs -> %s", name, arch, result.seconds, key)
+                    return result
+        self._count(hits=1)
+        return hit
+
+    def clear(self) -> None:
+        """Remove every entry (and lock file) under the root."""
+        if self.root.is_dir():
+            for child in self.root.iterdir():
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)

@@ -1,0 +1,151 @@
+"""Compile many kernels at once: threads (NVRTC releases the GIL), the disk cache, resource checks.
+
+    jobs = [Job("gemm_k1", src1, "sm_90", dynamic_smem=98304), Job("ln_k2", src2, "sm_90")]
+    results = compile_all(jobs, cache=KernelCache(cache_dir))
+    for job, r in zip(jobs, results):
+        if isinstance(r, Exception): ...   # CompileError, ResourceError, CacheMiss, ValueError (bad arch)
+
+Results come back in job order; a failing job never stops the others. Jobs with the same
+(source, arch, options) compile once and share the result. Every result is checked with
+`nvrtc.check_resources` against the job's dynamic shared memory; a spill or an over-limit block
+puts a ResourceError in that job's slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from . import nvrtc
+from .cache import KernelCache
+from .nvrtc import CompileError, CompileResult
+
+log = logging.getLogger("plus_ep.kernels")
+
+
+@dataclass
+class Job:
+    name: str                 # file name NVRTC reports (e.g. "gemm_k1.cu"); also names the kernel in errors
+    source: str
+    arch: str
+    options: tuple = ()
+    dynamic_smem: int | dict = 0   # bytes for every entry, or {entry: bytes}
+
+
+class ResourceError(CompileError):
+    """The kernel compiled but spills registers or needs more shared memory than the arch allows.
+    `problems` lists the sentences from check_resources; `result` is the compiled result."""
+
+    def __init__(self, name: str, result: CompileResult, problems: list[str]):
+        self.problems = problems
+        self.result = result
+        super().__init__(name, result.log, f"{name} ({result.arch}): " + "; ".join(problems))
+
+
+class _Progress:
+    """One updating line on stderr: `compiling kernels 12/40 [sm_90] 3.1s`."""
+
+    def __init__(self, total: int, enabled: bool, stream=None):
+        self.total, self.enabled = total, enabled and total > 0
+        self.stream = stream or sys.stderr
+        self.done = 0
+        self.t0 = time.perf_counter()
+        self._lock = threading.Lock()
+        self._width = 0
+
+    def step(self, arch: str) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self.done += 1
+            text = f"compiling kernels {self.done}/{self.total} [{arch}] {time.perf_counter() - self.t0:.1f}s"
+            pad = " " * max(0, self._width - len(text))
+            self._width = len(text)
+            self.stream.write("\r" + text + pad)
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | None = None) -> list:
+    """Compile `jobs`; returns one CompileResult or Exception per job, in job order.
+
+    cache: a KernelCache; None uses KernelCache() (PLUS_EP_CACHE_DIR or ~/.cache/plus_ep/kernels);
+    False compiles without any cache. workers: threads (default min(cpu_count, 8)).
+    progress: True shows the progress line on stderr, False never, None when stderr is a terminal.
+    """
+    jobs = list(jobs)
+    if cache is None:
+        cache = KernelCache()
+    workers = workers or min(os.cpu_count() or 1, 8)
+    bar = _Progress(len(jobs), progress if progress is not None else _isatty(sys.stderr))
+    t0 = time.perf_counter()
+
+    # One compile per distinct (source, arch, options); a bad arch fails only its own jobs.
+    results: list = [None] * len(jobs)
+    unique: dict[tuple, list[int]] = {}
+    for i, job in enumerate(jobs):
+        try:
+            ident = (job.source, nvrtc.parse_arch(job.arch), tuple(str(o) for o in job.options))
+        except ValueError as e:
+            results[i] = e
+            bar.step(str(job.arch))
+            continue
+        unique.setdefault(ident, []).append(i)
+
+    def run(ident: tuple, first: Job):
+        source, arch, options = ident
+        if cache is False:
+            return nvrtc.compile_cubin(source, arch, name=first.name, options=options)
+        return cache.build(source, arch, options=options, name=first.name)
+
+    n_compiled = n_cached = 0
+    if unique:
+        with ThreadPoolExecutor(max_workers=min(workers, len(unique)), thread_name_prefix="plus-nvrtc") as pool:
+            futures = {pool.submit(run, ident, jobs[idx[0]]): (ident, idx) for ident, idx in unique.items()}
+            try:
+                for fut in as_completed(futures):
+                    ident, idx = futures[fut]
+                    try:
+                        outcome = fut.result()
+                    except Exception as e:  # CompileError, CacheMiss, OSError from the cache, ...
+                        outcome = e
+                    if isinstance(outcome, CompileResult):
+                        n_cached += outcome.cached
+                        n_compiled += not outcome.cached
+                    for i in idx:
+                        results[i] = _checked(jobs[i], outcome)
+                        bar.step(ident[1])
+            finally:
+                bar.close()
+    else:
+        bar.close()
+
+    n_failed = sum(isinstance(r, Exception) for r in results)
+    log.info("kernels: %d jobs, %d compiled, %d cached, %d failed in %.1fs",
+             len(jobs), n_compiled, n_cached, n_failed, time.perf_counter() - t0)
+    return results
+
+
+def _checked(job: Job, outcome):
+    if isinstance(outcome, Exception):
+        return outcome
+    problems = nvrtc.check_resources(outcome, job.dynamic_smem)
+    if problems:
+        return ResourceError(job.name, outcome, problems)
+    return outcome

@@ -1,0 +1,737 @@
+// attention.cuh: fused scaled-dot-product attention in the FlashAttention-2 style (kernels/CONTRACT.md §2.2).
+//
+//   O[b,h,i,:] = sum_j softmax_j( plus_score(b,h,i,j, q_i . k_j) ) * v_j
+//
+// One block computes one (query tile of PLUS_BQ rows, head h, batch b) and walks the key/value sequence in
+// tiles of PLUS_BKV rows. Each query row keeps a running maximum m and a running sum l of exp(s - m); when a
+// new key tile raises the maximum, the partial output and l are rescaled by exp(m_old - m_new) ("online
+// softmax"). The score matrix is never stored beyond one tile.
+//
+// Two math paths, chosen by PLUS_MATH:
+//   0  exact fp32 SIMT. Operands are staged in shared memory as fp32; every lane owns a few query rows and
+//      a strided set of key columns (for S = Q K^T) and of output columns (for O += P V).
+//   2  f16/bf16 tensor cores (plus_qkv_t is half or __nv_bfloat16): mma.sync m16n8k16 with fp32
+//      accumulators, operands fed by ldmatrix. Each warp owns 16 query rows; S stays in registers and is
+//      turned in place into the A operand of the P V product (P rounded to f16/bf16).
+//
+// Generated source layout: plus_common.cuh, the PLUS_* defines, `typedef ... plus_qkv_t;`, optional hooks,
+// then this file. Parameters:
+//   PLUS_HEAD_DIM   D, a multiple of 16 (64, 80, 96, 128 are the tuned ones)
+//   PLUS_BQ         query rows per block; MATH 2: PLUS_BQ == 16 * PLUS_WARPS; MATH 0: multiple of 2*PLUS_WARPS
+//   PLUS_BKV        key/value rows per tile, a multiple of 16
+//   PLUS_WARPS      warps per block
+//   PLUS_MATH       0 or 2 (above)
+//   PLUS_CAUSAL     1: key j is masked for query i when j > i + (Skv - Sq) (bottom-right aligned, as
+//                   torch's is_causal for Sq == Skv and the usual KV-cache decode); fully masked tiles are
+//                   skipped. The score hook is not called for masked pairs.
+//   PLUS_QKV_STRIDED / PLUS_Q_STRIDED / PLUS_K_STRIDED / PLUS_V_STRIDED
+//                   1: the MATH 2 path reads that operand straight from memory through the pointer hooks
+//                   (plus_q_ptr / plus_q_ld, ...) with cp.async instead of calling the element hook.
+//                   Requirements the codegen must guarantee: the operand is a plain (possibly transposed)
+//                   read of a plus_qkv_t tensor, element d of a row is at offset d (unit stride), and every
+//                   row start is 16-byte aligned (pointer aligned, ld a multiple of 8 elements).
+//                   PLUS_QKV_STRIDED sets the default of the three others. Ignored by MATH 0.
+//   PLUS_ATTN_OUT_T element type the default output hook stores (default plus_qkv_t)
+//
+// Hooks (each has a default below; the codegen #defines PLUS_HAS_<NAME> before defining its own):
+//   PLUS_HAS_ATTN_SHAPE  PlusAttnShape plus_attn_shape(args)            default {v[0], v[1], v[2], v[3], v[4]}
+//   PLUS_HAS_QKV_PTR     const plus_qkv_t* plus_q_ptr(args, b, h) and long long plus_q_ld(args) (row
+//                        stride in elements), same for k and v with the kv head; default: contiguous
+//                        [B, H, Sq, D] in[0], [B, Hkv, Skv, D] in[1] and in[2]
+//   PLUS_HAS_Q / _K / _V float plus_q(args, b, h, i, d) / plus_k(args, b, hkv, j, d) / plus_v(...);
+//                        default: read through the pointer hooks
+//   PLUS_HAS_SCORE       float plus_score(args, b, h, i, j, s); default s. -CUDART_INF_F masks the pair.
+//   PLUS_HAS_ATTN_OUT    void plus_attn_out(args, b, h, i, d, o); default stores [B, H, Sq, D] to out[0]
+// PlusAttnShape comes from plus_common.cuh (hooks precede this file); the fallback definition below is
+// only for a common header that lacks it.
+//
+// Entry: plus_attention, grid (cdiv(Sq, PLUS_BQ), H, B), block PLUS_WARPS*32, dynamic shared memory
+// PLUS_ATTN_SMEM_BYTES (kernels/attention_configs.py mirrors the formula). A query row whose keys are all
+// masked produces 0.
+#pragma once
+
+// ------------------------------------------------------------------------------------------ parameters
+
+#ifndef PLUS_HEAD_DIM
+#error "attention.cuh: define PLUS_HEAD_DIM (64, 80, 96 or 128)"
+#endif
+#ifndef PLUS_MATH
+#define PLUS_MATH 0
+#endif
+#ifndef PLUS_WARPS
+#define PLUS_WARPS 4
+#endif
+#ifndef PLUS_BQ
+#define PLUS_BQ (PLUS_MATH == 2 ? 16 * PLUS_WARPS : 64)
+#endif
+#ifndef PLUS_BKV
+#define PLUS_BKV 64
+#endif
+#ifndef PLUS_CAUSAL
+#define PLUS_CAUSAL 0
+#endif
+#ifndef PLUS_QKV_STRIDED
+#define PLUS_QKV_STRIDED 0
+#endif
+#ifndef PLUS_Q_STRIDED
+#define PLUS_Q_STRIDED PLUS_QKV_STRIDED
+#endif
+#ifndef PLUS_K_STRIDED
+#define PLUS_K_STRIDED PLUS_QKV_STRIDED
+#endif
+#ifndef PLUS_V_STRIDED
+#define PLUS_V_STRIDED PLUS_QKV_STRIDED
+#endif
+#ifndef PLUS_ATTN_OUT_T
+#define PLUS_ATTN_OUT_T plus_qkv_t
+#endif
+
+#if PLUS_MATH != 0 && PLUS_MATH != 2
+#error "attention.cuh: PLUS_MATH must be 0 (fp32 SIMT) or 2 (f16/bf16 tensor cores)"
+#endif
+
+// Shared-memory row paddings (elements), chosen so that the access patterns below are bank-conflict free:
+//   MATH 2: +8 halves per row makes consecutive rows start 16 bytes apart modulo 128, so the 8 row addresses
+//           of one ldmatrix phase hit 8 distinct 16-byte bank groups (holds for D = 64, 80, 96, 128).
+//   MATH 0: K rows get +4 floats (8 lanes reading float4 from 8 different rows cover all 32 banks once);
+//           P rows are padded to 16 mod 32 floats so the two half-warps, which write neighbouring rows,
+//           use disjoint banks.
+#define PLUS_ATTN_TC_PAD 8
+#define PLUS_ATTN_SIMT_KPAD 4
+#define PLUS_ATTN_SIMT_PSTR (PLUS_BKV + ((PLUS_BKV % 32) == 0 ? 16 : 0))
+
+#if PLUS_MATH == 2
+// Q tile, K tile, V tile; each [rows][D + 8] of plus_qkv_t (2 bytes).
+#define PLUS_ATTN_SMEM_BYTES ((PLUS_BQ + 2 * PLUS_BKV) * (PLUS_HEAD_DIM + PLUS_ATTN_TC_PAD) * 2)
+#else
+// fp32: Q [BQ][D], K [BKV][D + 4], V [BKV][D], P [BQ][PSTR].
+#define PLUS_ATTN_SMEM_BYTES                                                                        \
+  (4 * (PLUS_BQ * PLUS_HEAD_DIM + PLUS_BKV * (PLUS_HEAD_DIM + PLUS_ATTN_SIMT_KPAD) +              \
+        PLUS_BKV * PLUS_HEAD_DIM + PLUS_BQ * PLUS_ATTN_SIMT_PSTR))
+#endif
+
+static_assert(PLUS_HEAD_DIM % 16 == 0 && PLUS_HEAD_DIM >= 16 && PLUS_HEAD_DIM <= 256,
+              "PLUS_HEAD_DIM must be a multiple of 16 (at most 256)");
+static_assert(PLUS_BKV % 16 == 0 && PLUS_BKV >= 16, "PLUS_BKV must be a multiple of 16");
+static_assert(PLUS_WARPS >= 1 && PLUS_WARPS <= 16, "PLUS_WARPS must be 1..16");
+#if PLUS_MATH == 2
+static_assert(PLUS_BQ == 16 * PLUS_WARPS, "MATH 2: each warp owns 16 query rows, PLUS_BQ == 16 * PLUS_WARPS");
+#else
+static_assert(PLUS_BQ % (2 * PLUS_WARPS) == 0, "MATH 0: PLUS_BQ must be a multiple of 2 * PLUS_WARPS");
+#endif
+
+// ------------------------------------------------------------------------------------ default hooks
+
+#ifndef PLUS_ATTN_SHAPE_DEFINED
+#define PLUS_ATTN_SHAPE_DEFINED
+struct PlusAttnShape {
+  long long B, H, Hkv, Sq, Skv;
+};
+#endif
+
+#ifndef PLUS_HAS_ATTN_SHAPE
+PLUS_DEV PlusAttnShape plus_attn_shape(const PlusArgs& a) {
+  PlusAttnShape s;
+  s.B = a.v[0]; s.H = a.v[1]; s.Hkv = a.v[2]; s.Sq = a.v[3]; s.Skv = a.v[4];
+  return s;
+}
+#endif
+
+#ifndef PLUS_HAS_QKV_PTR
+// Contiguous [B, H, Sq, D] query and [B, Hkv, Skv, D] key / value tensors.
+PLUS_DEV const plus_qkv_t* plus_q_ptr(const PlusArgs& a, long long b, long long h) {
+  const auto s = plus_attn_shape(a);
+  return (const plus_qkv_t*)a.in[0] + (b * s.H + h) * s.Sq * PLUS_HEAD_DIM;
+}
+PLUS_DEV const plus_qkv_t* plus_k_ptr(const PlusArgs& a, long long b, long long hkv) {
+  const auto s = plus_attn_shape(a);
+  return (const plus_qkv_t*)a.in[1] + (b * s.Hkv + hkv) * s.Skv * PLUS_HEAD_DIM;
+}
+PLUS_DEV const plus_qkv_t* plus_v_ptr(const PlusArgs& a, long long b, long long hkv) {
+  const auto s = plus_attn_shape(a);
+  return (const plus_qkv_t*)a.in[2] + (b * s.Hkv + hkv) * s.Skv * PLUS_HEAD_DIM;
+}
+PLUS_DEV long long plus_q_ld(const PlusArgs&) { return PLUS_HEAD_DIM; }
+PLUS_DEV long long plus_k_ld(const PlusArgs&) { return PLUS_HEAD_DIM; }
+PLUS_DEV long long plus_v_ld(const PlusArgs&) { return PLUS_HEAD_DIM; }
+#endif
+
+#ifndef PLUS_HAS_Q
+PLUS_DEV float plus_q(const PlusArgs& a, long long b, long long h, long long i, int d) {
+  return plus_f(plus_q_ptr(a, b, h)[i * plus_q_ld(a) + d]);
+}
+#endif
+#ifndef PLUS_HAS_K
+PLUS_DEV float plus_k(const PlusArgs& a, long long b, long long hkv, long long j, int d) {
+  return plus_f(plus_k_ptr(a, b, hkv)[j * plus_k_ld(a) + d]);
+}
+#endif
+#ifndef PLUS_HAS_V
+PLUS_DEV float plus_v(const PlusArgs& a, long long b, long long hkv, long long j, int d) {
+  return plus_f(plus_v_ptr(a, b, hkv)[j * plus_v_ld(a) + d]);
+}
+#endif
+
+#ifndef PLUS_HAS_SCORE
+PLUS_DEV float plus_score(const PlusArgs&, long long, long long, long long, long long, float s) { return s; }
+#endif
+
+#ifndef PLUS_HAS_ATTN_OUT
+PLUS_DEV void plus_attn_out(const PlusArgs& a, long long b, long long h, long long i, int d, float o) {
+  const auto s = plus_attn_shape(a);
+  plus_store<PLUS_ATTN_OUT_T>(a.out[0], ((b * s.H + h) * s.Sq + i) * PLUS_HEAD_DIM + d,
+                              plus_cvt<PLUS_ATTN_OUT_T>(o));
+}
+#endif
+
+// ---------------------------------------------------------------------------------- shared helpers
+
+namespace plus_attn {
+
+constexpr int D = PLUS_HEAD_DIM;
+constexpr int BQ = PLUS_BQ;
+constexpr int BKV = PLUS_BKV;
+constexpr int WARPS = PLUS_WARPS;
+constexpr int NT = PLUS_WARPS * 32;  // threads per block
+constexpr float LOG2E = 1.4426950408889634f;
+
+// What the block needs to know about its problem, computed once.
+struct Tile {
+  long long b, h, hkv;
+  int q0;         // first query row of the block
+  int Sq, Skv;
+  int off;        // Skv - Sq: query i sees keys j <= i + off under PLUS_CAUSAL
+  int n_tiles;    // key/value tiles the block visits
+};
+
+// Logit of one (i, j) pair: -inf outside the problem or under the causal mask, otherwise the score hook.
+// The hook is only called for real pairs, so it may index inputs by i and j without guards.
+PLUS_DEV float logit(const PlusArgs& args, const Tile& t, int i, int j, float s) {
+  bool ok = i < t.Sq && j < t.Skv;
+#if PLUS_CAUSAL
+  ok = ok && j <= i + t.off;
+#endif
+  return ok ? plus_score(args, t.b, t.h, i, j, s) : -CUDART_INF_F;
+}
+
+// Does a key tile starting at kv0 need per-element masking for query rows [r0, r0 + rows)? Without a score
+// hook, interior tiles skip the logit() bookkeeping entirely.
+PLUS_DEV bool tile_needs_mask(const Tile& t, int kv0, int r0, int rows) {
+#ifdef PLUS_HAS_SCORE
+  (void)t; (void)kv0; (void)r0; (void)rows;
+  return true;
+#else
+  bool edge = kv0 + BKV > t.Skv;
+#if PLUS_CAUSAL
+  edge = edge || kv0 + BKV - 1 > r0 + t.off;  // the tile's last key is hidden from the first row
+#endif
+  (void)rows;
+  return edge;
+#endif
+}
+
+// Max / sum over the NXOR neighbouring lanes that share a row (lane xor 1, 2, ... < NXOR): 4 for an mma
+// quad, 16 for a SIMT half warp.
+template <int NXOR>
+PLUS_DEV float row_max(float x) {
+#pragma unroll
+  for (int o = 1; o < NXOR; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+template <int NXOR>
+PLUS_DEV float row_sum(float x) {
+#pragma unroll
+  for (int o = 1; o < NXOR; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Run-time tile setup shared by both paths.
+PLUS_DEV Tile make_tile(const PlusArgs& args) {
+  const PlusAttnShape s = plus_attn_shape(args);
+  Tile t;
+  t.b = blockIdx.z;
+  t.h = blockIdx.y;
+  const long long group = s.H / s.Hkv;  // query heads per kv head (GQA / MQA)
+  t.hkv = t.h / group;
+  t.q0 = (int)blockIdx.x * BQ;
+  t.Sq = (int)s.Sq;
+  t.Skv = (int)s.Skv;
+  t.off = t.Skv - t.Sq;
+  int kv_end = t.Skv;
+#if PLUS_CAUSAL
+  // The block's last real row min(q0 + BQ, Sq) - 1 sees keys up to that row + off.
+  kv_end = min(kv_end, min(t.q0 + BQ, t.Sq) + t.off);
+  kv_end = max(kv_end, 0);
+#endif
+  t.n_tiles = (kv_end + BKV - 1) / BKV;
+  return t;
+}
+
+// Fill a [ROWS][STRIDE] shared tile element by element from a loader f(row, d) -> value (which guards its
+// own edges). Loads are issued in groups of CH before the stores so several global loads are in flight per
+// thread even though the loader is an opaque hook.
+template <int ROWS, int STRIDE, typename T, typename F>
+PLUS_DEV void fill_tile(T* dst, F f) {
+  constexpr int N = ROWS * D;
+  constexpr int PER = (N + NT - 1) / NT;  // elements per thread
+  constexpr int CH = PER < 8 ? PER : 8;
+  const int tid = threadIdx.x;
+#pragma unroll 1
+  for (int c0 = 0; c0 < PER; c0 += CH) {
+    float r[CH];
+#pragma unroll
+    for (int k = 0; k < CH; ++k) {
+      const int e = tid + (c0 + k) * NT;
+      r[k] = (c0 + k < PER && e < N) ? f(e / D, e % D) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < CH; ++k) {
+      const int e = tid + (c0 + k) * NT;
+      if (c0 + k < PER && e < N) dst[(e / D) * STRIDE + e % D] = plus_cvt<T>(r[k]);
+    }
+  }
+}
+
+}  // namespace plus_attn
+
+// ===================================================================================== MATH 0: SIMT fp32
+#if PLUS_MATH == 0
+
+namespace plus_attn {
+
+// Lane layout inside a warp: lane = half * 16 + hl. The warp owns RW consecutive query rows of the block;
+// local row r of a lane is warp row 2 * r + half, so each lane owns RL = RW / 2 rows, and the two half
+// warps interleave rows. Columns: key j = hl + 16 * c (c < NJ) for the scores, output d = hl + 16 * c
+// (c < ND) for O. A row's scores are spread over the 16 lanes of one half warp (reductions: xor 1..8).
+constexpr int RW = BQ / WARPS;
+constexpr int RL = RW / 2;
+constexpr int NJ = BKV / 16;
+constexpr int ND = D / 16;
+constexpr int KSTR = D + PLUS_ATTN_SIMT_KPAD;
+constexpr int PSTR = PLUS_ATTN_SIMT_PSTR;
+
+PLUS_DEV void simt(const PlusArgs& args, float* smem) {
+  const Tile t = make_tile(args);
+  float* sQ = smem;               // [BQ][D]
+  float* sK = sQ + BQ * D;        // [BKV][KSTR]
+  float* sV = sK + BKV * KSTR;    // [BKV][D]
+  float* sP = sV + BKV * D;       // [BQ][PSTR], each warp uses its own RW rows
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int half = lane >> 4, hl = lane & 15;
+  const int wrow0 = warp * RW;    // first block row of this warp
+
+  // Query tile (rows past Sq are zero; they are computed but never stored).
+  fill_tile<BQ, D>(sQ, [&](int r, int d) -> float {
+    const int i = t.q0 + r;
+    return i < t.Sq ? plus_q(args, t.b, t.h, i, d) : 0.0f;
+  });
+
+  float o[RL][ND];
+  float m[RL], l[RL];
+#pragma unroll
+  for (int r = 0; r < RL; ++r) {
+    m[r] = -CUDART_INF_F;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < ND; ++c) o[r][c] = 0.0f;
+  }
+
+  for (int kt = 0; kt < t.n_tiles; ++kt) {
+    const int kv0 = kt * BKV;
+    __syncthreads();  // everyone is done with the previous K / V tiles (and the Q tile is stored)
+    fill_tile<BKV, KSTR>(sK, [&](int r, int d) -> float {
+      const int j = kv0 + r;
+      return j < t.Skv ? plus_k(args, t.b, t.hkv, j, d) : 0.0f;
+    });
+    fill_tile<BKV, D>(sV, [&](int r, int d) -> float {
+      const int j = kv0 + r;
+      return j < t.Skv ? plus_v(args, t.b, t.hkv, j, d) : 0.0f;
+    });
+    __syncthreads();
+
+    // S = Q K^T for the lane's RL rows x NJ columns, 4 head dims at a time.
+    float s[RL][NJ];
+#pragma unroll
+    for (int r = 0; r < RL; ++r)
+#pragma unroll
+      for (int c = 0; c < NJ; ++c) s[r][c] = 0.0f;
+#pragma unroll 2
+    for (int d = 0; d < D; d += 4) {
+      float4 kf[NJ];
+#pragma unroll
+      for (int c = 0; c < NJ; ++c) kf[c] = *(const float4*)&sK[(hl + 16 * c) * KSTR + d];
+#pragma unroll
+      for (int r = 0; r < RL; ++r) {
+        const float4 qf = *(const float4*)&sQ[(wrow0 + 2 * r + half) * D + d];
+#pragma unroll
+        for (int c = 0; c < NJ; ++c) {
+          float acc = s[r][c];
+          acc = fmaf(qf.x, kf[c].x, acc);
+          acc = fmaf(qf.y, kf[c].y, acc);
+          acc = fmaf(qf.z, kf[c].z, acc);
+          acc = fmaf(qf.w, kf[c].w, acc);
+          s[r][c] = acc;
+        }
+      }
+    }
+
+    // Logits, online softmax, P to shared memory.
+    const bool masked = tile_needs_mask(t, kv0, t.q0 + wrow0, RW);
+#pragma unroll
+    for (int r = 0; r < RL; ++r) {
+      const int row = wrow0 + 2 * r + half;
+      const int i = t.q0 + row;
+      float mx = -CUDART_INF_F;
+#pragma unroll
+      for (int c = 0; c < NJ; ++c) {
+        if (masked) s[r][c] = logit(args, t, i, kv0 + hl + 16 * c, s[r][c]);
+        mx = fmaxf(mx, s[r][c]);
+      }
+      mx = row_max<16>(mx);
+      const float m_new = fmaxf(m[r], mx);
+      // A row with nothing visible yet keeps m = -inf; subtract 0 then so that exp gives 0, not NaN.
+      const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
+      const float alpha = expf(m[r] - m_use);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int c = 0; c < ND; ++c) o[r][c] *= alpha;
+#pragma unroll
+      for (int c = 0; c < NJ; ++c) {
+        const float p = expf(s[r][c] - m_use);
+        l[r] += p;  // this lane's share of the row sum; the half warp adds its shares at the end
+        sP[row * PSTR + hl + 16 * c] = p;
+      }
+    }
+    __syncwarp();  // P rows are private to the warp
+
+    // O += P V: 4 keys at a time, P broadcast from shared memory, V read by column.
+#pragma unroll 2
+    for (int j = 0; j < BKV; j += 4) {
+      float4 pf[RL];
+#pragma unroll
+      for (int r = 0; r < RL; ++r) pf[r] = *(const float4*)&sP[(wrow0 + 2 * r + half) * PSTR + j];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+#pragma unroll
+        for (int c = 0; c < ND; ++c) {
+          const float v = sV[(j + jj) * D + hl + 16 * c];
+#pragma unroll
+          for (int r = 0; r < RL; ++r) {
+            const float p = jj == 0 ? pf[r].x : jj == 1 ? pf[r].y : jj == 2 ? pf[r].z : pf[r].w;
+            o[r][c] = fmaf(p, v, o[r][c]);
+          }
+        }
+      }
+    }
+    // The next write of sP comes after the __syncthreads at the top of the loop.
+  }
+
+  // Normalise and store. l == 0 means every key of the row was masked: the output is 0.
+#pragma unroll
+  for (int r = 0; r < RL; ++r) {
+    const float lsum = row_sum<16>(l[r]);
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    const int i = t.q0 + wrow0 + 2 * r + half;
+    if (i < t.Sq) {
+#pragma unroll
+      for (int c = 0; c < ND; ++c) plus_attn_out(args, t.b, t.h, i, hl + 16 * c, o[r][c] * inv);
+    }
+  }
+}
+
+}  // namespace plus_attn
+
+// ================================================================================ MATH 2: tensor cores
+#else
+
+namespace plus_attn {
+
+template <typename T> struct is_16bit { static constexpr bool value = false; };
+template <> struct is_16bit<__half> { static constexpr bool value = true; };
+template <> struct is_16bit<__nv_bfloat16> { static constexpr bool value = true; };
+static_assert(is_16bit<plus_qkv_t>::value, "MATH 2 needs plus_qkv_t = half or __nv_bfloat16");
+
+typedef plus_qkv_t T;
+constexpr int TSTR = D + PLUS_ATTN_TC_PAD;  // shared row stride in elements (16-byte multiple)
+constexpr int NKT = BKV / 8;                // n8 tiles of S per warp
+constexpr int NDT = D / 8;                  // n8 tiles of O per warp
+constexpr int KD = D / 16;                  // k16 steps of Q K^T
+constexpr int KKV = BKV / 16;               // k16 steps of P V
+
+// ---- PTX wrappers ----
+
+PLUS_DEV unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// Four 8x8 b16 matrices; lanes 8k..8k+7 give the row addresses of matrix k.
+PLUS_DEV void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+PLUS_DEV void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// c += a (16x16, row major) * b (16x8, column major), fp32 accumulators.
+template <typename E> struct Mma;
+template <> struct Mma<__half> {
+  static PLUS_DEV void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  // Two floats as one b16x2 register, x in the low half (the lower column).
+  static PLUS_DEV unsigned pack(float x, float y) {
+    __half2 v = __floats2half2_rn(x, y);
+    return *reinterpret_cast<unsigned*>(&v);
+  }
+};
+template <> struct Mma<__nv_bfloat16> {
+  static PLUS_DEV void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static PLUS_DEV unsigned pack(float x, float y) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<unsigned*>(&v);
+  }
+};
+
+// 16-byte global -> shared copy; src_bytes 0 writes zeros (used past the end of the sequence).
+PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+PLUS_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+PLUS_DEV void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// ---- tile loads: either cp.async from a strided tensor or element hooks ----
+
+// ROWS rows of D elements starting at row `row0` of the [S][ld] matrix at `src`; rows >= S become zeros.
+template <int ROWS>
+PLUS_DEV void load_async(T* dst, const T* src, long long ld, int row0, int S) {
+  constexpr int CPR = D / 8;  // 16-byte chunks per row
+  constexpr int N = ROWS * CPR;
+  // Not unrolled on purpose: fully unrolled, the compiler keeps one 64-bit pointer per chunk alive across
+  // the whole key loop (strength reduction), which costs dozens of registers; recomputing is cheap.
+  src += row0 * ld;
+  const int rows = S - row0;  // rows of the tile that exist
+#pragma unroll 1
+  for (int c = threadIdx.x; c < N; c += NT) {
+    const int r = c / CPR, col = (c % CPR) * 8;
+    const bool ok = r < rows;
+    cp_async16(dst + r * TSTR + col, ok ? src + r * ld + col : src, ok ? 16 : 0);
+  }
+}
+
+PLUS_DEV void load_q(const PlusArgs& args, const Tile& t, T* sQ) {
+#if PLUS_Q_STRIDED
+  load_async<BQ>(sQ, plus_q_ptr(args, t.b, t.h), plus_q_ld(args), t.q0, t.Sq);
+#else
+  fill_tile<BQ, TSTR>(sQ, [&](int r, int d) -> float {
+    const int i = t.q0 + r;
+    return i < t.Sq ? plus_q(args, t.b, t.h, i, d) : 0.0f;
+  });
+#endif
+}
+PLUS_DEV void load_k(const PlusArgs& args, const Tile& t, T* sK, int kv0) {
+#if PLUS_K_STRIDED
+  load_async<BKV>(sK, plus_k_ptr(args, t.b, t.hkv), plus_k_ld(args), kv0, t.Skv);
+#else
+  fill_tile<BKV, TSTR>(sK, [&](int r, int d) -> float {
+    const int j = kv0 + r;
+    return j < t.Skv ? plus_k(args, t.b, t.hkv, j, d) : 0.0f;
+  });
+#endif
+}
+PLUS_DEV void load_v(const PlusArgs& args, const Tile& t, T* sV, int kv0) {
+#if PLUS_V_STRIDED
+  load_async<BKV>(sV, plus_v_ptr(args, t.b, t.hkv), plus_v_ld(args), kv0, t.Skv);
+#else
+  fill_tile<BKV, TSTR>(sV, [&](int r, int d) -> float {
+    const int j = kv0 + r;
+    return j < t.Skv ? plus_v(args, t.b, t.hkv, j, d) : 0.0f;
+  });
+#endif
+}
+
+// ---- the kernel body ----
+//
+// Fragment layout of m16n8k16 (g = lane / 4, q = lane % 4): an accumulator n8 tile holds
+// c[0], c[1] = C[g][2q], C[g][2q + 1] and c[2], c[3] = C[g + 8][2q], C[g + 8][2q + 1]. So each thread owns
+// query rows g and g + 8 of its warp's 16 rows; a row is shared by the 4 threads of a quad (xor 1, 2).
+// The A fragment of a 16x16 tile is {A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]}: the
+// accumulators of two neighbouring n8 tiles of S, packed to b16 pairs, are exactly the A fragment of the
+// corresponding k16 slice of P.
+//
+// Schedule per key tile n (one K and one V buffer, as FlashAttention-2):
+//   wait K(n); sync | issue V(n) | S = Q K(n)^T; softmax | wait V(n); sync | issue K(n+1) | O += P V(n)
+// so the V load overlaps the score math and the next K load overlaps the P V product. With element hooks
+// the "issue" steps are synchronous loads and the waits are plain barriers.
+
+PLUS_DEV void tc(const PlusArgs& args, T* smem) {
+  const Tile t = make_tile(args);
+  T* sQ = smem;               // [BQ][TSTR]
+  T* sK = sQ + BQ * TSTR;     // [BKV][TSTR]
+  T* sV = sK + BKV * TSTR;    // [BKV][TSTR]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int wrow0 = warp * 16;  // the warp's first row within the block
+  const int i0 = t.q0 + wrow0 + g, i1 = i0 + 8;
+
+  float o[NDT][4];
+#pragma unroll
+  for (int n = 0; n < NDT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-CUDART_INF_F, -CUDART_INF_F};
+  float l[2] = {0.0f, 0.0f};
+  unsigned qf[KD][4];  // the warp's Q rows as A fragments, loaded once
+
+  if (t.n_tiles > 0) {
+    load_q(args, t, sQ);
+    load_k(args, t, sK, 0);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < t.n_tiles; ++kt) {
+    const int kv0 = kt * BKV;
+    cp_async_wait_all();
+    __syncthreads();  // K(kt) (and Q) visible to all; every warp is done reading V(kt - 1)
+    if (kt == 0) {
+      // Row (lane % 8) + 8 * ((lane / 8) % 2), column 8 * (lane / 16) of each 16x16 block: matrices
+      // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) = a0..a3.
+      const T* base = sQ + (wrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * TSTR + (lane >> 4) * 8;
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) ldmatrix_x4(qf[kk], base + kk * 16);
+    }
+    load_v(args, t, sV, kv0);
+    cp_async_commit();
+
+    // ---- S = Q K^T: per k16 step, one ldmatrix.x4 gives the B fragments of two n8 tiles ----
+    float s[NKT][4];
+#pragma unroll
+    for (int n = 0; n < NKT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    {
+      // K is stored [key][d] = B^T, i.e. B column-major: no transpose. Matrices (keys 0-7, d 0-7),
+      // (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) = b0, b1 of tile 0, b0, b1 of tile 1.
+      const T* base = sK + ((lane & 7) + (lane >> 4) * 8) * TSTR + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) {
+#pragma unroll
+        for (int np = 0; np < NKT / 2; ++np) {
+          unsigned bf[4];
+          ldmatrix_x4(bf, base + np * 16 * TSTR + kk * 16);
+          Mma<T>::run(s[2 * np], qf[kk], bf[0], bf[1]);
+          Mma<T>::run(s[2 * np + 1], qf[kk], bf[2], bf[3]);
+        }
+      }
+    }
+
+    // ---- logits and online softmax (rows i0 and i1 of this thread) ----
+    if (tile_needs_mask(t, kv0, t.q0 + wrow0, 16)) {
+#pragma unroll
+      for (int n = 0; n < NKT; ++n) {
+        const int j = kv0 + n * 8 + 2 * q;
+        s[n][0] = logit(args, t, i0, j, s[n][0]);
+        s[n][1] = logit(args, t, i0, j + 1, s[n][1]);
+        s[n][2] = logit(args, t, i1, j, s[n][2]);
+        s[n][3] = logit(args, t, i1, j + 1, s[n][3]);
+      }
+    }
+#pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+      float mx = -CUDART_INF_F;
+#pragma unroll
+      for (int n = 0; n < NKT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * rh], s[n][2 * rh + 1]));
+      mx = row_max<4>(mx);
+      const float m_new = fmaxf(m[rh], mx);
+      const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;  // nothing visible yet: exp -> 0, no NaN
+      const float alpha = exp2f((m[rh] - m_use) * LOG2E);
+      m[rh] = m_new;
+      l[rh] *= alpha;
+#pragma unroll
+      for (int n = 0; n < NDT; ++n) {
+        o[n][2 * rh] *= alpha;
+        o[n][2 * rh + 1] *= alpha;
+      }
+      const float ml = m_use * LOG2E;
+#pragma unroll
+      for (int n = 0; n < NKT; ++n) {
+#pragma unroll
+        for (int e = 2 * rh; e < 2 * rh + 2; ++e) {
+          const float p = exp2f(fmaf(s[n][e], LOG2E, -ml));
+          l[rh] += p;
+          s[n][e] = p;
+        }
+      }
+    }
+
+    cp_async_wait_all();
+    __syncthreads();  // V(kt) visible; every warp is done reading K(kt)
+    if (kt + 1 < t.n_tiles) {
+      load_k(args, t, sK, kv0 + BKV);
+      cp_async_commit();
+    }
+
+    // ---- O += P V: P from registers, V by ldmatrix.trans ----
+    {
+      // V is stored [key][d] = B row-major: transpose while loading. Matrices (keys 0-7, d 0-7),
+      // (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15) = b0, b1 of d tile 0, b0, b1 of d tile 1.
+      const T* base = sV + ((lane & 7) + ((lane >> 3) & 1) * 8) * TSTR + (lane >> 4) * 8;
+#pragma unroll
+      for (int kk = 0; kk < KKV; ++kk) {
+        unsigned a[4];
+        a[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < NDT / 2; ++dp) {
+          unsigned bf[4];
+          ldmatrix_x4_trans(bf, base + kk * 16 * TSTR + dp * 16);
+          Mma<T>::run(o[2 * dp], a, bf[0], bf[1]);
+          Mma<T>::run(o[2 * dp + 1], a, bf[2], bf[3]);
+        }
+      }
+    }
+  }
+
+  // ---- normalise and store; l == 0: the row saw no key (all masked), its output is 0 ----
+#pragma unroll
+  for (int rh = 0; rh < 2; ++rh) {
+    const float lsum = row_sum<4>(l[rh]);
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    const int i = rh ? i1 : i0;
+    if (i < t.Sq) {
+#pragma unroll
+      for (int n = 0; n < NDT; ++n) {
+        const int d = n * 8 + 2 * q;
+        plus_attn_out(args, t.b, t.h, i, d, o[n][2 * rh] * inv);
+        plus_attn_out(args, t.b, t.h, i, d + 1, o[n][2 * rh + 1] * inv);
+      }
+    }
+  }
+}
+
+}  // namespace plus_attn
+
+#endif  // PLUS_MATH
+
+// ------------------------------------------------------------------------------------------ entry
+
+extern "C" __global__ void __launch_bounds__(PLUS_WARPS * 32) plus_attention(const PlusArgs args) {
+  extern __shared__ __align__(16) unsigned char plus_attn_smem[];
+#if PLUS_MATH == 2
+  plus_attn::tc(args, reinterpret_cast<plus_qkv_t*>(plus_attn_smem));
+#else
+  plus_attn::simt(args, reinterpret_cast<float*>(plus_attn_smem));
+#endif
+}

@@ -1,0 +1,686 @@
+// gemm.cuh: batched GEMM template for sm_80 .. sm_90 (kernels/CONTRACT.md section 2.1).
+//
+//   C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]      (fp32 accumulation)
+//
+// The generated source includes plus_common.cuh, #defines the variant parameters below, typedefs
+// plus_ab_t, defines any hooks, then includes this file. Three math paths:
+//
+//   PLUS_MATH 2  f16/bf16 tensor cores: mma.sync m16n8k16, ldmatrix (.trans for a [K,N] B), a
+//                cp.async pipeline of PLUS_STAGES (2..4) tiles in dynamic shared memory.
+//   PLUS_MATH 1  TF32 tensor cores (plus_ab_t float): mma.sync m16n8k8 with operands rounded by
+//                cvt.rna.tf32.f32; same pipeline.
+//   PLUS_MATH 0  exact fp32 SIMT: every thread owns a (WM/4) x (WN/8) block of C and accumulates
+//                outer products with fmaf in k order; shared memory double buffering with the next
+//                tile staged through registers.
+//
+// Variant parameters (all compile-time):
+//   PLUS_BM, PLUS_BN, PLUS_BK   block tile; PLUS_WM, PLUS_WN   warp tile (PLUS_THREADS = 32 * warps)
+//   PLUS_STAGES                 pipeline depth for MATH 1/2 (2..4); MATH 0 always double buffers
+//   PLUS_SPLITK                 split-K factor (default 1)
+//   PLUS_B_TRANS                0: B[k*ldb + n] (default); 1: B[n*ldb + k]
+//   PLUS_ALIGNED                1: every A/B row start is 16-byte aligned (lda/ldb multiples of 16 bytes):
+//                               16-byte vector / cp.async loads; 0 (default): guarded scalar loads
+//
+// Hooks (define PLUS_HAS_<NAME> before defining one; indices are long long, values float):
+//   PlusGemmShape plus_gemm_shape(const PlusArgs&)                       default: {v[0], v[1], v[2], v[3]}
+//                                                                          = {batch, M, N, K}
+//   const plus_ab_t* plus_a_ptr(const PlusArgs&, long long b)            default: in[0] + b*M*K
+//   long long plus_lda(const PlusArgs&)                                  default: K
+//   const plus_ab_t* plus_b_ptr(const PlusArgs&, long long b)            default: in[1] + b*K*N
+//   long long plus_ldb(const PlusArgs&)                                  default: N (B_TRANS 0) / K (B_TRANS 1)
+//   float plus_prologue_a(const PlusArgs&, long long b, long long m, long long k, float x)
+//        optional (PLUS_HAS_PROLOGUE_A): applied once to every in-range A element of a tile after it
+//        has landed in shared memory and before the MMA reads it (out-of-range zero fill is untouched)
+//   void plus_epilogue(const PlusArgs&, long long b, long long m, long long n, float acc)
+//        default: out[0][(b*M + m)*N + n] = plus_cvt<plus_c_t>(acc); plus_c_t defaults to plus_ab_t
+//        (typedef it and #define PLUS_HAS_C_T for another output type)
+// i.e. the defaults compute one contiguous row-major problem (batch of contiguous [M,K] x [K,N] or
+// [N,K] matrices in in[0], in[1]) into a contiguous [batch, M, N] out[0].
+//
+// Entry points: plus_gemm, grid (cdiv(N,BN), cdiv(M,BM), batch*SPLITK), block PLUS_THREADS, dynamic
+// shared memory PLUS_SMEM_BYTES. With PLUS_SPLITK > 1, blockIdx.z = split*batch + b; split s covers
+// the K range [s*KS, min(K, (s+1)*KS)) with KS = cdiv(cdiv(K, SPLITK), BK)*BK, writes fp32 partial sums
+// to scratch[0] as [SPLITK][batch][M][N] (every element, zeros for an empty range), and
+// plus_splitk_reduce (grid cdiv(batch*M*N, 256), block 256) sums them and calls plus_epilogue.
+//
+// Shared memory layouts (padding keeps ldmatrix / SIMT accesses free of bank conflicts):
+//   MATH 2/1  A stage [BM][BK + 16B]; B stage [BN][BK + 16B] (B_TRANS 1) or [BK][BN + 8] (B_TRANS 0).
+//             The B stage is sized for the larger of the two so PLUS_SMEM_BYTES ignores B_TRANS.
+//   MATH 0    A stage [BK][BM + 4] (transposed), B stage [BK][BN + 4], always 2 stages, float.
+// kernels/gemm_configs.py mirrors PLUS_THREADS and PLUS_SMEM_BYTES; keep the two in step.
+#pragma once
+
+// ------------------------------------------------------------------------------------ parameters
+
+#if !defined(PLUS_BM) || !defined(PLUS_BN) || !defined(PLUS_BK) || !defined(PLUS_WM) || !defined(PLUS_WN)
+#error "gemm.cuh: define PLUS_BM, PLUS_BN, PLUS_BK, PLUS_WM and PLUS_WN before including it"
+#endif
+#ifndef PLUS_MATH
+#error "gemm.cuh: define PLUS_MATH (0 SIMT fp32, 1 TF32, 2 f16/bf16)"
+#endif
+#ifndef PLUS_STAGES
+#define PLUS_STAGES 2
+#endif
+#ifndef PLUS_SPLITK
+#define PLUS_SPLITK 1
+#endif
+#ifndef PLUS_B_TRANS
+#define PLUS_B_TRANS 0
+#endif
+#ifndef PLUS_ALIGNED
+#define PLUS_ALIGNED 0
+#endif
+
+#define PLUS_WARPS_M (PLUS_BM / PLUS_WM)
+#define PLUS_WARPS_N (PLUS_BN / PLUS_WN)
+#define PLUS_THREADS (PLUS_WARPS_M * PLUS_WARPS_N * 32)
+
+#define PLUS_GEMM_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#if PLUS_MATH == 0
+// SIMT: float tiles, A transposed to [k][m], 2 stages.
+#define PLUS_GEMM_ELEM 4
+#define PLUS_GEMM_NSTAGE 2
+#define PLUS_GEMM_LDA_S (PLUS_BM + 4)
+#define PLUS_GEMM_LDB_S (PLUS_BN + 4)
+#define PLUS_GEMM_A_STAGE (PLUS_BK * PLUS_GEMM_LDA_S)
+#define PLUS_GEMM_B_STAGE (PLUS_BK * PLUS_GEMM_LDB_S)
+#elif PLUS_MATH == 1 || PLUS_MATH == 2
+#define PLUS_GEMM_ELEM (PLUS_MATH == 2 ? 2 : 4)
+#define PLUS_GEMM_CE (16 / PLUS_GEMM_ELEM)          /* elements per 16-byte chunk */
+#define PLUS_GEMM_NSTAGE PLUS_STAGES
+#define PLUS_GEMM_LDA_S (PLUS_BK + PLUS_GEMM_CE)     /* A [BM][BK + 16 bytes] */
+#if PLUS_B_TRANS
+#define PLUS_GEMM_LDB_S (PLUS_BK + PLUS_GEMM_CE)     /* B [BN][BK + 16 bytes] */
+#else
+#define PLUS_GEMM_LDB_S (PLUS_BN + 8)                /* B [BK][BN + 8] */
+#endif
+#define PLUS_GEMM_A_STAGE (PLUS_BM * PLUS_GEMM_LDA_S)
+#define PLUS_GEMM_B_STAGE PLUS_GEMM_MAX(PLUS_BN * (PLUS_BK + PLUS_GEMM_CE), PLUS_BK * (PLUS_BN + 8))
+#else
+#error "gemm.cuh: PLUS_MATH must be 0, 1 or 2"
+#endif
+
+#define PLUS_SMEM_BYTES (PLUS_GEMM_NSTAGE * (PLUS_GEMM_A_STAGE + PLUS_GEMM_B_STAGE) * PLUS_GEMM_ELEM)
+
+static_assert(PLUS_BM % PLUS_WM == 0 && PLUS_BN % PLUS_WN == 0, "the warp tile must divide the block tile");
+static_assert(PLUS_THREADS >= 32 && PLUS_THREADS <= 1024, "1..32 warps per block");
+static_assert(PLUS_SPLITK >= 1, "PLUS_SPLITK >= 1");
+#if PLUS_MATH == 0
+static_assert(PLUS_WM % 16 == 0 && PLUS_WN % 32 == 0,
+              "SIMT warp tile: WM a multiple of 16 (4 lanes x 4 rows), WN a multiple of 32 (8 lanes x 4 columns)");
+static_assert(PLUS_BK % 4 == 0, "SIMT: BK a multiple of 4");
+#else
+static_assert(PLUS_STAGES >= 2 && PLUS_STAGES <= 4, "PLUS_STAGES in 2..4");
+static_assert(PLUS_WM % 16 == 0 && PLUS_WN % 16 == 0, "mma warp tile: WM and WN multiples of 16");
+static_assert(PLUS_BK % 16 == 0, "mma: BK a multiple of 16");
+static_assert(PLUS_BN % 32 == 0, "mma: BN a multiple of 32 (conflict-free [BK][BN+8] B tile)");
+#endif
+
+// -------------------------------------------------------------------------------- hook defaults
+
+// PlusGemmShape belongs with PlusArgs in plus_common.cuh (a generated plus_gemm_shape is defined before
+// this file is included); whoever defines it first also defines PLUS_GEMM_SHAPE_DEFINED.
+#ifndef PLUS_GEMM_SHAPE_DEFINED
+#define PLUS_GEMM_SHAPE_DEFINED
+struct PlusGemmShape {
+  long long batch, M, N, K;
+};
+#endif
+
+#ifndef PLUS_HAS_C_T
+typedef plus_ab_t plus_c_t;
+#endif
+
+#ifndef PLUS_HAS_GEMM_SHAPE
+PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
+  return PlusGemmShape{args.v[0], args.v[1], args.v[2], args.v[3]};
+}
+#endif
+
+#ifndef PLUS_HAS_A_PTR
+PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return (const plus_ab_t*)args.in[0] + b * s.M * s.K;
+}
+#endif
+
+#ifndef PLUS_HAS_LDA
+PLUS_DEV long long plus_lda(const PlusArgs& args) { return plus_gemm_shape(args).K; }
+#endif
+
+#ifndef PLUS_HAS_B_PTR
+PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return (const plus_ab_t*)args.in[1] + b * s.K * s.N;
+}
+#endif
+
+#ifndef PLUS_HAS_LDB
+PLUS_DEV long long plus_ldb(const PlusArgs& args) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return PLUS_B_TRANS ? s.K : s.N;
+}
+#endif
+
+#ifndef PLUS_HAS_EPILOGUE
+PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  plus_store<plus_c_t>(args.out[0], (b * s.M + m) * s.N + n, plus_cvt<plus_c_t>(acc));
+}
+#endif
+
+// ------------------------------------------------------------------------------------ internals
+
+namespace plusg {
+
+// Problem coordinates of one block, shared by the math paths and the store.
+struct Block {
+  long long b, batch;
+  int split;
+  int M, N;
+  int m0, n0;        // first row / column of the block tile
+  int kbeg, kend;    // K range of this block (split-K)
+};
+
+// One finished sum: to the epilogue, or to the split-K partial buffer.
+PLUS_DEV void store(const PlusArgs& args, const Block& blk, int m, int n, float v) {
+  if (m >= blk.M || n >= blk.N) return;
+#if PLUS_SPLITK > 1
+  float* part = (float*)args.scratch[0];
+  part[(((long long)blk.split * blk.batch + blk.b) * blk.M + m) * blk.N + n] = v;
+#else
+  plus_epilogue(args, blk.b, m, n, v);
+#endif
+}
+
+PLUS_DEV unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+#if PLUS_MATH == 0
+// ============================================================================ SIMT fp32 (exact)
+//
+// Warp = 4 (m) x 8 (n) lanes. Lane (lm, ln) owns rows wm0 + c*16 + lm*4 + {0..3} (c < TM/4) and
+// columns wn0 + c*32 + ln*4 + {0..3} (c < TN/4): every smem read is a float4, the 4 (8) distinct float4
+// a warp reads per k are adjacent (no bank conflicts, the rest broadcast).
+
+constexpr int TM = PLUS_WM / 4;
+constexpr int TN = PLUS_WN / 8;
+constexpr int KC = PLUS_BK / 4;                              // 4-element chunks along k per row
+constexpr int A_CHUNKS = PLUS_BM * KC;                       // chunks in an A tile
+#if PLUS_B_TRANS
+constexpr int B_CHUNKS = PLUS_BN * KC;
+#else
+constexpr int B_CHUNKS = PLUS_BK * (PLUS_BN / 4);
+#endif
+constexpr int A_PER = (A_CHUNKS + PLUS_THREADS - 1) / PLUS_THREADS;
+constexpr int B_PER = (B_CHUNKS + PLUS_THREADS - 1) / PLUS_THREADS;
+
+// Four consecutive elements p[0..3] of which `avail` are in range (the rest read as 0).
+PLUS_DEV float4 load4(const plus_ab_t* p, int avail) {
+#if PLUS_ALIGNED
+  if (sizeof(plus_ab_t) == 4 && avail >= 4) {
+    const float4 v = __ldg((const float4*)p);
+    return v;
+  }
+#endif
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (avail > 0) v.x = plus_f(p[0]);
+  if (avail > 1) v.y = plus_f(p[1]);
+  if (avail > 2) v.z = plus_f(p[2]);
+  if (avail > 3) v.w = plus_f(p[3]);
+  return v;
+}
+
+struct Stage {
+  float4 a[A_PER];
+  float4 b[B_PER];
+};
+
+// Global -> registers for the tile starting at k0 (prologue applied here: same result as in smem).
+PLUS_DEV void fetch(const PlusArgs& args, const Block& blk, Stage& st, const plus_ab_t* A, long long lda,
+                    const plus_ab_t* B, long long ldb, int k0) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < A_PER; ++i) {
+    const int c = tid + i * PLUS_THREADS;
+    st.a[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (A_CHUNKS % PLUS_THREADS == 0 || c < A_CHUNKS) {
+      const int r = c / KC, k = k0 + (c % KC) * 4, m = blk.m0 + r;
+      const int avail = m < blk.M ? min(4, blk.kend - k) : 0;
+      if (avail > 0) st.a[i] = load4(A + (long long)m * lda + k, avail);
+#ifdef PLUS_HAS_PROLOGUE_A
+      float* e = &st.a[i].x;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j < avail) e[j] = plus_prologue_a(args, blk.b, m, k + j, e[j]);
+#endif
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < B_PER; ++i) {
+    const int c = tid + i * PLUS_THREADS;
+    st.b[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (B_CHUNKS % PLUS_THREADS == 0 || c < B_CHUNKS) {
+#if PLUS_B_TRANS
+      const int r = c / KC, k = k0 + (c % KC) * 4, n = blk.n0 + r;
+      const int avail = n < blk.N ? min(4, blk.kend - k) : 0;
+      if (avail > 0) st.b[i] = load4(B + (long long)n * ldb + k, avail);
+#else
+      const int r = c / (PLUS_BN / 4), n = blk.n0 + (c % (PLUS_BN / 4)) * 4, k = k0 + r;
+      const int avail = k < blk.kend ? min(4, blk.N - n) : 0;
+      if (avail > 0) st.b[i] = load4(B + (long long)k * ldb + n, avail);
+#endif
+    }
+  }
+}
+
+// Registers -> shared stage: As[k][m] (transposed), Bs[k][n].
+PLUS_DEV void deposit(const Stage& st, float* As, float* Bs) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < A_PER; ++i) {
+    const int c = tid + i * PLUS_THREADS;
+    if (A_CHUNKS % PLUS_THREADS == 0 || c < A_CHUNKS) {
+      const int r = c / KC, kk = (c % KC) * 4;
+      As[(kk + 0) * PLUS_GEMM_LDA_S + r] = st.a[i].x;
+      As[(kk + 1) * PLUS_GEMM_LDA_S + r] = st.a[i].y;
+      As[(kk + 2) * PLUS_GEMM_LDA_S + r] = st.a[i].z;
+      As[(kk + 3) * PLUS_GEMM_LDA_S + r] = st.a[i].w;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < B_PER; ++i) {
+    const int c = tid + i * PLUS_THREADS;
+    if (B_CHUNKS % PLUS_THREADS == 0 || c < B_CHUNKS) {
+#if PLUS_B_TRANS
+      const int r = c / KC, kk = (c % KC) * 4;
+      Bs[(kk + 0) * PLUS_GEMM_LDB_S + r] = st.b[i].x;
+      Bs[(kk + 1) * PLUS_GEMM_LDB_S + r] = st.b[i].y;
+      Bs[(kk + 2) * PLUS_GEMM_LDB_S + r] = st.b[i].z;
+      Bs[(kk + 3) * PLUS_GEMM_LDB_S + r] = st.b[i].w;
+#else
+      const int r = c / (PLUS_BN / 4), nn = (c % (PLUS_BN / 4)) * 4;
+      *(float4*)&Bs[r * PLUS_GEMM_LDB_S + nn] = st.b[i];
+#endif
+    }
+  }
+}
+
+PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* smem) {
+  float* As0 = (float*)smem;
+  float* Bs0 = As0 + 2 * PLUS_GEMM_A_STAGE;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wm0 = (warp % PLUS_WARPS_M) * PLUS_WM, wn0 = (warp / PLUS_WARPS_M) * PLUS_WN;
+  const int lm = lane >> 3, ln = lane & 7;
+
+  const plus_ab_t* A = plus_a_ptr(args, blk.b);
+  const plus_ab_t* B = plus_b_ptr(args, blk.b);
+  const long long lda = plus_lda(args), ldb = plus_ldb(args);
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+  const int ktiles = (blk.kend - blk.kbeg + PLUS_BK - 1) / PLUS_BK;
+  Stage st;
+  if (ktiles > 0) {
+    fetch(args, blk, st, A, lda, B, ldb, blk.kbeg);
+    deposit(st, As0, Bs0);
+  }
+  __syncthreads();
+  for (int kt = 0; kt < ktiles; ++kt) {
+    const int cur = kt & 1;
+    const bool more = kt + 1 < ktiles;
+    if (more) fetch(args, blk, st, A, lda, B, ldb, blk.kbeg + (kt + 1) * PLUS_BK);  // in flight during the math
+    const float* As = As0 + cur * PLUS_GEMM_A_STAGE;
+    const float* Bs = Bs0 + cur * PLUS_GEMM_B_STAGE;
+#pragma unroll
+    for (int kk = 0; kk < PLUS_BK; ++kk) {
+      float a[TM], bv[TN];
+#pragma unroll
+      for (int c = 0; c < TM / 4; ++c) {
+        const float4 v = *(const float4*)&As[kk * PLUS_GEMM_LDA_S + wm0 + c * 16 + lm * 4];
+        a[c * 4 + 0] = v.x; a[c * 4 + 1] = v.y; a[c * 4 + 2] = v.z; a[c * 4 + 3] = v.w;
+      }
+#pragma unroll
+      for (int c = 0; c < TN / 4; ++c) {
+        const float4 v = *(const float4*)&Bs[kk * PLUS_GEMM_LDB_S + wn0 + c * 32 + ln * 4];
+        bv[c * 4 + 0] = v.x; bv[c * 4 + 1] = v.y; bv[c * 4 + 2] = v.z; bv[c * 4 + 3] = v.w;
+      }
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
+    }
+    // The other stage was last read in iteration kt-1, which the barrier below (of kt-1) closed.
+    if (more) deposit(st, As0 + (cur ^ 1) * PLUS_GEMM_A_STAGE, Bs0 + (cur ^ 1) * PLUS_GEMM_B_STAGE);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int m = blk.m0 + wm0 + (i / 4) * 16 + lm * 4 + (i % 4);
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int n = blk.n0 + wn0 + (j / 4) * 32 + ln * 4 + (j % 4);
+      store(args, blk, m, n, acc[i][j]);
+    }
+  }
+}
+
+#else
+// ============================================================================ tensor cores (TF32, f16/bf16)
+
+constexpr int CE = PLUS_GEMM_CE;              // elements per 16-byte chunk
+constexpr int KSTEP = PLUS_MATH == 2 ? 16 : 8; // k of one mma
+constexpr int MI = PLUS_WM / 16;              // m16 tiles per warp
+constexpr int NI = PLUS_WN / 8;               // n8 tiles per warp
+
+template <typename T, typename U> struct same { static constexpr bool value = false; };
+template <typename T> struct same<T, T> { static constexpr bool value = true; };
+#if PLUS_MATH == 2
+static_assert(same<plus_ab_t, __half>::value || same<plus_ab_t, __nv_bfloat16>::value,
+              "PLUS_MATH 2 needs plus_ab_t half or __nv_bfloat16");
+#else
+static_assert(same<plus_ab_t, float>::value, "PLUS_MATH 1 (TF32) needs plus_ab_t float");
+#endif
+
+// --- PTX wrappers -------------------------------------------------------------------------------
+
+// 16-byte asynchronous copy global -> shared; only the first src_bytes are read, the rest is zero.
+PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes));
+}
+PLUS_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> PLUS_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+PLUS_DEV void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+PLUS_DEV void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+#if PLUS_MATH == 2
+template <typename T> struct Mma;
+template <> struct Mma<__half> {
+  static PLUS_DEV void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+template <> struct Mma<__nv_bfloat16> {
+  static PLUS_DEV void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) { Mma<plus_ab_t>::run(d, a, b); }
+#else
+PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// fp32 bits -> tf32 (round to nearest, ties away), as the mma expects its 32-bit operands.
+PLUS_DEV unsigned to_tf32(unsigned x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
+  return r;
+}
+#endif
+
+// --- global -> shared -----------------------------------------------------------------------------
+
+// One R x C tile (C contiguous in both global and shared memory, shared row stride LDS) whose element
+// (r, c) is g[(row0 + r)*ld + col0 + c], valid when row0 + r < row_lim and col0 + c < col_lim; invalid
+// elements become 0. 16-byte chunks, chunk index = threadIdx.x + i*THREADS, row-major.
+template <int R, int C, int LDS>
+PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0, int row_lim, int col0,
+                        int col_lim) {
+  constexpr int CPR = C / CE;
+  constexpr int TOTAL = R * CPR;
+  static_assert(C % CE == 0, "tile width must be whole 16-byte chunks");
+#pragma unroll
+  for (int i = 0; i < (TOTAL + PLUS_THREADS - 1) / PLUS_THREADS; ++i) {
+    const int c = threadIdx.x + i * PLUS_THREADS;
+    if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
+      const int r = c / CPR, cc = (c % CPR) * CE;
+      const int gr = row0 + r, gc = col0 + cc;
+      plus_ab_t* dst = s + r * LDS + cc;
+      int avail = gr < row_lim ? col_lim - gc : 0;
+      avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
+#if PLUS_ALIGNED
+      // src must be a valid address even when nothing is read: fall back to the matrix base.
+      const plus_ab_t* src = avail > 0 ? g + (long long)gr * ld + gc : g;
+      cp_async16(dst, src, avail * (int)sizeof(plus_ab_t));
+#else
+      const plus_ab_t* src = g + (long long)gr * ld + gc;
+#pragma unroll
+      for (int j = 0; j < CE; ++j) dst[j] = j < avail ? src[j] : plus_cvt<plus_ab_t>(0.f);
+#endif
+    }
+  }
+}
+
+PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* smem) {
+  plus_ab_t* As0 = (plus_ab_t*)smem;
+  plus_ab_t* Bs0 = As0 + PLUS_STAGES * PLUS_GEMM_A_STAGE;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wm0 = (warp % PLUS_WARPS_M) * PLUS_WM, wn0 = (warp / PLUS_WARPS_M) * PLUS_WN;
+
+  const plus_ab_t* A = plus_a_ptr(args, blk.b);
+  const plus_ab_t* B = plus_b_ptr(args, blk.b);
+  const long long lda = plus_lda(args), ldb = plus_ldb(args);
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+
+  const int ktiles = (blk.kend - blk.kbeg + PLUS_BK - 1) / PLUS_BK;
+
+  // Issue the loads of k tile `kt` into pipeline stage `stage` (one commit group per call site).
+  auto issue = [&](int kt, int stage) {
+    const int k0 = blk.kbeg + kt * PLUS_BK;
+    load_tile<PLUS_BM, PLUS_BK, PLUS_GEMM_LDA_S>(As0 + stage * PLUS_GEMM_A_STAGE, A, lda, blk.m0, blk.M, k0,
+                                                 blk.kend);
+#if PLUS_B_TRANS
+    load_tile<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, blk.n0, blk.N, k0,
+                                                 blk.kend);
+#else
+    load_tile<PLUS_BK, PLUS_BN, PLUS_GEMM_LDB_S>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, k0, blk.kend, blk.n0,
+                                                 blk.N);
+#endif
+  };
+
+  // Fill the first STAGES-1 stages.
+#pragma unroll
+  for (int s = 0; s < PLUS_STAGES - 1; ++s) {
+    if (s < ktiles) issue(s, s);
+    cp_async_commit();
+  }
+
+  int stage = 0;  // stage holding tile kt
+  for (int kt = 0; kt < ktiles; ++kt) {
+    // Groups committed so far: STAGES-1+kt; allowing STAGES-2 pending means tile kt has landed.
+    cp_async_wait<PLUS_STAGES - 2>();
+    __syncthreads();  // everyone's copies visible; everyone done with tile kt-1's stage
+    const plus_ab_t* As = As0 + stage * PLUS_GEMM_A_STAGE;
+    const plus_ab_t* Bs = Bs0 + stage * PLUS_GEMM_B_STAGE;
+
+#ifdef PLUS_HAS_PROLOGUE_A
+    {  // Apply the A prologue in place to the in-range part of the landed tile.
+      plus_ab_t* Aw = As0 + stage * PLUS_GEMM_A_STAGE;
+      const int k0 = blk.kbeg + kt * PLUS_BK;
+      for (int e = threadIdx.x; e < PLUS_BM * PLUS_BK; e += PLUS_THREADS) {
+        const int r = e / PLUS_BK, c = e % PLUS_BK;
+        const int m = blk.m0 + r, k = k0 + c;
+        if (m < blk.M && k < blk.kend) {
+          plus_ab_t* p = Aw + r * PLUS_GEMM_LDA_S + c;
+          *p = plus_cvt<plus_ab_t>(plus_prologue_a(args, blk.b, m, k, plus_f(*p)));
+        }
+      }
+      __syncthreads();
+    }
+#endif
+
+    // Refill the stage read in iteration kt-1 with tile kt+STAGES-1.
+    {
+      const int nk = kt + PLUS_STAGES - 1;
+      int ns = stage + PLUS_STAGES - 1;
+      if (ns >= PLUS_STAGES) ns -= PLUS_STAGES;
+      if (nk < ktiles) issue(nk, ns);
+      cp_async_commit();
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < PLUS_BK; kk += KSTEP) {
+      unsigned af[MI][4], bf[NI][2];
+      // A fragments: x4 = rows 0-7 / 8-15 at k+0, rows 0-7 / 8-15 at k+16 bytes.
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        ldmatrix_x4(af[i], As + (wm0 + i * 16 + (lane & 15)) * PLUS_GEMM_LDA_S + kk + (lane >> 4) * CE);
+      // B fragments, two n8 tiles per x4: (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi).
+#if PLUS_B_TRANS
+#pragma unroll
+      for (int j = 0; j < NI / 2; ++j) {
+        unsigned r[4];
+        ldmatrix_x4(r, Bs + (wn0 + j * 16 + (lane >> 4) * 8 + (lane & 7)) * PLUS_GEMM_LDB_S + kk +
+                           ((lane >> 3) & 1) * CE);
+        bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1]; bf[2 * j + 1][0] = r[2]; bf[2 * j + 1][1] = r[3];
+      }
+#elif PLUS_MATH == 2
+#pragma unroll
+      for (int j = 0; j < NI / 2; ++j) {  // [k][n] tile: .trans turns k-rows into the col-major fragment
+        unsigned r[4];
+        ldmatrix_x4_trans(r, Bs + (kk + ((lane >> 3) & 1) * 8 + (lane & 7)) * PLUS_GEMM_LDB_S + wn0 + j * 16 +
+                                 (lane >> 4) * 8);
+        bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1]; bf[2 * j + 1][0] = r[2]; bf[2 * j + 1][1] = r[3];
+      }
+#else
+      // TF32 with a [k][n] tile: 32-bit elements cannot go through ldmatrix.trans; read them directly
+      // (b0 = B[k=t][n=g], b1 = B[k=t+4][n=g]; row stride = 8 mod 32 words keeps the warp conflict-free).
+      {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          const plus_ab_t* p = Bs + (kk + t) * PLUS_GEMM_LDB_S + wn0 + j * 8 + g;
+          bf[j][0] = __float_as_uint(p[0]);
+          bf[j][1] = __float_as_uint(p[4 * PLUS_GEMM_LDB_S]);
+        }
+      }
+#endif
+#if PLUS_MATH == 1
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) af[i][q] = to_tf32(af[i][q]);
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        bf[j][0] = to_tf32(bf[j][0]);
+        bf[j][1] = to_tf32(bf[j][1]);
+      }
+#endif
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mma(acc[i][j], af[i], bf[j]);
+    }
+    if (++stage == PLUS_STAGES) stage = 0;
+  }
+  cp_async_wait<0>();  // nothing may be in flight into shared memory when the block exits
+
+  // Accumulator fragment: d0, d1 at (row g, cols 2t, 2t+1), d2, d3 at (row g+8, same cols).
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < MI; ++i) {
+    const int m = blk.m0 + wm0 + i * 16 + g;
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int n = blk.n0 + wn0 + j * 8 + 2 * t;
+      store(args, blk, m, n, acc[i][j][0]);
+      store(args, blk, m, n + 1, acc[i][j][1]);
+      store(args, blk, m + 8, n, acc[i][j][2]);
+      store(args, blk, m + 8, n + 1, acc[i][j][3]);
+    }
+  }
+}
+#endif  // PLUS_MATH
+
+}  // namespace plusg
+
+// ----------------------------------------------------------------------------------- entry points
+
+extern "C" __global__ void __launch_bounds__(PLUS_THREADS) plus_gemm(const PlusArgs args) {
+  extern __shared__ __align__(16) unsigned char plus_gemm_smem[];
+  const PlusGemmShape sh = plus_gemm_shape(args);
+  plusg::Block blk;
+  const int batch = (int)sh.batch;  // batch * SPLITK = gridDim.z <= 65535: 32-bit math (no 64-bit division call)
+  blk.batch = batch;
+  blk.b = (int)blockIdx.z % batch;
+  blk.split = (int)blockIdx.z / batch;
+  blk.M = (int)sh.M;
+  blk.N = (int)sh.N;
+  blk.m0 = blockIdx.y * PLUS_BM;
+  blk.n0 = blockIdx.x * PLUS_BN;
+  const int K = (int)sh.K;
+#if PLUS_SPLITK > 1
+  const int per = (int)plus_cdiv(plus_cdiv(K, PLUS_SPLITK), PLUS_BK) * PLUS_BK;
+  blk.kbeg = min(K, blk.split * per);
+  blk.kend = min(K, blk.kbeg + per);
+#else
+  blk.kbeg = 0;
+  blk.kend = K;
+#endif
+  plusg::gemm_block(args, blk, plus_gemm_smem);
+}
+
+#if PLUS_SPLITK > 1
+namespace plusg {
+// q = x / d and r = x % d for x >= 0, d > 0 without a 64-bit integer division (a subroutine call whose
+// register saves ptxas reports as spills): a double-precision estimate, corrected exactly.
+PLUS_DEV long long divmod(long long x, long long d, double inv_d, long long& r) {
+  long long q = (long long)((double)x * inv_d);
+  r = x - q * d;
+  while (r < 0) { --q; r += d; }
+  while (r >= d) { ++q; r -= d; }
+  return q;
+}
+}  // namespace plusg
+
+// Sums the SPLITK fp32 partials of every (b, m, n) and hands the total to the epilogue.
+extern "C" __global__ void __launch_bounds__(256) plus_splitk_reduce(const PlusArgs args) {
+  const PlusGemmShape sh = plus_gemm_shape(args);
+  const long long total = sh.batch * sh.M * sh.N;
+  const double inv_n = __drcp_rn((double)sh.N), inv_m = __drcp_rn((double)sh.M);
+  const float* part = (const float*)args.scratch[0];
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < total; i += (long long)gridDim.x * 256) {
+    float s = 0.f;
+#pragma unroll
+    for (int p = 0; p < PLUS_SPLITK; ++p) s += part[p * total + i];
+    long long n, m;
+    const long long bm = plusg::divmod(i, sh.N, inv_n, n);
+    const long long b = plusg::divmod(bm, sh.M, inv_m, m);
+    plus_epilogue(args, b, m, n, s);
+  }
+}
+#endif

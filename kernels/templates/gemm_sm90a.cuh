@@ -1,0 +1,639 @@
+// gemm_sm90a.cuh: Hopper (sm_90a) GEMM template built on wgmma.mma_async (see kernels/CONTRACT.md §2.1).
+//
+//   C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]      A, B: half or __nv_bfloat16 (plus_ab_t), fp32 accumulate
+//
+// Schedule
+// --------
+// * One CTA computes a BM x BN tile of C.  It holds (BM/WM) x (BN/WN) consumer warpgroups of 128 threads;
+//   a warpgroup owns a WM x WN sub-tile (WM = 64 or 128, i.e. one or two m64 wgmma rows; WN = 64..256 in
+//   steps of 64, the N of one wgmma.m64nNk16).  Accumulators live in registers: (WM/64) * WN/2 floats/thread.
+// * Global -> shared memory: every thread issues 16-byte `cp.async` copies (zero-filling past the edges of
+//   the problem) into a ring of PLUS_STAGES stage buffers.  We do not use TMA because that needs a
+//   CUtensorMap built by the host, and the PlusEP launcher only passes a PlusArgs struct.
+// * Shared memory holds every operand in the wgmma "canonical" layout with the 128-byte swizzle, so the
+//   tensor cores read it straight from shared memory (no ldmatrix, no registers for A/B):
+//     - A tile   [BM rows (m)][64 k]  : K-major; row r is 128 bytes; its 16-byte chunk c sits at chunk c^(r%8)
+//     - B, TRANS=1 ([N,K] in memory): K-major exactly like A, rows are n
+//     - B, TRANS=0 ([K,N] in memory): MN-major; BN/64 column blocks of [64 k rows][64 n] (8 KiB each); inside
+//       a block, row k is 128 bytes and chunk c (8 n values) sits at chunk c^(k%8)
+//   An 8-row x 128-byte "swizzle atom" is 1024 bytes, and every tile starts on a 1024-byte boundary, so the
+//   descriptors' base-offset field stays 0.
+// * Pipeline, per k-tile i (stage s = i % STAGES):
+//       wait for my cp.async group of tile i; fence.proxy.async; __syncthreads
+//       [optional A prologue hook rewrites stage s in place; fence; __syncthreads]
+//       wgmma.fence; 4 (k16) x WM/64 wgmma.mma_async; wgmma.commit_group; wgmma.wait_group 1
+//       cp.async tile i+STAGES-2 into stage (i-2) % STAGES; cp.async.commit_group
+//   wait_group 1 keeps one wgmma group (tile i) in flight behind the loads.  The stage being refilled was
+//   read by the wgmma group of tile i-2, which every warpgroup retired (wait_group 1 in iteration i-1)
+//   before it reached this iteration's __syncthreads.  Hence STAGES-2 tiles are in flight in the copy
+//   engine while the tensor cores work, and STAGES >= 3.
+// * Epilogue: each thread owns, per m64 slice and per 8 columns, 2 rows x 2 columns of C (the wgmma
+//   accumulator fragment); it calls plus_epilogue for every in-range element (or stores fp32 partials to
+//   scratch[0] when PLUS_SPLITK > 1; plus_splitk_reduce then sums them and calls the epilogue).
+//
+// This file only compiles for sm_90a (wgmma is an "arch-specific" feature); the route chooser uses
+// gemm.cuh (mma.sync) for every other architecture, plain sm_90 included.
+#pragma once
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "gemm_sm90a.cuh needs wgmma: compile it with --gpu-architecture=sm_90a (use gemm.cuh for sm_90 and others)"
+#endif
+
+// ------------------------------------------------------------------------------------------------------
+// Variant parameters (the codegen defines them; defaults = the "wg128x256" config)
+// ------------------------------------------------------------------------------------------------------
+#ifndef PLUS_BM
+#define PLUS_BM 128
+#endif
+#ifndef PLUS_BN
+#define PLUS_BN 256
+#endif
+#ifndef PLUS_BK
+#define PLUS_BK 64
+#endif
+#ifndef PLUS_WM
+#define PLUS_WM 64
+#endif
+#ifndef PLUS_WN
+#define PLUS_WN PLUS_BN
+#endif
+#ifndef PLUS_STAGES
+#define PLUS_STAGES 4
+#endif
+#ifndef PLUS_SPLITK
+#define PLUS_SPLITK 1
+#endif
+#ifndef PLUS_MATH
+#define PLUS_MATH 2
+#endif
+#ifndef PLUS_B_TRANS
+#define PLUS_B_TRANS 0
+#endif
+#ifndef PLUS_ALIGNED
+#define PLUS_ALIGNED 1
+#endif
+
+// cp.async writes shared memory through the generic proxy and wgmma reads it through the async proxy;
+// the PTX memory model asks for fence.proxy.async between the two (ptxas emits MEMBAR.CTA +
+// FENCE.VIEW.ASYNC.S).  0 drops it from the main loop, to measure its cost on a GPU;
+// the spec-conforming default is 1.
+#ifndef PLUS_WG_PROXY_FENCE
+#define PLUS_WG_PROXY_FENCE 1
+#endif
+
+#if PLUS_MATH != 2
+#error "gemm_sm90a.cuh only implements PLUS_MATH 2 (f16/bf16 wgmma); use gemm.cuh for SIMT fp32 or TF32"
+#endif
+
+// 128 threads per warpgroup; one CTA = (BM/WM) x (BN/WN) warpgroups.
+#define PLUS_THREADS (((PLUS_BM) / (PLUS_WM)) * ((PLUS_BN) / (PLUS_WN)) * 128)
+// Stage ring (A tile then B tile per stage, 2-byte elements) + 1 KiB to realign the dynamic
+// shared-memory base to the 1024-byte swizzle-atom boundary.
+#define PLUS_SMEM_BYTES ((PLUS_STAGES) * ((PLUS_BM) + (PLUS_BN)) * (PLUS_BK) * 2 + 1024)
+
+static_assert(PLUS_BK == 64, "gemm_sm90a: BK must be 64 (one 128-byte swizzle row of 16-bit elements)");
+static_assert(PLUS_WM == 64 || PLUS_WM == 128, "gemm_sm90a: WM (rows per warpgroup) must be 64 or 128");
+static_assert(PLUS_BM % PLUS_WM == 0, "gemm_sm90a: BM must be a multiple of WM");
+static_assert(PLUS_WN % 64 == 0 && PLUS_WN >= 64 && PLUS_WN <= 256, "gemm_sm90a: WN must be 64, 128, 192 or 256");
+static_assert(PLUS_BN % PLUS_WN == 0, "gemm_sm90a: BN must be a multiple of WN");
+static_assert(PLUS_STAGES >= 3, "gemm_sm90a: the pipeline needs at least 3 stages");
+static_assert(PLUS_SPLITK >= 1, "gemm_sm90a: PLUS_SPLITK >= 1");
+static_assert(PLUS_THREADS <= 384, "gemm_sm90a: at most 3 warpgroups per CTA");
+static_assert((PLUS_WM / 64) * (PLUS_WN / 2) <= 128, "gemm_sm90a: at most 128 fp32 accumulators per thread");
+static_assert(PLUS_SMEM_BYTES <= 232448, "gemm_sm90a: the stage ring exceeds 227 KiB of shared memory");
+static_assert(sizeof(plus_ab_t) == 2, "gemm_sm90a: plus_ab_t must be half or __nv_bfloat16");
+
+// ------------------------------------------------------------------------------------------------------
+// Hooks and their defaults (a plain contiguous problem: A = in[0] [batch,M,K], B = in[1] [batch,K,N] or
+// [batch,N,K], C = out[0] [batch,M,N]; args.v[0..3] = batch, M, N, K)
+// ------------------------------------------------------------------------------------------------------
+#ifndef PLUS_GEMM_SHAPE_DEFINED
+#define PLUS_GEMM_SHAPE_DEFINED
+struct PlusGemmShape {
+  long long batch, M, N, K;
+};
+#endif
+
+#ifndef PLUS_HAS_GEMM_SHAPE
+PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
+  PlusGemmShape s;
+  s.batch = args.v[0];
+  s.M = args.v[1];
+  s.N = args.v[2];
+  s.K = args.v[3];
+  return s;
+}
+#endif
+
+#ifndef PLUS_HAS_LDA
+PLUS_DEV long long plus_lda(const PlusArgs& args) { return plus_gemm_shape(args).K; }
+#endif
+
+#ifndef PLUS_HAS_A_PTR
+PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return (const plus_ab_t*)args.in[0] + b * s.M * s.K;
+}
+#endif
+
+#ifndef PLUS_HAS_LDB
+PLUS_DEV long long plus_ldb(const PlusArgs& args) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return PLUS_B_TRANS ? s.K : s.N;
+}
+#endif
+
+#ifndef PLUS_HAS_B_PTR
+PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return (const plus_ab_t*)args.in[1] + b * s.K * s.N;
+}
+#endif
+
+// Element type of the default epilogue's output.  A codegen that typedefs plus_c_t defines PLUS_HAS_C_T.
+#ifndef PLUS_HAS_C_T
+typedef plus_ab_t plus_c_t;
+#endif
+
+#ifndef PLUS_HAS_EPILOGUE
+PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  plus_store<plus_c_t>(args.out[0], (b * s.M + m) * s.N + n, plus_cvt<plus_c_t>(acc));
+}
+#endif
+
+typedef unsigned int plus_u32;        // NVRTC has no <cstdint>
+typedef unsigned long long plus_u64;
+
+// Raw bits of a 16-bit element and back.
+template <typename T> PLUS_DEV unsigned short plus_wg_bits(T x) { return *reinterpret_cast<const unsigned short*>(&x); }
+template <typename T> PLUS_DEV T plus_wg_from_bits(unsigned short b) { return *reinterpret_cast<const T*>(&b); }
+
+// ------------------------------------------------------------------------------------------------------
+// PTX wrappers
+// ------------------------------------------------------------------------------------------------------
+// 16-byte async copy global -> shared; bytes past `src_bytes` (0..16) are zero-filled.
+PLUS_DEV void plus_wg_cp_async16(plus_u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+PLUS_DEV void plus_wg_cp_async16_full(plus_u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+PLUS_DEV void plus_wg_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> PLUS_DEV void plus_wg_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Orders this thread's generic-proxy shared-memory writes (cp.async, st.shared) before later async-proxy
+// reads (wgmma operands); a CTA barrier after it publishes them to the other warpgroups.
+PLUS_DEV void plus_wg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+PLUS_DEV void plus_wg_st_shared16(plus_u32 dst, plus_u32 x, plus_u32 y, plus_u32 z, plus_u32 w) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+PLUS_DEV void plus_wg_ld_shared16(plus_u32 src, plus_u32& x, plus_u32& y, plus_u32& z, plus_u32& w) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(src) : "memory");
+}
+
+PLUS_DEV void plus_wg_arrive() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+PLUS_DEV void plus_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> PLUS_DEV void plus_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Compiler-only fence on accumulator registers: keeps the compiler from moving reads/writes of `d`
+// across a wgmma fence/wait (the hardware writes them asynchronously).
+template <int R> PLUS_DEV void plus_wg_fence_regs(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"):
+//   bits  0-13 start address >> 4      bits 16-29 leading-dimension byte offset >> 4
+//   bits 32-45 stride-dimension byte offset >> 4   bits 49-51 base offset (0: tiles are 1024-aligned)
+//   bits 62-63 swizzle mode, 1 = 128-byte swizzle
+// With the 128-byte swizzle:
+//   K-major  ((8,m),(T,2)):((8T,SBO),(1,T))       : SBO = bytes between 8-row groups (1024 here); LBO unused
+//                                                   (the k16 slice never leaves the 128-byte row), set to 1.
+//   MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) : LBO = bytes between 64-element MN blocks,
+//                                                   SBO = bytes between 8-row k groups.
+PLUS_DEV plus_u64 plus_wg_desc(plus_u32 smem_addr, plus_u32 lbo_bytes, plus_u32 sbo_bytes) {
+  plus_u64 d = 0;
+  d |= (plus_u64)((smem_addr & 0x3FFFFu) >> 4);
+  d |= (plus_u64)((lbo_bytes & 0x3FFFFu) >> 4) << 16;
+  d |= (plus_u64)((sbo_bytes & 0x3FFFFu) >> 4) << 32;
+  d |= (plus_u64)1 << 62;
+  return d;
+}
+
+// Operand lists of wgmma.mma_async.m64nNk16 with fp32 accumulators: N/2 registers per thread.
+#define PLUS_WG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define PLUS_WG_R1 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define PLUS_WG_R2 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define PLUS_WG_R3 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define PLUS_WG_R4 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define PLUS_WG_R5 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define PLUS_WG_R6 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+#define PLUS_WG_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define PLUS_WG_REGS_64 "{" PLUS_WG_R0 ", " PLUS_WG_R1 "}"
+#define PLUS_WG_REGS_128 "{" PLUS_WG_R0 ", " PLUS_WG_R1 ", " PLUS_WG_R2 ", " PLUS_WG_R3 "}"
+#define PLUS_WG_REGS_192 \
+  "{" PLUS_WG_R0 ", " PLUS_WG_R1 ", " PLUS_WG_R2 ", " PLUS_WG_R3 ", " PLUS_WG_R4 ", " PLUS_WG_R5 "}"
+#define PLUS_WG_REGS_256                                                                                 \
+  "{" PLUS_WG_R0 ", " PLUS_WG_R1 ", " PLUS_WG_R2 ", " PLUS_WG_R3 ", " PLUS_WG_R4 ", " PLUS_WG_R5 ", " \
+  PLUS_WG_R6 ", " PLUS_WG_R7 "}"
+#define PLUS_WG_F8(d, i)                                                                             \
+  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
+      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define PLUS_WG_F32(d, i) PLUS_WG_F8(d, i), PLUS_WG_F8(d, (i) + 8), PLUS_WG_F8(d, (i) + 16), PLUS_WG_F8(d, (i) + 24)
+#define PLUS_WG_OPS_64(d) PLUS_WG_F32(d, 0)
+#define PLUS_WG_OPS_128(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32)
+#define PLUS_WG_OPS_192(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64)
+#define PLUS_WG_OPS_256(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64), PLUS_WG_F32(d, 96)
+
+// D(64 x N, fp32) += A(64 x 16, smem desc) * B(16 x N, smem desc).  scale-d = 1 (accumulate), no negation,
+// A K-major (imm-trans-a 0), B K-major (TRANS_B 0) or MN-major (TRANS_B 1).  IA/IB/IS/IT: operand numbers
+// of the A descriptor, B descriptor, scale-d and trans-b after the N/2 accumulators.
+#define PLUS_WG_MMA(N, TY, IA, IB, IS, IT)                                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                                         \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " PLUS_WG_REGS_##N ", %" IA \
+               ", %" IB ", p, 1, 1, 0, %" IT ";\n}\n"                                                    \
+               : PLUS_WG_OPS_##N(d)                                                                      \
+               : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B))
+
+template <typename T> struct PlusWgIsBf16 { static constexpr bool value = false; };
+template <> struct PlusWgIsBf16<__nv_bfloat16> { static constexpr bool value = true; };
+
+template <int N, int TRANS_B>
+PLUS_DEV void plus_wg_mma(float (&d)[N / 2], plus_u64 desc_a, plus_u64 desc_b) {
+  constexpr bool bf16 = PlusWgIsBf16<plus_ab_t>::value;
+  if constexpr (N == 64) {
+    if constexpr (bf16) PLUS_WG_MMA(64, "bf16", "32", "33", "34", "35");
+    else PLUS_WG_MMA(64, "f16", "32", "33", "34", "35");
+  } else if constexpr (N == 128) {
+    if constexpr (bf16) PLUS_WG_MMA(128, "bf16", "64", "65", "66", "67");
+    else PLUS_WG_MMA(128, "f16", "64", "65", "66", "67");
+  } else if constexpr (N == 192) {
+    if constexpr (bf16) PLUS_WG_MMA(192, "bf16", "96", "97", "98", "99");
+    else PLUS_WG_MMA(192, "f16", "96", "97", "98", "99");
+  } else {
+    static_assert(N == 256, "wgmma N");
+    if constexpr (bf16) PLUS_WG_MMA(256, "bf16", "128", "129", "130", "131");
+    else PLUS_WG_MMA(256, "f16", "128", "129", "130", "131");
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Tile loads
+// ------------------------------------------------------------------------------------------------------
+namespace plus_wg {
+
+constexpr int BM = PLUS_BM, BN = PLUS_BN, BK = PLUS_BK, WM = PLUS_WM, WN = PLUS_WN;
+constexpr int STAGES = PLUS_STAGES, THREADS = PLUS_THREADS;
+constexpr int MS = WM / 64;                    // m64 wgmma slices per warpgroup
+constexpr int WGS_N = BN / WN;                 // warpgroups along N
+constexpr int A_BYTES = BM * BK * 2;           // one stage of A
+constexpr int B_BYTES = BN * BK * 2;           // one stage of B
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES; // multiple of 1024: BM, BN multiples of 64
+constexpr int MN_BLOCK_BYTES = BK * 128;       // MN-major B: one [64 k][64 n] column block
+
+// Copy 8 elements (16 bytes) of a row to shared memory: `src` points at the first, `valid` (0..8) of them
+// lie inside the problem, the rest become 0.  `fallback` is any readable address (used when valid == 0).
+PLUS_DEV void copy_chunk(plus_u32 dst, const plus_ab_t* src, int valid, const plus_ab_t* fallback) {
+#if PLUS_ALIGNED
+  plus_wg_cp_async16(dst, valid > 0 ? (const void*)src : (const void*)fallback, valid * 2);
+#else
+  // Rows are not 16-byte aligned: guarded scalar loads, one 16-byte shared store.
+  const unsigned short* p = reinterpret_cast<const unsigned short*>(src);
+  plus_u32 w[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const plus_u32 lo = (2 * e < valid) ? (plus_u32)p[2 * e] : 0u;
+    const plus_u32 hi = (2 * e + 1 < valid) ? (plus_u32)p[2 * e + 1] : 0u;
+    w[e] = lo | (hi << 16);
+  }
+  (void)fallback;
+  plus_wg_st_shared16(dst, w[0], w[1], w[2], w[3]);
+#endif
+}
+
+// The guarded copy loops are unrolled when they only issue cp.async; the unaligned fallback keeps one
+// chunk (8 scalar loads) in registers at a time, to stay clear of the accumulators' register budget.
+#if PLUS_ALIGNED
+#define PLUS_WG_UNROLL_GUARDED _Pragma("unroll")
+#else
+#define PLUS_WG_UNROLL_GUARDED _Pragma("unroll 1")
+#endif
+
+PLUS_DEV int clamp8(long long n) { return n <= 0 ? 0 : (n >= 8 ? 8 : (int)n); }
+
+// Copies of one operand tile, one k-tile after the other.  Everything that does not change along k
+// (this thread's rows/columns, their bounds checks, its shared-memory offsets) is computed once by init();
+// load() then costs a few instructions per 16-byte chunk.  A thread always copies the same 16-byte
+// column chunk `c` of the tile, on rows r0, r0 + STEP, r0 + 2*STEP, ...
+
+// K-major tile [ROWS][64 k] (A: rows are m; B with TRANS=1: rows are n) from a matrix with row stride ld
+// and k contiguous.  Rows >= nrows and k >= K are zero-filled.
+template <int ROWS>
+struct KMajorLoader {
+  static constexpr int STEP = THREADS / 8;                       // rows between a thread's chunks
+  static constexpr int ITERS = (ROWS * 8 + THREADS - 1) / THREADS;
+  static_assert(STEP % 8 == 0, "the swizzle phase (row % 8) must not change between a thread's chunks");
+  const plus_ab_t* base;  // start of the matrix (readable fallback address for empty chunks)
+  const plus_ab_t* src;   // this thread's first chunk in the current k-tile
+  long long step;         // STEP rows, in elements
+  long long kc;           // k of this thread's chunk within the tile (c * 8)
+  plus_u32 dst;           // byte offset of the first chunk in the tile
+  int r0;                 // first row (tile-relative)
+  unsigned rows_ok;       // bit it: row r0 + it*STEP is inside the problem
+  bool all_rows;          // every row of mine is inside the problem
+
+  PLUS_DEV void init(const plus_ab_t* g, long long ld, long long row0, long long nrows, long long kt0, int tid) {
+    const int c = tid & 7;
+    r0 = tid >> 3;
+    kc = c * 8;
+    base = g;
+    step = (long long)STEP * ld;
+    src = g + (row0 + r0) * ld + kt0 * BK + kc;
+    dst = r0 * 128 + ((c ^ (r0 & 7)) << 4);
+    rows_ok = 0;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it)
+      if (row0 + r0 + it * STEP < nrows) rows_ok |= 1u << it;
+    all_rows = rows_ok == (1u << ITERS) - 1;
+  }
+  // Copy the k-tile starting at k0 into the tile at shared address s_tile, then step to the next k-tile.
+  PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K) {
+#if PLUS_ALIGNED
+    if (all_rows && k0 + BK <= K) {  // interior: no bounds checks
+#pragma unroll
+      for (int it = 0; it < ITERS; ++it)
+        if ((ROWS * 8) % THREADS == 0 || r0 + it * STEP < ROWS)
+          plus_wg_cp_async16_full(s_tile + dst + it * STEP * 128, src + it * step);
+      src += BK;
+      return;
+    }
+#endif
+    const int kv = clamp8(K - k0 - kc);  // valid elements of my chunk on every row
+    PLUS_WG_UNROLL_GUARDED
+    for (int it = 0; it < ITERS; ++it) {
+      if ((ROWS * 8) % THREADS == 0 || r0 + it * STEP < ROWS) {
+        const int valid = (rows_ok >> it) & 1 ? kv : 0;
+        copy_chunk(s_tile + dst + it * STEP * 128, src + it * step, valid, base);
+      }
+    }
+    src += BK;
+  }
+};
+
+// MN-major B tile (TRANS=0): [64 k][BN n] from a matrix with row stride ld and n contiguous.  Column
+// block cb = n/64 occupies [cb*8 KiB, +8 KiB); inside it row k is 128 bytes with chunk cc at cc ^ (k%8).
+struct MNMajorLoader {
+  static constexpr int CPR = BN / 8;     // chunks per k row
+  static constexpr int STEP = THREADS / CPR;  // k rows between a thread's chunks
+  static constexpr int ITERS = (BK * CPR + THREADS - 1) / THREADS;
+  static_assert(THREADS % CPR == 0, "a thread must keep its column chunk");
+  const plus_ab_t* base;
+  const plus_ab_t* src;   // this thread's first chunk in the current k-tile
+  long long step;         // STEP k rows, in elements
+  long long ld;
+  int kr0;                // first k row (tile-relative)
+  int nv;                 // valid n elements of my chunk (same on every row)
+  int cb, cc;             // column block and chunk within it
+
+  PLUS_DEV void init(const plus_ab_t* g, long long ld_, long long n0, long long N, long long kt0, int tid) {
+    const int c = tid % CPR;
+    kr0 = tid / CPR;
+    cb = c >> 3;
+    cc = c & 7;
+    ld = ld_;
+    base = g;
+    step = (long long)STEP * ld;
+    nv = clamp8(N - n0 - c * 8);
+    src = g + (kt0 * BK + kr0) * ld + n0 + c * 8;
+  }
+  PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K) {
+#if PLUS_ALIGNED
+    if (nv == 8 && k0 + BK <= K) {  // interior: no bounds checks
+#pragma unroll
+      for (int it = 0; it < ITERS; ++it) {
+        const int kr = kr0 + it * STEP;
+        if ((BK * CPR) % THREADS == 0 || kr < BK)
+          plus_wg_cp_async16_full(s_tile + cb * MN_BLOCK_BYTES + kr * 128 + ((cc ^ (kr & 7)) << 4), src + it * step);
+      }
+      src += BK * ld;
+      return;
+    }
+#endif
+    PLUS_WG_UNROLL_GUARDED
+    for (int it = 0; it < ITERS; ++it) {
+      const int kr = kr0 + it * STEP;
+      if ((BK * CPR) % THREADS == 0 || kr < BK) {
+        const int valid = k0 + kr < K ? nv : 0;
+        copy_chunk(s_tile + cb * MN_BLOCK_BYTES + kr * 128 + ((cc ^ (kr & 7)) << 4), src + it * step, valid, base);
+      }
+    }
+    src += BK * ld;
+  }
+};
+
+#ifdef PLUS_HAS_PROLOGUE_A
+// Apply plus_prologue_a to the in-range elements of the A tile in stage `s_tile` (k-tile at k0);
+// zero padding (k >= K) stays 0 so it adds nothing to the sums.
+PLUS_DEV void prologue_a(const PlusArgs& args, long long b, plus_u32 s_tile, long long m0, long long M,
+                         long long k0, long long K, int tid) {
+  constexpr int CHUNKS = BM * 8;
+#pragma unroll 1
+  for (int id = tid; id < CHUNKS; id += THREADS) {
+    const int r = id >> 3, c = id & 7;
+    const long long m = m0 + r, k = k0 + c * 8;
+    if (m >= M || k >= K) continue;
+    const plus_u32 addr = s_tile + r * 128 + ((c ^ (r & 7)) << 4);
+    plus_u32 w[4];
+    plus_wg_ld_shared16(addr, w[0], w[1], w[2], w[3]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (k + e < K) {
+        const plus_ab_t x = plus_wg_from_bits<plus_ab_t>((unsigned short)(w[e >> 1] >> ((e & 1) * 16)));
+        const unsigned short bits = plus_wg_bits(plus_cvt<plus_ab_t>(plus_prologue_a(args, b, m, k + e, plus_f(x))));
+        w[e >> 1] = (w[e >> 1] & (0xFFFF0000u >> ((e & 1) * 16))) | ((plus_u32)bits << ((e & 1) * 16));
+      }
+    }
+    plus_wg_st_shared16(addr, w[0], w[1], w[2], w[3]);
+  }
+}
+#endif
+
+}  // namespace plus_wg
+
+// ------------------------------------------------------------------------------------------------------
+// Entry point
+// ------------------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const PlusArgs args) {
+  using namespace plus_wg;
+  extern __shared__ __align__(1024) unsigned char plus_wg_smem[];
+  // Swizzle atoms must start on 1024-byte boundaries (in the shared window): realign the base.
+  const plus_u32 smem_raw = (plus_u32)__cvta_generic_to_shared(plus_wg_smem);
+  const plus_u32 smem = (smem_raw + 1023u) & ~1023u;
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;                            // warpgroup
+  const int wg_m = wg / WGS_N, wg_n = wg % WGS_N;      // its position in the CTA tile
+  const int warp = (tid % 128) / 32, lane = tid % 32;  // warp within the warpgroup
+
+  const PlusGemmShape shape = plus_gemm_shape(args);
+  const long long M = shape.M, N = shape.N, K = shape.K;
+  const long long b = (long long)blockIdx.z % shape.batch;
+  const int split = (int)((long long)blockIdx.z / shape.batch);
+  const long long m0 = (long long)blockIdx.y * BM, n0 = (long long)blockIdx.x * BN;
+
+  const plus_ab_t* A = plus_a_ptr(args, b);
+  const plus_ab_t* B = plus_b_ptr(args, b);
+  const long long lda = plus_lda(args), ldb = plus_ldb(args);
+
+  // k-tiles [kt0, kt0 + nk) belong to this split.
+  const long long ktiles = (K + BK - 1) / BK;
+  const long long per_split = (ktiles + PLUS_SPLITK - 1) / PLUS_SPLITK;
+  const long long kt0 = split * per_split;
+  const int nk = (int)max(0LL, min(ktiles, kt0 + per_split) - kt0);
+
+  // Copy engines for A and B; load_next() issues the next k-tile (in order) into stage `s`.
+  KMajorLoader<BM> a_loader;
+  a_loader.init(A, lda, m0, M, kt0, tid);
+#if PLUS_B_TRANS
+  KMajorLoader<BN> b_loader;
+#else
+  MNMajorLoader b_loader;
+#endif
+  b_loader.init(B, ldb, n0, N, kt0, tid);
+  long long k_next = kt0 * BK;
+  auto load_next = [&](int s) {
+    const plus_u32 sa = smem + s * STAGE_BYTES;
+    a_loader.load(sa, k_next, K);
+    b_loader.load(sa + A_BYTES, k_next, K);
+    k_next += BK;
+  };
+
+  float acc[MS][WN / 2];
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+    for (int i = 0; i < WN / 2; ++i) acc[ms][i] = 0.0f;
+
+  // Descriptor parts that do not depend on the stage.  A: this warpgroup's WM rows start at row wg_m*WM.
+  // B (K-major): rows wg_n*WN..; B (MN-major): column blocks wg_n*WN/64...
+  const plus_u32 a_off = (plus_u32)(wg_m * WM) * 128u;
+#if PLUS_B_TRANS
+  const plus_u32 b_off = A_BYTES + (plus_u32)(wg_n * WN) * 128u;
+  constexpr plus_u32 B_LBO = 16, B_SBO = 1024;   // K-major: LBO unused
+  constexpr plus_u32 B_K16_STEP = 32;            // next 16 k: 32 bytes further along the 128-byte row
+#else
+  const plus_u32 b_off = A_BYTES + (plus_u32)(wg_n * WN / 64) * MN_BLOCK_BYTES;
+  constexpr plus_u32 B_LBO = MN_BLOCK_BYTES, B_SBO = 1024;  // MN-major: next 64 n, next 8 k
+  constexpr plus_u32 B_K16_STEP = 2 * 1024;                  // next 16 k: two 8-row atoms further
+#endif
+
+  // Prologue: fill STAGES-2 stages (one commit group per tile, empty groups past the end).
+#pragma unroll
+  for (int t = 0; t < STAGES - 2; ++t) {
+    if (t < nk) load_next(t);
+    plus_wg_cp_async_commit();
+  }
+
+  int stage = 0;                    // stage of tile i
+  int refill = STAGES - 2;          // stage of tile i + STAGES - 2
+#pragma unroll 1
+  for (int i = 0; i < nk; ++i) {
+    // Tile i has landed (for this thread's copies); publish it to the async proxy and to all threads.
+    plus_wg_cp_async_wait<STAGES - 3>();
+#if PLUS_WG_PROXY_FENCE
+    plus_wg_fence_proxy_async();
+#endif
+    __syncthreads();
+
+    const plus_u32 s_base = smem + stage * STAGE_BYTES;
+#ifdef PLUS_HAS_PROLOGUE_A
+    prologue_a(args, b, s_base, m0, M, (kt0 + i) * BK, K, tid);
+    plus_wg_fence_proxy_async();
+    __syncthreads();
+#endif
+
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms) plus_wg_fence_regs(acc[ms]);
+    plus_wg_arrive();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      const plus_u64 db = plus_wg_desc(s_base + b_off + kk * B_K16_STEP, B_LBO, B_SBO);
+#pragma unroll
+      for (int ms = 0; ms < MS; ++ms) {
+        const plus_u64 da = plus_wg_desc(s_base + a_off + ms * 64 * 128 + kk * 32, 16, 1024);
+        plus_wg_mma<WN, PLUS_B_TRANS ? 0 : 1>(acc[ms], da, db);
+      }
+    }
+    plus_wg_commit();
+    // Keep this tile's wgmma group in flight; the previous one (tile i-1) is retired after this.
+    plus_wg_wait<1>();
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms) plus_wg_fence_regs(acc[ms]);
+
+    // Refill the stage that tile i-2 used (retired by every warpgroup before the barrier above).
+    if (i + STAGES - 2 < nk) load_next(refill);
+    plus_wg_cp_async_commit();
+    stage = stage + 1 == STAGES ? 0 : stage + 1;
+    refill = refill + 1 == STAGES ? 0 : refill + 1;
+  }
+  plus_wg_wait<0>();
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) plus_wg_fence_regs(acc[ms]);
+
+  // Epilogue.  Accumulator fragment of wgmma m64nN (fp32): in warp w of the warpgroup, lane l holds for
+  // every 8 columns j: rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1) -> acc[4j + 2h + e].
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long m = m0 + wg_m * WM + ms * 64 + warp * 16 + (lane >> 2) + h * 8;
+      if (m >= M) continue;
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j) {
+        const long long n = n0 + wg_n * WN + j * 8 + (lane & 3) * 2;
+        const float v0 = acc[ms][4 * j + 2 * h], v1 = acc[ms][4 * j + 2 * h + 1];
+#if PLUS_SPLITK > 1
+        // fp32 partials [SPLITK][batch][M][N] in scratch[0]
+        float* part = (float*)args.scratch[0] + (((long long)split * shape.batch + b) * M + m) * N;
+        if (n < N) part[n] = v0;
+        if (n + 1 < N) part[n + 1] = v1;
+#elif !defined(PLUS_HAS_EPILOGUE)
+        // Default epilogue: one paired store when both columns exist and the pair is 4-byte aligned.
+        plus_c_t* c = (plus_c_t*)args.out[0] + (b * M + m) * N;
+        if constexpr (sizeof(plus_c_t) == 2) {
+          if (n + 1 < N && (N & 1) == 0) {
+            const plus_u32 lo = plus_wg_bits(plus_cvt<plus_c_t>(v0)), hi = plus_wg_bits(plus_cvt<plus_c_t>(v1));
+            *(plus_u32*)(c + n) = lo | (hi << 16);
+            continue;
+          }
+        }
+        if (n < N) c[n] = plus_cvt<plus_c_t>(v0);
+        if (n + 1 < N) c[n + 1] = plus_cvt<plus_c_t>(v1);
+#else
+        if (n < N) plus_epilogue(args, b, m, n, v0);
+        if (n + 1 < N) plus_epilogue(args, b, m, n + 1, v1);
+#endif
+      }
+    }
+  }
+}
+
+#if PLUS_SPLITK > 1
+// Sums the PLUS_SPLITK fp32 partials of every (b, m, n) and applies the epilogue.
+// Grid (cdiv(batch*M*N, 256)), block 256.
+extern "C" __global__ void __launch_bounds__(256) plus_splitk_reduce(const PlusArgs args) {
+  const PlusGemmShape shape = plus_gemm_shape(args);
+  const long long total = shape.batch * shape.M * shape.N;
+  const long long idx = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (idx >= total) return;
+  const float* part = (const float*)args.scratch[0];
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PLUS_SPLITK; ++k) s += part[k * total + idx];
+  const long long n = idx % shape.N, m = (idx / shape.N) % shape.M, b = idx / (shape.M * shape.N);
+  plus_epilogue(args, b, m, n, s);
+}
+#endif

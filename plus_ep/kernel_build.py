@@ -1,0 +1,114 @@
+"""Render and compile the kernels of every fused subgraph; produce the fused nodes' attributes.
+
+    build = build_kernels(view, model, subgraphs, archs=["sm_80", "sm_90"])
+    build.attrs[k]      # {"plus_plan": str, "plus_images_sm_80": TensorProto, ...} for subgraph k
+    build.failures      # [(k, node name, reason)]: those subgraphs stay unfused
+
+A subgraph whose kernels cannot be rendered or compiled is left to ONNX Runtime (its original nodes)
+with a warning naming the node and the reason; nothing is fused without a kernel behind it.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import numpy_helper
+
+from graph_rewrites.fuse import boundary
+from kernels import nvrtc
+from kernels.compile import Job, compile_all
+from kernels.pull import RenderError
+from kernels.render import render
+
+log = logging.getLogger("plus_ep")
+PACK_MAGIC = b"PLUSIMG1"
+
+
+@dataclass
+class KernelBuild:
+    attrs: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)
+    rendered: dict = field(default_factory=dict)
+    compiled: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+
+
+def pack_images(cubins) -> bytes:
+    """CONTRACT.md §4: magic, count, (offset, size) table, then the images."""
+    head = len(PACK_MAGIC) + 4 + 16 * len(cubins)
+    table, offset = [], head
+    for c in cubins:
+        table.append(struct.pack("<QQ", offset, len(c)))
+        offset += len(c)
+    return PACK_MAGIC + struct.pack("<I", len(cubins)) + b"".join(table) + b"".join(cubins)
+
+
+def unpack_images(pack: bytes) -> list:
+    if pack[:8] != PACK_MAGIC:
+        raise ValueError("not a PlusEP image pack")
+    (n,) = struct.unpack_from("<I", pack, 8)
+    return [pack[o:o + s] for o, s in (struct.unpack_from("<QQ", pack, 12 + 16 * k) for k in range(n))]
+
+
+def _smem(plan, variant: int) -> int:
+    out = 0
+    for route in plan.routes:
+        for ln in route.launches:
+            if ln.image == variant and ln.smem.isdigit():
+                out = max(out, int(ln.smem))
+    return out
+
+
+def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32_math="exact",
+                  node_names=None) -> KernelBuild:
+    start = time.perf_counter()
+    archs = [nvrtc.parse_arch(a) for a in archs]
+    out = KernelBuild()
+    jobs, owners = [], []
+    for k, sg in enumerate(subgraphs):
+        name = node_names[k] if node_names else f"plus_ep/{sg.pattern.name}/{k}"
+        try:
+            ins, outs = boundary(model, [view.index[i] for i in sg.nodes])
+            rd = render(view, sg, ins, outs, arch=archs[0], node_name=name, fp32_math=fp32_math)
+        except RenderError as exc:
+            out.failures.append((k, name, str(exc)))
+            continue
+        rd.plan.archs = list(archs)
+        out.rendered[k] = rd
+        for v, variant in enumerate(rd.variants):
+            for arch in archs:
+                jobs.append(Job(f"{name}:{variant.name}:{arch}", variant.source, arch,
+                                dynamic_smem=_smem(rd.plan, v)))
+                owners.append((k, v, arch))
+    results = compile_all(jobs, cache=cache, progress=progress) if jobs else []
+    images: dict = {}
+    failed = set()
+    for (k, v, arch), job, res in zip(owners, jobs, results):
+        if isinstance(res, Exception):
+            if k not in failed:
+                failed.add(k)
+                first = str(res).strip().splitlines()[:3]
+                out.failures.append((k, job.name.split(":")[0], f"kernel compile failed: {' | '.join(first)}"))
+            continue
+        out.cached += bool(getattr(res, "cached", False))
+        out.compiled += not getattr(res, "cached", False)
+        images.setdefault(k, {}).setdefault(arch, {})[v] = res.cubin
+    for k, rd in out.rendered.items():
+        if k in failed:
+            continue
+        attrs = {"plus_plan": rd.plan.text()}
+        for arch in archs:
+            blobs = [images[k][arch][v] for v in range(len(rd.variants))]
+            arr = np.frombuffer(pack_images(blobs), dtype=np.uint8)
+            attrs[f"plus_images_{arch}"] = numpy_helper.from_array(arr, name=f"plus_images_{arch}")
+        out.attrs[k] = attrs
+    for k, name, reason in sorted(out.failures):
+        log.warning("%s stays unfused: %s", name, reason)
+    out.seconds = time.perf_counter() - start
+    log.info("kernels: %d subgraphs built (%d compiled, %d cached), %d left unfused, %.1fs",
+             len(out.attrs), out.compiled, out.cached, len(out.failures), out.seconds)
+    return out

@@ -1,6 +1,6 @@
 """`plus-ep` command line: rewrite a model offline, inspect the fusion report, explain a pattern.
 
-    plus-ep rewrite in.onnx -o out.onnx [--disable PATTERN ...] [--report]
+    plus-ep rewrite in.onnx -o out.onnx [--arch sm_80,sm_90 | --arch none] [--disable PATTERN ...] [--report]
     plus-ep inspect model.onnx [--json] [--graphs]
     plus-ep explain model.onnx --pattern attention
     plus-ep explain --list
@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("--disable", metavar="PATTERN", nargs="+", default=[], action="extend",
                     help="warehouse patterns not to use")
     rw.add_argument("--report", action="store_true", help="also print the fusion report")
+    rw.add_argument("--arch", metavar="ARCHS", default="auto",
+                    help="GPU archs to compile the kernels for, comma-separated (sm_80, sm_86, sm_89, sm_90, "
+                         "sm_90a); 'auto' (default): the local GPU, else sm_80,sm_90; 'none': no kernels "
+                         "(portable functions only)")
+    rw.add_argument("--fp32-math", choices=("exact", "tf32"), default="exact",
+                    help="fp32 GEMMs: exact SIMT (default) or TF32 tensor cores")
     rw.set_defaults(func=cmd_rewrite)
 
     ins = sub.add_parser("inspect", parents=[common], help="print the fusion report of a model",
@@ -200,8 +206,13 @@ def cmd_rewrite(args) -> int:
         raise UsageError(f"{args.output}: output directory {out_dir} does not exist")
     if os.path.isdir(out):
         raise UsageError(f"{args.output}: is a directory")
-    result = rewrite_detailed(args.input, disable=tuple(args.disable))
+    archs = resolve_archs(args.arch)
+    result = rewrite_detailed(args.input, disable=tuple(args.disable), archs=archs,
+                              progress=None, fp32_math=args.fp32_math)
     rep = report(result)
+    if result.kernels is not None:
+        for _, name, reason in result.kernels.failures:
+            print(f"note: {name} stays unfused: {reason}", file=sys.stderr)
     if not result.subgraphs:
         _copy_untouched(args.input, result.model, out)
         print(f"{args.input}: nothing to fuse; wrote the model unchanged to {args.output} "
@@ -211,11 +222,27 @@ def cmd_rewrite(args) -> int:
         print(f"{args.input} -> {args.output}: {len(result.subgraphs)} fused subgraphs "
               f"({rep['functions']} distinct), data kernels {rep['data_kernels_before']} -> "
               f"{rep['data_kernels_after']}, {result.seconds:.2f}s"
-              + (f" (weights in {os.path.basename(external)})" if external else ""))
+              + (f" (weights in {os.path.basename(external)})" if external else "")
+              + (f", kernels for {','.join(archs)}" if archs else ", no kernels"))
     if args.report:
         print()
         print(format_rewrite_report(rep, args.input))
     return 0
+
+
+def resolve_archs(spec: str) -> list:
+    """--arch: 'auto' = the local GPU's arch, else sm_80 and sm_90; 'none' = no kernels."""
+    from kernels import nvrtc
+    spec = (spec or "auto").strip().lower()
+    if spec == "none":
+        return []
+    if spec == "auto":
+        local = nvrtc.local_arch()
+        return [local] if local in nvrtc.ARCHS else ["sm_80", "sm_90"]
+    try:
+        return [nvrtc.parse_arch(a) for a in spec.split(",") if a.strip()]
+    except ValueError as exc:
+        raise UsageError(f"--arch: {exc}") from None
 
 
 def _has_external_data(model: onnx.ModelProto) -> bool:

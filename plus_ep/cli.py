@@ -72,6 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fp32 GEMMs: exact SIMT (default) or TF32 tensor cores")
     rw.set_defaults(func=cmd_rewrite)
 
+    dm = sub.add_parser("demo", parents=[common], help="build a small BERT, rewrite and compile it, compare",
+                        description="Build a small BERT with onnx (no torch), rewrite it with kernels, print the "
+                                    "fusion report, check it on ORT CPU, and with a GPU compare PlusEP with the "
+                                    "plain CUDA EP.")
+    dm.add_argument("--layers", type=int, default=2)
+    dm.add_argument("--batch", type=int, default=2)
+    dm.add_argument("--seq", type=int, default=128)
+    dm.add_argument("--arch", metavar="ARCHS", default="auto", help="as for rewrite")
+    dm.set_defaults(func=cmd_demo)
+
     ins = sub.add_parser("inspect", parents=[common], help="print the fusion report of a model",
                          description="Rewrite in memory and print the fusion report; for a model that is "
                                      "already rewritten, report its fused nodes.")
@@ -227,6 +237,13 @@ def cmd_rewrite(args) -> int:
     if args.report:
         print()
         print(format_rewrite_report(rep, args.input))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from . import demo
+    archs = resolve_archs(args.arch) if args.arch != "auto" else None
+    demo.run(layers=args.layers, batch=args.batch, seq=args.seq, archs=archs)
     return 0
 
 

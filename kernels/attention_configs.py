@@ -84,12 +84,13 @@ def make_config(math: int, head_dim: int, bq: int, bkv: int, warps: int, name: s
 # (bq, bkv, warps) per math path, largest query tile first. Every entry fits the 99 KB opt-in limit of
 # sm_86 / sm_89 as well as sm_80 / sm_90, and compiles without spills (see the test).
 _MENU = {
-    # Tensor cores: one warp per 16 query rows; K/V tiles of 64 keys.
+    # Tensor cores: one warp per 16 query rows.
     #   q128: long prefill sequences (K/V reuse over 128 rows, 8 warps)
     #   q64:  the general choice (4 warps; several blocks per SM)
     #   q32:  short queries, or long ones when B * H * cdiv(Sq, 64) would not fill the GPU
-    #   q16:  decode-like queries (Sq <= 16): one warp per block, so B * H blocks spread over the SMs
-    2: ((128, 64, 8), (64, 64, 4), (32, 64, 2), (16, 64, 1)),
+    #   q16:  decode-like queries (Sq <= 16): one warp per block, so B * H blocks spread over the SMs.
+    #         32-key tiles: fewer registers (with 64, ptxas spills a few bytes at D = 128 on sm_80).
+    2: ((128, 64, 8), (64, 64, 4), (32, 64, 2), (16, 32, 1)),
     # SIMT fp32: K/V tiles of 32 keys keep shared memory and registers moderate for D = 128.
     #   q64: long sequences; q32: medium; q16: short or decode-like queries.
     0: ((64, 32, 4), (32, 32, 4), (16, 64, 4)),

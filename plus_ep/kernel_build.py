@@ -37,14 +37,20 @@ class KernelBuild:
     seconds: float = 0.0
 
 
+def _align(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
 def pack_images(cubins) -> bytes:
-    """CONTRACT.md §4: magic, count, (offset, size) table, then the images."""
-    head = len(PACK_MAGIC) + 4 + 16 * len(cubins)
-    table, offset = [], head
+    """CONTRACT.md §4: magic, count, (offset, size) table, then the images, each 16-byte aligned."""
+    offset = _align(len(PACK_MAGIC) + 4 + 16 * len(cubins))
+    table, body = [], bytearray()
     for c in cubins:
         table.append(struct.pack("<QQ", offset, len(c)))
-        offset += len(c)
-    return PACK_MAGIC + struct.pack("<I", len(cubins)) + b"".join(table) + b"".join(cubins)
+        body += bytes(c) + bytes(_align(len(c)) - len(c))
+        offset += _align(len(c))
+    head = PACK_MAGIC + struct.pack("<I", len(cubins)) + b"".join(table)
+    return head + bytes(_align(len(head)) - len(head)) + bytes(body)
 
 
 def unpack_images(pack: bytes) -> list:

@@ -72,7 +72,7 @@ def test_golden_sources():
 
 
 def test_image_pack_round_trip():
-    blobs = [b"\x7fELF" + bytes(range(7)), b"", b"x" * 1000]
+    blobs = [b"\x7fELF" + bytes(range(7)), b"y" * 3, b"x" * 1000]
     pack = pack_images(blobs)
     assert pack[:8] == b"PLUSIMG1"
     assert unpack_images(pack) == blobs

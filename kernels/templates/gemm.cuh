@@ -34,6 +34,8 @@
 //   void plus_epilogue(const PlusArgs&, long long b, long long m, long long n, float acc)
 //        default: out[0][(b*M + m)*N + n] = plus_cvt<plus_c_t>(acc); plus_c_t defaults to plus_ab_t
 //        (typedef it and #define PLUS_HAS_C_T for another output type)
+// Hooks are inlined into the kernel: keep 64-bit integer division out of them where possible (it is
+// a subroutine call whose register saves ptxas reports as spills; 32-bit division is inline).
 // i.e. the defaults compute one contiguous row-major problem (batch of contiguous [M,K] x [K,N] or
 // [N,K] matrices in in[0], in[1]) into a contiguous [batch, M, N] out[0].
 //
@@ -196,6 +198,17 @@ PLUS_DEV void store(const PlusArgs& args, const Block& blk, int m, int n, float 
 
 PLUS_DEV unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
+// Whether an operand allows 16-byte loads: base 16-byte aligned and leading dimension a multiple of
+// 16 bytes. With PLUS_ALIGNED=1 the codegen promises it; otherwise it is checked once per block, so
+// PLUS_ALIGNED=0 costs only a uniform branch when the data happens to be aligned.
+PLUS_DEV bool vec_ok(const plus_ab_t* p, long long ld) {
+#if PLUS_ALIGNED
+  return true;
+#else
+  return ((reinterpret_cast<unsigned long long>(p) | (unsigned long long)ld * sizeof(plus_ab_t)) & 15ull) == 0;
+#endif
+}
+
 #if PLUS_MATH == 0
 // ============================================================================ SIMT fp32 (exact)
 //
@@ -215,14 +228,10 @@ constexpr int B_CHUNKS = PLUS_BK * (PLUS_BN / 4);
 constexpr int A_PER = (A_CHUNKS + PLUS_THREADS - 1) / PLUS_THREADS;
 constexpr int B_PER = (B_CHUNKS + PLUS_THREADS - 1) / PLUS_THREADS;
 
-// Four consecutive elements p[0..3] of which `avail` are in range (the rest read as 0).
-PLUS_DEV float4 load4(const plus_ab_t* p, int avail) {
-#if PLUS_ALIGNED
-  if (sizeof(plus_ab_t) == 4 && avail >= 4) {
-    const float4 v = __ldg((const float4*)p);
-    return v;
-  }
-#endif
+// Four consecutive elements p[0..3] of which `avail` are in range (the rest read as 0); one 16-byte
+// load when the operand allows it (`vec`, see vec_ok) and all four are in range.
+PLUS_DEV float4 load4(const plus_ab_t* p, int avail, bool vec) {
+  if (sizeof(plus_ab_t) == 4 && vec && avail >= 4) return __ldg((const float4*)p);
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
   if (avail > 0) v.x = plus_f(p[0]);
   if (avail > 1) v.y = plus_f(p[1]);
@@ -238,7 +247,7 @@ struct Stage {
 
 // Global -> registers for the tile starting at k0 (prologue applied here: same result as in smem).
 PLUS_DEV void fetch(const PlusArgs& args, const Block& blk, Stage& st, const plus_ab_t* A, long long lda,
-                    const plus_ab_t* B, long long ldb, int k0) {
+                    bool vec_a, const plus_ab_t* B, long long ldb, bool vec_b, int k0) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < A_PER; ++i) {
@@ -247,7 +256,7 @@ PLUS_DEV void fetch(const PlusArgs& args, const Block& blk, Stage& st, const plu
     if (A_CHUNKS % PLUS_THREADS == 0 || c < A_CHUNKS) {
       const int r = c / KC, k = k0 + (c % KC) * 4, m = blk.m0 + r;
       const int avail = m < blk.M ? min(4, blk.kend - k) : 0;
-      if (avail > 0) st.a[i] = load4(A + (long long)m * lda + k, avail);
+      if (avail > 0) st.a[i] = load4(A + (long long)m * lda + k, avail, vec_a);
 #ifdef PLUS_HAS_PROLOGUE_A
       float* e = &st.a[i].x;
 #pragma unroll
@@ -264,11 +273,11 @@ PLUS_DEV void fetch(const PlusArgs& args, const Block& blk, Stage& st, const plu
 #if PLUS_B_TRANS
       const int r = c / KC, k = k0 + (c % KC) * 4, n = blk.n0 + r;
       const int avail = n < blk.N ? min(4, blk.kend - k) : 0;
-      if (avail > 0) st.b[i] = load4(B + (long long)n * ldb + k, avail);
+      if (avail > 0) st.b[i] = load4(B + (long long)n * ldb + k, avail, vec_b);
 #else
       const int r = c / (PLUS_BN / 4), n = blk.n0 + (c % (PLUS_BN / 4)) * 4, k = k0 + r;
       const int avail = k < blk.kend ? min(4, blk.N - n) : 0;
-      if (avail > 0) st.b[i] = load4(B + (long long)k * ldb + n, avail);
+      if (avail > 0) st.b[i] = load4(B + (long long)k * ldb + n, avail, vec_b);
 #endif
     }
   }
@@ -316,6 +325,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const plus_ab_t* A = plus_a_ptr(args, blk.b);
   const plus_ab_t* B = plus_b_ptr(args, blk.b);
   const long long lda = plus_lda(args), ldb = plus_ldb(args);
+  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb);
 
   float acc[TM][TN];
 #pragma unroll
@@ -326,14 +336,14 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const int ktiles = (blk.kend - blk.kbeg + PLUS_BK - 1) / PLUS_BK;
   Stage st;
   if (ktiles > 0) {
-    fetch(args, blk, st, A, lda, B, ldb, blk.kbeg);
+    fetch(args, blk, st, A, lda, vec_a, B, ldb, vec_b, blk.kbeg);
     deposit(st, As0, Bs0);
   }
   __syncthreads();
   for (int kt = 0; kt < ktiles; ++kt) {
     const int cur = kt & 1;
     const bool more = kt + 1 < ktiles;
-    if (more) fetch(args, blk, st, A, lda, B, ldb, blk.kbeg + (kt + 1) * PLUS_BK);  // in flight during the math
+    if (more) fetch(args, blk, st, A, lda, vec_a, B, ldb, vec_b, blk.kbeg + (kt + 1) * PLUS_BK);  // in flight during the math
     const float* As = As0 + cur * PLUS_GEMM_A_STAGE;
     const float* Bs = Bs0 + cur * PLUS_GEMM_B_STAGE;
 #pragma unroll
@@ -449,32 +459,54 @@ PLUS_DEV unsigned to_tf32(unsigned x) {
 
 // One R x C tile (C contiguous in both global and shared memory, shared row stride LDS) whose element
 // (r, c) is g[(row0 + r)*ld + col0 + c], valid when row0 + r < row_lim and col0 + c < col_lim; invalid
-// elements become 0. 16-byte chunks, chunk index = threadIdx.x + i*THREADS, row-major.
+// elements become 0. 16-byte chunks, chunk index = threadIdx.x + i*THREADS, row-major. `vec`: the
+// operand allows 16-byte loads (always true with PLUS_ALIGNED=1, else checked at run time).
 template <int R, int C, int LDS>
 PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0, int row_lim, int col0,
-                        int col_lim) {
+                        int col_lim, bool vec) {
   constexpr int CPR = C / CE;
   constexpr int TOTAL = R * CPR;
+  constexpr int ITERS = (TOTAL + PLUS_THREADS - 1) / PLUS_THREADS;
   static_assert(C % CE == 0, "tile width must be whole 16-byte chunks");
+  if (vec) {
+    // Asynchronous: cp.async zero-fills what lies past the row or the matrix (src-size < 16).
 #pragma unroll
-  for (int i = 0; i < (TOTAL + PLUS_THREADS - 1) / PLUS_THREADS; ++i) {
-    const int c = threadIdx.x + i * PLUS_THREADS;
-    if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
-      const int r = c / CPR, cc = (c % CPR) * CE;
-      const int gr = row0 + r, gc = col0 + cc;
-      plus_ab_t* dst = s + r * LDS + cc;
-      int avail = gr < row_lim ? col_lim - gc : 0;
-      avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
-#if PLUS_ALIGNED
-      // src must be a valid address even when nothing is read: fall back to the matrix base.
-      const plus_ab_t* src = avail > 0 ? g + (long long)gr * ld + gc : g;
-      cp_async16(dst, src, avail * (int)sizeof(plus_ab_t));
-#else
-      const plus_ab_t* src = g + (long long)gr * ld + gc;
-#pragma unroll
-      for (int j = 0; j < CE; ++j) dst[j] = j < avail ? src[j] : plus_cvt<plus_ab_t>(0.f);
-#endif
+    for (int i = 0; i < ITERS; ++i) {
+      const int c = threadIdx.x + i * PLUS_THREADS;
+      if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
+        const int r = c / CPR, cc = (c % CPR) * CE;
+        const int gr = row0 + r, gc = col0 + cc;
+        int avail = gr < row_lim ? col_lim - gc : 0;
+        avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
+        // src must be a valid address even when nothing is read: fall back to the matrix base.
+        const plus_ab_t* src = avail > 0 ? g + (long long)gr * ld + gc : g;
+        cp_async16(s + r * LDS + cc, src, avail * (int)sizeof(plus_ab_t));
+      }
     }
+  } else {
+#if !PLUS_ALIGNED
+    // Synchronous guarded scalar loads, one chunk at a time (keeps the register budget for the MMA).
+#pragma unroll 1
+    for (int i = 0; i < ITERS; ++i) {
+      const int c = threadIdx.x + i * PLUS_THREADS;
+      if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
+        const int r = c / CPR, cc = (c % CPR) * CE;
+        const int gr = row0 + r, gc = col0 + cc;
+        int avail = gr < row_lim ? col_lim - gc : 0;
+        avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
+        const plus_ab_t* src = g + (long long)gr * ld + gc;
+        union {
+          uint4 v;
+          plus_ab_t e[CE];
+        } u;
+        u.v = make_uint4(0u, 0u, 0u, 0u);  // all-zero bits are +0 in half, bf16 and float
+#pragma unroll
+        for (int j = 0; j < CE; ++j)
+          if (j < avail) u.e[j] = src[j];
+        *(uint4*)(s + r * LDS + cc) = u.v;  // one 16-byte shared store
+      }
+    }
+#endif
   }
 }
 
@@ -487,6 +519,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const plus_ab_t* A = plus_a_ptr(args, blk.b);
   const plus_ab_t* B = plus_b_ptr(args, blk.b);
   const long long lda = plus_lda(args), ldb = plus_ldb(args);
+  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb);
 
   float acc[MI][NI][4];
 #pragma unroll
@@ -502,13 +535,13 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   auto issue = [&](int kt, int stage) {
     const int k0 = blk.kbeg + kt * PLUS_BK;
     load_tile<PLUS_BM, PLUS_BK, PLUS_GEMM_LDA_S>(As0 + stage * PLUS_GEMM_A_STAGE, A, lda, blk.m0, blk.M, k0,
-                                                 blk.kend);
+                                                 blk.kend, vec_a);
 #if PLUS_B_TRANS
     load_tile<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, blk.n0, blk.N, k0,
-                                                 blk.kend);
+                                                 blk.kend, vec_b);
 #else
     load_tile<PLUS_BK, PLUS_BN, PLUS_GEMM_LDB_S>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, k0, blk.kend, blk.n0,
-                                                 blk.N);
+                                                 blk.N, vec_b);
 #endif
   };
 

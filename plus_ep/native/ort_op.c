@@ -1,0 +1,481 @@
+/* ONNX Runtime glue: RegisterCustomOps and the two `ai.plus_ep::Fused` custom ops.
+ *
+ * - CUDA twin (GetExecutionProviderType = "CUDAExecutionProvider"): tensors are device memory;
+ *   kernels go on the stream ORT hands the node; scratch comes from ORT's allocator.
+ * - CPU twin (CPU EP sessions): the same kernels through host staging (cuMemAlloc, copy in, launch,
+ *   synchronise, copy out, free). Slow but correct; warns once per node.
+ *
+ * Nothing is registered (and RegisterCustomOps still succeeds) when PLUS_EP_DISABLE=1, when the CUDA
+ * driver cannot be loaded ($PLUS_EP_CUDA_LIBRARY or libcuda.so.1), cuInit fails or it reports no
+ * device: ORT then inlines each Fused node's model-local function and runs the original subgraph.
+ * Set PLUS_EP_VERBOSE=1 to print why nothing was registered. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel.h"
+#include "ort_abi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef struct {
+    OrtCustomOp op;
+    int cpu;
+} plus_op;
+
+typedef struct {
+    plus_kernel* k;
+    const OrtApi* api;
+    const plus_driver* drv;
+    int cpu;
+    OrtAllocator* alloc;   /* CUDA twin with scratch: the EP's default (device) allocator */
+} ort_kernel;
+
+/* Archs probed when the plan has no `archs` line. */
+static const char* const KNOWN_ARCHS[] = {
+    "sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_101",
+    "sm_101a", "sm_103", "sm_103a", "sm_110", "sm_110a", "sm_120", "sm_120a", "sm_121", "sm_121a",
+};
+
+/* ---- small helpers ---- */
+
+static OrtStatus* make_status(const OrtApi* api, int code, const char* msg) {
+    return ORT_CALL(api, CreateStatus)(code, msg);
+}
+
+/* Wrap a status ORT returned with context; releases the original. */
+static OrtStatus* wrap(const OrtApi* api, OrtStatus* st, const char* node, const char* what) {
+    char msg[PLUS_ERR_LEN];
+    snprintf(msg, sizeof msg, "PlusEP node '%s': %s: %s", node, what, ORT_CALL(api, GetErrorMessage)(st));
+    ORT_CALL(api, ReleaseStatus)(st);
+    return make_status(api, ORT_FAIL, msg);
+}
+
+static char* get_node_name(const OrtApi* api, const OrtKernelInfo* info) {
+    size_t n = 0;
+    OrtStatus* st = ORT_CALL(api, KernelInfo_GetNodeName)(info, NULL, &n);
+    char* s = st ? NULL : malloc(n ? n : 1);
+    if (s && (st = ORT_CALL(api, KernelInfo_GetNodeName)(info, s, &n))) free(s), s = NULL;
+    if (st) ORT_CALL(api, ReleaseStatus)(st);
+    return s ? s : strdup("?");
+}
+
+static char* get_input_name(const OrtApi* api, const OrtKernelInfo* info, size_t i) {
+    size_t n = 0;
+    OrtStatus* st = ORT_CALL(api, KernelInfo_GetInputName)(info, i, NULL, &n);
+    char* s = st ? NULL : malloc(n ? n : 1);
+    if (s && (st = ORT_CALL(api, KernelInfo_GetInputName)(info, i, s, &n))) free(s), s = NULL;
+    if (st) ORT_CALL(api, ReleaseStatus)(st);
+    return s ? s : strdup("");
+}
+
+static OrtStatus* get_plan(const OrtApi* api, const OrtKernelInfo* info, const char* node, char** out) {
+    size_t n = 0;
+    *out = NULL;
+    OrtStatus* st = ORT_CALL(api, KernelInfoGetAttribute_string)(info, "plus_plan", NULL, &n);
+    if (st) return wrap(api, st, node, "reading the STRING attribute plus_plan (was the node rewritten with kernels?)");
+    char* s = malloc(n ? n : 1);
+    if (!s) return make_status(api, ORT_FAIL, "PlusEP: out of memory");
+    if ((st = ORT_CALL(api, KernelInfoGetAttribute_string)(info, "plus_plan", s, &n))) {
+        free(s);
+        return wrap(api, st, node, "reading attribute plus_plan");
+    }
+    s[n ? n - 1 : 0] = 0;
+    *out = s;
+    return NULL;
+}
+
+/* The arch names of the plan's optional `archs` line (pointers into buf), or 0 when absent. */
+static int plan_archs(const char* plan, char* buf, size_t bufn, const char** archs, int max) {
+    const char* p = strstr(plan, "\narchs ");
+    if (!p) return 0;
+    p += 7;
+    size_t len = strcspn(p, "\n");
+    if (len >= bufn) return 0;   /* malformed: the parser reports it */
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    int n = 0;
+    char* save = NULL;
+    for (char* t = strtok_r(buf, " ", &save); t && n < max; t = strtok_r(NULL, " ", &save)) archs[n++] = t;
+    return n;
+}
+
+/* Read the plus_images_<arch> TENSOR attribute. *value = NULL when it does not exist. */
+static OrtStatus* get_pack(const OrtApi* api, const OrtKernelInfo* info, const char* node, const char* arch,
+                           OrtAllocator* alloc, OrtValue** value, plus_pack_src* src) {
+    char attr[64];
+    snprintf(attr, sizeof attr, "plus_images_%s", arch);
+    *value = NULL;
+    OrtStatus* st = ORT_CALL(api, KernelInfoGetAttribute_tensor)(info, attr, alloc, value);
+    if (st) {
+        ORT_CALL(api, ReleaseStatus)(st);
+        *value = NULL;
+        return NULL;
+    }
+    OrtTensorTypeAndShapeInfo* ti = NULL;
+    int type = 0;
+    size_t count = 0;
+    void* data = NULL;
+    if ((st = ORT_CALL(api, GetTensorTypeAndShape)(*value, &ti))) return wrap(api, st, node, attr);
+    st = ORT_CALL(api, GetTensorElementType)(ti, &type);
+    if (!st) st = ORT_CALL(api, GetTensorShapeElementCount)(ti, &count);
+    ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
+    if (!st) st = ORT_CALL(api, GetTensorMutableData)(*value, &data);
+    if (st) return wrap(api, st, node, attr);
+    if (type != ORT_TENSOR_UINT8) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "PlusEP node '%s': attribute %s must be a uint8 tensor, got element type %d", node,
+                 attr, type);
+        return make_status(api, ORT_FAIL, msg);
+    }
+    src->arch = arch;
+    src->data = data;
+    src->size = count;
+    return NULL;
+}
+
+/* ---- CreateKernelV2 / KernelDestroy ---- */
+
+static void destroy_kernel(void* p) {
+    ort_kernel* ok = p;
+    if (!ok) return;
+    plus_kernel_destroy(ok->k);
+    if (ok->alloc) ORT_CALL(ok->api, ReleaseAllocator)(ok->alloc);
+    free(ok);
+}
+
+static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const OrtKernelInfo* info, void** out) {
+    const plus_op* pop = (const plus_op*)op;
+    char* node = get_node_name(api, info);
+    char* plan = NULL;
+    char** names = NULL;
+    size_t n_names = 0;
+    OrtValue* values[PLUS_MAX_ARCHS] = {0};
+    plus_pack_src packs[PLUS_MAX_ARCHS];
+    int n_packs = 0;
+    ort_kernel* ok = calloc(1, sizeof *ok);
+    OrtStatus* st = NULL;
+    char err[PLUS_ERR_LEN];
+    *out = NULL;
+    const char* why = NULL;
+    if (!ok || !node) {
+        st = make_status(api, ORT_FAIL, "PlusEP: out of memory");
+        goto done;
+    }
+    ok->api = api;
+    ok->cpu = pop->cpu;
+    ok->drv = plus_driver_get(&why);
+    if (!ok->drv) {   /* not reached: nothing is registered without a driver */
+        snprintf(err, sizeof err, "PlusEP node '%s': %s", node, why);
+        st = make_status(api, ORT_FAIL, err);
+        goto done;
+    }
+    if ((st = get_plan(api, info, node, &plan))) goto done;
+
+    OrtAllocator* host_alloc = NULL;
+    if ((st = ORT_CALL(api, GetAllocatorWithDefaultOptions)(&host_alloc))) {
+        st = wrap(api, st, node, "GetAllocatorWithDefaultOptions");
+        goto done;
+    }
+    char archbuf[512];
+    const char* listed[PLUS_MAX_ARCHS];
+    int n_listed = plan_archs(plan, archbuf, sizeof archbuf, listed, PLUS_MAX_ARCHS);
+    const char* const* probe = n_listed ? listed : KNOWN_ARCHS;
+    int n_probe = n_listed ? n_listed : (int)(sizeof KNOWN_ARCHS / sizeof *KNOWN_ARCHS);
+    for (int i = 0; i < n_probe && n_packs < PLUS_MAX_ARCHS; i++) {
+        if ((st = get_pack(api, info, node, probe[i], host_alloc, &values[n_packs], &packs[n_packs]))) goto done;
+        if (values[n_packs]) n_packs++;
+        else if (n_listed) {
+            snprintf(err, sizeof err, "PlusEP node '%s': the plan's `archs` line lists %s but the node has no "
+                     "attribute plus_images_%s", node, probe[i], probe[i]);
+            st = make_status(api, ORT_FAIL, err);
+            goto done;
+        }
+    }
+
+    if ((st = ORT_CALL(api, KernelInfo_GetInputCount)(info, &n_names))) {
+        st = wrap(api, st, node, "KernelInfo_GetInputCount");
+        goto done;
+    }
+    names = calloc(n_names ? n_names : 1, sizeof(char*));
+    if (!names) {
+        st = make_status(api, ORT_FAIL, "PlusEP: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_names; i++) names[i] = get_input_name(api, info, i);
+
+    if (plus_kernel_create(node, plan, packs, n_packs, (const char* const*)names, n_names, &ok->k, err, sizeof err)) {
+        st = make_status(api, ORT_FAIL, err);
+        goto done;
+    }
+    const plus_plan* pl = plus_kernel_plan(ok->k);
+    int scratch = 0;
+    for (int s = 0; s < PLUS_MAX_SCRATCH; s++) scratch |= pl->has_scratch[s];
+    if (!ok->cpu && scratch && (st = ORT_CALL(api, KernelInfoGetAllocator)(info, ORT_MEM_DEFAULT, &ok->alloc))) {
+        st = wrap(api, st, node, "KernelInfoGetAllocator (for scratch)");
+        goto done;
+    }
+    if (ok->cpu) {
+        const OrtLogger* logger = NULL;
+        OrtStatus* ls = ORT_CALL(api, KernelInfo_GetLogger)(info, &logger);
+        if (!ls && logger) {
+            snprintf(err, sizeof err, "PlusEP node '%s' runs through host staging (copies to and from the GPU "
+                     "and synchronises on every run) because its session has no CUDA execution provider; add "
+                     "CUDAExecutionProvider to the session's providers", node);
+            ls = ORT_CALL(api, Logger_LogMessage)(logger, ORT_LOG_WARNING, err, __FILE__, __LINE__, __func__);
+        }
+        if (ls) ORT_CALL(api, ReleaseStatus)(ls);
+    }
+    *out = ok;
+    ok = NULL;
+done:
+    for (int i = 0; i < PLUS_MAX_ARCHS; i++)
+        if (values[i]) ORT_CALL(api, ReleaseValue)(values[i]);
+    for (size_t i = 0; names && i < n_names; i++) free(names[i]);
+    free(names);
+    free(plan);
+    free(node);
+    destroy_kernel(ok);
+    return st;
+}
+
+/* ---- KernelComputeV2 ---- */
+
+typedef struct {
+    plus_tensor_desc desc[PLUS_MAX_IN];
+    int64_t dims[PLUS_MAX_IN][PLUS_MAX_RANK];
+    void* data[PLUS_MAX_IN];
+    long long elems[PLUS_MAX_IN];
+} run_inputs;
+
+static OrtStatus* fail_msg(const ort_kernel* ok, int code, const char* fmt, const char* a) {
+    char msg[PLUS_ERR_LEN];
+    int n = snprintf(msg, sizeof msg, "PlusEP node '%s': ", plus_kernel_node(ok->k));
+    snprintf(msg + n, sizeof msg - (size_t)n, fmt, a);
+    return make_status(ok->api, code, msg);
+}
+
+/* Type, shape and data of one OrtValue (no heap memory of ours). */
+static OrtStatus* describe(const ort_kernel* ok, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
+                           long long* elems, void** data, const char* what) {
+    const OrtApi* api = ok->api;
+    OrtTensorTypeAndShapeInfo* ti = NULL;
+    size_t r = 0;
+    OrtStatus* st = ORT_CALL(api, GetTensorTypeAndShape)(v, &ti);
+    if (!st) st = ORT_CALL(api, GetTensorElementType)(ti, dtype);
+    if (!st) st = ORT_CALL(api, GetDimensionsCount)(ti, &r);
+    if (!st && r > PLUS_MAX_RANK) {
+        ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
+        return fail_msg(ok, ORT_INVALID_ARGUMENT, "%s has rank above the launcher's limit of 8", what);
+    }
+    if (!st) st = ORT_CALL(api, GetDimensions)(ti, dims, r);
+    if (ti) ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
+    if (!st) st = ORT_CALL(api, GetTensorMutableData)((OrtValue*)v, data);
+    if (st) return wrap(api, st, plus_kernel_node(ok->k), what);
+    *rank = (int)r;
+    long long n = 1;
+    for (size_t d = 0; d < r; d++)
+        if (__builtin_mul_overflow(n, (long long)dims[d], &n)) n = -1;
+    *elems = n;
+    return NULL;
+}
+
+static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
+    ort_kernel* ok = p;
+    const OrtApi* api = ok->api;
+    const char* node = plus_kernel_node(ok->k);
+    const plus_plan* plan = plus_kernel_plan(ok->k);
+    char err[PLUS_ERR_LEN];
+    size_t n_in = 0, n_out = 0;
+    OrtStatus* st = ORT_CALL(api, KernelContext_GetInputCount)(ctx, &n_in);
+    if (!st) st = ORT_CALL(api, KernelContext_GetOutputCount)(ctx, &n_out);
+    if (st) return wrap(api, st, node, "reading the input/output count");
+    if (n_in > PLUS_MAX_IN || n_out > PLUS_MAX_OUT || n_in != (size_t)plan->n_in || n_out != (size_t)plan->n_out) {
+        snprintf(err, sizeof err, "PlusEP node '%s': the node has %zu inputs and %zu outputs, its plan declares %d and %d",
+                 node, n_in, n_out, plan->n_in, plan->n_out);
+        return make_status(api, ORT_INVALID_ARGUMENT, err);
+    }
+    run_inputs in;
+    for (size_t i = 0; i < n_in; i++) {
+        const OrtValue* v = NULL;
+        if ((st = ORT_CALL(api, KernelContext_GetInput)(ctx, i, &v))) return wrap(api, st, node, "KernelContext_GetInput");
+        in.desc[i].present = v != NULL;
+        in.desc[i].dims = in.dims[i];
+        in.desc[i].rank = 0;
+        in.data[i] = NULL;
+        in.elems[i] = 0;
+        if (v && (st = describe(ok, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i],
+                                "reading an input")))
+            return st;
+    }
+    plus_binding b;
+    if (plus_kernel_bind(ok->k, in.desc, n_in, n_out, &b, err, sizeof err))
+        return make_status(api, ORT_INVALID_ARGUMENT, err);
+
+    PlusArgs args;
+    memset(&args, 0, sizeof args);
+    plus_host_out hout[PLUS_MAX_OUT];
+    for (size_t o = 0; o < n_out; o++) {
+        OrtValue* v = NULL;
+        int dtype, rank;
+        int64_t dims[PLUS_MAX_RANK];
+        long long elems;
+        void* data;
+        st = ORT_CALL(api, KernelContext_GetOutput)(ctx, o, b.out_dims[o], (size_t)plan->out[o].rank, &v);
+        if (st) return wrap(api, st, node, "allocating an output (KernelContext_GetOutput)");
+        if ((st = describe(ok, v, &dtype, &rank, dims, &elems, &data, "reading an output"))) return st;
+        if (dtype != plan->out[o].dtype) {
+            snprintf(err, sizeof err, "PlusEP node '%s': output %zu is %s in the graph but %s in the plan (line %d)",
+                     node, o, plus_dtype_name(dtype), plus_dtype_name(plan->out[o].dtype), plan->out[o].line);
+            return make_status(api, ORT_FAIL, err);
+        }
+        args.out[o] = data;
+        hout[o].host = data;
+        hout[o].bytes = (size_t)plus_tensor_bytes(dtype, elems);
+    }
+
+    if (ok->cpu) {   /* host staging */
+        plus_host_in hin[PLUS_MAX_IN];
+        for (size_t i = 0; i < n_in; i++) {
+            long long bytes = in.desc[i].present ? plus_tensor_bytes(in.desc[i].dtype, in.elems[i]) : 0;
+            if (bytes < 0) return fail_msg(ok, ORT_INVALID_ARGUMENT, "%s", "an input's element type cannot be staged");
+            hin[i].host = in.data[i];
+            hin[i].bytes = (size_t)bytes;
+        }
+        if (plus_kernel_run_staged(ok->k, ok->drv, hin, n_in, hout, n_out, &b, err, sizeof err))
+            return make_status(api, ORT_FAIL, err);
+        return NULL;
+    }
+
+    for (size_t i = 0; i < n_in; i++) args.in[i] = in.data[i];
+    void* stream = NULL;
+    if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(ctx, &stream)))
+        return wrap(api, st, node, "KernelContext_GetGPUComputeStream");
+    for (int s = 0; s < PLUS_MAX_SCRATCH; s++) {
+        if (!b.scratch_bytes[s]) continue;
+        st = ORT_CALL(api, KernelContext_GetScratchBuffer)(ctx, ok->alloc->Info(ok->alloc), (size_t)b.scratch_bytes[s],
+                                                           &args.scratch[s]);
+        if (st) {
+            for (int t = 0; t < s; t++)
+                if (args.scratch[t]) ORT_CALL(api, AllocatorFree)(ok->alloc, args.scratch[t]);
+            return wrap(api, st, node, "allocating scratch (KernelContext_GetScratchBuffer)");
+        }
+    }
+    int rc = plus_kernel_launch(ok->k, ok->drv, NULL, (CUstream)stream, &b, &args, err, sizeof err);
+    /* ORT's allocator orders reuse of scratch after the work queued on this stream. */
+    for (int s = 0; s < PLUS_MAX_SCRATCH; s++)
+        if (args.scratch[s]) {
+            OrtStatus* fs = ORT_CALL(api, AllocatorFree)(ok->alloc, args.scratch[s]);
+            if (fs) ORT_CALL(api, ReleaseStatus)(fs);
+        }
+    return rc ? make_status(api, ORT_FAIL, err) : NULL;
+}
+
+/* ---- output types for ORT's type inference ----
+ * The op's outputs are declared "any type", so ORT cannot infer the element type of an intermediate
+ * Fused output by itself: InferOutputShapeFn sets each output's type and rank from the plan's `out`
+ * lines (dims that are literal expressions are evaluated; the others stay unknown). A plan that does
+ * not parse is left alone here: CreateKernelV2 reports it with the node's name. */
+
+static _Atomic(const OrtApi*) g_api;   /* the one table ORT hands RegisterCustomOps */
+
+static OrtStatus* infer_shapes(const OrtCustomOp* op, OrtShapeInferContext* ctx) {
+    (void)op;
+    const OrtApi* api = atomic_load(&g_api);
+    const OrtOpAttr* attr = NULL;
+    OrtStatus* st = ORT_CALL(api, ShapeInferContext_GetAttribute)(ctx, "plus_plan", &attr);
+    if (st || !attr) {
+        if (st) ORT_CALL(api, ReleaseStatus)(st);
+        return NULL;
+    }
+    size_t n = 0;
+    st = ORT_CALL(api, ReadOpAttr)(attr, ORT_OP_ATTR_STRING, NULL, 0, &n);   /* size query */
+    if (st) ORT_CALL(api, ReleaseStatus)(st);
+    char* text = n ? malloc(n + 1) : NULL;
+    if (!text) return NULL;
+    st = ORT_CALL(api, ReadOpAttr)(attr, ORT_OP_ATTR_STRING, text, n, &n);
+    text[st ? 0 : n] = 0;
+    if (st) ORT_CALL(api, ReleaseStatus)(st);
+    plus_plan plan;
+    char err[PLUS_ERR_LEN];
+    int ok = !plus_plan_parse(text, &plan, err, sizeof err);
+    free(text);
+    if (!ok) return NULL;
+    plus_env env;
+    memset(&env, 0, sizeof env);
+    for (int o = 0; o < plan.n_out && !st; o++) {
+        int64_t dims[PLUS_MAX_RANK];
+        for (int d = 0; d < plan.out[o].rank; d++) {
+            const plus_expr* e = &plan.out[o].dim[d];
+            int literal = 1;
+            for (int i = 0; i < e->n; i++)
+                if (plan.items[e->off + i].op == PX_SYM || plan.items[e->off + i].op == PX_VAL) literal = 0;
+            if (!literal || plus_expr_eval(&plan, *e, &env, &dims[d], err, sizeof err) || dims[d] < 0) dims[d] = -1;
+        }
+        OrtTensorTypeAndShapeInfo* ti = NULL;
+        st = ORT_CALL(api, CreateTensorTypeAndShapeInfo)(&ti);
+        if (!st) st = ORT_CALL(api, SetTensorElementType)(ti, plan.out[o].dtype);
+        if (!st) st = ORT_CALL(api, SetDimensions)(ti, dims, (size_t)plan.out[o].rank);
+        if (!st) st = ORT_CALL(api, ShapeInferContext_SetOutputTypeShape)(ctx, (size_t)o, ti);
+        if (ti) ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
+    }
+    plus_plan_free(&plan);
+    return st;
+}
+
+/* ---- the OrtCustomOp objects ---- */
+
+static const char* op_name(const OrtCustomOp* op) { (void)op; return "Fused"; }
+static const char* op_ep(const OrtCustomOp* op) {   /* NULL = the CPU execution provider */
+    return ((const plus_op*)op)->cpu ? NULL : "CUDAExecutionProvider";
+}
+static int op_type(const OrtCustomOp* op, size_t i) { (void)op, (void)i; return 0; /* any */ }
+static size_t op_count(const OrtCustomOp* op) { (void)op; return 1; }
+static int op_variadic(const OrtCustomOp* op, size_t i) { (void)op, (void)i; return ORT_CHAR_VARIADIC; }
+static int op_memtype(const OrtCustomOp* op, size_t i) { (void)op, (void)i; return ORT_MEM_DEFAULT; }
+static int op_min_arity(const OrtCustomOp* op) { (void)op; return 1; }
+static int op_heterogeneous(const OrtCustomOp* op) { (void)op; return 0; }
+
+#define PLUS_OP(is_cpu)                                                                                       \
+    {.op = {.version = PLUS_ORT_API_VERSION, .GetName = op_name, .GetExecutionProviderType = op_ep,             \
+            .GetInputType = op_type, .GetInputTypeCount = op_count, .GetOutputType = op_type,                   \
+            .GetOutputTypeCount = op_count, .KernelDestroy = destroy_kernel, .GetInputCharacteristic = op_variadic, \
+            .GetOutputCharacteristic = op_variadic, .GetInputMemoryType = op_memtype,                           \
+            .GetVariadicInputMinArity = op_min_arity, .GetVariadicInputHomogeneity = op_heterogeneous,          \
+            .GetVariadicOutputMinArity = op_min_arity, .GetVariadicOutputHomogeneity = op_heterogeneous,        \
+            .CreateKernelV2 = create_kernel, .KernelComputeV2 = compute,                 \
+            .InferOutputShapeFn = infer_shapes},                                  \
+     .cpu = is_cpu}
+
+/* Static: ORT requires the ops (and domains) to outlive every session using them. */
+static plus_op g_cuda_op = PLUS_OP(0);
+static plus_op g_cpu_op = PLUS_OP(1);
+
+EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+    int verbose = getenv("PLUS_EP_VERBOSE") && strcmp(getenv("PLUS_EP_VERBOSE"), "0");
+    const OrtApi* api = api_base ? api_base->GetApi(PLUS_ORT_API_VERSION) : NULL;
+    if (!api) {
+        fprintf(stderr, "PlusEP: ONNX Runtime lacks C API version %d (ORT >= 1.18 needed); Fused nodes will run "
+                "their function bodies\n", PLUS_ORT_API_VERSION);
+        return NULL;
+    }
+    const char* dis = getenv("PLUS_EP_DISABLE");
+    if (dis && *dis && strcmp(dis, "0")) {
+        if (verbose) fprintf(stderr, "PlusEP: PLUS_EP_DISABLE is set; registering nothing (function bodies run)\n");
+        return NULL;
+    }
+    const char* why = NULL;
+    if (!plus_driver_get(&why)) {
+        if (verbose) fprintf(stderr, "PlusEP: %s; registering nothing (function bodies run)\n", why);
+        return NULL;
+    }
+    atomic_store(&g_api, api);
+    OrtCustomOpDomain* dom = NULL;   /* never released: it must outlive the sessions */
+    OrtStatus* st = ORT_CALL(api, CreateCustomOpDomain)("ai.plus_ep", &dom);
+    if (!st) st = ORT_CALL(api, CustomOpDomain_Add)(dom, &g_cuda_op.op);
+    if (!st) st = ORT_CALL(api, CustomOpDomain_Add)(dom, &g_cpu_op.op);
+    if (!st) st = ORT_CALL(api, AddCustomOpDomain)(options, dom);
+    return st;
+}

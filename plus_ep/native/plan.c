@@ -1,0 +1,308 @@
+/* Parse the `plus_plan` node attribute (CONTRACT.md §3) into a plus_plan. */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plus_plan.h"
+
+#define MAX_TOKENS 64
+
+typedef struct {
+    plus_plan* plan;
+    int line;               /* 1-based */
+    char* tok[MAX_TOKENS];
+    int nt;
+    char* err;
+    size_t errlen;
+    uint32_t vmask;         /* value slots set so far (what a `val` expression may read) */
+    uint32_t all_vmask;     /* value slots set by any `val` line (read after all of them run) */
+    int route_seen[PLUS_MAX_ROUTES];
+    int node_seen, out_seen[PLUS_MAX_OUT], in_seen[PLUS_MAX_IN];
+} parser;
+
+const char* plus_plan_line(const plus_plan* plan, int line) {
+    return plan->lines && line >= 1 && line <= plan->n_lines ? plan->lines[line - 1] : "";
+}
+
+static int fail(parser* ps, const char* fmt, ...) {
+    int n = snprintf(ps->err, ps->errlen, "plus_plan line %d `%s`: ", ps->line,
+                     plus_plan_line(ps->plan, ps->line));
+    if (n < 0 || (size_t)n >= ps->errlen) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ps->err + n, ps->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int need(parser* ps, int n) {
+    if (ps->nt != n)
+        return fail(ps, "expected %d fields, got %d", n, ps->nt);
+    return 0;
+}
+
+/* Parse tok[i] as an integer in [lo, hi]. */
+static int index_tok(parser* ps, int i, int64_t lo, int64_t hi, const char* what, int64_t* out) {
+    char* end;
+    const char* s = ps->tok[i];
+    if ((*s < '0' || *s > '9') && !(*s == '-' && s[1] >= '0' && s[1] <= '9'))
+        return fail(ps, "%s `%s` is not an integer", what, s);
+    long long v = strtoll(s, &end, 10);
+    if (*end) return fail(ps, "%s `%s` is not an integer", what, s);
+    if (v < lo || v > hi) return fail(ps, "%s %lld out of range [%" PRId64 ", %" PRId64 "]", what, v, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int name_tok(parser* ps, int i, char* dst, const char* what) {
+    if (strlen(ps->tok[i]) >= PLUS_NAME_LEN) return fail(ps, "%s longer than %d bytes", what, PLUS_NAME_LEN - 1);
+    strcpy(dst, ps->tok[i]);
+    return 0;
+}
+
+static int expr_tok(parser* ps, int i, int nsym, uint32_t vmask, plus_expr* e) {
+    char msg[PLUS_ERR_LEN];
+    if (plus_expr_compile(ps->plan, ps->tok[i], nsym, vmask, e, msg, sizeof msg)) return fail(ps, "%s", msg);
+    e->line = ps->line;
+    return 0;
+}
+
+static int dtype_tok(parser* ps, int i, int* out) {
+    int64_t v;
+    if (index_tok(ps, i, 1, 64, "dtype", &v)) return -1;
+    int d = plus_dtype_from_onnx((int)v);
+    if (d < 0) return fail(ps, "unknown ONNX dtype %" PRId64, v);
+    *out = d;
+    return 0;
+}
+
+static int rank_tok(parser* ps, int i, int* out) {
+    int64_t r;
+    if (index_tok(ps, i, 0, PLUS_MAX_RANK, "rank", &r)) return -1;
+    if (ps->nt != i + 1 + (int)r) return fail(ps, "rank %" PRId64 " needs %" PRId64 " dims, got %d", r, r, ps->nt - i - 1);
+    *out = (int)r;
+    return 0;
+}
+
+static int rec_in(parser* ps) {
+    plus_plan* p = ps->plan;
+    int64_t i;
+    if (ps->nt < 4) return fail(ps, "expected `in <i> <dtype> <rank> <dims...>`");
+    if (index_tok(ps, 1, 0, PLUS_MAX_IN - 1, "input index", &i)) return -1;
+    if (i != p->n_in) return fail(ps, "input %" PRId64 " out of order (expected input %d)", i, p->n_in);
+    plus_in_spec* s = &p->in[i];
+    if (dtype_tok(ps, 2, &s->dtype) || rank_tok(ps, 3, &s->rank)) return -1;
+    for (int d = 0; d < s->rank; d++) {
+        const char* t = ps->tok[4 + d];
+        if (!strcmp(t, "*")) {
+            s->kind[d] = PLUS_DIM_ANY;
+        } else if (t[0] == 's') {
+            char* end;
+            if (t[1] < '0' || t[1] > '9') return fail(ps, "bad dim `%s`", t);
+            long k = strtol(t + 1, &end, 10);
+            if (*end || k < 0 || k >= PLUS_MAX_SYM) return fail(ps, "bad symbol `%s` (s0..s%d)", t, PLUS_MAX_SYM - 1);
+            if (k > p->n_sym) return fail(ps, "symbol %s appears before s%d (symbols are numbered in order of first appearance)", t, p->n_sym);
+            if (k == p->n_sym) p->n_sym++;
+            s->kind[d] = PLUS_DIM_SYM;
+            s->val[d] = k;
+        } else {
+            if (index_tok(ps, 4 + d, 0, INT64_MAX, "dim", &s->val[d])) return -1;
+            s->kind[d] = PLUS_DIM_LIT;
+        }
+    }
+    s->line = ps->line;
+    p->n_in++;
+    return 0;
+}
+
+static int rec_out(parser* ps) {
+    plus_plan* p = ps->plan;
+    int64_t i;
+    if (ps->nt < 4) return fail(ps, "expected `out <i> <dtype> <rank> <exprs...>`");
+    if (index_tok(ps, 1, 0, PLUS_MAX_OUT - 1, "output index", &i)) return -1;
+    if (i != p->n_out) return fail(ps, "output %" PRId64 " out of order (expected output %d)", i, p->n_out);
+    plus_out_spec* s = &p->out[i];
+    if (dtype_tok(ps, 2, &s->dtype) || rank_tok(ps, 3, &s->rank)) return -1;
+    for (int d = 0; d < s->rank; d++)
+        if (expr_tok(ps, 4 + d, p->n_sym, ps->all_vmask, &s->dim[d])) return -1;
+    s->line = ps->line;
+    p->n_out++;
+    return 0;
+}
+
+static int rec_val(parser* ps) {
+    plus_plan* p = ps->plan;
+    int64_t k;
+    if (need(ps, 3) || index_tok(ps, 1, 0, PLUS_MAX_V - 1, "value slot", &k)) return -1;
+    if (ps->vmask >> k & 1u) return fail(ps, "value slot %" PRId64 " set twice", k);
+    if (expr_tok(ps, 2, p->n_sym, ps->vmask, &p->val[p->n_val])) return -1;
+    p->val_slot[p->n_val++] = (int)k;
+    ps->vmask |= 1u << k;
+    return 0;
+}
+
+static int rec_scratch(parser* ps) {
+    plus_plan* p = ps->plan;
+    int64_t k;
+    if (need(ps, 3) || index_tok(ps, 1, 0, PLUS_MAX_SCRATCH - 1, "scratch slot", &k)) return -1;
+    if (p->has_scratch[k]) return fail(ps, "scratch %" PRId64 " given twice", k);
+    if (expr_tok(ps, 2, p->n_sym, ps->all_vmask, &p->scratch[k])) return -1;
+    p->has_scratch[k] = 1;
+    return 0;
+}
+
+static int rec_route(parser* ps) {
+    plus_plan* p = ps->plan;
+    int64_t r;
+    if (need(ps, 3) || index_tok(ps, 1, 0, PLUS_MAX_ROUTES - 1, "route", &r)) return -1;
+    if (r != p->n_routes) return fail(ps, "route %" PRId64 " out of order (expected route %d)", r, p->n_routes);
+    if (expr_tok(ps, 2, p->n_sym, ps->all_vmask, &p->route[r])) return -1;
+    p->n_routes++;
+    return 0;
+}
+
+static int rec_kernel(parser* ps) {
+    plus_plan* p = ps->plan;
+    int64_t r, img;
+    if (need(ps, 11)) return -1;
+    if (p->n_kernels == PLUS_MAX_KERNELS) return fail(ps, "more than %d kernel lines", PLUS_MAX_KERNELS);
+    plus_kernel_spec* k = &p->kernel[p->n_kernels];
+    if (index_tok(ps, 1, 0, PLUS_MAX_ROUTES - 1, "route", &r)) return -1;
+    if (r >= p->n_routes) return fail(ps, "route %" PRId64 " is not declared by an earlier `route` line", r);
+    if (index_tok(ps, 2, 0, 65535, "image index", &img) || name_tok(ps, 3, k->entry, "entry name")) return -1;
+    for (int i = 0; i < 3; i++)
+        if (expr_tok(ps, 4 + i, p->n_sym, ps->all_vmask, &k->grid[i]) ||
+            expr_tok(ps, 7 + i, p->n_sym, ps->all_vmask, &k->block[i]))
+            return -1;
+    if (expr_tok(ps, 10, p->n_sym, ps->all_vmask, &k->smem)) return -1;
+    k->route = (int)r;
+    k->image = (int)img;
+    k->line = ps->line;
+    p->n_kernels++;
+    return 0;
+}
+
+static int rec_sym(parser* ps) {
+    int64_t k;
+    if (need(ps, 3) || index_tok(ps, 1, 0, PLUS_MAX_SYM - 1, "symbol", &k)) return -1;
+    return name_tok(ps, 2, ps->plan->sym_name[k], "symbol name");
+}
+
+static int rec_archs(parser* ps) {
+    plus_plan* p = ps->plan;
+    if (ps->nt < 2) return fail(ps, "expected `archs <sm_XY> ...`");
+    if (ps->nt - 1 > PLUS_MAX_ARCHS) return fail(ps, "more than %d archs", PLUS_MAX_ARCHS);
+    if (p->n_archs) return fail(ps, "`archs` given twice");
+    for (int i = 1; i < ps->nt; i++) {
+        const char* a = ps->tok[i];
+        if (strncmp(a, "sm_", 3) || strlen(a) > 16 || a[3] < '1' || a[3] > '9')
+            return fail(ps, "bad arch `%s` (expected sm_XY)", a);
+        strcpy(p->arch[p->n_archs++], a);
+    }
+    return 0;
+}
+
+/* Split the current line (in place) on single spaces. */
+static int tokenize(parser* ps, char* s) {
+    ps->nt = 0;
+    for (;;) {
+        if (ps->nt == MAX_TOKENS) return fail(ps, "more than %d fields", MAX_TOKENS);
+        ps->tok[ps->nt++] = s;
+        char* sp = strchr(s, ' ');
+        if (!*s || (sp == s)) return fail(ps, "empty field (fields are separated by single spaces)");
+        if (!sp) return 0;
+        *sp = 0;
+        s = sp + 1;
+    }
+}
+
+int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen) {
+    memset(plan, 0, sizeof *plan);
+    parser ps = {.plan = plan, .err = err, .errlen = errlen};
+    size_t len = strlen(text);
+    if (!len) {
+        snprintf(err, errlen, "plus_plan is empty");
+        return -1;
+    }
+    plan->text = malloc(len + 1);
+    char* work = malloc(len + 1);
+    plan->lines = malloc((len + 2) * sizeof(char*));
+    if (!plan->text || !work || !plan->lines) {
+        free(work);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(plan->text, text, len + 1);
+    for (char* s = plan->text;;) {             /* split into lines */
+        plan->lines[plan->n_lines++] = s;
+        char* nl = strchr(s, '\n');
+        if (!nl) break;
+        *nl = 0;
+        s = nl + 1;
+    }
+    if (plan->n_lines > 1 && !*plan->lines[plan->n_lines - 1]) plan->n_lines--;   /* final newline */
+    for (int i = 0; i < plan->n_lines; i++) {    /* which value slots the plan sets */
+        int k;
+        char c;
+        if (sscanf(plan->lines[i], "val %d%c", &k, &c) == 2 && c == ' ' && k >= 0 && k < PLUS_MAX_V)
+            ps.all_vmask |= 1u << k;
+    }
+    int ended = 0, rc = 0;
+    for (int i = 0; i < plan->n_lines && !rc; i++) {
+        ps.line = i + 1;
+        const char* src = plan->lines[i];
+        if (ended) { rc = fail(&ps, "text after `end`"); break; }
+        if (strchr(src, '\r') || strchr(src, '\t')) { rc = fail(&ps, "tab or carriage return"); break; }
+        strcpy(work, src);
+        if (!strncmp(src, "node ", 5) && src[5]) {   /* the name is the rest of the line */
+            ps.nt = 1;
+            ps.tok[0] = "node";
+        } else if ((rc = tokenize(&ps, work))) break;
+        const char* kw = ps.tok[0];
+        if (i == 0) {
+            if (strcmp(kw, "plusplan") || ps.nt != 2 || strcmp(ps.tok[1], "1"))
+                rc = fail(&ps, "the first line must be `plusplan 1`");
+        } else if (!strcmp(kw, "plusplan")) rc = fail(&ps, "`plusplan` header repeated");
+        else if (!strcmp(kw, "node")) {
+            if (ps.node_seen++) rc = fail(&ps, "`node` given twice");
+            else if (strncmp(src, "node ", 5) || !src[5]) rc = fail(&ps, "expected `node <name>`");
+            else if (strlen(src) >= 5 + PLUS_NAME_LEN) rc = fail(&ps, "node name longer than %d bytes", PLUS_NAME_LEN - 1);
+            else strcpy(plan->node, src + 5);   /* the rest of the line: names may hold spaces */
+        } else if (!strcmp(kw, "in")) rc = rec_in(&ps);
+        else if (!strcmp(kw, "out")) rc = rec_out(&ps);
+        else if (!strcmp(kw, "val")) rc = rec_val(&ps);
+        else if (!strcmp(kw, "scratch")) rc = rec_scratch(&ps);
+        else if (!strcmp(kw, "route")) rc = rec_route(&ps);
+        else if (!strcmp(kw, "kernel")) rc = rec_kernel(&ps);
+        else if (!strcmp(kw, "sym")) rc = rec_sym(&ps);
+        else if (!strcmp(kw, "archs")) rc = rec_archs(&ps);
+        else if (!strcmp(kw, "end")) rc = need(&ps, 1), ended = 1;
+        else rc = fail(&ps, "unknown record `%s`", kw);
+    }
+    free(work);
+    if (!rc && !ended) {
+        ps.line = plan->n_lines;
+        rc = fail(&ps, "missing `end` line (plan truncated?)");
+    }
+    if (!rc && plan->n_in == 0) rc = (snprintf(err, errlen, "plus_plan: no `in` lines"), -1);
+    if (!rc && plan->n_out == 0) rc = (snprintf(err, errlen, "plus_plan: no `out` lines"), -1);
+    if (!rc && plan->n_routes == 0) rc = (snprintf(err, errlen, "plus_plan: no `route` lines"), -1);
+    if (rc) {
+        plus_plan_free(plan);
+        return -1;
+    }
+    return 0;
+}
+
+void plus_plan_free(plus_plan* plan) {
+    free(plan->items);
+    free(plan->text);
+    free(plan->lines);
+    plan->items = NULL;
+    plan->text = NULL;
+    plan->lines = NULL;
+    plan->n_lines = 0;
+}

@@ -1,0 +1,33 @@
+"""Builds the native launcher (plus_ep/_launcher*.so) with the system C compiler.
+
+Project metadata lives in pyproject.toml; this file only adds the C library. It is an ordinary
+shared library exporting RegisterCustomOps for ONNX Runtime (not an importable Python module):
+plain C11, no CUDA toolkit or ONNX Runtime headers needed; the CUDA driver is dlopen'ed at run time.
+"""
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+NATIVE = Path("plus_ep") / "native"
+SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "ort_op.c"]
+HEADERS = ["plus_plan.h", "driver.h", "kernel.h", "ort_abi.h"]
+
+
+class BuildLauncher(build_ext):
+    """A plain shared library: export only RegisterCustomOps, not PyInit_<name>."""
+
+    def get_export_symbols(self, ext):
+        return []
+
+
+launcher = Extension(
+    "plus_ep._launcher",
+    sources=[str(NATIVE / s) for s in SOURCES],
+    depends=[str(NATIVE / h) for h in HEADERS],
+    extra_compile_args=["-std=c11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra"],
+    extra_link_args=["-Wl,--no-undefined"],
+    libraries=["dl", "pthread"],
+)
+
+setup(ext_modules=[launcher], cmdclass={"build_ext": BuildLauncher})

@@ -34,7 +34,7 @@ def test_every_subgraph_renders_and_compiles(family, kcache):
         fails = r.kernels.failures
         assert all(UNBINDABLE in reason for _, _, reason in fails), fails
         assert len(r.subgraphs) + len(fails) == len(plain.subgraphs)
-        assert len(fails) <= 2 * 2, fails          # at most two kinds per layer, two layers
+        assert len(fails) <= 3 * 2, fails          # at most three per layer, two layers
         fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
         assert len(fused) == len(r.subgraphs)
         for n in fused:

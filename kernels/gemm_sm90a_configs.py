@@ -10,35 +10,17 @@ tests/test_template_gemm_sm90a.py checks them with static_asserts in the compile
 needs more than 48 KB of dynamic shared memory, so the launcher must raise
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES before launching.
 
-`GemmConfig` has the same fields as the one in kernels/gemm_configs.py (the sm80 menu); it is defined
-here too until the two menus are merged.
+`GemmConfig`, `grid` and `reduce_grid` are the sm80 menu's (kernels/gemm_configs.py); here WM x WN
+is a warpgroup's tile, not a warp's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .gemm_configs import MATH_F16, GemmConfig, grid, reduce_grid
+from .gemm_configs import defines as _defines
 
-MATH_F16 = 2  # the only math path of the wgmma template: half or bfloat16 (plus_ab_t)
 WARPGROUP = 128
 BK = 64
-
-
-@dataclass(frozen=True)
-class GemmConfig:
-    name: str
-    math: int
-    bm: int
-    bn: int
-    bk: int
-    wm: int  # rows of one warpgroup's tile (64 or 128)
-    wn: int  # columns of one warpgroup's tile (the N of wgmma.m64nNk16: 64, 128, 192 or 256)
-    stages: int
-    threads: int
-    smem_bytes: int
-
-    @property
-    def warpgroups(self) -> int:
-        return self.threads // WARPGROUP
 
 
 def gemm_threads(bm: int, bn: int, wm: int, wn: int) -> int:
@@ -72,30 +54,11 @@ BY_NAME = {c.name: c for c in CONFIGS}
 
 
 def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1) -> dict[str, int]:
-    """The `#define`s of a variant (tile parameters from `cfg`, plus the per-problem switches)."""
+    """The `#define`s of a variant (the sm80 menu's, restricted to PLUS_MATH 2)."""
     if cfg.math != MATH_F16:
         raise ValueError(f"{cfg.name}: the sm_90a wgmma template only does PLUS_MATH 2 (f16/bf16)")
-    if splitk < 1:
-        raise ValueError(f"split-K factor must be >= 1, got {splitk}")
-    return {
-        "PLUS_MATH": cfg.math,
-        "PLUS_BM": cfg.bm,
-        "PLUS_BN": cfg.bn,
-        "PLUS_BK": cfg.bk,
-        "PLUS_WM": cfg.wm,
-        "PLUS_WN": cfg.wn,
-        "PLUS_STAGES": cfg.stages,
-        "PLUS_SPLITK": int(splitk),
-        "PLUS_B_TRANS": int(bool(b_trans)),
-        "PLUS_ALIGNED": int(bool(aligned)),
-    }
+    return _defines(cfg, b_trans=b_trans, aligned=aligned, splitk=splitk)
 
 
-def grid(cfg: GemmConfig, batch: int, m: int, n: int, splitk: int = 1) -> tuple[int, int, int]:
-    """Grid of `plus_gemm` (contract 2.1)."""
-    return (-(-n // cfg.bn), -(-m // cfg.bm), batch * splitk)
-
-
-def reduce_grid(batch: int, m: int, n: int) -> tuple[int, int, int]:
-    """Grid of `plus_splitk_reduce` (block 256)."""
-    return (-(-(batch * m * n) // 256), 1, 1)
+__all__ = ["BK", "BY_NAME", "CONFIGS", "GemmConfig", "MATH_F16", "WARPGROUP", "defines", "gemm_smem_bytes",
+           "gemm_threads", "grid", "reduce_grid"]

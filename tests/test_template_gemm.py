@@ -18,69 +18,13 @@ import pytest
 
 from kernels import gemm_configs as gc
 from kernels import nvrtc
+from tests import gemm_variants
+from tests.gemm_variants import Variant
 
 DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
 
-# Hooks of a fused GEMM: A prologue (scale + shift, like a folded normalisation), epilogue with a bias
-# vector in in[2], GELU-ish nonlinearity and a float output; strided A/B with a broadcast B batch.
-FUSED_HOOKS = r"""
-#ifndef PLUS_GEMM_SHAPE_DEFINED
-#define PLUS_GEMM_SHAPE_DEFINED
-struct PlusGemmShape { long long batch, M, N, K; };
-#endif
-#define PLUS_HAS_GEMM_SHAPE
-PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& a) { return PlusGemmShape{a.v[0], a.v[1], a.v[2], a.v[3]}; }
-#define PLUS_HAS_A_PTR
-PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& a, long long b) { return (const plus_ab_t*)a.in[0] + b * a.v[5]; }
-#define PLUS_HAS_LDA
-PLUS_DEV long long plus_lda(const PlusArgs& a) { return a.v[4]; }
-#define PLUS_HAS_B_PTR
-PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& a, long long b) { return (const plus_ab_t*)a.in[1] + b * a.v[7]; }
-#define PLUS_HAS_LDB
-PLUS_DEV long long plus_ldb(const PlusArgs& a) { return a.v[6]; }
-#define PLUS_HAS_PROLOGUE_A
-PLUS_DEV float plus_prologue_a(const PlusArgs& a, long long b, long long m, long long k, float x) {
-  return x * 0.5f + 0.25f;
-}
-#define PLUS_HAS_EPILOGUE
-PLUS_DEV void plus_epilogue(const PlusArgs& a, long long b, long long m, long long n, float acc) {
-  const float y = acc + plus_load<float>(a.in[2], n);
-  plus_store<float>(a.out[0], (b * a.v[1] + m) * a.v[2] + n, y > 0.f ? y : 0.1f * y);
-}
-"""
-
-# Strided operands only (leading dims and batch strides from v[4..7]; B batch stride 0 = broadcast).
-STRIDED_HOOKS = FUSED_HOOKS.split("#define PLUS_HAS_PROLOGUE_A")[0]
-
-
-@dataclass(frozen=True)
-class Variant:
-    cfg: str
-    dtype: str
-    b_trans: int
-    aligned: int
-    splitk: int = 1
-    hooks: str = ""  # "", "strided" or "fused"
-
-    @property
-    def id(self) -> str:
-        s = f"{self.cfg}-{self.dtype.strip('_')}-T{self.b_trans}-A{self.aligned}"
-        if self.splitk > 1:
-            s += f"-sk{self.splitk}"
-        return s + (f"-{self.hooks}" if self.hooks else "")
-
-
 def source(v: Variant) -> str:
-    """A generated source as the codegen writes it, plus compile-time checks of the Python mirrors."""
-    cfg = gc.BY_NAME[v.cfg]
-    defs = gc.defines(cfg, b_trans=v.b_trans, aligned=v.aligned, splitk=v.splitk)
-    hooks = {"": "", "strided": STRIDED_HOOKS, "fused": FUSED_HOOKS}[v.hooks]
-    lines = [f"// test variant {v.id}", '#include "plus_common.cuh"']
-    lines += [f"#define {k} {val}" for k, val in defs.items()]
-    lines += [f"typedef {v.dtype} plus_ab_t;", hooks, '#include "gemm.cuh"',
-              f'static_assert(PLUS_THREADS == {cfg.threads}, "gemm_configs.threads mirrors PLUS_THREADS");',
-              f'static_assert(PLUS_SMEM_BYTES == {cfg.smem_bytes}, "gemm_configs.smem_bytes mirrors PLUS_SMEM_BYTES");']
-    return "\n".join(lines) + "\n"
+    return gemm_variants.source(v, gc, "gemm.cuh")
 
 
 def _compile_matrix() -> list[tuple[str, Variant]]:

@@ -19,67 +19,14 @@ import pytest
 
 from kernels import gemm_sm90a_configs as gc
 from kernels import nvrtc
+from tests import gemm_variants
+from tests.gemm_variants import Variant
 
 ARCH = "sm_90a"
 DTYPES = ("half", "__nv_bfloat16")
 
-# Strided operands: lda = v[4], A batch stride = v[5], ldb = v[6], B batch stride = v[7] (0: broadcast B).
-STRIDED_HOOKS = r"""
-#define PLUS_HAS_A_PTR
-PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& a, long long b) { return (const plus_ab_t*)a.in[0] + b * a.v[5]; }
-#define PLUS_HAS_LDA
-PLUS_DEV long long plus_lda(const PlusArgs& a) { return a.v[4]; }
-#define PLUS_HAS_B_PTR
-PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& a, long long b) { return (const plus_ab_t*)a.in[1] + b * a.v[7]; }
-#define PLUS_HAS_LDB
-PLUS_DEV long long plus_ldb(const PlusArgs& a) { return a.v[6]; }
-"""
-
-# Strided operands + an A prologue (affine, like a folded normalisation) + an epilogue with a bias vector
-# in in[2], a leaky ReLU and a float output.
-FUSED_HOOKS = STRIDED_HOOKS + r"""
-#define PLUS_HAS_PROLOGUE_A
-PLUS_DEV float plus_prologue_a(const PlusArgs& a, long long b, long long m, long long k, float x) {
-  return x * 0.5f + 0.25f;
-}
-#define PLUS_HAS_EPILOGUE
-PLUS_DEV void plus_epilogue(const PlusArgs& a, long long b, long long m, long long n, float acc) {
-  const float y = acc + plus_load<float>(a.in[2], n);
-  plus_store<float>(a.out[0], (b * a.v[1] + m) * a.v[2] + n, y > 0.f ? y : 0.1f * y);
-}
-"""
-
-HOOKS = {"": "", "strided": STRIDED_HOOKS, "fused": FUSED_HOOKS}
-
-
-@dataclass(frozen=True)
-class Variant:
-    cfg: str
-    dtype: str
-    b_trans: int
-    aligned: int
-    splitk: int = 1
-    hooks: str = ""  # "", "strided" or "fused"
-
-    @property
-    def id(self) -> str:
-        s = f"{self.cfg}-{self.dtype.strip('_')}-T{self.b_trans}-A{self.aligned}"
-        if self.splitk > 1:
-            s += f"-sk{self.splitk}"
-        return s + (f"-{self.hooks}" if self.hooks else "")
-
-
 def source(v: Variant) -> str:
-    """A generated source as the codegen writes it, plus compile-time checks of the Python mirrors."""
-    cfg = gc.BY_NAME[v.cfg]
-    lines = [f"// test variant {v.id}", '#include "plus_common.cuh"']
-    lines += [f"#define {k} {val}" for k, val in gc.defines(cfg, b_trans=v.b_trans, aligned=v.aligned,
-                                                           splitk=v.splitk).items()]
-    lines += [f"typedef {v.dtype} plus_ab_t;", HOOKS[v.hooks], '#include "gemm_sm90a.cuh"',
-              f'static_assert(PLUS_THREADS == {cfg.threads}, "gemm_sm90a_configs.threads mirrors PLUS_THREADS");',
-              f'static_assert(PLUS_SMEM_BYTES == {cfg.smem_bytes}, '
-              '"gemm_sm90a_configs.smem_bytes mirrors PLUS_SMEM_BYTES");']
-    return "\n".join(lines) + "\n"
+    return gemm_variants.source(v, gc, "gemm_sm90a.cuh")
 
 
 # ------------------------------------------------------------------------------------ compile checks

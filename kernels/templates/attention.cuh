@@ -42,8 +42,7 @@
 //                        default: read through the pointer hooks
 //   PLUS_HAS_SCORE       float plus_score(args, b, h, i, j, s); default s. -CUDART_INF_F masks the pair.
 //   PLUS_HAS_ATTN_OUT    void plus_attn_out(args, b, h, i, d, o); default stores [B, H, Sq, D] to out[0]
-// PlusAttnShape comes from plus_common.cuh (hooks precede this file); the fallback definition below is
-// only for a common header that lacks it.
+// PlusAttnShape comes from plus_common.cuh (hooks precede this file).
 //
 // Entry: plus_attention, grid (cdiv(Sq, PLUS_BQ), H, B), block PLUS_WARPS*32, dynamic shared memory
 // PLUS_ATTN_SMEM_BYTES (kernels/attention_configs.py mirrors the formula). A query row whose keys are all
@@ -122,12 +121,6 @@ static_assert(PLUS_BQ % (2 * PLUS_WARPS) == 0, "MATH 0: PLUS_BQ must be a multip
 
 // ------------------------------------------------------------------------------------ default hooks
 
-#ifndef PLUS_ATTN_SHAPE_DEFINED
-#define PLUS_ATTN_SHAPE_DEFINED
-struct PlusAttnShape {
-  long long B, H, Hkv, Sq, Skv;
-};
-#endif
 
 #ifndef PLUS_HAS_ATTN_SHAPE
 PLUS_DEV PlusAttnShape plus_attn_shape(const PlusArgs& a) {

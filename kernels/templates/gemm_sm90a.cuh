@@ -107,60 +107,7 @@ static_assert(sizeof(plus_ab_t) == 2, "gemm_sm90a: plus_ab_t must be half or __n
 // Hooks and their defaults (a plain contiguous problem: A = in[0] [batch,M,K], B = in[1] [batch,K,N] or
 // [batch,N,K], C = out[0] [batch,M,N]; args.v[0..3] = batch, M, N, K)
 // ------------------------------------------------------------------------------------------------------
-#ifndef PLUS_GEMM_SHAPE_DEFINED
-#define PLUS_GEMM_SHAPE_DEFINED
-struct PlusGemmShape {
-  long long batch, M, N, K;
-};
-#endif
-
-#ifndef PLUS_HAS_GEMM_SHAPE
-PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
-  PlusGemmShape s;
-  s.batch = args.v[0];
-  s.M = args.v[1];
-  s.N = args.v[2];
-  s.K = args.v[3];
-  return s;
-}
-#endif
-
-#ifndef PLUS_HAS_LDA
-PLUS_DEV long long plus_lda(const PlusArgs& args) { return plus_gemm_shape(args).K; }
-#endif
-
-#ifndef PLUS_HAS_A_PTR
-PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {
-  const PlusGemmShape s = plus_gemm_shape(args);
-  return (const plus_ab_t*)args.in[0] + b * s.M * s.K;
-}
-#endif
-
-#ifndef PLUS_HAS_LDB
-PLUS_DEV long long plus_ldb(const PlusArgs& args) {
-  const PlusGemmShape s = plus_gemm_shape(args);
-  return PLUS_B_TRANS ? s.K : s.N;
-}
-#endif
-
-#ifndef PLUS_HAS_B_PTR
-PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {
-  const PlusGemmShape s = plus_gemm_shape(args);
-  return (const plus_ab_t*)args.in[1] + b * s.K * s.N;
-}
-#endif
-
-// Element type of the default epilogue's output.  A codegen that typedefs plus_c_t defines PLUS_HAS_C_T.
-#ifndef PLUS_HAS_C_T
-typedef plus_ab_t plus_c_t;
-#endif
-
-#ifndef PLUS_HAS_EPILOGUE
-PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {
-  const PlusGemmShape s = plus_gemm_shape(args);
-  plus_store<plus_c_t>(args.out[0], (b * s.M + m) * s.N + n, plus_cvt<plus_c_t>(acc));
-}
-#endif
+#include "gemm_hooks.cuh"
 
 typedef unsigned int plus_u32;        // NVRTC has no <cstdint>
 typedef unsigned long long plus_u64;

@@ -26,9 +26,6 @@ struct PlusGemmShape {
 struct PlusAttnShape {
   long long B, H, Hkv, Sq, Skv;
 };
-#define PLUS_GEMM_SHAPE_DEFINED
-#define PLUS_GEMM_SHAPE_DECLARED
-#define PLUS_ATTN_SHAPE_DEFINED
 
 // ---- element conversions: hooks compute in float (or int64/bool for index and mask math) ----
 PLUS_DEV float plus_f(float x) { return x; }

@@ -1,0 +1,47 @@
+// gemm_hooks.cuh: default (identity) hooks shared by gemm.cuh and gemm_sm90a.cuh (CONTRACT.md 2.1).
+// A plain contiguous problem: A = in[0] [batch,M,K], B = in[1] [batch,K,N] (PLUS_B_TRANS 0) or
+// [batch,N,K] (1), C = out[0] [batch,M,N] of plus_c_t; args.v[0..3] = batch, M, N, K. Generated code
+// #defines PLUS_HAS_<NAME> before defining its own; plus_c_t is plus_ab_t unless PLUS_HAS_C_T.
+#pragma once
+
+#ifndef PLUS_HAS_C_T
+typedef plus_ab_t plus_c_t;
+#endif
+
+#ifndef PLUS_HAS_GEMM_SHAPE
+PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
+  return PlusGemmShape{args.v[0], args.v[1], args.v[2], args.v[3]};
+}
+#endif
+
+#ifndef PLUS_HAS_A_PTR
+PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return (const plus_ab_t*)args.in[0] + b * s.M * s.K;
+}
+#endif
+
+#ifndef PLUS_HAS_LDA
+PLUS_DEV long long plus_lda(const PlusArgs& args) { return plus_gemm_shape(args).K; }
+#endif
+
+#ifndef PLUS_HAS_B_PTR
+PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return (const plus_ab_t*)args.in[1] + b * s.K * s.N;
+}
+#endif
+
+#ifndef PLUS_HAS_LDB
+PLUS_DEV long long plus_ldb(const PlusArgs& args) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return PLUS_B_TRANS ? s.K : s.N;
+}
+#endif
+
+#ifndef PLUS_HAS_EPILOGUE
+PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  plus_store<plus_c_t>(args.out[0], (b * s.M + m) * s.N + n, plus_cvt<plus_c_t>(acc));
+}
+#endif

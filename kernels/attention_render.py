@@ -53,7 +53,7 @@ def render_attention(job):
     lead = (lambda b, h: [b, h]) if rank == 4 else (lambda b, h: [b])
     full_q = s_shape[:-1] + [symdim.parse(D)]
 
-    def hook(name, tensor, idx_fn, shape_ref):
+    def hook(tensor, idx_fn, shape_ref):
         em.reset()
         val, ct = em.value(tensor, em.broadcast(idx_fn(), em.shape(tensor), shape_ref))
         body = em.take()
@@ -66,7 +66,7 @@ def render_attention(job):
             ("q", q, lambda: lead("b", "h") + ["i", "d"], full_q),
             ("k", kt, lambda: lead("b", "h") + ["d", "j"], s_shape[:-2] + [symdim.parse(D), Skv]),
             ("v", v, lambda: lead("b", "h") + ["j", "d"], s_shape[:-2] + [Skv, symdim.parse(D)])):
-        body, val = hook(name, tensor, order, ref)
+        body, val = hook(tensor, order, ref)
         pos = "i" if name == "q" else "j"
         hooks.append(f"#define PLUS_HAS_{name.upper()} 1\n"
                      f"PLUS_DEV float plus_{name}(const PlusArgs& args, long long b, long long h, long long {pos}, int d) {{\n"

@@ -3,8 +3,6 @@ stores), and GEMM + row normalisation (LayerNorm/RMSNorm) as a two-kernel plan: 
 writes the normalised row's input to fp32 scratch, a row program finishes the rows."""
 from __future__ import annotations
 
-import sympy
-
 from . import dtypes, routes, symdim
 from .cexpr import attr, lit
 from .forward import bind_forward, emit_stores, forward_map
@@ -26,9 +24,8 @@ def _operands(job, em, seed):
     return a, b, dta
 
 
-def _problem(job, em, seed):
+def _problem(em, seed, a, b):
     """(batch dims, M, N, K, trans_b, A offset fn, B offset fn, C index fn)."""
-    a, b, _ = _operands(job, em, seed)
     sa, sb, sc = em.shape(a), em.shape(b), em.shape(seed.output[0])
     if seed.op_type == "Gemm":
         if attr(seed, "transA", 0):
@@ -63,7 +60,7 @@ def render_gemm(job):
         raise RenderError(f"{describe(seed)}: the gemm template grows from MatMul or Gemm")
     em = job.emitter()
     a, b, dt = _operands(job, em, seed)
-    batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(job, em, seed)
+    batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
     ka, kb = job.inputs.index(a), job.inputs.index(b)
     nbatch = symdim.numel(batch)
 
@@ -98,7 +95,7 @@ def render_gemm(job):
                 raise RenderError(f"{describe(em.producer.get(x, seed))}: '{x}' feeds the row normalisation "
                                   "but is not an element-wise function of the GEMM result")
             epi[x] = (f"args.scratch[{k}]", 1, em.shape(x))      # fp32 (onnx FLOAT = 1)
-            job.plan.scratch.append(f"{rpn(symdim.numel(em.shape(x)), job)},4,*")
+            job.plan.scratch.append(f"{job.syms.rpn(symdim.numel(em.shape(x)))},4,*")
 
         def bind_x(em2):
             for k, x in enumerate(keep):
@@ -116,15 +113,16 @@ def render_gemm(job):
                                  allow_splitk=not row_nodes)
     max_split = max(s for _, _, s in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
-        job.plan.scratch.append(f"{rpn(nbatch * M * N, job)},{max_split},*,4,*")
+        job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split},*,4,*")
     for cond, cfg, splitk in choices:
-        defines = routes.gemm_defines(cfg, splitk, dt, trans_b, job.fp32_math)
+        defines = routes.gemm_defines(cfg, splitk, trans_b)
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
         prefix += hooks + f'#include "{routes.gemm_header(cfg)}"\n'
-        grid = (f"{rpn(N, job)},{cfg.bn},cdiv", f"{rpn(M, job)},{cfg.bm},cdiv", f"{rpn(nbatch, job)},{splitk},*")
+        grid = (f"{job.syms.rpn(N)},{cfg.bn},cdiv", f"{job.syms.rpn(M)},{cfg.bm},cdiv",
+                f"{job.syms.rpn(nbatch)},{splitk},*")
         kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
         if splitk > 1:
-            total = rpn(nbatch * M * N, job)
+            total = job.syms.rpn(nbatch * M * N)
             kernels.append(("", "plus_splitk_reduce", ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
         out.append((f"{cfg.name}/splitk{splitk}", prefix, kernels + extra, cond))
     return out
@@ -176,7 +174,3 @@ def _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) -> str:
         "#define PLUS_HAS_EPILOGUE 1\n"
         "PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {\n"
         f"{epilogue}\n}}\n")
-
-
-def rpn(expr, job) -> str:
-    return job.syms.rpn(expr if isinstance(expr, sympy.Expr) else symdim.parse(expr))

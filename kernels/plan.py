@@ -4,8 +4,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import sympy
-
 from . import symdim
 from .pull import RenderError
 
@@ -83,7 +81,3 @@ def check_bound(plan: Plan, node_name: str, sources=()):
         if str(k) in (used_plan | used_src) and f"s{k}" not in bound:
             raise RenderError(f"{node_name}: dimension '{name}' is not the exact size of any input axis, "
                               "so the launcher cannot bind it")
-
-
-def rpn(expr, syms) -> str:
-    return syms.rpn(expr if isinstance(expr, sympy.Expr) else symdim.parse(expr))

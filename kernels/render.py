@@ -17,7 +17,7 @@ import sympy
 from . import pointwise, routes, symdim
 from .attention_render import render_attention
 from .gemm_render import render_gemm
-from .plan import Plan, check_bound, input_tokens, rpn
+from .plan import Launch, Plan, Route, check_bound, input_tokens
 from .pull import Emitter, RenderError
 from .row import ROW_OPS, RowProgram
 
@@ -49,12 +49,11 @@ class Job:
         self.fp32_math = fp32_math
         self.plan = Plan(node=node_name)
         self.subs = self._composite_dims()
+        em = self.emitter()
         for t in self.inputs:   # number the symbols the inputs bind first
-            em = self.emitter()
             self.plan.inputs.append((em.dtype(t), input_tokens(em.shape(t), self.syms)))
         for t in self.outputs:
-            em = self.emitter()
-            self.plan.outputs.append((em.dtype(t), [rpn(d, self.syms) for d in em.shape(t)]))
+            self.plan.outputs.append((em.dtype(t), [self.syms.rpn(d) for d in em.shape(t)]))
 
     def emitter(self) -> Emitter:
         return Emitter(self.view, self.nodes, self.inputs, self.syms, self.subs)
@@ -90,10 +89,9 @@ class Job:
     def side_kernels(self, outputs) -> list:
         """Point-wise kernels for `outputs` (grouped by shape): [(source, entry, launch)]."""
         groups: dict = {}
+        shapes = self.emitter()
         for t in outputs:
-            em = self.emitter()
-            key = tuple(str(d) for d in em.shape(t))
-            groups.setdefault(key, []).append(t)
+            groups.setdefault(tuple(str(d) for d in shapes.shape(t)), []).append(t)
         out = []
         for g, names in enumerate(groups.values()):
             em = self.emitter()
@@ -148,9 +146,9 @@ def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math
     for v, (name, prefix, kernels, cond) in enumerate(TEMPLATES[template](job)):
         source = HEADER + prefix + "\n" + "\n".join(src for src, _, _ in kernels)
         variants.append(Variant(name, source, [e for _, e, _ in kernels]))
-        route = routes.Route(cond=cond, label=name)
+        route = Route(cond=cond, label=name)
         for _, entry, (grid, block, smem) in kernels:
-            route.launches.append(routes.Launch(v, entry, grid, block, smem))
+            route.launches.append(Launch(v, entry, grid, block, smem))
         job.plan.routes.append(route)
     job.plan.syms = list(job.syms.names)
     check_bound(job.plan, node_name, [v.source for v in variants])

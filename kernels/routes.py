@@ -13,7 +13,6 @@ import math
 
 
 from . import gemm_configs, symdim
-from .plan import Launch, Route  # noqa: F401  (re-exported for the renderers)
 
 ALWAYS = "1"
 EPSILON = 0.25
@@ -110,7 +109,7 @@ def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_spli
     return routes
 
 
-def gemm_defines(cfg, splitk, dtype, trans_b, fp32_math) -> dict:
+def gemm_defines(cfg, splitk, trans_b) -> dict:
     if _is_sm90a(cfg):
         from . import gemm_sm90a_configs as mod
     else:
@@ -160,5 +159,4 @@ def attention_defines(cfg, D) -> dict:
     return ac.defines(cfg)
 
 
-__all__ = ["ALWAYS", "gemm_routes", "gemm_defines", "gemm_header", "attention_routes", "attention_defines",
-           "Route", "Launch"]
+__all__ = ["ALWAYS", "gemm_routes", "gemm_defines", "gemm_header", "attention_routes", "attention_defines"]

@@ -81,7 +81,7 @@ class RowProgram:
         em = self.em
         ident, comb, block = _COMBINE[kind]
         em.emit(f"float {name}_acc = {ident};")
-        em.emit(f"for (long long j = threadIdx.x; j < L; j += blockDim.x) {{")
+        em.emit("for (long long j = threadIdx.x; j < L; j += blockDim.x) {")
         saved_memo, saved_indent = dict(em.memo), em.indent
         em.indent += "  "
         v = value_fn(self.x_index())

@@ -40,10 +40,6 @@ def numel(dims) -> sympy.Expr:
     return out
 
 
-def equal(a, b) -> bool:
-    return sympy.simplify(parse(a) - parse(b)) == 0
-
-
 class Symbols:
     """Numbers the symbols a kernel uses; symbol k lives in `args.v[k]` (the plan sets v[k] = s[k])."""
 
@@ -108,7 +104,3 @@ class Symbols:
             num, den = expr.args[0].as_numer_denom()
             return self._rpn(num) + self._rpn(den) + ["/"]
         raise DimError(f"dimension expression {expr} has no integer plan form")
-
-
-def rpn_cdiv(a: str, b: str) -> str:
-    return f"{a},{b},cdiv"

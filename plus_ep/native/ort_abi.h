@@ -118,6 +118,11 @@ X(ReadOpAttr, 272, OrtStatus*, const OrtOpAttr*, int, void*, size_t, size_t*)
 X(CreateTensorTypeAndShapeInfo, 57, OrtStatus*, OrtTensorTypeAndShapeInfo**)
 X(SetTensorElementType, 58, OrtStatus*, OrtTensorTypeAndShapeInfo*, int)
 X(SetDimensions, 59, OrtStatus*, OrtTensorTypeAndShapeInfo*, const int64_t*, size_t)
+X(GetSymbolicDimensions, 63, OrtStatus*, const OrtTensorTypeAndShapeInfo*, const char**, size_t)
+X(SetSymbolicDimensions, 271, OrtStatus*, OrtTensorTypeAndShapeInfo*, const char**, size_t)
+X(ShapeInferContext_GetInputCount, 267, OrtStatus*, const OrtShapeInferContext*, size_t*)
+X(ShapeInferContext_GetInputTypeShape, 268, OrtStatus*, const OrtShapeInferContext*, size_t,
+  OrtTensorTypeAndShapeInfo**)
 #undef X
 
 #endif

@@ -373,51 +373,124 @@ static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
     return rc ? make_status(api, ORT_FAIL, err) : NULL;
 }
 
-/* ---- output types for ORT's type inference ----
+/* ---- output types and shapes for ORT's shape inference ----
  * The op's outputs are declared "any type", so ORT cannot infer the element type of an intermediate
- * Fused output by itself: InferOutputShapeFn sets each output's type and rank from the plan's `out`
- * lines (dims that are literal expressions are evaluated; the others stay unknown). A plan that does
- * not parse is left alone here: CreateKernelV2 reports it with the node's name. */
+ * Fused output by itself: InferOutputShapeFn sets each output's type, rank and dims from the plan's
+ * `out` lines. Symbols are bound from the inputs' known dims (and `val` lines evaluated where they
+ * can be); an output dim that is one symbol bound to a named input dim takes that name ("batch");
+ * any other unknown dim gets a name of its own ("<node>_o<k>_d<j>"). ORT stores a dim with no name
+ * as the value itself, so an unknown dim must never be handed over as a bare -1: shape-data
+ * propagation would carry -1 into Shape/Gather/Concat chains downstream (seen on ORT 1.31:
+ * "Reshape: Invalid position of 0"). A plan that does not parse is left alone here: CreateKernelV2
+ * reports it with the node's name. */
 
 static _Atomic(const OrtApi*) g_api;   /* the one table ORT hands RegisterCustomOps */
+
+static void drop(const OrtApi* api, OrtStatus* st) {
+    if (st) ORT_CALL(api, ReleaseStatus)(st);
+}
+
+/* Bind plan symbols from the known input dims; remember input dim names of unbound symbols. */
+static void infer_bind_inputs(const OrtApi* api, OrtShapeInferContext* ctx, const plus_plan* plan,
+                              plus_env* env, char names[][PLUS_NAME_LEN]) {
+    size_t n_in = 0;
+    OrtStatus* st = ORT_CALL(api, ShapeInferContext_GetInputCount)(ctx, &n_in);
+    if (st) return drop(api, st);
+    for (size_t i = 0; i < n_in && i < (size_t)plan->n_in; i++) {
+        OrtTensorTypeAndShapeInfo* info = NULL;   /* owned by the context */
+        size_t rank = 0;
+        st = ORT_CALL(api, ShapeInferContext_GetInputTypeShape)(ctx, i, &info);
+        if (!st && info) st = ORT_CALL(api, GetDimensionsCount)(info, &rank);
+        if (st || !info || rank != (size_t)plan->in[i].rank || rank > PLUS_MAX_RANK) {
+            drop(api, st);
+            continue;
+        }
+        int64_t dims[PLUS_MAX_RANK];
+        const char* sym[PLUS_MAX_RANK] = {0};
+        st = ORT_CALL(api, GetDimensions)(info, dims, rank);
+        if (!st) st = ORT_CALL(api, GetSymbolicDimensions)(info, sym, rank);
+        if (st) {
+            drop(api, st);
+            continue;
+        }
+        for (size_t d = 0; d < rank; d++) {
+            if (plan->in[i].kind[d] != PLUS_DIM_SYM) continue;
+            int k = (int)plan->in[i].val[d];
+            if (dims[d] >= 0 && !(env->bound & (1u << k))) {
+                env->sym[k] = dims[d];
+                env->bound |= 1u << k;
+            } else if (dims[d] < 0 && sym[d] && sym[d][0] && !names[k][0]) {
+                snprintf(names[k], PLUS_NAME_LEN, "%s", sym[d]);
+            }
+        }
+    }
+}
+
+/* 1 when every symbol and value `e` reads is known. */
+static int expr_known(const plus_plan* plan, plus_expr e, const plus_env* env, uint32_t vmask) {
+    for (int i = 0; i < e.n; i++) {
+        const plus_item* it = &plan->items[e.off + i];
+        if (it->op == PX_SYM && !(env->bound & (1u << it->arg))) return 0;
+        if (it->op == PX_VAL && !(vmask & (1u << it->arg))) return 0;
+    }
+    return 1;
+}
 
 static OrtStatus* infer_shapes(const OrtCustomOp* op, OrtShapeInferContext* ctx) {
     (void)op;
     const OrtApi* api = atomic_load(&g_api);
     const OrtOpAttr* attr = NULL;
     OrtStatus* st = ORT_CALL(api, ShapeInferContext_GetAttribute)(ctx, "plus_plan", &attr);
-    if (st || !attr) {
-        if (st) ORT_CALL(api, ReleaseStatus)(st);
-        return NULL;
-    }
+    if (st || !attr) return drop(api, st), NULL;
     size_t n = 0;
-    st = ORT_CALL(api, ReadOpAttr)(attr, ORT_OP_ATTR_STRING, NULL, 0, &n);   /* size query */
-    if (st) ORT_CALL(api, ReleaseStatus)(st);
+    drop(api, ORT_CALL(api, ReadOpAttr)(attr, ORT_OP_ATTR_STRING, NULL, 0, &n));   /* size query */
     char* text = n ? malloc(n + 1) : NULL;
     if (!text) return NULL;
     st = ORT_CALL(api, ReadOpAttr)(attr, ORT_OP_ATTR_STRING, text, n, &n);
     text[st ? 0 : n] = 0;
-    if (st) ORT_CALL(api, ReleaseStatus)(st);
+    drop(api, st);
     plus_plan plan;
+    char sym_names[PLUS_MAX_SYM][PLUS_NAME_LEN];
+    char dim_names[PLUS_MAX_RANK][2 * PLUS_NAME_LEN];
     char err[PLUS_ERR_LEN];
     int ok = !plus_plan_parse(text, &plan, err, sizeof err);
     free(text);
     if (!ok) return NULL;
     plus_env env;
     memset(&env, 0, sizeof env);
+    memset(sym_names, 0, sizeof sym_names);
+    infer_bind_inputs(api, ctx, &plan, &env, sym_names);
+    uint32_t vmask = 0;
+    for (int j = 0; j < plan.n_val; j++) {
+        int slot = plan.val_slot[j];
+        if (expr_known(&plan, plan.val[j], &env, vmask) &&
+            !plus_expr_eval(&plan, plan.val[j], &env, &env.v[slot], err, sizeof err))
+            vmask |= 1u << slot;
+    }
+    st = NULL;
     for (int o = 0; o < plan.n_out && !st; o++) {
         int64_t dims[PLUS_MAX_RANK];
+        const char* names[PLUS_MAX_RANK];
         for (int d = 0; d < plan.out[o].rank; d++) {
-            const plus_expr* e = &plan.out[o].dim[d];
-            int literal = 1;
-            for (int i = 0; i < e->n; i++)
-                if (plan.items[e->off + i].op == PX_SYM || plan.items[e->off + i].op == PX_VAL) literal = 0;
-            if (!literal || plus_expr_eval(&plan, *e, &env, &dims[d], err, sizeof err) || dims[d] < 0) dims[d] = -1;
+            const plus_expr e = plan.out[o].dim[d];
+            names[d] = "";
+            if (expr_known(&plan, e, &env, vmask) && !plus_expr_eval(&plan, e, &env, &dims[d], err, sizeof err) &&
+                dims[d] >= 0)
+                continue;
+            dims[d] = -1;
+            const plus_item* it = &plan.items[e.off];
+            if (e.n == 1 && it->op == PX_SYM && sym_names[it->arg][0]) {
+                names[d] = sym_names[it->arg];
+            } else {
+                snprintf(dim_names[d], sizeof dim_names[d], "%s_o%d_d%d", plan.node, o, d);
+                names[d] = dim_names[d];
+            }
         }
         OrtTensorTypeAndShapeInfo* ti = NULL;
         st = ORT_CALL(api, CreateTensorTypeAndShapeInfo)(&ti);
         if (!st) st = ORT_CALL(api, SetTensorElementType)(ti, plan.out[o].dtype);
         if (!st) st = ORT_CALL(api, SetDimensions)(ti, dims, (size_t)plan.out[o].rank);
+        if (!st) st = ORT_CALL(api, SetSymbolicDimensions)(ti, names, (size_t)plan.out[o].rank);
         if (!st) st = ORT_CALL(api, ShapeInferContext_SetOutputTypeShape)(ctx, (size_t)o, ti);
         if (ti) ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
     }

@@ -374,7 +374,12 @@ class Emitter:
             iv = f"(long long)({iv})"
         dim = self.c(dshape[ax])
         j = self.tmp(f"({iv}) < 0 ? ({iv}) + {dim} : ({iv})", "long long", "g")
-        return self.value(data, idx[:ax] + [j] + idx[ax + r:])
+        # An index outside [-dim, dim) reads nothing: the load uses a clamped index and the
+        # element is 0, as ORT's CUDA Gather does (a kernel cannot raise ORT's CPU error).
+        ok = self.tmp(f"{j} >= 0 && {j} < {dim}", "bool", "g")
+        safe = self.tmp(f"{ok} ? {j} : 0LL", "long long", "g")
+        v, ct = self.value(data, idx[:ax] + [safe] + idx[ax + r:])
+        return self.tmp(f"{ok} ? {v} : ({ct})0", ct), ct
 
 
 def dtypes_of(arr) -> int:

@@ -92,8 +92,10 @@ _MENU = {
     #         32-key tiles: fewer registers (with 64, ptxas spills a few bytes at D = 128 on sm_80).
     2: ((128, 64, 8), (64, 64, 4), (32, 64, 2), (16, 32, 1)),
     # SIMT fp32: K/V tiles of 32 keys keep shared memory and registers moderate for D = 128.
-    #   q64: long sequences; q32: medium; q16: short or decode-like queries.
-    0: ((64, 32, 4), (32, 32, 4), (16, 64, 4)),
+    #   q64: long sequences; q32: medium; q16: short or decode-like queries. 32-key tiles for q16 too: with
+    #   64, the mask hooks of BERT-base's later layers (D = 64) spilled 8 bytes on sm_90 and every such
+    #   attention stayed unfused (found by `python -m bench.fusion --size real --compile-arch sm_90`).
+    0: ((64, 32, 4), (32, 32, 4), (16, 32, 4)),
 }
 
 

@@ -1,7 +1,7 @@
 #include "plus_common.cuh"
 #define PLUS_HEAD_DIM 16
 #define PLUS_BQ 16
-#define PLUS_BKV 64
+#define PLUS_BKV 32
 #define PLUS_WARPS 4
 #define PLUS_MATH 0
 typedef float plus_qkv_t;

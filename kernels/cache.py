@@ -13,8 +13,11 @@ include (`nvrtc.header_digest`) and the options. An entry is a folder
                           meta.json      sha256 and size of the cubin, resources, arch, options, ... (written last)
 
 Every file is written to a temporary name in the same folder and moved into place with os.replace, and
-meta.json goes last, so a reader sees a whole entry or none. `get` checks the cubin against meta.json;
-a damaged entry is logged, removed and rebuilt. `build` is try-load -> lock (flock on
+meta.json goes last, so a reader sees a whole entry or none. `get` checks the cubin against meta.json
+and its SASS arch (the ELF header's SM number) against the entry's arch; a damaged entry, or one
+holding another arch's cubin, is logged, removed and rebuilt. A cache folder that cannot be written
+(read-only, disk full) logs one warning per KernelCache and compiles without storing; a failed store
+removes what it wrote, so no partial entry stays behind. `build` is try-load -> lock (flock on
 <root>/locks/<key>.lock, between processes and threads) -> try-load -> compile -> put, so concurrent
 builders of one kernel compile it once. With PLUS_EP_ASSERT_CACHED=1 a miss raises CacheMiss instead
 of compiling: tests use it to prove a warm start compiles nothing.
@@ -29,10 +32,11 @@ import logging
 import os
 import pathlib
 import shutil
+import struct
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from . import nvrtc
@@ -58,6 +62,7 @@ class CacheStats:
     misses: int = 0      # lookups that found nothing (compiled, or raised CacheMiss)
     compiled: int = 0    # NVRTC compiles this cache ran
     corrupt: int = 0     # damaged entries found and removed
+    unstored: int = 0    # compiled kernels that could not be stored (read-only or full cache folder)
 
 
 def assert_cached() -> bool:
@@ -116,6 +121,7 @@ class KernelCache:
         self.root = pathlib.Path(root).expanduser()
         self.stats = CacheStats()
         self._stats_lock = threading.Lock()
+        self._warned_unwritable = False
 
     def __repr__(self) -> str:
         return f"KernelCache({str(self.root)!r}, {self.stats})"
@@ -150,25 +156,45 @@ class KernelCache:
             os.close(fd)  # closing releases the flock
 
     # --------------------------------------------------------------------------- read / write
-    def get(self, key: str) -> CompileResult | None:
-        """The cached result for `key`, or None. A damaged entry is logged, removed and reported as None."""
+    def get(self, key: str, arch=None, _retry: bool = True) -> CompileResult | None:
+        """The cached result for `key`, or None. A damaged entry (or one whose cubin is SASS for another
+        arch than the entry's, or than `arch` when given) is logged, removed and reported as None."""
         t0 = time.perf_counter()
         entry = self.path(key)
         try:
             meta_text = (entry / META).read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None  # absent, or still being written (meta.json goes last)
+        except OSError as e:   # unreadable (permissions, I/O error): use it as a miss, leave it be
+            log.debug("kernel cache: cannot read %s (%s)", entry / META, e)
+            return None
         try:
             meta = json.loads(meta_text)
             if meta.get("schema") != SCHEMA or meta.get("key") != key:
                 raise ValueError("meta.json does not describe this key")
-            cubin = (entry / CUBIN).read_bytes()
+            try:
+                cubin = (entry / CUBIN).read_bytes()
+            except FileNotFoundError:
+                # the entry may have been removed and stored again between the two reads: look again
+                if _retry:
+                    return self.get(key, arch, _retry=False)
+                if not (entry / META).exists():
+                    return None
+                raise
             if len(cubin) != meta["cubin"]["size"]:
                 raise ValueError(f"cubin is {len(cubin)} bytes, meta.json says {meta['cubin']['size']}")
             if hashlib.sha256(cubin).hexdigest() != meta["cubin"]["sha256"]:
                 raise ValueError("cubin sha256 does not match meta.json")
+            want = nvrtc.parse_arch(arch) if arch is not None else nvrtc.parse_arch(meta["arch"])
+            if nvrtc.parse_arch(meta["arch"]) != want:
+                raise ValueError(f"meta.json says the entry is for {meta['arch']}, not {want}")
+            got = nvrtc.cubin_arch(cubin)
+            # the SM number decides whether the image loads; sm_90 vs sm_90a SASS both run on 9.0
+            if got.rstrip("a") != want.rstrip("a"):
+                raise ValueError(f"cubin is SASS for {got}, the entry is for {want}")
+            nvrtc.read_cubin(cubin)  # its section table and symbols are all there
             resources = {fn: Resources(**r) for fn, r in meta["resources"].items()}
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error) as e:
             log.warning("kernel cache: removing damaged entry %s (%s); it will be rebuilt", entry, e)
             self._count(corrupt=1)
             self._remove(entry)
@@ -205,10 +231,28 @@ class KernelCache:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "log": result.log,
         }
-        _write_atomic(entry / CUBIN, result.cubin)
-        _write_atomic(entry / SOURCE, src)
-        _write_atomic(entry / META, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
+        try:
+            _write_atomic(entry / CUBIN, result.cubin)
+            _write_atomic(entry / SOURCE, src)
+            _write_atomic(entry / META, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
+        except BaseException:
+            # no half entry stays behind (a cubin without its meta.json, or beside an older one)
+            self._remove(entry)
+            try:
+                entry.parent.rmdir()   # the <key[:2]> folder, when this was its only entry
+            except OSError:
+                pass
+            raise
         return entry
+
+    def _unwritable(self, exc: OSError) -> None:
+        """One warning per cache: the folder cannot be written, kernels compile without being stored."""
+        with self._stats_lock:
+            self.stats.unstored += 1
+            first, self._warned_unwritable = not self._warned_unwritable, True
+        if first:
+            log.warning("kernel cache %s cannot be written (%s); compiling kernels without caching them",
+                        self.root, exc.strerror or exc)
 
     # ---------------------------------------------------------------------------------- build
     def build(self, source: str | bytes, arch, options=(), name: str = "plus_kernel.cu") -> CompileResult:
@@ -217,19 +261,32 @@ class KernelCache:
         arch = nvrtc.parse_arch(arch)
         options = tuple(str(o) for o in options)
         key = self.key(source, arch, options)
-        hit = self.get(key)
+        hit = self.get(key, arch)
         if hit is None and assert_cached():
             self._count(misses=1)
             raise CacheMiss(f"kernel {name} ({arch}) is not in the kernel cache {self.root} "
                             f"(key {key}) and {ENV_ASSERT_CACHED}=1 forbids compiling it")
         if hit is None:
-            with self.lock(key):
-                hit = self.get(key)  # another process or thread may have built it while we waited
+            with ExitStack() as stack:
+                try:
+                    stack.enter_context(self.lock(key))
+                    locked = True
+                except OSError as e:   # read-only or full cache folder: compile, do not store
+                    self._unwritable(e)
+                    locked = False
+                if locked:
+                    hit = self.get(key, arch)  # another process or thread may have built it while we waited
+                    if hit is None and self.path(key).exists():
+                        self._remove(self.path(key))  # a dead writer's leftovers (no meta.json): start clean
                 if hit is None:
                     self._count(misses=1, compiled=1)
                     result = nvrtc.compile_cubin(source, arch, name=name, options=options)
                     result.key = key
-                    self.put(key, source, result, name=name, options=options)
+                    if locked:
+                        try:
+                            self.put(key, source, result, name=name, options=options)
+                        except OSError as e:
+                            self._unwritable(e)
                     log.debug("kernel cache: compiled %s (%s) in %.2fs -> %s", name, arch, result.seconds, key)
                     return result
         self._count(hits=1)

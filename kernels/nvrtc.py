@@ -370,6 +370,48 @@ def read_cubin(cubin: bytes) -> dict[str, CubinInfo]:
     return out
 
 
+_EM_CUDA = 190
+_ELFOSABI_CUDA_V7 = 0x33     # e_flags & 0xff is the SM (CUDA <= 12.x cubins)
+_ELFOSABI_CUDA_V8 = 0x41     # (e_flags >> 8) & 0xff is the SM (CUDA 13 cubins)
+_RE_TKINFO_ARCH = re.compile(rb"-arch[= ]+(sm_\d+a?)\b")
+
+
+def cubin_arch(cubin: bytes) -> str:
+    """The arch a cubin's SASS is for ("sm_80", "sm_90", "sm_90a"), from the ELF header's e_flags
+    (SM number) and, for the arch-specific "a" targets, the ptxas command line ptxas leaves in the
+    `.note.nv.tkinfo` section. Raises ValueError for anything that is not a CUDA ELF cubin."""
+    d = bytes(cubin)
+    if len(d) < 64 or d[:4] != b"\x7fELF" or d[4] != 2 or d[5] != 1:
+        raise ValueError("not an ELF64 little-endian cubin")
+    osabi = d[7]
+    e_machine, = struct.unpack_from("<H", d, 18)
+    flags, = struct.unpack_from("<I", d, 0x30)
+    if e_machine != _EM_CUDA:
+        raise ValueError(f"ELF machine {e_machine} is not CUDA ({_EM_CUDA})")
+    if osabi == _ELFOSABI_CUDA_V8:
+        sm = (flags >> 8) & 0xFF
+    elif osabi == _ELFOSABI_CUDA_V7:
+        sm = flags & 0xFF
+    else:
+        raise ValueError(f"unknown CUDA ELF OS/ABI 0x{osabi:02x}")
+    arch = f"sm_{sm}"
+    try:   # the note is informational: without it the SM number is all we know
+        shoff, = struct.unpack_from("<Q", d, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3A)
+        secs = [struct.unpack_from("<IIQQQQ", d, shoff + i * shentsize) for i in range(shnum)]
+        names_off = secs[shstrndx][4]
+        for s in secs:
+            name = d[names_off + s[0]:d.index(b"\0", names_off + s[0])]
+            if name == b".note.nv.tkinfo":
+                m = _RE_TKINFO_ARCH.search(d[s[4]:s[4] + s[5]])
+                if m and m.group(1).decode().rstrip("a") == arch:
+                    arch = m.group(1).decode()
+                break
+    except (struct.error, ValueError, IndexError):
+        pass
+    return arch
+
+
 def _merge(name: str, from_log: dict[str, Resources], cubin: bytes) -> dict[str, Resources]:
     try:
         elf = read_cubin(cubin)

@@ -306,6 +306,7 @@ def save_model(model: onnx.ModelProto, out: str) -> str | None:
         return None
     location = os.path.basename(out) + ".data"
     tmpdir = tempfile.mkdtemp(prefix=".plus-ep-", dir=out_dir)
+    moved_data = False
     try:
         staged = os.path.join(tmpdir, os.path.basename(out))
         onnx.save_model(model, staged, save_as_external_data=True, all_tensors_to_one_file=True,
@@ -314,7 +315,12 @@ def save_model(model: onnx.ModelProto, out: str) -> str | None:
         wrote_data = os.path.exists(data)
         if wrote_data:
             os.replace(data, os.path.join(out_dir, location))
+            moved_data = True
         os.replace(staged, out)
+    except BaseException:
+        if moved_data:          # the model did not follow its data: no orphan OUT.data either
+            _remove(os.path.join(out_dir, location))
+        raise
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
     return os.path.join(out_dir, location) if wrote_data else None

@@ -60,6 +60,27 @@ def unpack_images(pack: bytes) -> list:
     return [pack[o:o + s] for o, s in (struct.unpack_from("<QQ", pack, 12 + 16 * k) for k in range(n))]
 
 
+INT64_MAX = 2**63 - 1
+
+
+def plan_problem(text: str) -> str | None:
+    """Why a launch plan cannot be right for any input: an integer beyond int64 (the launcher's
+    arithmetic), or a negative literal dim on an `in`/`out` line. None when it is fine."""
+    for no, line in enumerate(text.splitlines(), 1):
+        tok = line.split(" ")
+        if tok[0] in ("node", "sym", "archs", "plusplan"):
+            continue
+        for t in tok[1:]:
+            for item in t.split(","):
+                if item.lstrip("-").isdigit() and abs(int(item)) > INT64_MAX:
+                    return f"plan line {no} `{line[:120]}`: {item} does not fit in int64"
+        if tok[0] in ("in", "out"):
+            bad = [t for t in tok[4:] if t.startswith("-") and t[1:].isdigit()]
+            if bad:
+                return f"plan line {no} `{line[:120]}`: negative dim {bad[0]}"
+    return None
+
+
 def _smem(plan, variant: int) -> int:
     out = 0
     for route in plan.routes:
@@ -80,8 +101,16 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
         try:
             ins, outs = boundary(model, [view.index[i] for i in sg.nodes])
             rd = render(view, sg, ins, outs, arch=archs[0], node_name=name, fp32_math=fp32_math)
+            problem = plan_problem(rd.plan.text())
+            if problem:
+                raise RenderError(problem)
         except RenderError as exc:
             out.failures.append((k, name, str(exc)))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a codegen bug in one subgraph must not stop the rest
+            log.debug("rendering %s failed", name, exc_info=True)
+            out.failures.append((k, name, f"internal error while rendering its kernels: "
+                                          f"{type(exc).__name__}: {exc}"))
             continue
         rd.plan.archs = list(archs)
         out.rendered[k] = rd

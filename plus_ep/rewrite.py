@@ -13,6 +13,8 @@ from graph_rewrites.graph import GraphView, ModelError
 from graph_rewrites.identify import Identifier
 from warehouse import default_warehouse
 
+from .model_check import check_model, fusable_opset, load_model  # noqa: F401  (load_model: public API)
+
 log = logging.getLogger("plus_ep")
 
 
@@ -26,42 +28,26 @@ class RewriteResult:
     kernels: object = None                               # kernel_build.KernelBuild when archs given
 
 
-def load_model(model) -> onnx.ModelProto:
-    """A ModelProto from a proto, bytes or a path; unreadable input raises ModelError (one line)."""
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        data, where = bytes(model), "<bytes>"
-    else:
-        where = os.fspath(model)
-        if not os.path.exists(where):
-            raise ModelError(f"{where}: no such file")
-        with open(where, "rb") as f:
-            data = f.read()
-    try:
-        proto = onnx.load_model_from_string(data)
-    except Exception as exc:
-        raise ModelError(f"{where}: not an ONNX model ({type(exc).__name__}: {str(exc)[:120]})") from None
-    if not proto.HasField("graph") or not proto.graph.node:
-        raise ModelError(f"{where}: not an ONNX model (no graph nodes); is the file truncated?")
-    if not isinstance(model, (bytes, bytearray)) and any(
-            t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
-        onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(where)))
-    return proto
-
-
 def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, progress=None,
                      fp32_math="exact") -> RewriteResult:
     """Identify and fuse. With `archs` (e.g. ["sm_80", "sm_90"]) every fused node also carries its
     launch plan and compiled kernels; subgraphs whose kernels fail stay unfused (with a warning)."""
     start = time.perf_counter()
     proto = load_model(model)
+    where = "" if isinstance(model, onnx.ModelProto) else (
+        "<bytes>" if isinstance(model, (bytes, bytearray)) else os.fspath(model))
+    proto = check_model(proto, where)
     wh = warehouse if warehouse is not None else default_warehouse()
     if disable:
         wh = wh.without(disable)
-    view = GraphView.build(proto)
+    try:
+        view = GraphView.build(proto)
+    except ModelError as exc:       # a cycle: name the file too
+        if where and not str(exc).startswith(where):
+            raise ModelError(f"{where}: {exc}") from None
+        raise
     ident = Identifier(view, wh)
-    subgraphs = ident.run()
+    subgraphs = ident.run() if fusable_opset(proto) else []
     built = None
     if archs:
         from .kernel_build import build_kernels
@@ -78,9 +64,24 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
             attrs.update(kernel_attrs[k])
         specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs))
     out = fuse(proto, specs) if specs else proto
+    if built is not None and built.failures and specs:
+        _names_from_plans(out)
     seconds = time.perf_counter() - start
     log.info("rewrote %d nodes into %d fused subgraphs in %.2fs", len(proto.graph.node), len(specs), seconds)
     return RewriteResult(out, subgraphs, view, ident, seconds, built)
+
+
+def _names_from_plans(model: onnx.ModelProto) -> None:
+    """Name each fused node as its plan does (`plus_ep/<pattern>/<k>`, k counting every subgraph found).
+    fuse() numbers only the subgraphs it gets, so once some stayed unfused the two would differ: the
+    launcher's errors would name another node, and the warning's "plus_ep/gemm/1 stays unfused" would
+    name a fused node that exists."""
+    for n in model.graph.node:
+        if n.domain == "ai.plus_ep" and n.op_type == "Fused":
+            plan = next((a.s for a in n.attribute if a.name == "plus_plan"), b"")
+            line = next((ln for ln in plan.decode("utf-8", "replace").splitlines() if ln.startswith("node ")), None)
+            if line:
+                n.name = line[len("node "):]
 
 
 def rewrite(model, warehouse=None, disable=(), archs=None, **kw) -> onnx.ModelProto:

@@ -14,8 +14,10 @@ the remaining providers. Without "PlusEP" it is exactly onnxruntime.InferenceSes
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import threading
 import warnings
 
 import onnx
@@ -60,7 +62,11 @@ def _cache_dir(opts) -> str:
 
 
 def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
-    """The rewritten model with kernels for `arch`, from the model cache or built now."""
+    """The rewritten model with kernels for `arch`, from the model cache or built now.
+
+    A cache entry is `<key>.onnx` plus `<key>.json` (its size and sha256, written last); an entry
+    whose model does not match is removed and rebuilt. A cache folder that cannot be written (read
+    only, disk full) warns once and the model is built without being stored."""
     from kernels.cache import KernelCache
     from .rewrite import rewrite_detailed
     disable = tuple(sorted(p for p in opts.get("disable", "").split(",") if p))
@@ -69,19 +75,60 @@ def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
                                     fp32_math.encode(), __version__.encode()])).hexdigest()
     root = os.path.join(_cache_dir(opts), "models")
     path = os.path.join(root, f"{key}.onnx")
-    if os.path.exists(path):
+    cached = _read_cached_model(path)
+    if cached is not None:
         log.info("PlusEP: rewritten model from cache %s", path)
-        with open(path, "rb") as f:
-            return f.read()
+        return cached
     result = rewrite_detailed(model_bytes, disable=disable, archs=[arch], fp32_math=fp32_math,
                               cache=KernelCache(os.path.join(_cache_dir(opts), "kernels")))
     data = result.model.SerializeToString()
-    os.makedirs(root, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    _store_cached_model(path, data)
     return data
+
+
+def _read_cached_model(path: str) -> bytes | None:
+    meta_path = path[:-len(".onnx")] + ".json"
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+        with open(path, "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None     # absent, or its store did not finish (the .json goes last)
+    except (OSError, ValueError) as exc:
+        meta, data = None, exc
+    if (not isinstance(meta, dict) or isinstance(data, Exception) or meta.get("size") != len(data)
+            or meta.get("sha256") != hashlib.sha256(data).hexdigest()):
+        log.warning("PlusEP: removing damaged model cache entry %s; it will be rebuilt", path)
+        for p in (meta_path, path):
+            try:
+                os.remove(p)
+            except OSError:
+                pass
+        return None
+    return data
+
+
+def _store_cached_model(path: str, data: bytes) -> None:
+    meta = json.dumps({"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode()
+    written = []
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        for target, blob in ((path, data), (path[:-len(".onnx")] + ".json", meta)):
+            tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
+            written.append(tmp)
+            with open(tmp, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, target)
+            written[-1] = target
+    except OSError as exc:
+        for p in written:       # no partial entry: a model without its .json is rebuilt anyway
+            try:
+                os.remove(p)
+            except OSError:
+                pass
+        _warn_once(f"PlusEP: cannot store the rewritten model in {os.path.dirname(path)} "
+                   f"({exc.strerror or exc}); it is rebuilt by the next session")
 
 
 def _model_bytes(path_or_bytes) -> bytes:

@@ -21,3 +21,30 @@ def _kernel_cache_for_the_run(tmp_path_factory):
     if "PLUS_EP_CACHE_DIR" not in os.environ:
         os.environ["PLUS_EP_CACHE_DIR"] = str(tmp_path_factory.mktemp("plus_ep_cache"))
     yield
+
+
+@pytest.fixture(scope="session")
+def fake_cuda(tmp_path_factory):
+    """The stand-in CUDA driver (tests/native/fake_cuda.c), built once: the launcher runs its host-staging
+    twin against it on a CPU (set PLUS_EP_CUDA_LIBRARY to the returned path in a child process)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("needs a C compiler for the stand-in driver")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("fake_cuda") / "libfake_cuda.so"
+    subprocess.run([gcc, "-std=c11", "-O1", "-fPIC", "-shared", f"-I{root / 'plus_ep' / 'native'}",
+                    str(root / "tests" / "native" / "fake_cuda.c"), "-o", str(out), "-lpthread"], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def library() -> str:
+    """Path of the built launcher library; skips when `pip install -e .` has not built it."""
+    from plus_ep.library import get_library_path
+    try:
+        return get_library_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))

@@ -23,10 +23,8 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from plus_ep.library import get_library_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-GCC = shutil.which("gcc") or shutil.which("cc")
 
 # n <= 1024: fake_add_marker (x + y + 1000); larger: fake_fill (every element = v1 = 7).
 PLAN = """plusplan 1
@@ -133,24 +131,6 @@ try:
 except Exception as e:
     print(json.dumps({"stage": "run", "error": str(e)}))
 """
-
-
-@pytest.fixture(scope="module")
-def fake_cuda(tmp_path_factory) -> Path:
-    if GCC is None:
-        pytest.skip("needs a C compiler for the stand-in driver")
-    out = tmp_path_factory.mktemp("fake_cuda") / "libfake_cuda.so"
-    subprocess.run([GCC, "-std=c11", "-O1", "-fPIC", "-shared", f"-I{ROOT / 'plus_ep' / 'native'}",
-                    str(ROOT / "tests" / "native" / "fake_cuda.c"), "-o", str(out), "-lpthread"], check=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def library() -> str:
-    try:
-        return get_library_path()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
 
 
 def run(tmp_path, library, m, env, mode="run", n=5):

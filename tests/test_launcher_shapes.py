@@ -17,7 +17,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
-from tests.test_launcher_ort import add_model, fake_cuda, library  # noqa: E402,F401  (fixtures)
+from test_launcher_ort import add_model  # noqa: E402
 
 RUNNER = r"""
 import json, sys

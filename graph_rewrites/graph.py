@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,8 +88,7 @@ class GraphView:
             log.debug("onnx shape inference failed: %s", exc)
         if inferred is None:
             try:   # follows Shape->Gather->Concat->Reshape chains of TorchScript exports
-                from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-                inferred = SymbolicShapeInference.infer_shapes(light, auto_merge=True, guess_output_rank=True)
+                inferred = _ort_symbolic_shapes(light)
             except Exception as exc:  # unknown ops, custom domains
                 log.debug("symbolic shape inference failed (%s); using onnx shape inference", exc)
         if inferred is None:
@@ -139,6 +139,55 @@ def _dim(d) -> int | str | None:
     if d.HasField("dim_param") and d.dim_param:
         return d.dim_param.replace(" ", "")
     return None
+
+
+_INVENTED = re.compile(r"_o\d+__d\d+")      # ORT's name for a dim it made up for an unknown output
+
+
+def _ort_symbolic_shapes(light: onnx.ModelProto):
+    """ORT's symbolic shape inference (its infer_shapes, minus the temp file it writes on failure,
+    and with unknown Split sizes left unknown rather than assumed equal) with auto_merge, which
+    TorchScript exports need ('Min(512, seq)' merged into 'seq'). When a merge involves a dim ORT
+    invented for an output it could not infer ('ReduceMean_10_o0__d0': ReduceMean over computed
+    axes), the merge is a guess: that dim may be 1 at run time and broadcast, yet it becomes the dim
+    it met (ORT's own warning); inference then runs again without auto_merge. None when inference
+    is incomplete."""
+    from onnxruntime.tools import symbolic_shape_infer as ssi
+
+    if (ssi.get_opset(light) or 0) < 7:          # what ORT's infer_shapes refuses
+        return None
+
+    class Inference(ssi.SymbolicShapeInference):
+        def _infer_Split_Common(self, node, make_value_info):  # noqa: N802
+            # ORT assumes an equal split when the `split` input's values are unknown: sizes unknown
+            if ssi.get_opset(self.out_mp_) < 13 or len(node.input) < 2 or not node.input[1] \
+                    or self._try_get_value(node, 1) is not None:
+                return super()._infer_Split_Common(node, make_value_info)
+            shape = self._get_sympy_shape(node, 0)
+            axis = ssi.handle_negative_axis(ssi.get_attribute(node, "axis", 0), len(shape))
+            dtype = self.known_vi_[node.input[0]].type.tensor_type.elem_type
+            for k, t in enumerate(node.output):
+                dims = [*shape[:axis], self._new_symbolic_dim_from_output(node, k, axis), *shape[axis + 1:]]
+                vi = self.known_vi_[t]
+                vi.CopyFrom(make_value_info(t, dtype, ssi.get_shape_from_sympy_shape(dims)))
+                self.known_vi_[vi.name] = vi
+
+    def run(auto_merge):
+        sym = Inference(2**31 - 1, auto_merge, True, 0)
+        complete = False
+        sym._preprocess(light)
+        while sym.run_:
+            complete = sym._infer_impl()
+        sym._update_output_from_vi()
+        return (sym.out_mp_ if complete else None), sym.suggested_merge_
+
+    out, merges = run(True)
+    guessed = [f"{k}->{v}" for k, v in merges.items() if _INVENTED.search(str(k)) or _INVENTED.search(str(v))]
+    if out is not None and guessed:
+        log.debug("symbolic shape inference merged invented dims (%s); redone without auto_merge",
+                  ", ".join(guessed[:5]))
+        out, _ = run(False)
+    return out
 
 
 def _dims_from_inputs(model) -> bool:

@@ -268,7 +268,8 @@ class Identifier:
             if seed is None:
                 seed = next(i for i in sorted(unfused) if not (self._producers([i]) & unfused))
             sub = self.grow(seed, unfused)
-            if sub is None or all(self.nests[i][0].kind == "view" for i in sub.nodes if i in self.nests):
+            if sub is None or all(self.nests[i][0].kind == "view" for i in sub.nodes if i in self.nests) \
+                    or not sub.outputs:      # dead code (nothing reads it): leave it to ORT
                 unfused.discard(seed)
                 continue
             unfused.difference_update(sub.nodes)

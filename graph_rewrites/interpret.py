@@ -16,10 +16,11 @@ into the last loop of a body for that reason). This module checks that claim by 
   symbolic dim is exactly that symbol; a later array that contradicts a binding is an error. When
   the walk enters a Loop its size (an int, or a "*"-product of ints and symbols such as
   "batch*seq" or "4*seq") is evaluated as soon as all its symbols are bound and must be a
-  positive int; every tensor that a Stmt inside the loop reads or writes whose symbolic dim string
-  equals the loop's size string must have exactly that runtime extent. Dims starting with "?",
-  expressions that are not plain products ("seq+1"), and symbols that never get bound are not
-  checked: the check may miss things but never rejects a valid model.
+  positive int (or a static 0: a zero-extent dim); every tensor that a Stmt inside the loop
+  reads or writes whose symbolic dim string equals the loop's size string must have exactly that
+  runtime extent. Dims starting with "?", expressions that are not plain products ("seq+1"), and
+  symbols that never get bound are not checked: the check may miss things but never rejects a
+  valid model.
 * Iteration spaces: the loops enclosing a placed (non-absorbed, non-view) statement are exactly
   its nest's loops after merging (Primitives 1/2 need equal sizes, reshape groups and chains
   equal products), so the product of their evaluated sizes must equal the statement's iteration
@@ -159,7 +160,9 @@ class _Checker:
             v = eval_size(loop.size, self.bound)
             if v is None:
                 return
-            if v <= 0:
+            # a static 0 is a valid zero-extent dim (Trilu of a 3x0x5 tensor); a symbolic size
+            # that evaluates to 0 or less is not
+            if v < 0 or (v == 0 and not isinstance(loop.size, (int, np.integer))):
                 raise InterpreterError(f"{where}: loop of size {loop.size} evaluates to {v} "
                                        f"with {self._bindings_of(loop.size)}")
             frame[1] = v

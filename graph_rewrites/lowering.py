@@ -167,10 +167,15 @@ def _out_loops(shape):
 
 
 def _broadcast_map(in_shape, out_shape, out_axes):
+    """Each input axis iterates the output's loop at its position, or nothing where it is 1. An
+    axis that is neither 1 nor the output's dim (a symbol such as onnx's 'unk__1' that may be 1 at
+    run time and broadcast) cannot be mapped: ValueError, and the node stays unfused."""
     off = len(out_shape) - len(in_shape)
     res = []
     for j, d in enumerate(in_shape):
         k = j + off
+        if d != 1 and k >= 0 and str(d).replace(" ", "") != str(out_shape[k]).replace(" ", ""):
+            raise ValueError(f"input dim {d} neither 1 nor the output's {out_shape[k]}")
         res.append(() if d == 1 or k < 0 else out_axes[k])
     return res
 
@@ -178,7 +183,10 @@ def _broadcast_map(in_shape, out_shape, out_axes):
 def _elementwise(ctx, node, tag) -> Nest:
     out = node.output[0]
     loops, axes = _out_loops(ctx.shape(out))
-    ins = {t: _broadcast_map(ctx.shape(t), ctx.shape(out), axes) for t in node.input if t}
+    like = node.input[1] if node.op_type == "CastLike" and node.input[1] != node.input[0] else None
+    ins = {t: _broadcast_map(ctx.shape(t), ctx.shape(out), axes) for t in node.input if t and t != like}
+    if like:
+        ins[like] = [()] * len(ctx.shape(like))       # CastLike's `like` lends its dtype only
     return Nest(node, tag, "elementwise", loops, ins, {out: axes})
 
 

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graph_rewrites.graph import ModelError
 from plus_ep import cli
 from plus_ep.rewrite import rewrite
+from tests.faults import HalfWriter
 
 F = TensorProto.FLOAT
 FUSED = ("ai.plus_ep", "Fused")
@@ -210,33 +211,12 @@ def test_missing_shape_info_does_not_crash(tmp_path, capsys, x_shape):
 # ------------------------------------------------------------------ a failing write: no partial output
 
 
-class _FullDiskFile:
-    """A file object that takes half of the first write, then reports a full disk."""
-
-    def __init__(self, f):
-        self.f = f
-
-    def write(self, data):
-        self.f.write(bytes(data)[: len(data) // 2])
-        self.f.flush()
-        raise OSError(28, "No space left on device")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
-
-
 def _disk_full(monkeypatch, path_kind):
     import os
     import shutil
     if path_kind == "fused":                       # save_model: os.fdopen on the temporary file
         real = os.fdopen
-        monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: _FullDiskFile(real(fd, *a, **k)))
+        monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: HalfWriter(real(fd, *a, **k)))
     elif path_kind == "untouched":                 # _copy_untouched: shutil.copyfile
         def copyfile(src, dst, *a, **k):
             with open(dst, "wb") as f:

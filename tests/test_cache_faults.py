@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import pathlib
-import shutil
 import threading
 
 import pytest
@@ -24,29 +23,13 @@ from kernels import nvrtc  # noqa: E402
 from kernels.cache import KernelCache  # noqa: E402
 from kernels.compile import Job, compile_all  # noqa: E402
 from kernels.nvrtc import CompileResult  # noqa: E402
-
-SRC = r'''
-#include "plus_common.cuh"
-extern "C" __global__ void plus_scale(const PlusArgs args) {
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < args.v[0]) plus_store<float>(args.out[0], i, plus_f(plus_load<float>(args.in[0], i)) * %s);
-}
-'''
-
-
-def src(scale="2.0f"):
-    return SRC % scale
-
+from tests.faults import HalfWriter, freeze_templates, src  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def frozen_templates(tmp_path, monkeypatch):
     """A private copy of the common header (keys hash every template; the real folder may be edited)."""
-    frozen = tmp_path / "frozen_templates"
-    frozen.mkdir()
-    shutil.copy2(nvrtc.TEMPLATES_DIR / "plus_common.cuh", frozen / "plus_common.cuh")
-    monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", frozen)
     monkeypatch.delenv("PLUS_EP_ASSERT_CACHED", raising=False)
-    return frozen
+    return freeze_templates(tmp_path, monkeypatch)
 
 
 @pytest.fixture
@@ -234,27 +217,6 @@ def test_read_only_cache_still_serves_hits(tmp_path, caplog, read_only):
 # ---------------------------------------------------------------------------------------- full disk
 
 
-class _HalfWriter:
-    """A file that takes half of what it is given, then reports a full disk."""
-
-    def __init__(self, f, path):
-        self.f, self.path = f, path
-
-    def write(self, data):
-        self.f.write(data[: len(data) // 2])
-        self.f.flush()
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.path))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
-
-    def __getattr__(self, name):
-        return getattr(self.f, name)
-
-
 class _FullDisk:
     """kernels.cache's open(): the n-th file opened for writing takes half its data, then ENOSPC."""
 
@@ -266,7 +228,7 @@ class _FullDisk:
         if "w" not in mode:
             return f
         self.count += 1
-        return _HalfWriter(f, path) if self.count == self.fail_at else f
+        return HalfWriter(f, path) if self.count == self.fail_at else f
 
 
 @pytest.mark.parametrize("fail_at", [1, 2, 3], ids=["cubin", "source", "meta"])

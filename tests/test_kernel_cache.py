@@ -19,31 +19,15 @@ from kernels import nvrtc  # noqa: E402
 from kernels.cache import CacheMiss, KernelCache  # noqa: E402
 from kernels.compile import Job, ResourceError, compile_all  # noqa: E402
 from kernels.nvrtc import CompileError, CompileResult  # noqa: E402
+from tests.faults import freeze_templates, src  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-
-SRC = r'''
-#include "plus_common.cuh"
-extern "C" __global__ void plus_scale(const PlusArgs args) {
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < args.v[0]) plus_store<float>(args.out[0], i, plus_f(plus_load<float>(args.in[0], i)) * %s);
-}
-'''
-
-
-def src(scale="2.0f"):
-    return SRC % scale
-
 
 @pytest.fixture(autouse=True)
 def frozen_templates(tmp_path, monkeypatch):
     """A private copy of kernels/templates: the key hashes every template, and the real folder may be
     edited while the tests run (which would, correctly, change the keys under them)."""
-    frozen = tmp_path / "frozen_templates"
-    frozen.mkdir()
-    shutil.copy2(nvrtc.TEMPLATES_DIR / "plus_common.cuh", frozen / "plus_common.cuh")
-    monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", frozen)
-    return frozen
+    return freeze_templates(tmp_path, monkeypatch)
 
 
 @pytest.fixture

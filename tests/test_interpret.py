@@ -164,20 +164,13 @@ EXPORTERS = ["torchscript", "dynamo"]
 SETTINGS = [(2, 7), (3, 5)]
 
 
-def _with_outputs(model, names):
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    m.graph.output.extend(onnx.ValueInfoProto(name=t) for t in names if t not in have)
-    return m
-
-
 def check_zoo_model(path, settings=SETTINGS):
     """(subgraphs checked, failures) for one zoo model."""
     from graph_rewrites.fuse import boundary
     from graph_rewrites.interpret import run_subgraph
     from plus_ep.rewrite import rewrite_detailed
     from plus_ep.zoo import sample_inputs
+    from tests.subgraph_check import with_outputs
 
     model = onnx.load(str(path))
     result = rewrite_detailed(model)
@@ -187,7 +180,7 @@ def check_zoo_model(path, settings=SETTINGS):
     bounds = [boundary(model, [view.index[i] for i in sub.nodes]) for sub in result.subgraphs]
     wanted = list(dict.fromkeys(t for ins, outs in bounds for t in ins + outs
                                 if t not in inits and t not in graph_inputs))
-    sess = ort.InferenceSession(_with_outputs(model, wanted).SerializeToString(),
+    sess = ort.InferenceSession(with_outputs(model, wanted).SerializeToString(),
                                 providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     checked, failures = 0, []

@@ -21,17 +21,15 @@ import tempfile
 import time
 import warnings
 
-import numpy as np
 import onnx
 
 from plus_ep.zoo import cache as zoo_cache
-from plus_ep.zoo.exporters import EXAMPLE_BATCH, EXAMPLE_SEQ, OPSET, postprocess
+from plus_ep.zoo.exporters import EXAMPLE_BATCH, EXAMPLE_SEQ, OPSET, postprocess, publish, save
 
 from . import models
 
 EXPORTERS = ("torchscript", "dynamo")
 FORMAT = 1                     # bump when the wrappers or this file change the produced graphs
-_TWO_GB = 2**31 - 2**24
 
 
 def cache_dir() -> pathlib.Path:
@@ -65,28 +63,6 @@ def _export_dynamo(wrapper, args, spec, path):
     program.save(path, external_data=True)
 
 
-def _weight_bytes(model: onnx.ModelProto) -> int:
-    return sum(len(t.raw_data) if t.HasField("raw_data") else
-               max(1, int(np.prod(t.dims))) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-               for t in model.graph.initializer)
-
-
-def save(model: onnx.ModelProto, path: pathlib.Path) -> None:
-    """Write ``model``; weights go to ``<name>.data`` beside it when over protobuf's 2 GB."""
-    if _weight_bytes(model) < _TWO_GB:
-        onnx.save_model(model, os.fspath(path))
-    else:
-        onnx.save_model(model, os.fspath(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=path.name + ".data", size_threshold=1024)
-
-
-def _publish(staged: pathlib.Path, target: pathlib.Path) -> None:
-    data = staged.with_name(staged.name + ".data")
-    if data.exists():
-        os.replace(data, target.with_name(target.name + ".data"))
-    os.replace(staged, target)
-
-
 def export_fp32(built: models.Built, exporter: str, target: pathlib.Path) -> None:
     import torch
     spec = built.spec
@@ -100,7 +76,7 @@ def export_fp32(built: models.Built, exporter: str, target: pathlib.Path) -> Non
         model = postprocess(onnx.load(raw, load_external_data=True), spec.family)
         staged = pathlib.Path(td) / target.name
         save(model, staged)
-        _publish(staged, target)
+        publish(staged, target)
 
 
 def convert_fp16(src: pathlib.Path, target: pathlib.Path) -> None:
@@ -115,7 +91,7 @@ def convert_fp16(src: pathlib.Path, target: pathlib.Path) -> None:
             model = convert_float_to_float16(model, keep_io_types=False, disable_shape_infer=True)
         staged = pathlib.Path(td) / target.name
         save(model, staged)
-        _publish(staged, target)
+        publish(staged, target)
 
 
 def onnx_path(name: str, exporter: str, dtype: str, size: str = "real", layers: int | None = None,

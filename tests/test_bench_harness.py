@@ -282,10 +282,11 @@ def test_models_past_two_gb_go_through_external_data(tmp_path, monkeypatch):
     optimizer read and write them; forced here with a tiny threshold on a small BERT."""
     pytest.importorskip("torch")
     ort = pytest.importorskip("onnxruntime")
-    from bench import export, models
+    from bench import models
     from bench.store import Store
     monkeypatch.setenv("PLUS_EP_BENCH_DIR", str(tmp_path / "exports"))
-    monkeypatch.setattr(export, "_TWO_GB", 1)
+    from plus_ep.zoo import exporters
+    monkeypatch.setattr(exporters, "_TWO_GB", 1)
     store = Store("small", 1, "cpu", tmp_path)
     fp32 = store.onnx_path("bert", "torchscript", "fp32")
     assert fp32.with_name(fp32.name + ".data").exists()

@@ -170,7 +170,8 @@ def _initializer_bytes(model: onnx.ModelProto) -> int:
     return total
 
 
-def _save(model: onnx.ModelProto, path: pathlib.Path) -> None:
+def save(model: onnx.ModelProto, path: pathlib.Path) -> None:
+    """Write ``model``; weights go to ``<name>.data`` beside it when over protobuf's 2 GB."""
     if _initializer_bytes(model) < _TWO_GB:
         onnx.save_model(model, os.fspath(path))
     else:
@@ -264,13 +265,19 @@ def export(family: str, exporter: str, size: str = "small", layers: int | None =
             model.metadata_props.add(key=META_PREFIX + k, value=v)
         check_symbolic_dims(model, family)
         staged = pathlib.Path(td) / target.name
-        _save(model, staged)
+        save(model, staged)
         del model
         onnx.checker.check_model(os.fspath(staged), full_check=False)
         if verify:
             compare_with_torch(staged, family, size, n_layers, built=built)
-        data = staged.with_name(staged.name + ".data")
-        if data.exists():
-            os.replace(data, target.with_name(target.name + ".data"))
-        os.replace(staged, target)
+        publish(staged, target)
     return target
+
+
+def publish(staged: pathlib.Path, target: pathlib.Path) -> None:
+    """Move a model written by `save` (and its ``.data`` file, data first) from a staging folder to
+    ``target``."""
+    data = staged.with_name(staged.name + ".data")
+    if data.exists():
+        os.replace(data, target.with_name(target.name + ".data"))
+    os.replace(staged, target)

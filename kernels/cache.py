@@ -104,7 +104,10 @@ def cache_key(source: str | bytes, arch, options=()) -> str:
     return h.hexdigest()
 
 
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to a temporary name beside `path`, then os.replace it into place; on any failure
+    the temporary file is removed and `path` is untouched."""
+    path = pathlib.Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp, "wb") as f:
@@ -232,9 +235,9 @@ class KernelCache:
             "log": result.log,
         }
         try:
-            _write_atomic(entry / CUBIN, result.cubin)
-            _write_atomic(entry / SOURCE, src)
-            _write_atomic(entry / META, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
+            write_atomic(entry / CUBIN, result.cubin)
+            write_atomic(entry / SOURCE, src)
+            write_atomic(entry / META, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
         except BaseException:
             # no half entry stays behind (a cubin without its meta.json, or beside an older one)
             self._remove(entry)

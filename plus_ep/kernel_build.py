@@ -23,6 +23,8 @@ from kernels.compile import Job, compile_all
 from kernels.pull import RenderError
 from kernels.render import render
 
+from .model_check import INT64_MAX
+
 log = logging.getLogger("plus_ep")
 PACK_MAGIC = b"PLUSIMG1"
 
@@ -58,9 +60,6 @@ def unpack_images(pack: bytes) -> list:
         raise ValueError("not a PlusEP image pack")
     (n,) = struct.unpack_from("<I", pack, 8)
     return [pack[o:o + s] for o, s in (struct.unpack_from("<QQ", pack, 12 + 16 * k) for k in range(n))]
-
-
-INT64_MAX = 2**63 - 1
 
 
 def plan_problem(text: str) -> str | None:

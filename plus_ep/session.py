@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import os
-import threading
 import warnings
 
 import onnx
@@ -110,17 +109,14 @@ def _read_cached_model(path: str) -> bytes | None:
 
 
 def _store_cached_model(path: str, data: bytes) -> None:
+    from kernels.cache import write_atomic
     meta = json.dumps({"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode()
     written = []
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         for target, blob in ((path, data), (path[:-len(".onnx")] + ".json", meta)):
-            tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
-            written.append(tmp)
-            with open(tmp, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, target)
-            written[-1] = target
+            write_atomic(target, blob)
+            written.append(target)
     except OSError as exc:
         for p in written:       # no partial entry: a model without its .json is rebuilt anyway
             try:

@@ -123,9 +123,8 @@ def _clean(x):
 
 
 def _write(doc, path):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_clean(doc), indent=1) + "\n")
-    os.replace(tmp, path)
+    from kernels.cache import write_atomic
+    write_atomic(path, (json.dumps(_clean(doc), indent=1) + "\n").encode())
 
 
 def _result_path(out, kind, device_name):

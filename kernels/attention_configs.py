@@ -1,6 +1,6 @@
 """Named tile configurations of the fused attention template (`templates/attention.cuh`, CONTRACT §2.2).
 
-    from kernels.attention_configs import configs_for, defines
+    from plus_ep.kernels.attention_configs import configs_for, defines
     for cfg in configs_for(math=2, head_dim=64):      # largest query tile first
         print(cfg.name, cfg.bq, cfg.smem_bytes)
     defs = defines(cfg)                               # {"PLUS_HEAD_DIM": 64, "PLUS_BQ": 128, ...}
@@ -13,7 +13,7 @@ short prompts) or when B * H * cdiv(Sq, BQ) would leave SMs idle. `suggest()` is
 rule.
 
 Math paths: 0 = exact fp32 SIMT (fp32 models), 2 = f16/bf16 tensor cores (`plus_qkv_t` half or bf16).
-Register use and spills of every config are checked by tests/test_template_attention.py.
+Register use and spills of every config are checked by tests/gpu/test_template_attention.py.
 """
 
 from __future__ import annotations

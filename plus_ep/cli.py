@@ -249,7 +249,7 @@ def cmd_demo(args) -> int:
 
 def resolve_archs(spec: str) -> list:
     """--arch: 'auto' = the local GPU's arch, else sm_80 and sm_90; 'none' = no kernels."""
-    from kernels import nvrtc
+    from .kernels import nvrtc
     spec = (spec or "auto").strip().lower()
     if spec == "none":
         return []
@@ -372,7 +372,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from warehouse import default_warehouse
+    from .warehouse import default_warehouse
 
     wh = default_warehouse()
     names = [p.name for p in wh]

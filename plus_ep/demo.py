@@ -28,7 +28,7 @@ def _diff(a, b) -> float:
 
 
 def run(layers=2, batch=2, seq=128, archs=None, out=print) -> dict:
-    from kernels import nvrtc
+    from .kernels import nvrtc
     model = demo_model.build_bert(layers=layers)
     local = nvrtc.local_arch()
     archs = archs or ([local] if local in nvrtc.ARCHS else ["sm_80"])

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import numpy_helper
 
-from graph_rewrites.fuse import boundary
-from kernels import nvrtc
-from kernels.compile import Job, compile_all
-from kernels.pull import RenderError
-from kernels.render import render
+from .graph_rewrites.fuse import boundary
+from .kernels import nvrtc
+from .kernels.compile import Job, compile_all
+from .kernels.pull import RenderError
+from .kernels.render import render
 
 from .model_check import INT64_MAX
 

@@ -5,7 +5,7 @@ from collections import Counter
 
 import onnx
 
-from graph_rewrites.graph import ALIAS_OPS, SHAPE_OPS, GraphView
+from .graph_rewrites.graph import ALIAS_OPS, SHAPE_OPS, GraphView
 
 FUSED = ("ai.plus_ep", "Fused")
 

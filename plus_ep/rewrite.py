@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from graph_rewrites.fuse import FusedSubgraph, fuse
-from graph_rewrites.graph import GraphView, ModelError
-from graph_rewrites.identify import Identifier
-from warehouse import default_warehouse
+from .graph_rewrites.fuse import FusedSubgraph, fuse
+from .graph_rewrites.graph import GraphView, ModelError
+from .graph_rewrites.identify import Identifier
+from .warehouse import default_warehouse
 
 from .model_check import check_model, fusable_opset, load_model  # noqa: F401  (load_model: public API)
 

@@ -22,7 +22,7 @@ import warnings
 import onnx
 import onnxruntime as ort
 
-from . import __version__
+from .kernels.cache import package_version
 from .library import get_library_path
 
 log = logging.getLogger("plus_ep")
@@ -66,12 +66,12 @@ def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
     A cache entry is `<key>.onnx` plus `<key>.json` (its size and sha256, written last); an entry
     whose model does not match is removed and rebuilt. A cache folder that cannot be written (read
     only, disk full) warns once and the model is built without being stored."""
-    from kernels.cache import KernelCache
+    from .kernels.cache import KernelCache
     from .rewrite import rewrite_detailed
     disable = tuple(sorted(p for p in opts.get("disable", "").split(",") if p))
     fp32_math = opts.get("fp32_math", "exact")
     key = hashlib.sha256(b"|".join([model_bytes, arch.encode(), ",".join(disable).encode(),
-                                    fp32_math.encode(), __version__.encode()])).hexdigest()
+                                    fp32_math.encode(), package_version().encode()])).hexdigest()
     root = os.path.join(_cache_dir(opts), "models")
     path = os.path.join(root, f"{key}.onnx")
     cached = _read_cached_model(path)
@@ -109,7 +109,7 @@ def _read_cached_model(path: str) -> bytes | None:
 
 
 def _store_cached_model(path: str, data: bytes) -> None:
-    from kernels.cache import write_atomic
+    from .kernels.cache import write_atomic
     meta = json.dumps({"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode()
     written = []
     try:
@@ -140,7 +140,7 @@ class InferenceSession(ort.InferenceSession):
         if plus is None:
             super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
             return
-        from kernels import nvrtc
+        from .kernels import nvrtc
         gpu = nvrtc.local_arch()
         has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
         if gpu is None or not has_cuda:

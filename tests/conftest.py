@@ -3,9 +3,20 @@ import os
 import pytest
 
 
+GROUPS = ("cpu", "native", "emulated", "gpu", "zoo")
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests need an NVIDIA GPU (the CUDA driver); skip them cleanly without one."""
+    """Mark each test with its folder (tests/<group>/, see pyproject's markers), so `-m cpu` or
+    `-m "not zoo"` select by need; `gpu` tests need an NVIDIA GPU (the CUDA driver) and skip
+    themselves cleanly without one."""
     from ctypes.util import find_library
+    from pathlib import Path
+    here = Path(__file__).resolve().parent
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(here)
+        if rel.parts and rel.parts[0] in GROUPS:
+            item.add_marker(getattr(pytest.mark, rel.parts[0]))
     has_gpu = bool(find_library("cuda")) and os.path.exists("/dev/nvidia0")
     if has_gpu:
         return

@@ -4,7 +4,7 @@ A pattern is a small Python function written in ONNX-op vocabulary; the compiler
 same lowering as models into its +Graph. Experts add patterns without touching the compiler, from
 their own package (entry-point group ``plus_ep.warehouse``) or a folder (``PLUS_EP_WAREHOUSE``)::
 
-    from warehouse import pattern
+    from plus_ep.warehouse import pattern
 
     @pattern("gemm_softmax", allow_epilogue=True, template="gemm_softmax")
     def gemm_softmax(b):
@@ -79,7 +79,7 @@ class Pattern:
     def graph(self):
         """The canonical +Graph of the definition (lowered once, lazily)."""
         if self._graph is None and self.define is not None:
-            from graph_rewrites.pgraph_of import pgraph_of_model
+            from ..graph_rewrites.pgraph_of import pgraph_of_model
             b = PatternBuilder()
             raw = pgraph_of_model(b.model(self.define(b)))
             self._graph, self._match = raw.canonical(), raw.canonical(strict=False)
@@ -157,7 +157,7 @@ def default_warehouse() -> Warehouse:
 
 
 def load_warehouse(folder=None, plugins: bool = True) -> Warehouse:
-    importlib.import_module("warehouse.patterns")
+    importlib.import_module(".patterns", __package__)
     wh = Warehouse(_BUILTIN.patterns)
     if plugins:
         _load_entry_points(wh)

@@ -4,7 +4,7 @@ The mask (key padding [B,1,1,T], causal [1,1,S,T], combined [B,1,S,T], a positio
 guards) only adds element-wise work to the score loop: one +Graph for every variant. GQA's shared
 K/V heads arrive through Expand/Reshape prologues, which fold into the loads.
 """
-from warehouse.registry import pattern
+from ..registry import pattern
 
 
 def _attention(b, mask_dims):

@@ -1,5 +1,5 @@
 """Element-wise / injective chains: any nest of parallel loops without key operations."""
-from warehouse.registry import pattern
+from ..registry import pattern
 
 
 @pattern("elementwise", allow_prologue=True, template="elementwise", any_parallel=True)

@@ -2,7 +2,7 @@
 
 Element-wise ops merge into the N loop by Primitive 1, so one +Graph covers every epilogue chain.
 """
-from warehouse.registry import pattern
+from ..registry import pattern
 
 
 @pattern("gemm", template="gemm")

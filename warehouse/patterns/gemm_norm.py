@@ -1,5 +1,5 @@
 """GEMM with a row-normalisation epilogue: (x·W + bias + residual) -> LayerNorm / RMSNorm."""
-from warehouse.registry import pattern
+from ..registry import pattern
 
 
 @pattern("gemm_layernorm", template="gemm_rownorm")

@@ -1,5 +1,5 @@
 """Plain reductions (sum, mean, max, ...) over trailing axes, with element-wise pro/epilogues."""
-from warehouse.registry import pattern
+from ..registry import pattern
 
 
 @pattern("row_reduction", allow_prologue=True, template="reduce")

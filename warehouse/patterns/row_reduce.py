@@ -2,7 +2,7 @@
 
 Zero-centred-gamma variants ((1 + gamma) * x) only add an element-wise op: same +Graph.
 """
-from warehouse.registry import pattern
+from ..registry import pattern
 
 
 @pattern("softmax", allow_prologue=True, template="row_reduce")

@@ -1,0 +1,398 @@
+"""Property-based fuzzing of the rewrite on random transformer-like graphs (tests/fuzz_graphs.py).
+
+For every generated model (MatMul/Gemm/Reduce/Softmax/LayerNorm/attention skeletons with random
+element-wise chains, broadcasts, views, multi-consumer intermediates, symbolic dims):
+
+(a) ``rewrite_detailed`` never raises;
+(b) the partition is valid: subgraphs disjoint, the rewritten graph topologically sorted and
+    checker-clean (full check), graph inputs/outputs unchanged, unfused nodes untouched, and every
+    Fused node's function body is exactly its original nodes (wiring included);
+(c) the rewritten model matches the original on ORT CPU under two bindings of the symbolic dims;
+(d) the +Graph interpreter matches ORT on every fused subgraph.
+
+CI runs 100 derandomized examples (reproducible). Explore more with, e.g.::
+
+    PLUS_EP_FUZZ_EXAMPLES=5000 PLUS_EP_FUZZ_RANDOM=1 python -m pytest tests/test_fuzz.py -q -k hypothesis
+
+``PLUS_EP_FUZZ_SEED=N`` instead of ``PLUS_EP_FUZZ_RANDOM=1`` gives a reproducible run of its own;
+``PLUS_EP_FUZZ_SAVE=case.onnx`` writes every model there before it is checked, so a crash of ORT
+itself (a segfault ends the run without a report) leaves its model behind.
+A failure prints the shrunk case and the model as ONNX text (``onnx.printer``); the regression
+tests at the bottom are repros of bugs the fuzzer found.
+"""
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, event, given, note, seed, settings
+from onnx import helper, numpy_helper
+
+from plus_ep.graph_rewrites.fuse import DOMAIN, OP_TYPE, boundary
+from plus_ep.graph_rewrites.interpret import run_subgraph
+from plus_ep.rewrite import rewrite_detailed
+from tests.support import fuzz_graphs
+from tests.support.subgraph_check import with_outputs
+from tests.support.fuzz_graphs import F16, F32, FuzzCase, RandomChooser, build_case
+
+ort = pytest.importorskip("onnxruntime")
+
+EXAMPLES = int(os.environ.get("PLUS_EP_FUZZ_EXAMPLES", "100"))
+RANDOM = os.environ.get("PLUS_EP_FUZZ_RANDOM", "") not in ("", "0")
+SEED = os.environ.get("PLUS_EP_FUZZ_SEED")
+SAVE = os.environ.get("PLUS_EP_FUZZ_SAVE")
+
+
+# ---- oracles ---------------------------------------------------------------------------------------
+def _session(model, level=None):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if level is not None:
+        so.graph_optimization_level = level
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _run(sess, feeds):
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def assert_close(got, want, rtol, what, most=False):
+    """Shape, dtype and values within rtol (atol = rtol * max(1, max |want|)). ``most``: only the
+    median error must be within that (fp16 interpreter runs, see check_case)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    if want.dtype == np.bool_ or np.issubdtype(want.dtype, np.integer):
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    fin = np.isfinite(w)
+    assert np.array_equal(fin, np.isfinite(g)), f"{what}: non-finite values differ"
+    scale = max(1.0, float(np.max(np.abs(w[fin]), initial=0.0)))
+    if most:
+        err = np.abs(g[fin] - w[fin])
+        assert err.size == 0 or np.median(err) <= rtol * scale, \
+            f"{what}: median error {np.median(err):.3g} > {rtol * scale:.3g} (max {err.max():.3g})"
+        return
+    np.testing.assert_allclose(g[fin], w[fin], rtol=rtol, atol=rtol * scale, err_msg=what)
+
+
+# ---- (b) the partition -------------------------------------------------------------------------
+def _attrs(node):
+    return sorted(a.SerializeToString(deterministic=True) for a in node.attribute)
+
+
+def check_partition(model, res):
+    view = res.view
+    n = len(model.graph.node)
+    owner = {}
+    for k, sg in enumerate(res.subgraphs):
+        assert sg.nodes, f"subgraph {k} is empty"
+        for i in sg.nodes:
+            assert 0 <= i < len(view.nodes)
+            j = view.index[i]
+            assert j not in owner, f"node {j} in subgraphs {owner.get(j)} and {k}"
+            owner[j] = k
+    out = res.model
+    onnx.checker.check_model(out, full_check=True)
+    # graph interface unchanged
+    ser = lambda vis: [v.SerializeToString() for v in vis]  # noqa: E731
+    assert ser(out.graph.input) == ser(model.graph.input)
+    assert ser(out.graph.output) == ser(model.graph.output)
+    assert {i.name for i in out.graph.initializer} == {i.name for i in model.graph.initializer}
+    # topologically sorted, single assignment, every graph output produced
+    avail = {i.name for i in out.graph.input} | {i.name for i in out.graph.initializer} | {""}
+    for node in out.graph.node:
+        for t in node.input:
+            assert t in avail, f"{node.op_type} node '{node.name}' reads '{t}' before it is produced"
+        for t in node.output:
+            assert t not in avail or t == "", f"'{t}' produced twice"
+            avail.add(t)
+    for o in out.graph.output:
+        assert o.name in avail, f"graph output '{o.name}' is not produced"
+    # unfused nodes untouched
+    fused = [nd for nd in out.graph.node if nd.domain == DOMAIN and nd.op_type == OP_TYPE]
+    rest = collections.Counter(nd.SerializeToString(deterministic=True)
+                               for nd in out.graph.node if nd.domain != DOMAIN)
+    want_rest = collections.Counter(model.graph.node[j].SerializeToString(deterministic=True)
+                                    for j in range(n) if j not in owner)
+    assert rest == want_rest, "the nodes outside the fused subgraphs changed"
+    assert len(fused) == len(res.subgraphs)
+    funcs = {(f.domain, f.name, f.overload): f for f in out.functions}
+    by_name = {nd.name: nd for nd in fused}
+    for k, sg in enumerate(res.subgraphs):
+        node = by_name.get(f"plus_ep/{sg.pattern.name}/{k}")
+        assert node is not None, f"no fused node plus_ep/{sg.pattern.name}/{k}"
+        members = [view.index[i] for i in sg.nodes]
+        ins, outs = boundary(model, members)
+        assert list(node.input) == ins and list(node.output) == outs, f"fused node {k}: boundary"
+        fn = funcs.get((DOMAIN, OP_TYPE, node.overload))
+        assert fn is not None, f"fused node {k}: no function for overload {node.overload}"
+        _check_body(model, members, node, fn, k)
+
+
+def _check_body(model, members, node, fn, k):
+    """The function body, with formals bound to the node's actuals, is exactly the original nodes
+    ``members`` in graph order (a valid model is topologically sorted), internal values renamed
+    one-to-one."""
+    name = {"": ""}
+    name.update(zip(fn.input, node.input))
+    name.update(zip(fn.output, node.output))
+    originals = [model.graph.node[j] for j in sorted(members)]
+    assert len(fn.node) == len(originals), f"fused node {k}: {len(fn.node)} body nodes, {len(originals)} members"
+    for b, o in zip(fn.node, originals):
+        where = f"fused node {k}: body node {b.name} ({b.op_type}) vs {o.name} ({o.op_type})"
+        assert (b.op_type, b.domain, b.overload, _attrs(b)) == (o.op_type, o.domain, o.overload, _attrs(o)), where
+        assert [name.get(t) for t in b.input] == list(o.input), where
+        assert len(b.output) == len(o.output), where
+        for bo, oo in zip(b.output, o.output):
+            assert name.setdefault(bo, oo) == oo, where
+    internal = [v for v in name if v not in fn.input and v not in fn.output and v]
+    assert len({name[v] for v in internal}) == len(internal), f"fused node {k}: internal names collide"
+
+
+# ---- the properties ------------------------------------------------------------------------------
+def check_case(case: FuzzCase, stats: dict | None = None):
+    model = case.model
+    # fp16: the interpreter computes in numpy fp16, ORT's CPU kernels partly in fp32; after large
+    # logits (softmax) or a LayerNorm of large values that legitimately differs in many places, so
+    # only the interpreter's median error is checked (a structural error breaks most values); fp32
+    # is where the interpreter's numerics are checked strictly
+    fp16 = case.dtype == F16
+    rtol, rtol_interp = (1e-2, 5e-2) if fp16 else (1e-4, 1e-4)
+    res = rewrite_detailed(model)                                   # (a)
+    check_partition(model, res)                                     # (b)
+    view = res.view
+    inits = {i.name for i in model.graph.initializer}
+    graph_inputs = {i.name for i in model.graph.input}
+    bounds = [boundary(model, [view.index[i] for i in sg.nodes]) for sg in res.subgraphs]
+    wanted = list(dict.fromkeys(t for ins, outs in bounds for t in ins + outs
+                                if t not in inits and t not in graph_inputs))
+    # The oracle of (d) is the original, every subgraph boundary an output, run unoptimized: ORT's
+    # optimizers have their own bugs (test_ort_* below), and a boundary value that becomes a graph
+    # output changes what they do. (c) compares the rewritten and the original model under ORT's
+    # default optimizations (what users run); when the original does not even load that way, both
+    # run unoptimized.
+    unoptimized = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref_sess = _session(with_outputs(model, wanted), unoptimized)
+    orig_sess = new_sess = None
+    if res.subgraphs:
+        try:
+            orig_sess, level = _session(model), None
+        except Exception:
+            orig_sess, level = ref_sess, unoptimized
+            if stats is not None:
+                stats["ort_unoptimized"] = True
+        new_sess = _session(res.model, level)
+    outs = [o.name for o in model.graph.output]
+    for b, binding in enumerate(case.bindings):
+        feeds = case.feeds(binding, seed=case.seed + b)
+        ref = _run(ref_sess, feeds)
+        if new_sess is not None:                                      # (c)
+            want = ref if orig_sess is ref_sess else _run(orig_sess, feeds)
+            got = _run(new_sess, feeds)
+            for t in outs:
+                assert_close(got[t], want[t], rtol, f"rewritten output '{t}' at {binding}")
+        ref.update(feeds)
+        for k, (sg, (ins, sub_outs)) in enumerate(zip(res.subgraphs, bounds)):   # (d)
+            sub_feeds = {t: ref[t] for t in ins if t in ref}
+            got = run_subgraph(res, sg, sub_feeds)
+            for t in sub_outs:
+                assert t in got, f"subgraph {k} ({sg.pattern.name}): interpreter did not produce '{t}'"
+                what = f"interpreter, subgraph {k} ({sg.pattern.name}) output '{t}' at {binding}"
+                assert_close(got[t], ref[t], rtol_interp, what, most=fp16)
+    if stats is not None:
+        stats["subgraphs"] = len(res.subgraphs)
+        stats["patterns"] = [sg.pattern.name for sg in res.subgraphs]
+    return res
+
+
+# ---- the hypothesis test -------------------------------------------------------------------------
+def _fuzz_settings(fn):
+    fn = settings(max_examples=EXAMPLES, deadline=None, derandomize=not (RANDOM or SEED),
+                  database=None if not (RANDOM or SEED) else settings.default.database,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                         HealthCheck.filter_too_much], print_blob=True)(fn)
+    if SEED:
+        fn = seed(int(SEED))(fn)
+    return fn
+
+
+@_fuzz_settings
+@given(case=fuzz_graphs.cases())
+def test_fuzz_hypothesis(case):
+    note(repr(case))
+    note(onnx.printer.to_text(case.model.graph))
+    if SAVE:
+        onnx.save(case.model, SAVE)
+    stats: dict = {}
+    check_case(case, stats)
+    event(f"fused subgraphs: {min(stats['subgraphs'], 5)}{'+' if stats['subgraphs'] >= 5 else ''}")
+    for p in sorted(set(stats["patterns"])):
+        event(f"pattern {p}")
+    for blk in sorted(set(case.blocks)):
+        event(f"block {blk}")
+    if stats.get("ort_unoptimized"):
+        event("ORT optimizer bug: compared unoptimized")
+
+
+def test_generator_produces_fusions():
+    """The fuzzer cannot pass by generating nothing interesting: of 50 deterministic cases, most
+    have a fused subgraph, and together they exercise every pattern family and block kind."""
+    with_fusion, patterns, blocks = 0, collections.Counter(), collections.Counter()
+    for s in range(50):
+        case = build_case(RandomChooser(s))
+        blocks.update(case.blocks)
+        res = rewrite_detailed(case.model)
+        with_fusion += bool(res.subgraphs)
+        patterns.update(sg.pattern.name for sg in res.subgraphs)
+    assert with_fusion >= 25, (with_fusion, patterns)
+    assert set(blocks) == set(fuzz_graphs.BLOCKS), blocks
+    for family in ("gemm", "attention", "softmax", "elementwise"):
+        assert patterns[family], (family, patterns)
+    assert any(patterns[p] for p in ("layernorm", "gemm_layernorm", "rmsnorm", "gemm_rmsnorm")), patterns
+    assert any(patterns[p] for p in ("row_reduction", "full_reduction")), patterns
+
+
+@pytest.mark.parametrize("s", range(3))
+def test_fuzz_random_chooser_smoke(s):
+    """The deterministic generator path (no hypothesis) through all four properties."""
+    check_case(build_case(RandomChooser(1000 + s)))
+
+
+# ---- regressions found by the fuzzer ---------------------------------------------------------------
+def _case(nodes, inputs, outputs, inits=(), opset=17, bindings=({"n": 2}, {"n": 5})):
+    g = helper.make_graph(nodes, "repro", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    onnx.checker.check_model(m, full_check=True)
+    return FuzzCase(m, [dict(b) for b in bindings], {})
+
+
+def _const(name, value):
+    return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+
+def test_dead_branch_is_left_unfused():
+    """A GEMM whose result nobody reads made fuse() raise 'produces no value used outside it (dead
+    code)'; identification now leaves dead subgraphs alone (ORT drops them)."""
+    case = _case([helper.make_node("MatMul", ["x", "w"], ["dead"]),
+                  helper.make_node("Relu", ["dead"], ["dead2"]),
+                  helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+                 [helper.make_tensor_value_info("x", F32, ["n", 4])],
+                 [helper.make_tensor_value_info("y", F32, ["n", 4])],
+                 [_const("w", np.eye(4))])
+    res = check_case(case)
+    assert [sg.pattern.name for sg in res.subgraphs] == ["softmax"]
+    assert [n.op_type for n in res.model.graph.node].count("MatMul") == 1
+
+
+def test_ort_gelu_fusion_multi_consumer():
+    """ORT 1.31's extended optimizers fuse a tanh-GELU whose x*0.5 is also read elsewhere and then
+    reject the model ('Node input 'h' is not ... output of a previous node'); the original fails
+    the same way, so the fuzzer compares both unoptimized. The rewrite itself must be right."""
+    nodes = [helper.make_node("Pow", ["x", "three"], ["p"]),
+             helper.make_node("Mul", ["p", "k1"], ["m1"]),
+             helper.make_node("Add", ["x", "m1"], ["a1"]),
+             helper.make_node("Mul", ["a1", "k2"], ["m2"]),
+             helper.make_node("Tanh", ["m2"], ["t"]),
+             helper.make_node("Mul", ["x", "half"], ["h"]),
+             helper.make_node("Add", ["t", "one"], ["a2"]),
+             helper.make_node("Mul", ["h", "a2"], ["y"]),
+             helper.make_node("Add", ["y", "h"], ["other"])]
+    case = _case(nodes, [helper.make_tensor_value_info("x", F32, ["n", 4])],
+                 [helper.make_tensor_value_info("other", F32, ["n", 4])],
+                 [_const("three", 3.0), _const("k1", 0.044715), _const("k2", 0.7978845608),
+                  _const("half", 0.5), _const("one", 1.0)])
+    stats: dict = {}
+    check_case(case, stats)
+    assert stats["subgraphs"] == 1
+
+
+def test_ort_transposed_gemm_graph_output():
+    """ORT 1.31 (even at ORT_ENABLE_BASIC) folds Transpose -> Gemm(transA=1) -> Transpose away and
+    loses the Transpose's output when it is also a graph output ('Failed to find node output ...
+    producing output: t'); the fuzzer's oracle (the original with every subgraph boundary as an
+    output) hit it. The oracle falls back to an unoptimized session."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+             helper.make_node("Gemm", ["t", "w"], ["g"], transA=1),
+             helper.make_node("Transpose", ["g"], ["t2"], perm=[1, 0]),
+             helper.make_node("MatMul", ["a", "t2"], ["y"])]
+    case = _case(nodes, [helper.make_tensor_value_info("x", F32, ["n", 4]),
+                         helper.make_tensor_value_info("a", F32, ["n", 4])],
+                 [helper.make_tensor_value_info("y", F32, ["n", "n"]),
+                  helper.make_tensor_value_info("t", F32, [4, "n"])],
+                 [_const("w", np.random.default_rng(0).uniform(-1, 1, (4, 4)))])
+    check_case(case)
+
+
+def test_ort_layernorm_fusion_overridable_epsilon():
+    """ORT 1.31's LayerNormFusion fuses a decomposed LayerNorm whose epsilon is an overridable
+    initializer (also declared as a graph input) and then uses epsilon 1e-5 instead of its value
+    (off by 2e-3 here), in the original and in the rewritten model alike. The interpreter's oracle
+    runs unoptimized for that reason."""
+    h = 8
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+             helper.make_node("Sub", ["x", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["d2"]),
+             helper.make_node("ReduceMean", ["d2"], ["var"], axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["xn"]),
+             helper.make_node("Mul", ["xn", "g"], ["xg"]),
+             helper.make_node("Add", ["xg", "b"], ["y"])]
+    inits = [_const("two", 2.0), _const("eps", 1e-3), _const("g", rng.uniform(0.5, 1.5, h)),
+             _const("b", rng.uniform(-0.5, 0.5, h))]
+    case = _case(nodes, [helper.make_tensor_value_info("x", F32, ["n", h])]
+                 + [helper.make_tensor_value_info(i.name, F32, list(i.dims)) for i in inits],
+                 [helper.make_tensor_value_info("y", F32, ["n", h])], inits, opset=13)
+    stats: dict = {}
+    res = check_case(case, stats)
+    assert [sg.pattern.name for sg in res.subgraphs] == ["layernorm"]
+
+
+def test_partition_check_catches_corruption():
+    """The oracle of property (b) is not vacuous: corrupted rewrites fail it."""
+    import copy
+    case = _case([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                  helper.make_node("Add", ["m", "b"], ["a"]),
+                  helper.make_node("Relu", ["a"], ["y"]),
+                  helper.make_node("Hardmax", ["y"], ["z"]),      # stays unfused
+                  helper.make_node("Cast", ["x"], ["c"], to=F32)],
+                 [helper.make_tensor_value_info("x", F32, ["n", 4])],
+                 [helper.make_tensor_value_info("z", F32, ["n", 4]),
+                  helper.make_tensor_value_info("c", F32, ["n", 4])],
+                 [_const("w", np.eye(4)), _const("b", np.ones(4))])
+    res = rewrite_detailed(case.model)
+    check_partition(case.model, res)
+
+    def corrupt(edit):
+        bad = copy.copy(res)
+        bad.model = copy.deepcopy(res.model)
+        edit(bad.model)
+        with pytest.raises((AssertionError, onnx.checker.ValidationError)):
+            check_partition(case.model, bad)
+
+    def body_op(m):
+        next(n for f in m.functions for n in f.node if n.op_type == "Relu").op_type = "Sigmoid"
+
+    def body_wiring(m):
+        n = next(n for f in m.functions for n in f.node if n.op_type == "Add")
+        n.input[0], n.input[1] = n.input[1], n.input[0]
+
+    def node_inputs(m):
+        n = next(n for n in m.graph.node if n.domain == DOMAIN)
+        n.input[0], n.input[1] = n.input[1], n.input[0]
+
+    def order(m):
+        nodes = list(m.graph.node)
+        del m.graph.node[:]
+        m.graph.node.extend(reversed(nodes))
+
+    for edit in (body_op, body_wiring, node_inputs, order):
+        corrupt(edit)

@@ -1,0 +1,533 @@
+"""The native launcher's C internals, through a C harness and a stand-in CUDA driver (no GPU).
+
+tests/native/harness.c calls the launcher's functions directly (plan parsing, expressions, binding,
+image packs, arch choice, kernel objects, launches, host staging); tests/native/fake_cuda.c stands
+in for libcuda.so.1. Every harness test runs twice: a plain build and an AddressSanitizer +
+UndefinedBehaviorSanitizer build. Valgrind and ThreadSanitizer runs follow when available.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NATIVE = ROOT / "plus_ep" / "native"
+TESTS_NATIVE = ROOT / "tests" / "native"
+LAUNCHER_SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c"]
+GCC = shutil.which("gcc") or shutil.which("cc")
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
+
+pytestmark = pytest.mark.skipif(GCC is None, reason="needs a C compiler")
+
+
+def build(out: Path, flags: list[str]) -> tuple[Path, Path]:
+    """Compile the stand-in driver and the harness with `flags`; returns (harness, fake_cuda.so)."""
+    out.mkdir(parents=True, exist_ok=True)
+    common = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{NATIVE}", *flags]
+    fake = out / "fake_cuda.so"
+    harness = out / "harness"
+    subprocess.run([GCC, *common, "-fPIC", "-shared", str(TESTS_NATIVE / "fake_cuda.c"), "-o", str(fake),
+                    "-lpthread"], check=True)
+    subprocess.run([GCC, *common, str(TESTS_NATIVE / "harness.c"), *[str(NATIVE / s) for s in LAUNCHER_SOURCES],
+                    "-o", str(harness), "-ldl", "-lpthread"], check=True)
+    return harness, fake
+
+
+class Harness:
+    def __init__(self, exe: Path, fake: Path, workdir: Path, wrapper: list[str] | None = None):
+        self.exe, self.fake, self.dir, self.wrapper = exe, fake, workdir, wrapper or []
+        self.n = 0
+
+    def file(self, content: str | bytes, suffix: str = ".txt") -> str:
+        self.n += 1
+        p = self.dir / f"f{self.n}{suffix}"
+        p.write_bytes(content if isinstance(content, bytes) else content.encode())
+        return str(p)
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
+        e.update({"PLUS_EP_CUDA_LIBRARY": str(self.fake), "ASAN_OPTIONS": "detect_leaks=1",
+                  "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", **(env or {})})
+        r = subprocess.run([*self.wrapper, str(self.exe), *args], capture_output=True, text=True, env=e,
+                           timeout=timeout)
+        if r.returncode not in (0, 1) or "ERROR: AddressSanitizer" in r.stderr or "runtime error" in r.stderr:
+            raise AssertionError(f"harness {args} exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+        return r.returncode, r.stdout
+
+    def ok(self, *args, **kw) -> str:
+        rc, out = self(*args, **kw)
+        assert rc == 0, out
+        return out
+
+    def err(self, *args, **kw) -> str:
+        rc, out = self(*args, **kw)
+        assert rc == 1 and "error: " in out, out
+        return out.split("error: ", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    base = tmp_path_factory.mktemp("launcher_native")
+    return {"plain": build(base / "plain", []), "asan": build(base / "asan", SANITIZE)}
+
+
+@pytest.fixture(params=["plain", "asan"])
+def h(request, builds, tmp_path) -> Harness:
+    exe, fake = builds[request.param]
+    return Harness(exe, fake, tmp_path)
+
+
+# ---------------------------------------------------------------- fixtures: plans and packs
+
+ADD_PLAN = """plusplan 1
+node my add
+in 0 1 1 s0
+in 1 1 1 s0
+sym 0 n
+out 0 1 1 s0
+val 0 s0
+route 0 s0,1024,<=
+route 1 1
+kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1 0
+kernel 1 0 fake_add_marker s0,256,cdiv 1 1 256 1 1 0
+end
+"""
+
+# A richer plan: two symbolic inputs, an absent optional input, values, scratch, routes, two launches.
+RICH_PLAN = """plusplan 1
+node /layer.0/attn/MatMul_fused
+archs sm_80 sm_90a
+in 0 1 3 s0 s1 768
+in 1 10 2 768 s2
+in 2 1 1 *
+sym 0 batch
+sym 1 seq
+sym 2 n
+val 0 s0,s1,*
+val 1 s2
+val 2 v0,v1,*
+out 0 1 3 s0 s1 v1
+out 1 7 0
+scratch 0 v2,4,*
+scratch 2 0
+route 0 v0,64,<,v1,128,<=,&&
+route 1 1
+kernel 0 0 small v1,64,cdiv v0,16,cdiv 1 128 1 1 0
+kernel 1 1 big v1,128,cdiv v0,128,cdiv 1 256 1 1 v0,128,>=,98304,49152,?
+kernel 1 0 small 1 1 1 32 1 1 0
+end
+"""
+
+
+def pack(images: list[bytes]) -> bytes:
+    """CONTRACT.md §4: "PLUSIMG1", uint32 count, count x (uint64 offset, uint64 size), images."""
+    table, body = b"", b""
+    off = 12 + 16 * len(images)
+    for im in images:
+        table += struct.pack("<QQ", off + len(body), len(im))
+        body += im
+    return b"PLUSIMG1" + struct.pack("<I", len(images)) + table + body
+
+
+def fake_image(*entries: str, tag: str = "") -> bytes:
+    return ("FAKECUBIN\n" + (f"#{tag}\n" if tag else "") + "".join(e + "\n" for e in entries)).encode() + b"\0"
+
+
+ALL_ENTRIES = ("fake_add", "fake_add_marker", "fake_scale", "fake_fill", "fake_copy", "fake_scratch", "small", "big")
+
+
+def one_pack(tag: str, *entries: str) -> bytes:
+    return pack([fake_image(*(entries or ALL_ENTRIES), tag=tag)])
+
+
+# ---------------------------------------------------------------- plan parsing
+
+
+def test_parse_good_plans(h):
+    out = h.ok("parse", h.file(ADD_PLAN))
+    assert out.startswith("ok node=my add in=2 out=1 sym=1 val=1 routes=2 kernels=2 archs= scratch=0000")
+    assert "kernel route=1 image=0 entry=fake_add_marker line=11" in out
+    out = h.ok("parse", h.file(RICH_PLAN))
+    assert "in=3 out=2 sym=3 val=3 routes=2 kernels=3 archs=sm_80,sm_90a scratch=1010" in out
+    # No trailing newline is fine too.
+    assert h.ok("parse", h.file(ADD_PLAN.rstrip("\n"))).startswith("ok ")
+
+
+def _edit(plan: str, old: str, new: str) -> str:
+    assert old in plan, old
+    return plan.replace(old, new, 1)
+
+
+MALFORMED = {
+    "empty": ("", "plus_plan is empty"),
+    "no header": ("node x\n", "line 1 `node x`: the first line must be `plusplan 1`"),
+    "header version": (_edit(ADD_PLAN, "plusplan 1", "plusplan 2"), "the first line must be `plusplan 1`"),
+    "header repeated": (_edit(ADD_PLAN, "node my add", "plusplan 1"), "line 2 `plusplan 1`: `plusplan` header repeated"),
+    "no end": (ADD_PLAN.replace("end\n", ""), "missing `end` line"),
+    "after end": (ADD_PLAN + "val 1 2\n", "line 13 `val 1 2`: text after `end`"),
+    "unknown record": (_edit(ADD_PLAN, "sym 0 n", "symbol 0 n"), "line 5 `symbol 0 n`: unknown record `symbol`"),
+    "double space": (_edit(ADD_PLAN, "in 1 1 1 s0", "in 1 1  1 s0"), "empty field"),
+    "trailing space": (_edit(ADD_PLAN, "val 0 s0", "val 0 s0 "), "empty field"),
+    "blank line": (_edit(ADD_PLAN, "sym 0 n\n", "sym 0 n\n\n"), "line 6 ``: empty field"),
+    "tab": (_edit(ADD_PLAN, "val 0 s0", "val\t0 s0"), "tab or carriage return"),
+    "crlf": (ADD_PLAN.replace("\n", "\r\n"), "tab or carriage return"),
+    "node twice": (_edit(ADD_PLAN, "sym 0 n", "node other"), "`node` given twice"),
+    "node without name": (_edit(ADD_PLAN, "node my add", "node"), "expected `node <name>`"),
+    "input out of order": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 1 1 1 s0"), "input 1 out of order (expected input 0)"),
+    "input index range": (_edit(ADD_PLAN, "in 1 1 1 s0", "in 32 1 1 s0"), "input index 32 out of range [0, 31]"),
+    "dtype name": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 0 float 1 s0"), "dtype `float` is not an integer"),
+    "dtype unknown": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 0 40 1 s0"), "unknown ONNX dtype 40"),
+    "rank vs dims": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 0 1 2 s0"), "rank 2 needs 2 dims, got 1"),
+    "rank limit": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 0 1 9 " + " ".join(["s0"] * 9)), "rank 9 out of range [0, 8]"),
+    "symbol order": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 0 1 1 s1"), "symbol s1 appears before s0"),
+    "symbol range": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 0 1 1 s40"), "bad symbol `s40`"),
+    "bad dim": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 0 1 1 n"), "dim `n` is not an integer"),
+    "negative dim": (_edit(ADD_PLAN, "in 0 1 1 s0", "in 0 1 1 -3"), "dim -3 out of range"),
+    "out unbound symbol": (_edit(ADD_PLAN, "out 0 1 1 s0", "out 0 1 1 s3"),
+                           "symbol s3 is not bound by any earlier `in` line"),
+    "out missing operand": (_edit(ADD_PLAN, "out 0 1 1 s0", "out 0 1 1 s0,+"), "operator `+` needs 2 operands"),
+    "ternary operands": (_edit(ADD_PLAN, "val 0 s0", "val 0 1,2,?"), "operator `?` needs 3 operands"),
+    "leaves two": (_edit(ADD_PLAN, "val 0 s0", "val 0 s0,1"), "leaves 2 values, expected 1"),
+    "empty item": (_edit(ADD_PLAN, "val 0 s0", "val 0 s0,,1"), "empty item"),
+    "bad item": (_edit(ADD_PLAN, "val 0 s0", "val 0 s0,2,pow"), "bad item `pow`"),
+    "bad literal": (_edit(ADD_PLAN, "val 0 s0", "val 0 12a"), "bad item `12a`"),
+    "literal overflow": (_edit(ADD_PLAN, "val 0 s0", "val 0 99999999999999999999"), "bad item"),
+    "too deep": (_edit(ADD_PLAN, "val 0 s0", "val 0 " + ",".join(["1"] * 33) + ",+" * 32), "deeper than 32"),
+    "val slot range": (_edit(ADD_PLAN, "val 0 s0", "val 32 s0"), "value slot 32 out of range [0, 31]"),
+    "val twice": (_edit(ADD_PLAN, "route 0", "val 0 1\nroute 0"), "value slot 0 set twice"),
+    "val reads later val": (_edit(ADD_PLAN, "val 0 s0", "val 0 v1\nval 1 2"),
+                            "value v1 is not set by an earlier `val` line"),
+    "out reads unset val": (_edit(ADD_PLAN, "out 0 1 1 s0", "out 0 1 1 v7"), "value v7 is not set"),
+    "val fields": (_edit(ADD_PLAN, "val 0 s0", "val 0"), "expected 3 fields, got 2"),
+    "output out of order": (_edit(ADD_PLAN, "out 0 1 1 s0", "out 1 1 1 s0"), "output 1 out of order"),
+    "output index range": (_edit(ADD_PLAN, "out 0 1 1 s0", "out 8 1 1 s0"), "output index 8 out of range [0, 7]"),
+    "scratch range": (_edit(ADD_PLAN, "val 0 s0", "val 0 s0\nscratch 4 16"), "scratch slot 4 out of range [0, 3]"),
+    "scratch twice": (_edit(ADD_PLAN, "val 0 s0", "val 0 s0\nscratch 1 16\nscratch 1 8"), "scratch 1 given twice"),
+    "route order": (_edit(ADD_PLAN, "route 0 s0,1024,<=", "route 1 s0,1024,<="), "route 1 out of order"),
+    "kernel route": (_edit(ADD_PLAN, "kernel 1 0 fake_add_marker", "kernel 5 0 fake_add_marker"),
+                     "route 5 is not declared by an earlier `route` line"),
+    "kernel fields": (_edit(ADD_PLAN, "kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1 0",
+                            "kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1"), "expected 11 fields, got 10"),
+    "kernel image": (_edit(ADD_PLAN, "kernel 0 0 fake_add", "kernel 0 x fake_add"), "image index `x` is not an integer"),
+    "entry too long": (_edit(ADD_PLAN, "kernel 0 0 fake_add", "kernel 0 0 " + "k" * 200), "entry name longer than"),
+    "too many kernels": (_edit(ADD_PLAN, "end", "kernel 0 0 f 1 1 1 1 1 1 0\n" * 33 + "end"), "more than 32 kernel lines"),
+    "archs": (_edit(ADD_PLAN, "sym 0 n", "archs 90"), "bad arch `90` (expected sm_XY)"),
+    "archs twice": (_edit(ADD_PLAN, "sym 0 n", "archs sm_80\narchs sm_90"), "`archs` given twice"),
+    "no inputs": ("plusplan 1\nroute 0 1\nend\n", "no `in` lines"),
+    "no outputs": ("plusplan 1\nin 0 1 0\nroute 0 1\nend\n", "no `out` lines"),
+    "no routes": ("plusplan 1\nin 0 1 0\nout 0 1 0\nend\n", "no `route` lines"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_parse_malformed(h, case):
+    text, expected = MALFORMED[case]
+    msg = h.err("parse", h.file(text))
+    assert msg.startswith("plus_plan"), msg
+    assert expected in msg, msg
+
+
+# ---------------------------------------------------------------- expressions
+
+EXPRESSIONS = [
+    ("2,3,+", "5"), ("2,3,-", "-1"), ("6,7,*", "42"), ("7,2,/", "3"), ("7,2,%", "1"), ("3,5,min", "3"),
+    ("3,5,max", "5"), ("7,2,cdiv", "4"), ("8,2,cdiv", "4"), ("0,4,cdiv", "0"), ("1,2,<", "1"), ("2,2,<", "0"),
+    ("2,2,<=", "1"), ("3,2,<=", "0"), ("3,2,>", "1"), ("2,2,>", "0"), ("2,2,>=", "1"), ("1,2,>=", "0"),
+    ("4,4,==", "1"), ("4,5,==", "0"), ("4,5,!=", "1"), ("4,4,!=", "0"), ("1,7,&&", "1"), ("1,0,&&", "0"),
+    ("0,0,||", "0"), ("0,3,||", "1"), ("0,!", "1"), ("5,!", "0"), ("1,10,20,?", "10"), ("0,10,20,?", "20"),
+    ("-5,3,+", "-2"), ("-7,2,/", "-4"), ("-7,2,%", "1"), ("42", "42"),
+    ("9223372036854775807", "9223372036854775807"),
+    ("s0,s1,*,128,cdiv", "24"),      # s0=32 s1=96
+    ("v3,s0,+", "39"),               # v3=7
+    ("s0,64,<,s1,128,<=,&&,s1,s0,?", "96"),
+    ("s0,s1,<,s0,s1,?,2,*", "64"),
+]
+
+
+@pytest.mark.parametrize("expr,value", EXPRESSIONS)
+def test_expression_values(h, expr, value):
+    assert h.ok("eval", expr, "s0=32", "s1=96", "v3=7").strip() == value
+
+
+@pytest.mark.parametrize("expr,reason", [
+    ("1,0,/", "division by zero"), ("1,0,%", "division by zero"), ("1,0,cdiv", "division by zero"),
+    ("1,s0,s1,-,/", "division by zero"),
+    ("9223372036854775807,1,+", "overflow in +"), ("-9223372036854775807,10,-", "overflow in -"),
+    ("4611686018427387904,2,*", "overflow in *"),
+    ("s5", "symbol s5 is unbound"),
+])
+def test_expression_errors(h, expr, reason):
+    assert reason in h.err("eval", expr, "s0=3", "s1=3")
+
+
+# ---------------------------------------------------------------- binding: shapes, values, routes, launches
+
+
+def test_bind_route_choice_and_launches(h):
+    plan = h.file(ADD_PLAN)
+    out = h.ok("bind", plan, "1:100", "1:100")
+    assert "route=0 v=0:100\nout0 float32 [100]\n" in out
+    assert "launch fake_add grid=1,1,1 block=256,1,1 smem=0\n" in out
+    out = h.ok("bind", plan, "1:5000", "1:5000")
+    assert "route=1" in out and "launch fake_add_marker grid=20,1,1" in out
+    # Empty tensors: grid 0 -> the launch is skipped.
+    assert "launch fake_add grid=0,1,1 block=256,1,1 smem=0 skip" in h.ok("bind", plan, "1:0", "1:0")
+
+
+def test_bind_output_shapes_values_scratch(h):
+    plan = h.file(RICH_PLAN)
+    out = h.ok("bind", plan, "1:2x16x768", "10:768x96", "1:5")
+    assert "route=0 v=0:32,1:96,2:3072\n" in out
+    assert "out0 float32 [2,16,96]\nout1 int64 []\n" in out
+    assert "scratch=12288,0,0,0" in out
+    assert "launch small grid=2,2,1 block=128,1,1 smem=0" in out
+    out = h.ok("bind", plan, "1:8x64x768", "10:768x1000", "-")   # absent optional input 2
+    assert "route=1 v=0:512,1:1000,2:512000" in out
+    assert "launch big grid=8,4,1 block=256,1,1 smem=98304" in out
+    assert "launch small grid=1,1,1 block=32,1,1 smem=0" in out
+
+
+@pytest.mark.parametrize("inputs,expected", [
+    (["1:2x16x768", "1:768x96", "1:5"],
+     "input 1: expected float16[768,n], got float32[768,96] (element type differs; plan line 5)"),
+    (["1:2x16x768", "10:768", "1:5"], "input 1: expected float16[768,n], got float16[768] (rank differs"),
+    (["1:2x16x512", "10:768x96", "1:5"],
+     "input 0 'X': expected float32[batch,seq,768], got float32[2,16,512] (dim 2 must be 768; plan line 4)"),
+    (["1:2x16x768", "10:768x96"], "the node has 2 inputs and 2 outputs, its plan declares 3 and 2"),
+])
+def test_bind_input_errors(h, inputs, expected):
+    assert expected in h.err("bind", h.file(RICH_PLAN), *inputs)
+
+
+def test_bind_symbol_mismatch_names_symbol(h):
+    msg = h.err("bind", h.file(ADD_PLAN), "1:4", "1:5")
+    assert msg == ("input 1: expected float32[n], got float32[5] "
+                   "(dim 0 must equal n = 4, bound by an earlier dim; plan line 4)\n")
+
+
+def test_bind_no_route_and_bad_geometry(h):
+    plan = _edit(ADD_PLAN, "route 1 1", "route 1 0")
+    assert "no route applies (all 2 route expressions are 0) for symbols n=2000" in h.err(
+        "bind", h.file(plan), "1:2000", "1:2000")
+    plan = _edit(ADD_PLAN, "out 0 1 1 s0", "out 0 1 1 s0,100,-")
+    assert "output 0 dim 0 evaluates to -95" in h.err("bind", h.file(plan), "1:5", "1:5")
+    plan = _edit(ADD_PLAN, "s0,256,cdiv 1 1 256 1 1 0", "s0,256,cdiv 1 1 0 1 1 0")
+    assert "kernel `fake_add` block.x = 0 is out of range (plan line 10" in h.err("bind", h.file(plan), "1:5", "1:5")
+    plan = _edit(ADD_PLAN, "out 0 1 1 s0", "out 0 1 1 1,s0,s0,-,/")
+    assert "division by zero (operands 1, 0) evaluating plan line 6 `out 0 1 1 1,s0,s0,-,/`" in h.err(
+        "bind", h.file(plan), "1:5", "1:5")
+
+
+# ---------------------------------------------------------------- image packs and arch choice
+
+
+@pytest.mark.parametrize("archs,cc,chosen", [
+    ("sm_80,sm_90", "9 0", "sm_90"),
+    ("sm_80,sm_90,sm_90a", "9 0", "sm_90a"),      # Hopper prefers the arch-specific pack
+    ("sm_90a,sm_90,sm_80", "9 0", "sm_90a"),
+    ("sm_90a", "9 0", "sm_90a"),
+    ("sm_80,sm_90a", "8 0", "sm_80"),
+    ("sm_80,sm_86", "8 9", "sm_86"),              # same major, highest lower minor
+    ("sm_80", "8 6", "sm_80"),
+    ("sm_120,sm_100", "10 3", "sm_100"),
+    ("sm_100a,sm_100", "10 0", "sm_100a"),
+])
+def test_select_arch(h, archs, cc, chosen):
+    assert h.ok("select", archs, *cc.split()).strip() == chosen
+
+
+@pytest.mark.parametrize("archs,cc,present", [
+    ("sm_90,sm_90a", "8 0", "sm_90 sm_90a"),      # a newer major never runs on an older one
+    ("sm_80", "9 0", "sm_80"),                    # nor an older major on a newer one (SASS)
+    ("sm_86", "8 0", "sm_86"),                    # nor a higher minor
+    ("sm_90a", "9 1", "sm_90a"),                  # arch-specific images run only on their exact arch
+    ("", "9 0", "none"),
+])
+def test_select_arch_none(h, archs, cc, present):
+    major, minor = cc.split()
+    msg = h.err("select", archs or ",", major, minor)
+    assert f"no kernel image for the device's arch sm_{major}{minor} (images present: {present})" in msg
+    assert f"`plus-ep rewrite --arch sm_{major}{minor}`" in msg
+
+
+def test_pack_parsing(h):
+    assert h.ok("pack", h.file(pack([b"abc", b"defgh"]), ".bin")).strip() == "ok count=2 sizes=3,5"
+    assert h.ok("pack", h.file(pack([]), ".bin")).strip() == "ok count=0 sizes="
+    good = pack([b"abc"])
+    assert "does not start with PLUSIMG1" in h.err("pack", h.file(b"PLUSIMG0" + good[8:], ".bin"))
+    assert "does not start with PLUSIMG1" in h.err("pack", h.file(b"PLUS", ".bin"))
+    assert "table of 5 entries does not fit" in h.err("pack", h.file(b"PLUSIMG1" + struct.pack("<I", 5), ".bin"))
+    assert "image 0 (offset 28, 3 bytes) lies outside the 30-byte pack" in h.err("pack", h.file(good[:-1], ".bin"))
+    bad = b"PLUSIMG1" + struct.pack("<IQQ", 1, 2**63, 2**63) + b"x"
+    assert "lies outside" in h.err("pack", h.file(bad, ".bin"))
+    bad = b"PLUSIMG1" + struct.pack("<IQQ", 1, 4, 4) + b"xxxx"    # image overlapping the table
+    assert "lies outside" in h.err("pack", h.file(bad, ".bin"))
+
+
+# ---------------------------------------------------------------- launches through the stand-in driver
+
+
+def _counts(out: str) -> dict[str, int]:
+    line = next(l for l in out.splitlines() if l.startswith("counts "))
+    return {k: int(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+
+
+def test_launch_on_ort_stream_marshals_args(h, tmp_path):
+    log = tmp_path / "cuda.log"
+    out = h.ok("run", h.file(ADD_PLAN), "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin"),
+               "--in", "1:6", "--in", "1:6=2", "--repeat", "5", env={"FAKE_CUDA_LOG": str(log)})
+    assert "marshal ok" in out and "value0 2 3 4 5 6 7\n" in out
+    c = _counts(out)
+    assert (c["launch"], c["load"], c["unload"], c["sync"]) == (5, 1, 1, 0)   # loaded once, no sync
+    launches = [l for l in log.read_text().splitlines() if l.startswith("launch ")]
+    assert len(launches) == 5 and all("stream=ort" in l and "v=6,0,0,0" in l for l in launches)
+
+
+def test_launch_null_stream_synchronises(h):
+    out = h.ok("run", h.file(ADD_PLAN), "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin"),
+               "--in", "1:3", "--in", "1:3", "--null-stream")
+    assert "value0 0 2 4" in out and _counts(out)["sync"] == 2
+
+
+def test_host_staging(h):
+    out = h.ok("run", h.file(ADD_PLAN), "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin"),
+               "--in", "1:2000", "--in", "1:2000=1", "--staged", "--repeat", "3")
+    assert "route=1" in out and "value0 1001 1002 1003" in out
+    c = _counts(out)
+    assert c["live_allocs"] == 0 and c["sync"] == 6 and c["load"] == 1
+
+
+def test_scratch_is_passed(h):
+    plan = """plusplan 1
+node scratchy
+in 0 1 1 s0
+out 0 1 1 s0
+val 0 s0
+val 1 s0,4,*,3,+
+scratch 0 v1
+route 0 1
+kernel 0 0 fake_scratch 1 1 1 1 1 1 0
+end
+"""
+    packf = h.file(one_pack("sm_90"), ".bin")
+    out = h.ok("run", h.file(plan), "--pack", "sm_90=" + packf, "--in", "1:10")
+    assert "scratch=43,0,0,0" in out and "marshal ok" in out and "value0 0 1 2 3" in out
+    out = h.ok("run", h.file(plan), "--pack", "sm_90=" + packf, "--in", "1:10", "--staged")
+    assert "value0 0 1 2 3" in out and _counts(out)["live_allocs"] == 0
+
+
+def test_large_dynamic_shared_memory(h, tmp_path):
+    plan = _edit(ADD_PLAN, "kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1 0",
+                 "kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1 s0,1000,*")
+    packf = h.file(one_pack("sm_90"), ".bin")
+    log = tmp_path / "cuda.log"
+    out = h.ok("run", h.file(plan), "--pack", "sm_90=" + packf, "--in", "1:100", "--in", "1:100", "--repeat", "3",
+               env={"FAKE_CUDA_LOG": str(log)})
+    assert _counts(out)["attr"] == 1 and "attr entry=fake_add max_dynamic_smem=100000" in log.read_text()
+    out = h.ok("run", h.file(plan), "--pack", "sm_90=" + packf, "--in", "1:40", "--in", "1:40")
+    assert _counts(out)["attr"] == 0      # 40000 bytes: no opt-in needed
+    msg = h.err("run", h.file(plan), "--pack", "sm_90=" + packf, "--in", "1:300", "--in", "1:300")
+    assert "PlusEP node 'my add': kernel 'fake_add' needs 300000 bytes of dynamic shared memory; the device allows 232448" in msg
+
+
+def test_unknown_entry(h):
+    out = h.err("run", h.file(_edit(ADD_PLAN, "fake_add s0", "fake_nope s0")),
+                "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin"), "--in", "1:3", "--in", "1:3")
+    assert "PlusEP node 'my add': kernel entry 'fake_nope' not found in image 0 of plus_images_sm_90" in out
+    assert "CUDA_ERROR_NOT_FOUND" in out
+
+
+def test_arch_choice_at_load(h, tmp_path):
+    packs = ["--pack", "sm_80=" + h.file(one_pack("img80"), ".bin"),
+             "--pack", "sm_90=" + h.file(one_pack("img90"), ".bin"),
+             "--pack", "sm_90a=" + h.file(one_pack("img90a"), ".bin")]
+    for cc, tag in (("90", "img90a"), ("86", "img80")):
+        log = tmp_path / f"{cc}.log"
+        h.ok("run", h.file(ADD_PLAN), *packs, "--in", "1:3", "--in", "1:3",
+             env={"FAKE_CUDA_LOG": str(log), "FAKE_CUDA_CC": cc})
+        assert f"load dev=0 entries=8 tags={tag}" in log.read_text()
+    msg = h.err("run", h.file(ADD_PLAN), *packs[2:], "--in", "1:3", "--in", "1:3", env={"FAKE_CUDA_CC": "80"})
+    assert ("PlusEP node 'my add': no kernel image for the device's arch sm_80 (images present: sm_90 sm_90a); "
+            "rebuild the model with `plus-ep rewrite --arch sm_80`") in msg
+
+
+def test_two_devices_load_their_own_images(h, tmp_path):
+    log = tmp_path / "cuda.log"
+    out = h.ok("run", h.file(ADD_PLAN), "--pack", "sm_80=" + h.file(one_pack("img80"), ".bin"),
+               "--pack", "sm_90a=" + h.file(one_pack("img90a"), ".bin"), "--in", "1:3", "--in", "1:3", "--dev", "1",
+               env={"FAKE_CUDA_LOG": str(log), "FAKE_CUDA_DEVICES": "2", "FAKE_CUDA_CC": "90,80"})
+    assert "value0 0 2 4" in out
+    assert "load dev=1 entries=8 tags=img80" in log.read_text()
+
+
+def test_creation_errors(h):
+    packf = h.file(one_pack("sm_90"), ".bin")
+    msg = h.err("run", h.file(_edit(ADD_PLAN, "kernel 1 0 fake_add_marker", "kernel 1 3 fake_add_marker")),
+                "--pack", "sm_90=" + packf)
+    assert "PlusEP node 'my add': plan line 11 `kernel 1 3 fake_add_marker" in msg
+    assert "uses image 3 but plus_images_sm_90 holds 1 images" in msg
+    msg = h.err("run", h.file(ADD_PLAN), "--pack", "sm_90=" + h.file(b"PLUSIMG1\x01", ".bin"))
+    assert "PlusEP node 'my add': image pack for sm_90 does not start with PLUSIMG1" in msg
+    msg = h.err("run", h.file(_edit(ADD_PLAN, "val 0 s0", "val 0 s0,")), "--pack", "sm_90=" + packf)
+    assert msg.startswith("PlusEP node '?': plus_plan line 7 `val 0 s0,`: expression `s0,`: empty item")
+    msg = h.err("run", h.file(ADD_PLAN), "--pack", "sm_90=" + h.file(pack([b"NOTACUBIN\0"]), ".bin"),
+                "--in", "1:3", "--in", "1:3")
+    assert "cuModuleLoadData of image 0 of plus_images_sm_90 failed: CUDA_ERROR_INVALID_IMAGE (200)" in msg
+
+
+def test_driver_unavailable(h):
+    assert "cannot load the CUDA driver /nonexistent/libcuda.so.1" in h.err(
+        "run", h.file(ADD_PLAN), env={"PLUS_EP_CUDA_LIBRARY": "/nonexistent/libcuda.so.1"})
+    assert "cuInit failed" in h.err("run", h.file(ADD_PLAN), env={"FAKE_CUDA_INIT_FAIL": "1"})
+    assert "reports no device" in h.err("run", h.file(ADD_PLAN), env={"FAKE_CUDA_DEVICES": "0"})
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_threads_share_one_kernel(h, staged):
+    """16 threads x 300 runs of one kernel object, sizes varying per run; first use races on the load."""
+    out = h.ok("threads", h.file(ADD_PLAN), "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin"), "16", "300",
+               *(["--staged"] if staged else []))
+    assert "threads=16 iters=300 failures=0 launches=4800 loads=1 unloads=1 live_allocs=0" in out
+
+
+# ---------------------------------------------------------------- valgrind and ThreadSanitizer
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_valgrind(builds, tmp_path):
+    exe, fake = builds["plain"]
+    vg = ["valgrind", "--quiet", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite",
+          "--show-leak-kinds=definite"]
+    h = Harness(exe, fake, tmp_path, wrapper=vg)
+    packf = h.file(one_pack("sm_90"), ".bin")
+    plan = h.file(RICH_PLAN)
+    h.ok("parse", plan)
+    h.err("parse", h.file(MALFORMED["out missing operand"][0]))
+    h.ok("bind", plan, "1:8x64x768", "10:768x1000", "-")
+    h.err("bind", plan, "1:2x16x512", "10:768x96", "1:5")
+    h.ok("run", h.file(ADD_PLAN), "--pack", "sm_90=" + packf, "--in", "1:100", "--in", "1:100", "--repeat", "3")
+    h.ok("run", h.file(ADD_PLAN), "--pack", "sm_90=" + packf, "--in", "1:2000", "--in", "1:2000", "--staged")
+    h.err("run", h.file(_edit(ADD_PLAN, "fake_add s0", "fake_nope s0")), "--pack", "sm_90=" + packf,
+          "--in", "1:3", "--in", "1:3")
+    h.ok("threads", h.file(ADD_PLAN), "--pack", "sm_90=" + packf, "8", "20", timeout=300)
+
+
+def test_threadsanitizer(tmp_path):
+    try:
+        exe, fake = build(tmp_path / "tsan", ["-fsanitize=thread"])
+        probe = subprocess.run([str(exe), "select", "sm_90", "9", "0"], capture_output=True, text=True)
+    except subprocess.CalledProcessError:
+        pytest.skip("ThreadSanitizer is not available to this compiler")
+    if probe.returncode != 0:
+        pytest.skip(f"ThreadSanitizer binaries do not run here: {probe.stderr[:200]}")
+    h = Harness(exe, fake, tmp_path)
+    packf = h.file(one_pack("sm_90"), ".bin")
+    for extra in ([], ["--staged"]):
+        rc, out = h("threads", h.file(ADD_PLAN), "--pack", "sm_90=" + packf, "16", "100", *extra,
+                    env={"TSAN_OPTIONS": "halt_on_error=1 exitcode=66"})
+        assert rc == 0 and "failures=0" in out, out

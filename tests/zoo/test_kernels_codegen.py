@@ -1,0 +1,78 @@
+"""Codegen acceptance on CPU: every fused subgraph of the six families renders and every route
+compiles with NVRTC for sm_80 and sm_90 (zero spills, shared memory within the limit); golden
+sources; rewritten models with embedded kernels still run their function bodies on ORT CPU."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from tests.support import golden
+from plus_ep.kernels.cache import KernelCache
+from plus_ep import zoo
+from plus_ep.kernel_build import pack_images, unpack_images
+from plus_ep.rewrite import rewrite_detailed
+
+pytestmark = pytest.mark.zoo
+
+# Subgraphs the launcher cannot size: an output dim that no input gives (GPT-2's QKV projection
+# reads [batch*seq, C] but writes [batch, heads, seq, d]; a mask dim symbolic shape inference
+# could not relate to the inputs). They stay unfused, with this reason in the warning.
+UNBINDABLE = "cannot bind it"
+
+
+@pytest.fixture(scope="module")
+def kcache(tmp_path_factory):
+    return KernelCache(tmp_path_factory.mktemp("kernels"))
+
+
+@pytest.mark.parametrize("family", zoo.FAMILIES)
+def test_every_subgraph_renders_and_compiles(family, kcache):
+    for exporter in zoo.EXPORTERS:
+        model = zoo.load(family, exporter, "small", layers=2)
+        plain = rewrite_detailed(model)
+        r = rewrite_detailed(model, archs=["sm_80", "sm_90"], cache=kcache, progress=False)
+        fails = r.kernels.failures
+        assert all(UNBINDABLE in reason for _, _, reason in fails), fails
+        assert len(r.subgraphs) + len(fails) == len(plain.subgraphs)
+        assert len(fails) <= 3 * 2, fails          # at most three per layer, two layers
+        fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
+        assert len(fused) == len(r.subgraphs)
+        for n in fused:
+            names = {a.name for a in n.attribute}
+            assert {"plus_plan", "plus_images_sm_80", "plus_images_sm_90"} <= names, n.name
+            plan = next(a.s.decode() for a in n.attribute if a.name == "plus_plan")
+            assert plan.startswith("plusplan 1\n") and plan.endswith("end\n")
+            assert "archs sm_80 sm_90" in plan
+
+
+def test_rewritten_model_with_kernels_runs_its_bodies_on_cpu(kcache):
+    path = zoo.export("bert", "dynamo", "small", layers=2)
+    r = rewrite_detailed(path, archs=["sm_80"], cache=kcache, progress=False)
+    feeds = zoo.sample_inputs(path, batch=2, seq=9)
+    want = ort.InferenceSession(path).run(None, feeds)
+    got = ort.InferenceSession(r.model.SerializeToString()).run(None, feeds)
+    for a, b in zip(want, got):
+        assert np.abs(a - b).max() <= 1e-5
+    onnx.checker.check_model(r.model)
+
+
+def test_second_build_compiles_nothing(kcache, monkeypatch):
+    model = zoo.load("vit", "torchscript", "small", layers=2)
+    rewrite_detailed(model, archs=["sm_80"], cache=kcache, progress=False)
+    monkeypatch.setenv("PLUS_EP_ASSERT_CACHED", "1")
+    r = rewrite_detailed(model, archs=["sm_80"], cache=kcache, progress=False)
+    assert r.kernels.compiled == 0 and r.kernels.cached > 0 and not r.kernels.failures
+
+
+def test_golden_sources():
+    rendered = golden.render_cases()
+    for name, text in rendered.items():
+        want = (golden.GOLDEN / name).read_text()
+        assert text == want, f"{name} changed; if intended: python -m tests.support.golden --update"
+
+
+def test_image_pack_round_trip():
+    blobs = [b"\x7fELF" + bytes(range(7)), b"y" * 3, b"x" * 1000]
+    pack = pack_images(blobs)
+    assert pack[:8] == b"PLUSIMG1"
+    assert unpack_images(pack) == blobs

@@ -179,6 +179,9 @@ X(MemoryDevice_GetDeviceType, 9, int, const OrtMemoryDevice*)
 X(MemoryDevice_GetMemoryType, 10, int, const OrtMemoryDevice*)
 X(MemoryDevice_GetVendorId, 11, uint32_t, const OrtMemoryDevice*)
 X(MemoryDevice_GetDeviceId, 12, uint32_t, const OrtMemoryDevice*)
+X(CreateHardwareDevice, 16, OrtStatus*, int, uint32_t, uint32_t, const char*, const OrtKeyValuePairs*,
+  OrtHardwareDevice**)
+X(ReleaseHardwareDevice, 17, void, OrtHardwareDevice*)
 #undef X
 
 #endif

@@ -1,0 +1,726 @@
+/* The PlusEP OrtEp: GetCapability claims ai.plus_ep::Fused nodes (or, for a model without them, the
+ * node groups the registered planner returns), Compile builds each claimed node's launcher kernel from
+ * its plan and image packs (kernel.h, shared with the RegisterCustomOps path), Compute binds the run's
+ * shapes and launches on the stream ORT hands the node (gpu mode) or through host staging (staging
+ * mode). Nodes PlusEP does not claim keep their function bodies, which ORT inlines for the next EP. */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ep.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- the planner (registered from Python by `import plus_ep`) ---- */
+
+static _Atomic(plus_ep_planner_fn) g_planner;
+
+EXPORT void PlusEP_SetPlanner(plus_ep_planner_fn fn) { atomic_store(&g_planner, fn); }
+plus_ep_planner_fn plus_ep_get_planner(void) { return atomic_load(&g_planner); }
+
+static void free_list(char** v, size_t n) {
+    for (size_t i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* Split "a\nb\n\nc" into its n+1 fields (empty fields kept); "" gives none. */
+static int split_lines(const char* s, char*** out, size_t* n) {
+    *out = NULL;
+    *n = 0;
+    if (!s || !*s) return 0;
+    size_t count = 1;
+    for (const char* p = s; *p; p++) count += *p == '\n';
+    char** v = calloc(count, sizeof *v);
+    if (!v) return -1;
+    for (size_t i = 0; i < count; i++) {
+        size_t len = strcspn(s, "\n");
+        if (!(v[i] = strndup(s, len))) return free_list(v, count), -1;
+        s += len + (s[len] == '\n');
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
+static void group_free(plus_ep_group* g) {
+    free_list(g->members, g->n_members);
+    free_list(g->inputs, g->n_inputs);
+    free_list(g->outputs, g->n_outputs);
+    free(g->plan);
+    for (int i = 0; i < g->n_packs; i++) free(g->pack_arch[i]), free(g->pack_data[i]);
+    memset(g, 0, sizeof *g);
+}
+
+void plus_ep_groups_free(plus_ep_plan_request* r) {
+    for (size_t i = 0; i < r->n; i++) group_free(&r->groups[i]);
+    free(r->groups);
+    r->groups = NULL;
+    r->n = r->cap = 0;
+}
+
+/* Called by the planner during its call: one Fused node of the rewritten model. members, inputs and
+ * outputs are '\n'-joined tensor names (members: each original node's first output). Returns 0 or -1. */
+EXPORT int PlusEP_PlanAddGroup(void* request, const char* node, const char* members, const char* inputs,
+                               const char* outputs, const char* plan, int n_packs, const char* const* archs,
+                               const uint8_t* const* data, const size_t* sizes) {
+    plus_ep_plan_request* r = request;
+    if (!r || !plan || n_packs < 0 || n_packs > PLUS_MAX_ARCHS) return -1;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 16;
+        plus_ep_group* g = realloc(r->groups, cap * sizeof *g);
+        if (!g) return -1;
+        r->groups = g;
+        r->cap = cap;
+    }
+    plus_ep_group* g = &r->groups[r->n];
+    memset(g, 0, sizeof *g);
+    snprintf(g->node, sizeof g->node, "%s", node ? node : "");
+    int bad = split_lines(members, &g->members, &g->n_members) || split_lines(inputs, &g->inputs, &g->n_inputs) ||
+              split_lines(outputs, &g->outputs, &g->n_outputs) || !(g->plan = strdup(plan)) || !g->n_members ||
+              !g->n_outputs;
+    for (int i = 0; i < n_packs && !bad; i++) {
+        g->pack_arch[i] = strdup(archs[i]);
+        g->pack_data[i] = malloc(sizes[i] ? sizes[i] : 1);
+        g->n_packs = i + 1;
+        if (!g->pack_arch[i] || !g->pack_data[i]) bad = 1;
+        else memcpy(g->pack_data[i], data[i], sizes[i]), g->pack_size[i] = sizes[i];
+    }
+    if (bad) {
+        group_free(g);
+        return -1;
+    }
+    r->n++;
+    return 0;
+}
+
+EXPORT void PlusEP_PlanSetError(void* request, const char* message) {
+    plus_ep_plan_request* r = request;
+    if (r) snprintf(r->error, sizeof r->error, "%s", message ? message : "?");
+}
+
+/* ---- attribute and graph helpers ---- */
+
+static const char* node_str(const OrtNode* n, OrtStatus* (*fn)(const OrtNode*, const char**)) {
+    const char* s = NULL;
+    OrtStatus* st = fn(n, &s);
+    if (st) plus_ep_drop(st), s = NULL;
+    return s ? s : "";
+}
+#define NODE_STR(n, name) node_str(n, ORT_CALL(plus_ep_api, name))
+
+static int is_fused(const OrtNode* n) {
+    return !strcmp(NODE_STR(n, Node_GetDomain), "ai.plus_ep") && !strcmp(NODE_STR(n, Node_GetOperatorType), "Fused");
+}
+
+/* A STRING attribute, malloc'ed; NULL when absent. */
+static char* attr_string(const OrtNode* n, const char* name) {
+    const OrtOpAttr* a = NULL;
+    OrtStatus* st = ORT_CALL(plus_ep_api, Node_GetAttributeByName)(n, name, &a);
+    if (st || !a) return plus_ep_drop(st), NULL;
+    size_t len = 0;
+    plus_ep_drop(ORT_CALL(plus_ep_api, ReadOpAttr)(a, ORT_OP_ATTR_STRING, NULL, 0, &len));   /* size query */
+    char* s = malloc(len + 1);
+    if (!s) return NULL;
+    st = ORT_CALL(plus_ep_api, ReadOpAttr)(a, ORT_OP_ATTR_STRING, s, len, &len);
+    if (st) return plus_ep_drop(st), free(s), NULL;
+    s[len] = 0;
+    return s;
+}
+
+/* The node's attributes named plus_images_<arch>: the archs (into names) and the attributes. */
+static int image_attrs(const OrtNode* n, char names[][PLUS_NAME_LEN], const OrtOpAttr** attrs, int max) {
+    size_t count = 0;
+    OrtStatus* st = ORT_CALL(plus_ep_api, Node_GetNumAttributes)(n, &count);
+    if (st || !count) return plus_ep_drop(st), 0;
+    const OrtOpAttr** all = calloc(count, sizeof *all);
+    if (!all) return 0;
+    int k = 0;
+    if (!(st = ORT_CALL(plus_ep_api, Node_GetAttributes)(n, all, count)))
+        for (size_t i = 0; i < count && k < max; i++) {
+            const char* name = NULL;
+            OrtStatus* s2 = ORT_CALL(plus_ep_api, OpAttr_GetName)(all[i], &name);
+            if (s2 || !name || strncmp(name, "plus_images_", 12)) {
+                plus_ep_drop(s2);
+                continue;
+            }
+            snprintf(names[k], PLUS_NAME_LEN, "%s", name + 12);
+            attrs[k++] = all[i];
+        }
+    plus_ep_drop(st);
+    free(all);
+    return k;
+}
+
+/* Names of a node's inputs or outputs (pointers owned by ORT; "" for an absent optional one). */
+static OrtStatus* io_names(const OrtNode* n, int outputs, const char*** names, size_t* count) {
+    const OrtApi* api = plus_ep_api;
+    *names = NULL;
+    OrtStatus* st = outputs ? ORT_CALL(api, Node_GetNumOutputs)(n, count) : ORT_CALL(api, Node_GetNumInputs)(n, count);
+    if (st) return st;
+    const OrtValueInfo** vi = calloc(*count ? *count : 1, sizeof *vi);
+    const char** v = calloc(*count ? *count : 1, sizeof *v);
+    if (!vi || !v) return free(vi), free(v), plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
+    st = outputs ? ORT_CALL(api, Node_GetOutputs)(n, vi, *count) : ORT_CALL(api, Node_GetInputs)(n, vi, *count);
+    for (size_t i = 0; i < *count && !st; i++) {
+        v[i] = "";
+        if (vi[i]) {
+            const char* s = NULL;
+            if ((st = ORT_CALL(api, GetValueInfoName)(vi[i], &s))) break;
+            v[i] = s ? s : "";
+        }
+    }
+    free(vi);
+    if (st) return free(v), st;
+    *names = v;
+    return NULL;
+}
+
+static const char* first_output(const OrtNode* n) {
+    const char** v = NULL;
+    size_t c = 0;
+    OrtStatus* st = io_names(n, 1, &v, &c);
+    const char* s = !st && c ? v[0] : "";
+    plus_ep_drop(st);
+    free(v);
+    return s;
+}
+
+static OrtStatus* graph_nodes(const OrtGraph* g, const OrtNode*** nodes, size_t* n) {
+    *nodes = NULL;
+    OrtStatus* st = ORT_CALL(plus_ep_api, Graph_GetNumNodes)(g, n);
+    if (st) return st;
+    *nodes = calloc(*n ? *n : 1, sizeof **nodes);
+    if (!*nodes) return plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
+    if ((st = ORT_CALL(plus_ep_api, Graph_GetNodes)(g, *nodes, *n))) free(*nodes), *nodes = NULL;
+    return st;
+}
+
+/* ---- GetCapability ---- */
+
+static const char* ep_name(const OrtEp* base) { (void)base; return PLUS_EP_NAME; }
+
+/* Free for PlusEP: not yet assigned, or assigned to PlusEP by the first of two calls. */
+static int unassigned(const OrtNode* n) {
+    const char* ep = NODE_STR(n, Node_GetEpName);
+    return !*ep || !strcmp(ep, PLUS_EP_NAME);
+}
+
+static int pattern_disabled(const plus_ep* ep, const char* pattern) {
+    if (!ep->opts.disable[0]) return 0;
+    if (!strcmp(ep->opts.disable, "all")) return 1;
+    if (!pattern || !*pattern) return 0;
+    size_t len = strlen(pattern);
+    for (const char* p = ep->opts.disable; *p;) {
+        size_t k = strcspn(p, ",");
+        if (k == len && !strncmp(p, pattern, len)) return 1;
+        p += k + (p[k] == ',');
+    }
+    return 0;
+}
+
+/* 0 = PlusEP can run it here; else why not (into why). */
+static int unclaimable(const plus_ep* ep, const OrtNode* n, char* why, size_t wn) {
+    char* plan = attr_string(n, "plus_plan");
+    char* pattern = attr_string(n, "pattern");
+    int rc = 0;
+    if (!plan) rc = snprintf(why, wn, "it carries no plus_plan (rewritten without kernels)");
+    else if (pattern_disabled(ep, pattern)) rc = snprintf(why, wn, "pattern %s is disabled", pattern);
+    else {
+        char names[PLUS_MAX_ARCHS][PLUS_NAME_LEN];
+        const OrtOpAttr* attrs[PLUS_MAX_ARCHS];
+        plus_pack packs[PLUS_MAX_ARCHS];
+        int k = image_attrs(n, names, attrs, PLUS_MAX_ARCHS);
+        for (int i = 0; i < k; i++) snprintf(packs[i].arch, sizeof packs[i].arch, "%.127s", names[i]);
+        char err[PLUS_ERR_LEN];
+        if (plus_pack_select(packs, k, ep->cc_major, ep->cc_minor, err, sizeof err) < 0)
+            rc = snprintf(why, wn, "%s", err);
+    }
+    free(plan);
+    free(pattern);
+    return rc;
+}
+
+static OrtNodeFusionOptions fusion_options(void) {
+    OrtNodeFusionOptions o = {.ort_version_supported = plus_ep_version, .drop_constant_initializers = false};
+    return o;
+}
+
+static void run_planner(plus_ep* ep, const OrtGraph* graph) {
+    ep->planned = 1;
+    plus_ep_planner_fn planner = plus_ep_get_planner();
+    if (!planner) return;
+    const char* path = NULL;
+    plus_ep_drop(ORT_CALL(plus_ep_api, Graph_GetModelPath)(graph, &path));
+    if (!path || !*path) {
+        plus_ep_log(ep->logger, ORT_LOG_WARNING, "PlusEP: the model has no ai.plus_ep::Fused nodes and was not loaded "
+                    "from a file, so the planner cannot rewrite it; it runs unfused on the next providers (rewrite "
+                    "it with `plus-ep rewrite` or load it from a path)");
+        return;
+    }
+    char opts[8192];
+    /* The values are plain (checked option text); only the path-like ones may need escaping. */
+    char cache[2 * sizeof ep->opts.cache_dir], disable[2 * sizeof ep->opts.disable];
+    const char* srcs[2] = {ep->opts.cache_dir, ep->opts.disable};
+    char* dsts[2] = {cache, disable};
+    for (int k = 0; k < 2; k++) {
+        char* o = dsts[k];
+        for (const char* p = srcs[k]; *p; p++) {
+            if (*p == '"' || *p == '\\') *o++ = '\\';
+            if ((unsigned char)*p >= 0x20) *o++ = *p;
+        }
+        *o = 0;
+    }
+    snprintf(opts, sizeof opts,
+             "{\"arch\": \"%s\", \"cc\": \"%d.%d\", \"cache_dir\": \"%s\", \"disable\": \"%s\", \"fp32_math\": \"%s\", "
+             "\"verify\": \"%d\"}",
+             ep->opts.arch, ep->cc_major, ep->cc_minor, cache, disable, ep->opts.fp32_math, ep->opts.verify);
+    int rc = planner(path, opts, &ep->plan);
+    if (rc || ep->plan.error[0]) {
+        plus_ep_log(ep->logger, ORT_LOG_WARNING, "PlusEP: the planner failed for %s (%s); the model runs unfused on "
+                    "the next providers", path, ep->plan.error[0] ? ep->plan.error : "no message");
+        plus_ep_groups_free(&ep->plan);
+    }
+}
+
+/* Claim the planner's groups whose nodes ORT still has, unassigned. Returns the number claimed. */
+static int claim_groups(plus_ep* ep, const OrtNode** nodes, size_t n, OrtEpGraphSupportInfo* info) {
+    const char** key = calloc(n ? n : 1, sizeof *key);
+    const OrtNode** members = NULL;
+    int claimed = 0;
+    if (!key) return 0;
+    for (size_t i = 0; i < n; i++) key[i] = first_output(nodes[i]);
+    for (size_t g = 0; g < ep->plan.n; g++) {
+        const plus_ep_group* grp = &ep->plan.groups[g];
+        const OrtNode** m = realloc(members, grp->n_members * sizeof *m);
+        if (!m) break;
+        members = m;
+        size_t found = 0;
+        for (size_t j = 0; j < grp->n_members; j++)
+            for (size_t i = 0; i < n; i++)
+                if (key[i][0] && !strcmp(key[i], grp->members[j])) {
+                    if (unassigned(nodes[i])) members[found++] = nodes[i];
+                    break;
+                }
+        if (found != grp->n_members) {
+            plus_ep_log(ep->logger, ORT_LOG_INFO, "PlusEP: planned group %s not claimed: %zu of its %zu nodes are in "
+                        "the graph ONNX Runtime optimized and free", grp->node, found, grp->n_members);
+            continue;
+        }
+        OrtNodeFusionOptions fo = fusion_options();
+        OrtStatus* st = EP_CALL(plus_ep_epapi, EpGraphSupportInfo_AddNodesToFuse)(info, members, found, &fo);
+        if (st) {
+            plus_ep_log(ep->logger, ORT_LOG_INFO, "PlusEP: planned group %s not claimed: %s", grp->node,
+                        ORT_CALL(plus_ep_api, GetErrorMessage)(st));
+            plus_ep_drop(st);
+            continue;
+        }
+        claimed++;
+    }
+    free(members);
+    free(key);
+    return claimed;
+}
+
+static OrtStatus* get_capability(OrtEp* base, const OrtGraph* graph, OrtEpGraphSupportInfo* info) {
+    plus_ep* ep = (plus_ep*)base;
+    if (ep->mode == PLUS_MODE_INERT || !strcmp(ep->opts.disable, "all")) return NULL;
+    const OrtNode** nodes = NULL;
+    size_t n = 0;
+    OrtStatus* st = graph_nodes(graph, &nodes, &n);
+    if (st) return st;
+    size_t n_fused = 0, n_skipped = 0;
+    char first_why[PLUS_ERR_LEN] = "", first_node[PLUS_NAME_LEN] = "";
+    for (size_t i = 0; i < n && !st; i++) {
+        if (!is_fused(nodes[i])) continue;
+        n_fused++;
+        if (!unassigned(nodes[i])) continue;
+        char why[PLUS_ERR_LEN];
+        if (unclaimable(ep, nodes[i], why, sizeof why)) {
+            if (!n_skipped++) {
+                snprintf(first_why, sizeof first_why, "%s", why);
+                snprintf(first_node, sizeof first_node, "%s", NODE_STR(nodes[i], Node_GetName));
+            }
+            continue;
+        }
+        OrtNodeFusionOptions fo = fusion_options();
+        st = EP_CALL(plus_ep_epapi, EpGraphSupportInfo_AddNodesToFuse)(info, &nodes[i], 1, &fo);
+    }
+    if (n_skipped && !ep->warned_unclaimed) {
+        ep->warned_unclaimed = 1;
+        plus_ep_log(ep->logger, ORT_LOG_WARNING, "PlusEP leaves %zu of %zu Fused nodes to their function bodies on the "
+                    "next providers; node '%s': %s", n_skipped, n_fused, first_node, first_why);
+    }
+    /* A model without Fused nodes: ask the planner (main graph only; nested graphs are never planned). */
+    const OrtNode* parent = NULL;
+    plus_ep_drop(ORT_CALL(plus_ep_api, Graph_GetParentNode)(graph, &parent));
+    if (!st && !n_fused && !parent) {
+        if (!ep->planned) run_planner(ep, graph);
+        if (ep->plan.n) claim_groups(ep, nodes, n, info);
+    }
+    free(nodes);
+    return st;
+}
+
+/* ---- Compile / Compute ---- */
+
+typedef struct {
+    OrtNodeComputeInfo base;   /* first */
+    plus_ep* ep;
+    plus_kernel* k;
+    int n_in, n_out;           /* the plan's */
+    int in_map[PLUS_MAX_IN];   /* plan input -> kernel-context input (-1: absent) */
+    int out_map[PLUS_MAX_OUT]; /* plan output -> kernel-context output (-1: not used outside: temporary) */
+} plus_ep_node;
+
+static OrtStatus* create_state(OrtNodeComputeInfo* self, OrtNodeComputeContext* ctx, void** state) {
+    (void)ctx;
+    *state = self;
+    return NULL;
+}
+static void release_state(OrtNodeComputeInfo* self, void* state) { (void)self, (void)state; }
+
+static OrtStatus* node_fail(const plus_ep_node* nd, int code, const char* what, OrtStatus* st) {
+    OrtStatus* out = plus_ep_status(code, "PlusEP node '%s': %s%s%s", plus_kernel_node(nd->k), what, st ? ": " : "",
+                                    st ? ORT_CALL(plus_ep_api, GetErrorMessage)(st) : "");
+    plus_ep_drop(st);
+    return out;
+}
+
+typedef struct {
+    plus_tensor_desc desc[PLUS_MAX_IN];
+    int64_t dims[PLUS_MAX_IN][PLUS_MAX_RANK];
+    void* data[PLUS_MAX_IN];
+    long long elems[PLUS_MAX_IN];
+} ep_inputs;
+
+static OrtStatus* describe(const plus_ep_node* nd, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
+                           long long* elems, void** data) {
+    const OrtApi* api = plus_ep_api;
+    OrtTensorTypeAndShapeInfo* ti = NULL;
+    size_t r = 0;
+    OrtStatus* st = ORT_CALL(api, GetTensorTypeAndShape)(v, &ti);
+    if (!st) st = ORT_CALL(api, GetTensorElementType)(ti, dtype);
+    if (!st) st = ORT_CALL(api, GetDimensionsCount)(ti, &r);
+    if (!st && r > PLUS_MAX_RANK) {
+        ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
+        return node_fail(nd, ORT_INVALID_ARGUMENT, "a tensor has rank above the launcher's limit of 8", NULL);
+    }
+    if (!st) st = ORT_CALL(api, GetDimensions)(ti, dims, r);
+    if (ti) ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
+    if (!st) st = ORT_CALL(api, GetTensorMutableData)((OrtValue*)v, data);
+    if (st) return node_fail(nd, ORT_FAIL, "reading a tensor", st);
+    *rank = (int)r;
+    long long e = 1;
+    for (size_t d = 0; d < r; d++)
+        if (__builtin_mul_overflow(e, (long long)dims[d], &e)) e = -1;
+    *elems = e;
+    return NULL;
+}
+
+static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContext* kctx) {
+    (void)state;
+    plus_ep_node* nd = (plus_ep_node*)self;
+    plus_ep* ep = nd->ep;
+    const OrtApi* api = plus_ep_api;
+    const plus_plan* plan = plus_kernel_plan(nd->k);
+    char err[PLUS_ERR_LEN];
+    OrtStatus* st = NULL;
+    ep_inputs in;
+    for (int i = 0; i < nd->n_in; i++) {
+        const OrtValue* v = NULL;
+        if (nd->in_map[i] >= 0 && (st = ORT_CALL(api, KernelContext_GetInput)(kctx, (size_t)nd->in_map[i], &v)))
+            return node_fail(nd, ORT_FAIL, "KernelContext_GetInput", st);
+        in.desc[i].present = v != NULL;
+        in.desc[i].dims = in.dims[i];
+        in.desc[i].rank = 0;
+        in.data[i] = NULL;
+        in.elems[i] = 0;
+        if (v && (st = describe(nd, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i])))
+            return st;
+    }
+    plus_binding b;
+    if (plus_kernel_bind(nd->k, in.desc, (size_t)nd->n_in, (size_t)nd->n_out, &b, err, sizeof err))
+        return plus_ep_status(ORT_INVALID_ARGUMENT, "%s", err);
+
+    void* out_data[PLUS_MAX_OUT] = {0};
+    size_t out_bytes[PLUS_MAX_OUT] = {0};
+    int temp[PLUS_MAX_OUT] = {0};
+    for (int o = 0; o < nd->n_out; o++) {
+        long long elems = 1;
+        for (int d = 0; d < plan->out[o].rank; d++) elems *= b.out_dims[o][d];
+        long long bytes = plus_tensor_bytes(plan->out[o].dtype, elems);
+        out_bytes[o] = bytes > 0 ? (size_t)bytes : 0;
+        if (nd->out_map[o] < 0) {
+            temp[o] = 1;
+            continue;
+        }
+        OrtValue* v = NULL;
+        int dtype, rank;
+        int64_t dims[PLUS_MAX_RANK];
+        st = ORT_CALL(api, KernelContext_GetOutput)(kctx, (size_t)nd->out_map[o], b.out_dims[o],
+                                                    (size_t)plan->out[o].rank, &v);
+        if (st) return node_fail(nd, ORT_FAIL, "allocating an output (KernelContext_GetOutput)", st);
+        if ((st = describe(nd, v, &dtype, &rank, dims, &elems, &out_data[o]))) return st;
+        if (dtype != plan->out[o].dtype)
+            return plus_ep_status(ORT_FAIL, "PlusEP node '%s': output %d is %s in the graph but %s in the plan (line %d)",
+                                  plus_kernel_node(nd->k), o, plus_dtype_name(dtype), plus_dtype_name(plan->out[o].dtype),
+                                  plan->out[o].line);
+    }
+
+    if (ep->mode == PLUS_MODE_STAGING) {   /* host tensors: the launcher's host staging */
+        plus_host_in hin[PLUS_MAX_IN];
+        plus_host_out hout[PLUS_MAX_OUT];
+        for (int i = 0; i < nd->n_in; i++) {
+            long long bytes = in.desc[i].present ? plus_tensor_bytes(in.desc[i].dtype, in.elems[i]) : 0;
+            if (bytes < 0) return node_fail(nd, ORT_INVALID_ARGUMENT, "an input's element type cannot be staged", NULL);
+            hin[i].host = in.data[i];
+            hin[i].bytes = (size_t)bytes;
+        }
+        int rc = 0;
+        for (int o = 0; o < nd->n_out; o++) {
+            if (temp[o] && out_bytes[o] && !(out_data[o] = malloc(out_bytes[o]))) rc = -1;
+            hout[o].host = out_data[o];
+            hout[o].bytes = out_bytes[o];
+        }
+        if (rc) snprintf(err, sizeof err, "PlusEP node '%s': out of memory", plus_kernel_node(nd->k));
+        else rc = plus_kernel_run_staged(nd->k, ep->drv, hin, (size_t)nd->n_in, hout, (size_t)nd->n_out, &b, err,
+                                         sizeof err);
+        for (int o = 0; o < nd->n_out; o++)
+            if (temp[o]) free(out_data[o]);
+        return rc ? plus_ep_status(ORT_FAIL, "%s", err) : NULL;
+    }
+
+    /* Device tensors: launch on the node's stream (the CUDA EP's when it shares the device), or, with
+     * none, on the device's primary context synchronously. */
+    void* stream = NULL;
+    if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(kctx, &stream))) plus_ep_drop(st), stream = NULL;
+    CUcontext ctx = plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err);
+    if (!ctx) return plus_ep_status(ORT_EP_FAIL, "%s", err);
+    PlusArgs args;
+    memset(&args, 0, sizeof args);
+    CUdeviceptr tmp[PLUS_MAX_OUT + PLUS_MAX_SCRATCH] = {0};
+    int rc = 0;
+    for (int i = 0; i < nd->n_in; i++) args.in[i] = in.data[i];
+    for (int o = 0; o < nd->n_out && !rc; o++) {
+        if (temp[o] && out_bytes[o])
+            rc = plus_ep_temp_alloc(ep->drv, ctx, stream, out_bytes[o], &tmp[o], err, sizeof err);
+        args.out[o] = temp[o] ? (void*)(uintptr_t)tmp[o] : out_data[o];
+    }
+    for (int s = 0; s < PLUS_MAX_SCRATCH && !rc; s++) {
+        if (!b.scratch_bytes[s]) continue;
+        rc = plus_ep_temp_alloc(ep->drv, ctx, stream, (size_t)b.scratch_bytes[s], &tmp[PLUS_MAX_OUT + s], err,
+                                sizeof err);
+        args.scratch[s] = (void*)(uintptr_t)tmp[PLUS_MAX_OUT + s];
+    }
+    if (!rc) rc = plus_kernel_launch(nd->k, ep->drv, stream ? NULL : ctx, (CUstream)stream, &b, &args, err, sizeof err);
+    for (size_t t = 0; t < sizeof tmp / sizeof *tmp; t++)
+        if (tmp[t]) plus_ep_temp_free(ep->drv, ctx, stream, tmp[t]);
+    return rc ? plus_ep_status(ORT_FAIL, "%s", err) : NULL;
+}
+
+static void node_destroy(plus_ep_node* nd) {
+    if (!nd) return;
+    plus_kernel_destroy(nd->k);
+    free(nd);
+}
+
+static const plus_ep_group* find_group(const plus_ep* ep, const char* key) {
+    for (size_t g = 0; g < ep->plan.n; g++)
+        for (size_t j = 0; j < ep->plan.groups[g].n_members; j++)
+            if (!strcmp(ep->plan.groups[g].members[j], key)) return &ep->plan.groups[g];
+    return NULL;
+}
+
+/* Map each of the plan's tensor names to its position among the fused node's (-1 for "" or, for
+ * outputs, when ORT dropped an output nobody reads). */
+static int map_names(const char* const* want, size_t n_want, const char* const* have, size_t n_have, int* map,
+                     int inputs, char* missing, size_t mn) {
+    for (size_t i = 0; i < n_want; i++) {
+        map[i] = -1;
+        if (!want[i][0]) continue;
+        for (size_t j = 0; j < n_have && map[i] < 0; j++)
+            if (!strcmp(want[i], have[j])) map[i] = (int)j;
+        if (map[i] < 0 && inputs) return snprintf(missing, mn, "%s", want[i]), -1;
+    }
+    return 0;
+}
+
+static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode* fused, plus_ep_node** out) {
+    const OrtNode** nodes = NULL;
+    size_t n = 0;
+    *out = NULL;
+    OrtStatus* st = graph_nodes(graph, &nodes, &n);
+    if (st) return st;
+    char node[PLUS_NAME_LEN], err[PLUS_ERR_LEN], missing[PLUS_NAME_LEN];
+    char* plan_owned = NULL;
+    const char* plan = NULL;
+    const char** orig_in = NULL;
+    const char** orig_out = NULL;
+    size_t n_orig_in = 0, n_orig_out = 0;
+    const char** fin = NULL;
+    const char** fout = NULL;
+    size_t n_fin = 0, n_fout = 0;
+    plus_pack_src packs[PLUS_MAX_ARCHS];
+    OrtValue* values[PLUS_MAX_ARCHS] = {0};
+    char archs[PLUS_MAX_ARCHS][PLUS_NAME_LEN];
+    int n_packs = 0;
+    plus_ep_node* nd = NULL;
+    if (n == 1 && is_fused(nodes[0])) {   /* a Fused node of a rewritten model */
+        snprintf(node, sizeof node, "%s", NODE_STR(nodes[0], Node_GetName));
+        if (!(plan = plan_owned = attr_string(nodes[0], "plus_plan"))) {
+            st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': no plus_plan attribute", node);
+            goto done;
+        }
+        const OrtOpAttr* attrs[PLUS_MAX_ARCHS];
+        int k = image_attrs(nodes[0], archs, attrs, PLUS_MAX_ARCHS);
+        for (int i = 0; i < k; i++) {
+            const void* data = NULL;
+            size_t bytes = 0;
+            if ((st = ORT_CALL(plus_ep_api, OpAttr_GetTensorAttributeAsOrtValue)(attrs[i], &values[i])) ||
+                (st = ORT_CALL(plus_ep_api, GetTensorData)(values[i], &data)) ||
+                (st = ORT_CALL(plus_ep_api, GetTensorSizeInBytes)(values[i], &bytes))) {
+                OrtStatus* w = plus_ep_status(ORT_FAIL, "PlusEP node '%s': reading plus_images_%s: %s", node, archs[i],
+                                              ORT_CALL(plus_ep_api, GetErrorMessage)(st));
+                plus_ep_drop(st);
+                st = w;
+                goto done;
+            }
+            packs[n_packs++] = (plus_pack_src){.arch = archs[i], .data = data, .size = bytes};
+        }
+        if ((st = io_names(nodes[0], 0, &orig_in, &n_orig_in)) || (st = io_names(nodes[0], 1, &orig_out, &n_orig_out)))
+            goto done;
+    } else {   /* a planned group of original nodes */
+        const plus_ep_group* g = n ? find_group(ep, first_output(nodes[0])) : NULL;
+        if (!g) {
+            st = plus_ep_status(ORT_FAIL, "PlusEP: Compile got a node group (%zu nodes) it did not claim", n);
+            goto done;
+        }
+        snprintf(node, sizeof node, "%s", g->node);
+        plan = g->plan;
+        for (int i = 0; i < g->n_packs; i++)
+            packs[n_packs++] = (plus_pack_src){.arch = g->pack_arch[i], .data = g->pack_data[i], .size = g->pack_size[i]};
+        orig_in = calloc(g->n_inputs ? g->n_inputs : 1, sizeof *orig_in);
+        orig_out = calloc(g->n_outputs, sizeof *orig_out);
+        if (!orig_in || !orig_out) {
+            st = plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
+            goto done;
+        }
+        for (size_t i = 0; i < g->n_inputs; i++) orig_in[i] = g->inputs[i];
+        for (size_t i = 0; i < g->n_outputs; i++) orig_out[i] = g->outputs[i];
+        n_orig_in = g->n_inputs;
+        n_orig_out = g->n_outputs;
+    }
+    if ((st = io_names(fused, 0, &fin, &n_fin)) || (st = io_names(fused, 1, &fout, &n_fout))) goto done;
+    if (!(nd = calloc(1, sizeof *nd))) {
+        st = plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
+        goto done;
+    }
+    if (plus_kernel_create(node, plan, packs, n_packs, orig_in, n_orig_in, &nd->k, err, sizeof err)) {
+        st = plus_ep_status(ORT_FAIL, "%s", err);
+        goto done;
+    }
+    const plus_plan* pl = plus_kernel_plan(nd->k);
+    if ((size_t)pl->n_in != n_orig_in || (size_t)pl->n_out != n_orig_out) {
+        st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': the node has %zu inputs and %zu outputs, its plan declares %d and %d",
+                            node, n_orig_in, n_orig_out, pl->n_in, pl->n_out);
+        goto done;
+    }
+    if (map_names(orig_in, n_orig_in, fin, n_fin, nd->in_map, 1, missing, sizeof missing)) {
+        st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': input '%s' is not an input of the node ONNX Runtime fused",
+                            node, missing);
+        goto done;
+    }
+    map_names(orig_out, n_orig_out, fout, n_fout, nd->out_map, 0, missing, sizeof missing);
+    nd->ep = ep;
+    nd->n_in = pl->n_in;
+    nd->n_out = pl->n_out;
+    nd->base.ort_version_supported = plus_ep_version;
+    nd->base.CreateState = create_state;
+    nd->base.Compute = compute;
+    nd->base.ReleaseState = release_state;
+    *out = nd;
+    nd = NULL;
+done:
+    for (int i = 0; i < PLUS_MAX_ARCHS; i++)
+        if (values[i]) ORT_CALL(plus_ep_api, ReleaseValue)(values[i]);
+    node_destroy(nd);
+    free(plan_owned);
+    free(orig_in);
+    free(orig_out);
+    free(fin);
+    free(fout);
+    free(nodes);
+    return st;
+}
+
+static OrtStatus* compile(OrtEp* base, const OrtGraph** graphs, const OrtNode** fused, size_t count,
+                          OrtNodeComputeInfo** infos, OrtNode** ctx_nodes) {
+    plus_ep* ep = (plus_ep*)base;
+    for (size_t i = 0; i < count; i++) infos[i] = NULL;
+    for (size_t i = 0; i < count; i++) {
+        if (ctx_nodes) ctx_nodes[i] = NULL;
+        plus_ep_node* nd = NULL;
+        OrtStatus* st = compile_one(ep, graphs[i], fused[i], &nd);
+        if (st) {
+            for (size_t j = 0; j < i; j++) node_destroy((plus_ep_node*)infos[j]), infos[j] = NULL;
+            return st;
+        }
+        infos[i] = &nd->base;
+    }
+    return NULL;
+}
+
+static void release_infos(OrtEp* base, OrtNodeComputeInfo** infos, size_t n) {
+    (void)base;
+    for (size_t i = 0; i < n; i++) node_destroy((plus_ep_node*)infos[i]);
+}
+
+/* ---- the EP object ---- */
+
+OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessionOptions* so, const OrtLogger* logger,
+                          OrtEp** out) {
+    *out = NULL;
+    plus_ep* ep = calloc(1, sizeof *ep);
+    if (!ep) return plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
+    OrtStatus* st = plus_ep_read_options(so, &ep->opts);
+    if (st) return free(ep), st;
+    ep->base.ort_version_supported = plus_ep_version;
+    ep->base.GetName = ep_name;
+    ep->base.GetCapability = get_capability;
+    ep->base.Compile = compile;
+    ep->base.ReleaseNodeComputeInfos = release_infos;
+    ep->mode = mode;
+    ep->ordinal = ordinal;
+    ep->logger = logger;
+    snprintf(ep->why, sizeof ep->why, "%s", why ? why : "");
+    if (mode != PLUS_MODE_INERT) {
+        const char* dwhy = NULL;
+        CUdevice dev;
+        ep->drv = plus_driver_get(&dwhy);
+        if (!ep->drv || ep->drv->cuDeviceGet(&dev, ordinal) ||
+            ep->drv->cuDeviceGetAttribute(&ep->cc_major, PLUS_CU_ATTR_CC_MAJOR, dev) ||
+            ep->drv->cuDeviceGetAttribute(&ep->cc_minor, PLUS_CU_ATTR_CC_MINOR, dev)) {
+            ep->mode = PLUS_MODE_INERT;
+            snprintf(ep->why, sizeof ep->why, "CUDA device %d is not usable%s%s", ordinal, dwhy ? ": " : "",
+                     dwhy ? dwhy : "");
+        }
+    }
+    if (ep->mode == PLUS_MODE_INERT)
+        plus_ep_log(logger, ORT_LOG_WARNING, "PlusEP: no usable NVIDIA GPU (%s); ai.plus_ep::Fused nodes run their "
+                    "original subgraphs on the next execution providers", ep->why[0] ? ep->why : "unknown reason");
+    else if (ep->mode == PLUS_MODE_STAGING)
+        plus_ep_log(logger, ORT_LOG_INFO, "PlusEP: no NVIDIA GPU in ONNX Runtime's devices; running kernels on CUDA "
+                    "device %d (compute capability %d.%d) of the driver $PLUS_EP_CUDA_LIBRARY through host staging",
+                    ordinal, ep->cc_major, ep->cc_minor);
+    *out = &ep->base;
+    return NULL;
+}
+
+void plus_ep_destroy(OrtEp* base) {
+    plus_ep* ep = (plus_ep*)base;
+    if (!ep) return;
+    plus_ep_groups_free(&ep->plan);
+    free(ep);
+}

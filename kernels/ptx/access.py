@@ -1,0 +1,93 @@
+"""Byte-level access to the three state spaces (global, shared, param) for decoded ops, with the
+out-of-bounds errors, the checker hooks and the memory counters in one place."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import PtxError
+from .memory import _Oob, oob_error
+
+
+def _tids(M, m):
+    return M.tid_linear if m is None else np.flatnonzero(m)
+
+
+def active(m, T):
+    return np.arange(T) if m is None else np.flatnonzero(m)
+
+
+def shared_bounds(M, op, addrs, size, tids):
+    a = addrs.astype(np.int64)
+    bad = (a < 0) | (a + size > M.smem.size)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise PtxError(f"out-of-bounds shared access of {size} bytes at {int(a[k]):#x} by thread {int(tids[k])} "
+                       f"of CTA {M.ctaid}: the CTA has {M.smem.size} bytes of shared memory "
+                       f"({_shared_where(M, int(a[k]))})", form=op.form, line=op.line, kernel=M.name)
+    return a
+
+
+def _shared_where(M, addr):
+    if not M.shared_syms:
+        return "no shared variables"
+    names = sorted(M.shared_syms.items(), key=lambda kv: kv[1])
+    inside = [n for n, base in names if base <= addr]
+    return f"nearest variable {inside[-1] if inside else names[0][0]}"
+
+
+def shared_read(M, op, addrs, size, tids, proxy="generic"):
+    """bytes [n, size] at shared addresses (the poison of unwritten bytes included)."""
+    a = shared_bounds(M, op, addrs, size, tids)
+    idx = a[:, None] + np.arange(size)
+    if M.checks is not None:
+        M.checks.shared_read(M, op, idx, tids, proxy)
+    if M.counters is not None and proxy == "generic":
+        M.counters.shared(M, op, a, size, tids, "ld")
+    return M.smem[idx]
+
+
+def shared_write(M, op, addrs, data, tids, count=True):
+    size = data.shape[1]
+    a = shared_bounds(M, op, addrs, size, tids)
+    idx = a[:, None] + np.arange(size)
+    if M.checks is not None:
+        M.checks.shared_write(M, op, idx, tids)
+    if M.counters is not None and count:
+        M.counters.shared(M, op, a, size, tids, "st")
+    M.smem[idx] = data
+
+
+def global_read(M, op, addrs, size, tids, nc=False):
+    try:
+        out = M.gmem.gather(addrs, size)
+    except _Oob as e:
+        raise oob_error(M.name, op.line, op.form, int(tids[e.k]), M.ctaid, e) from None
+    if M.checks is not None:
+        M.checks.global_access(M, op, addrs, size, tids, "nc" if nc else "ld")
+    if M.counters is not None:
+        M.counters.global_(M, op, addrs, size, tids, "ld")
+    return out
+
+
+def global_write(M, op, addrs, data, tids):
+    size = data.shape[1]
+    try:
+        M.gmem.buffer_of(addrs, size)
+    except _Oob as e:
+        raise oob_error(M.name, op.line, op.form, int(tids[e.k]), M.ctaid, e) from None
+    if M.checks is not None:
+        M.checks.global_access(M, op, addrs, size, tids, "st")
+    if M.counters is not None:
+        M.counters.global_(M, op, addrs, size, tids, "st")
+    M.gmem.scatter(addrs, data)
+
+
+def param_read(M, op, addrs, size, tids):
+    a = addrs.astype(np.int64)
+    bad = (a < 0) | (a + size > M.params.size)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise PtxError(f"out-of-bounds .param read of {size} bytes at offset {int(a[k])} by thread "
+                       f"{int(tids[k])} (the kernel's parameters are {M.params.size} bytes)",
+                       form=op.form, line=op.line, kernel=M.name)
+    return M.params[a[:, None] + np.arange(size)]

@@ -1,0 +1,209 @@
+"""Checkers (on with `launch(checks=True)`): findings, not errors, collected per launch.
+
+* shared-memory races: a byte written by one thread and read or written by another with no barrier
+  between them (bar.sync orders the CTA; bar.warp.sync orders the lanes of one warp);
+* reads of shared memory never written in this CTA (they read the poison fill);
+* generic-proxy shared writes (st.shared, cp.async) read by wgmma (async proxy) with no
+  fence.proxy.async by the writing thread in between;
+* writes to global memory read through `.nc` in the same launch (and `.nc` reads of memory this launch
+  wrote);
+* cp.async copies or wgmma groups left pending when the CTA exits.
+
+Out-of-bounds accesses are errors (PtxError), not findings: the interpreter cannot continue them.
+One finding is kept per (kind, PTX line), with the number of occurrences.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Finding:
+    kind: str
+    kernel: str
+    line: int | None
+    thread: int | None
+    cta: tuple
+    message: str
+    count: int = 1
+
+    def __str__(self):
+        where = f"kernel {self.kernel}" + (f", PTX line {self.line}" if self.line else "")
+        who = (f", thread {self.thread}" if self.thread is not None else "") + f", CTA {self.cta}"
+        more = f" [{self.count} occurrences]" if self.count > 1 else ""
+        return f"{self.kind}: {self.message} ({where}{who}){more}"
+
+
+class Checks:
+    def __init__(self, kernel, memory):
+        self.kernel = kernel
+        self.memory = memory
+        self.findings: list[Finding] = []
+        self._seen: dict = {}
+        self.nc_read = {}
+        self.written = {}
+
+    def add(self, kind, M, line, thread, message):
+        key = (kind, line)
+        f = self._seen.get(key)
+        if f is not None:
+            f.count += 1
+            return
+        f = Finding(kind, M.name, line, None if thread is None else int(thread), M.ctaid, message)
+        self._seen[key] = f
+        self.findings.append(f)
+
+    # ------------------------------------------------------------------------------- per CTA
+    def begin_cta(self, M, size):
+        self.written_sh = np.zeros(size, bool)
+        self.w_tid = np.full(size, -1, np.int64)
+        self.w_epoch = np.full(size, -1, np.int64)
+        self.w_wep = np.zeros(size, np.int64)
+        self.r_tid = np.full(size, -1, np.int64)
+        self.r_epoch = np.full(size, -1, np.int64)
+        self.r_wep = np.zeros(size, np.int64)
+        self.dirty = np.zeros(size, bool)
+        self.epoch = 0
+        self.wep = np.zeros(M.W, np.int64)
+
+    def end_cta(self, M):
+        if M.cp.entries:
+            e = M.cp.entries[0]
+            self.add("cp.async never waited", M, e[4].line, e[0][0],
+                     "cp.async copies were still pending when the CTA exited (no cp.async.wait_group retired them)")
+        for wg in range(len(M.wg.groups)):
+            if M.wg.groups[wg] or M.wg.pending[wg]:
+                job = (M.wg.groups[wg][0][0] if M.wg.groups[wg] else M.wg.pending[wg][0])
+                self.add("wgmma never waited", M, job[0].line, 128 * wg,
+                         "wgmma.mma_async results were never retired by wgmma.wait_group before the CTA exited")
+
+    def barrier(self, M):
+        self.epoch += 1
+        self.wep += 1
+
+    def warp_barrier(self, M, m):
+        warps = np.arange(M.W) if m is None else np.unique(np.flatnonzero(m) // 32)
+        self.wep[warps] += 1
+
+    def exit(self, M, op, ex):
+        pass
+
+    def _ordered(self, other_tid, other_wep, tids_b):
+        """Accesses by other_tid (recorded at warp epoch other_wep) ordered before tids_b by a warp barrier."""
+        same_warp = (other_tid // 32) == (tids_b // 32)
+        return same_warp & (self.wep[np.maximum(tids_b // 32, 0)] > other_wep)
+
+    # ------------------------------------------------------------------------------- shared
+    def shared_read(self, M, op, idx, tids, proxy):
+        t = np.broadcast_to(np.asarray(tids)[:, None], idx.shape)
+        unw = ~self.written_sh[idx]
+        if unw.any():
+            k = np.argwhere(unw)[0]
+            self.add("uninitialised shared read", M, op.line, t[k[0], k[1]],
+                     f"reads shared byte {int(idx[k[0], k[1]])} that no thread of this CTA wrote (poison)")
+        wt, we = self.w_tid[idx], self.w_epoch[idx]
+        if proxy == "async":
+            wg = tids[0] // 128
+            race = (we == self.epoch) & (wt >= 0) & ((wt // 128) != wg)
+            if race.any():
+                k = np.argwhere(race)[0]
+                self.add("shared race", M, op.line, wt[k[0], k[1]],
+                         f"wgmma reads shared byte {int(idx[k[0], k[1]])} written by thread {int(wt[k[0], k[1]])} "
+                         f"with no barrier in between")
+            d = self.dirty[idx]
+            if d.any():
+                k = np.argwhere(d)[0]
+                self.add("missing fence.proxy.async", M, op.line, wt[k[0], k[1]],
+                         f"wgmma (async proxy) reads shared byte {int(idx[k[0], k[1]])} written through the generic "
+                         f"proxy by thread {int(wt[k[0], k[1]])} without a fence.proxy.async in between")
+            return
+        race = (we == self.epoch) & (wt >= 0) & (wt != t) & ~self._ordered(wt, self.w_wep[idx], t)
+        if race.any():
+            k = np.argwhere(race)[0]
+            self.add("shared race", M, op.line, t[k[0], k[1]],
+                     f"thread {int(t[k[0], k[1]])} reads shared byte {int(idx[k[0], k[1]])} written by thread "
+                     f"{int(wt[k[0], k[1]])} with no barrier in between")
+        flat, ft = idx.reshape(-1), t.reshape(-1)
+        prev_t, prev_e = self.r_tid[flat], self.r_epoch[flat]
+        new = np.where((prev_e == self.epoch) & (prev_t != ft) & (prev_t != -1), -2, ft)
+        self.r_tid[flat] = new
+        self.r_epoch[flat] = self.epoch
+        self.r_wep[flat] = self.wep[ft // 32]
+        # several readers of one byte within this instruction
+        if flat.size:
+            order = np.argsort(flat, kind="stable")
+            fs, ts = flat[order], ft[order]
+            dup = np.flatnonzero((fs[1:] == fs[:-1]) & (ts[1:] != ts[:-1]))
+            if dup.size:
+                self.r_tid[fs[dup]] = -2
+
+    def shared_write(self, M, op, idx, tids):
+        t = np.broadcast_to(np.asarray(tids)[:, None], idx.shape)
+        wt, we = self.w_tid[idx], self.w_epoch[idx]
+        race = (we == self.epoch) & (wt >= 0) & (wt != t) & ~self._ordered(wt, self.w_wep[idx], t)
+        rt, re_ = self.r_tid[idx], self.r_epoch[idx]
+        race_r = (re_ == self.epoch) & (rt != -1) & (rt != t) & ((rt == -2) | ~self._ordered(rt, self.r_wep[idx], t))
+        if race.any():
+            k = np.argwhere(race)[0]
+            self.add("shared race", M, op.line, t[k[0], k[1]],
+                     f"thread {int(t[k[0], k[1]])} writes shared byte {int(idx[k[0], k[1]])} also written by thread "
+                     f"{int(wt[k[0], k[1]])} with no barrier in between")
+        elif race_r.any():
+            k = np.argwhere(race_r)[0]
+            who = "several threads" if rt[k[0], k[1]] == -2 else f"thread {int(rt[k[0], k[1]])}"
+            self.add("shared race", M, op.line, t[k[0], k[1]],
+                     f"thread {int(t[k[0], k[1]])} writes shared byte {int(idx[k[0], k[1]])} read by {who} "
+                     f"with no barrier in between")
+        flat, ft = idx.reshape(-1), t.reshape(-1)
+        if flat.size:
+            order = np.argsort(flat, kind="stable")
+            fs, ts = flat[order], ft[order]
+            dup = np.flatnonzero((fs[1:] == fs[:-1]) & (ts[1:] != ts[:-1]))
+            if dup.size:
+                self.add("shared race", M, op.line, ts[dup[0]],
+                         f"threads {int(ts[dup[0]])} and {int(ts[dup[0] + 1])} write shared byte {int(fs[dup[0]])} "
+                         f"in the same instruction")
+        self.written_sh[flat] = True
+        self.w_tid[flat] = ft
+        self.w_epoch[flat] = self.epoch
+        self.w_wep[flat] = self.wep[ft // 32]
+        self.dirty[flat] = True
+
+    def fence_proxy_async(self, M, tids):
+        self.dirty &= ~np.isin(self.w_tid, tids)
+
+    # ------------------------------------------------------------------------------- global
+    def _shadow(self, store, b):
+        s = store.get(b.start)
+        if s is None or s.size != b.nbytes:
+            s = store[b.start] = np.zeros(b.nbytes, bool)
+        return s
+
+    def global_access(self, M, op, addrs, size, tids, kind):
+        bufs = self.memory._bufs
+        idx, _ = self.memory.locate(addrs, size)
+        off = np.arange(size)
+        for bi in np.unique(idx):
+            b = bufs[bi]
+            sel = idx == bi
+            rel = (addrs[sel].astype(np.int64) - b.start)[:, None] + off
+            if kind == "nc":
+                w = self._shadow(self.written, b)
+                hit = w[rel].any(1)
+                if hit.any():
+                    k = int(np.flatnonzero(hit)[0])
+                    self.add(".nc read of written memory", M, op.line, np.asarray(tids)[sel][k],
+                             f"ld.global.nc reads {b.name!r}+{int(rel[k, 0])}, which this launch wrote")
+                self._shadow(self.nc_read, b)[rel] = True
+            elif kind == "st":
+                r = self.nc_read.get(b.start)
+                if r is not None and r.size == b.nbytes:
+                    hit = r[rel].any(1)
+                    if hit.any():
+                        k = int(np.flatnonzero(hit)[0])
+                        self.add("write to .nc memory", M, op.line, np.asarray(tids)[sel][k],
+                                 f"st.global writes {b.name!r}+{int(rel[k, 0])}, which this launch read through "
+                                 f".nc (read-only for the kernel's lifetime)")
+                self._shadow(self.written, b)[rel] = True

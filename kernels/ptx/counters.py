@@ -1,0 +1,133 @@
+"""Per-launch emulator counts: what Nsight Compute would report, *modelled* from the interpreted
+execution — never measurements.
+
+* instructions: warp-level issues and thread-level executions per class (predicated-off threads are not
+  executed); tensor-core instructions (mma.sync per warp, wgmma.mma_async per warpgroup); FLOPs
+  (tensor-core MACs x2, fma.f32 x2, add/sub/mul.f32 x1 per thread).
+* global memory: requests (one per warp instruction), 32-byte sectors per request against the ideal
+  for the access width (active lanes x bytes / 32, rounded up), unique sectors touched (x32 = unique
+  DRAM bytes, a lower bound on DRAM traffic with an infinite L2).
+* shared memory: wavefronts per request against the ideal. Model: 32 banks of 4 bytes; a request is
+  split in phases of 32 lanes (<= 4-byte accesses), 16 lanes (8-byte) or 8 lanes (16-byte); a phase
+  costs the largest number of distinct 4-byte words any bank serves; ldmatrix costs one phase per 8x8
+  matrix; cp.async counts its shared-memory writes like a 16-byte store.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+NOTE = "emulator counts: modelled from interpreted execution, not measurements"
+
+
+class Counters:
+    def __init__(self, kernel, T: int):
+        self.kernel = kernel
+        n = len(kernel.ops)
+        self.thread_counts = np.zeros(n, np.int64)
+        self.warp_counts = np.zeros(n, np.int64)
+        self.mem = {}       # kind -> [requests, sectors/wavefronts, ideal, bytes]
+        self.sector_log = []
+
+    def _add(self, key, req, units, ideal, nbytes):
+        r = self.mem.setdefault(key, [0, 0, 0, 0])
+        r[0] += req
+        r[1] += units
+        r[2] += ideal
+        r[3] += nbytes
+
+    def global_(self, M, op, addrs, size, tids, kind):
+        a = addrs.astype(np.int64)
+        w = tids // 32
+        first, last = a >> 5, (a + size - 1) >> 5
+        keys = np.concatenate([w * (1 << 40) + first, w * (1 << 40) + last])
+        uniq = np.unique(keys)
+        sectors = uniq.size
+        warps, lanes = np.unique(w, return_counts=True)
+        ideal = int(np.sum(-(-(lanes * size) // 32)))
+        self._add(f"global_{kind}", warps.size, sectors, ideal, int(len(tids) * size))
+        self.sector_log.append(np.unique(np.concatenate([first, last])))
+
+    def shared(self, M, op, addrs, size, tids, kind):
+        wf, ideal, req = _wavefronts(addrs.astype(np.int64), size, tids)
+        self._add(f"shared_{kind}", req, wf, ideal, int(len(tids) * size))
+
+    def ldmatrix(self, M, op, addr, tids):
+        # addr [nw, 8n]: one phase per matrix (8 rows of 16 bytes)
+        nw, rows = addr.shape
+        a = addr.astype(np.int64).reshape(nw, rows // 8, 8)
+        words = a[..., None] // 4 + np.arange(4)                 # [nw, mats, 8, 4]
+        bank = words % 32
+        total = 0
+        for wi in range(nw):
+            for mi in range(rows // 8):
+                b, wd = bank[wi, mi].reshape(-1), words[wi, mi].reshape(-1)
+                pairs = np.unique(b * (1 << 40) + wd)
+                total += int(np.bincount((pairs >> 40).astype(np.int64)).max())
+        self._add("shared_ldmatrix", nw, total, nw * (rows // 8), nw * rows * 16)
+
+    def wgmma_operands(self, M, op, a_addr, b_addr):
+        self._add("shared_wgmma_operands", 1, 0, 0, int((a_addr.size + b_addr.size) * 2))
+
+    def summary(self, grid, block, n_ctas) -> dict:
+        ops = self.kernel.ops
+        by_class_w, by_class_t = {}, {}
+        flops = 0
+        tc = 0
+        for i, op in enumerate(ops):
+            w, t = int(self.warp_counts[i]), int(self.thread_counts[i])
+            if not w:
+                continue
+            by_class_w[op.cls] = by_class_w.get(op.cls, 0) + w
+            by_class_t[op.cls] = by_class_t.get(op.cls, 0) + t
+            meta = op.meta or {}
+            if op.cls == "mma":
+                tc += w
+                flops += w * meta.get("flops", 0)
+            elif op.cls == "wgmma" and "flops" in meta:
+                tc += w // 4
+                flops += (w // 4) * meta["flops"]
+            elif op.form.endswith(".f32") and op.form.split(".")[0] in ("fma", "mad"):
+                flops += 2 * t
+            elif op.form.endswith(".f32") and op.form.split(".")[0] in ("add", "sub", "mul"):
+                flops += t
+        out = {"note": NOTE, "grid": list(grid), "block": list(block), "ctas_run": n_ctas,
+               "warp_instructions": int(self.warp_counts.sum()), "thread_instructions": int(self.thread_counts.sum()),
+               "warp_instructions_by_class": dict(sorted(by_class_w.items())),
+               "thread_instructions_by_class": dict(sorted(by_class_t.items())),
+               "tensor_core_instructions": tc, "flops": int(flops)}
+        for key, (req, units, ideal, nbytes) in sorted(self.mem.items()):
+            unit = "sectors" if key.startswith("global") else "wavefronts"
+            d = {"requests": req, unit: units, f"ideal_{unit}": ideal, "bytes": nbytes}
+            if req:
+                d[f"{unit}_per_request"] = round(units / req, 3)
+                d[f"ideal_{unit}_per_request"] = round(ideal / req, 3)
+            out[key] = d
+        if self.sector_log:
+            out["unique_dram_bytes"] = int(np.unique(np.concatenate(self.sector_log)).size * 32)
+        else:
+            out["unique_dram_bytes"] = 0
+        return out
+
+
+def _wavefronts(a, size, tids):
+    """(wavefronts, ideal, requests) of one shared-memory instruction (all warps of the CTA)."""
+    per_phase = 32 if size <= 4 else (16 if size == 8 else 8)
+    nwords = max(1, size // 4)
+    lane = tids % 32
+    warp = tids // 32
+    phase = lane // per_phase
+    words = (a // 4)[:, None] + np.arange(nwords)                  # [n, nwords]
+    grp = (warp * 8 + phase)[:, None] + np.zeros_like(words)
+    bank = words % 32
+    keys = np.unique(np.stack([grp.reshape(-1), bank.reshape(-1), words.reshape(-1)], 1), axis=0)
+    gb = np.unique(keys[:, :2], axis=0, return_counts=True)
+    # per group: max over banks of the distinct words
+    grp_ids = gb[0][:, 0]
+    counts = gb[1]
+    order = np.argsort(grp_ids, kind="stable")
+    g_sorted, c_sorted = grp_ids[order], counts[order]
+    starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
+    wf = int(np.maximum.reduceat(c_sorted, starts).sum())
+    warps, lanes = np.unique(warp, return_counts=True)
+    ideal = int(np.sum(np.maximum(1, -(-(lanes * size) // 128))))
+    return wf, ideal, int(warps.size)

@@ -1,0 +1,298 @@
+"""Module / Kernel / LaunchResult and the scheduler: one CTA at a time, vectorised over its threads.
+
+Scheduling: every thread has a PC. While all live threads share one PC the CTA steps as one (mask
+None); after a divergent branch the threads with the lowest PC step first, which reconverges structured
+code as NVVM lays it out. `bar.sync` must be reached by every live thread of the CTA, and every
+warp-synchronous instruction by exactly the lanes it names; otherwise PtxError names the kernel, the
+PTX line and the threads.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import ops_alu, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
+from .asyncops import CpAsyncState, WgmmaState
+from .checks import Checks
+from .counters import Counters
+from .decode import Op, decode
+from .errors import PtxError
+from .machine import Machine
+from .memory import GlobalMemory
+from .parse import parse
+
+MAX_STEPS = 20_000_000
+
+
+@dataclass
+class LaunchResult:
+    counters: dict
+    findings: list
+    ctas: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def raise_for_findings(self) -> None:
+        if self.findings:
+            lines = "\n".join(str(f) for f in self.findings[:50])
+            more = f"\n... {len(self.findings) - 50} more" if len(self.findings) > 50 else ""
+            raise PtxError(f"{len(self.findings)} checker finding(s):\n{lines}{more}", findings=self.findings)
+
+
+class Kernel:
+    def __init__(self, module: "Module", fn):
+        self.module = module
+        self.fn = fn
+        self.name = fn.name
+        self.params = [(n, s, a) for n, s, a, _ in fn.params]
+        self._param_offsets = {n: o for n, _, _, o in fn.params}
+        self.param_bytes = max((o + s for _, s, _, o in fn.params), default=0)
+        self.ops: list[Op] = []
+        for st in fn.stmts:
+            op = decode(st)
+            self.ops.append(op)
+        self.labels = fn.labels
+        for op in self.ops:
+            if op.kind == "bra":
+                if op.target not in self.labels:
+                    raise PtxError(f"branch to unknown label {op.target}", form=op.form, line=op.line,
+                                   kernel=self.name)
+                op.target_index = self.labels[op.target]
+        # shared memory: static variables this kernel references, then the dynamic (extern) window
+        used = set()
+        names = {**module.parsed.shared, **getattr(fn, "shared_local", {})}
+        for st in fn.stmts:
+            _collect_syms(st.operands, names, used)
+        off, self.shared_layout, self.dynamic_shared = 0, {}, []
+        for nm, var in names.items():
+            if nm in used and var.size is not None:
+                off = -(-off // var.align) * var.align
+                self.shared_layout[nm] = off
+                off += var.size
+        self.static_shared_bytes = off
+        self._dyn_align = max([16] + [v.align for nm, v in names.items() if v.size is None and nm in used])
+        self._dyn_names = [nm for nm, v in names.items() if v.size is None and nm in used]
+
+    def __repr__(self):
+        return f"Kernel({self.name!r}, {len(self.ops)} instructions, params={self.params})"
+
+    # ------------------------------------------------------------------------------------ launch
+    def launch(self, grid, block, shared_bytes: int = 0, params: bytes = b"", memory: GlobalMemory | None = None,
+               checks: bool = True, approx: str = "exact", seed: int = 0, sample_ctas: int | None = None,
+               max_steps: int = MAX_STEPS, cta_order: str = "linear") -> LaunchResult:
+        t0 = time.perf_counter()
+        grid = tuple(int(x) for x in (tuple(grid) + (1, 1, 1))[:3])
+        block = tuple(int(x) for x in (tuple(block) + (1, 1, 1))[:3])
+        if min(grid) < 1 or min(block) < 1:
+            raise PtxError(f"empty launch grid={grid} block={block}", kernel=self.name)
+        T = block[0] * block[1] * block[2]
+        if T > 1024:
+            raise PtxError(f"block of {T} threads exceeds 1024", kernel=self.name)
+        if approx not in ("exact", "perturb"):
+            raise ValueError("approx must be 'exact' or 'perturb'")
+        params = bytes(params)
+        if len(params) != self.param_bytes:
+            raise PtxError(f"{len(params)} parameter bytes given, the kernel's .param declarations take "
+                           f"{self.param_bytes}", kernel=self.name)
+        memory = memory if memory is not None else GlobalMemory()
+        M = Machine(self, T, block)
+        M.gmem = memory
+        M.approx = approx
+        M.rng = np.random.default_rng(seed)
+        M.params = np.frombuffer(params, np.uint8).copy()
+        M.param_syms = dict(self._param_offsets)
+        dyn_base = -(-self.static_shared_bytes // self._dyn_align) * self._dyn_align
+        M.shared_syms = dict(self.shared_layout)
+        for nm in self._dyn_names:
+            M.shared_syms[nm] = dyn_base
+        smem_size = dyn_base + int(shared_bytes) if self._dyn_names else self.static_shared_bytes
+        M.counters = Counters(self, T)
+        M.checks = Checks(self, memory) if checks else None
+        M.cp = CpAsyncState(T)
+        M.wg = WgmmaState(-(-T // 128))
+        for nm, v in (("%nctaid.x", grid[0]), ("%nctaid.y", grid[1]), ("%nctaid.z", grid[2])):
+            M.sregs[nm][:] = v
+        fns = [op.factory(M) if op.factory is not None else None for op in self.ops]
+        ctas = select_ctas(grid, sample_ctas, seed, cta_order)
+        for cta in ctas:
+            M.ctaid = cta
+            for k, nm in enumerate(("%ctaid.x", "%ctaid.y", "%ctaid.z")):
+                M.sregs[nm][:] = cta[k]
+            M.smem = np.full(smem_size, 0xFF, np.uint8)           # poison: NaN in every float width
+            M.cp.reset()
+            M.wg.reset()
+            if M.checks is not None:
+                M.checks.begin_cta(M, smem_size)
+            _run_cta(M, self.ops, fns, max_steps)
+            if M.checks is not None:
+                M.checks.end_cta(M)
+        res = LaunchResult(M.counters.summary(grid, block, len(ctas)),
+                           M.checks.findings if M.checks is not None else [], ctas,
+                           time.perf_counter() - t0)
+        return res
+
+
+def _collect_syms(ops, names, used):
+    for o in ops:
+        if o[0] == "sym" and o[1] in names:
+            used.add(o[1])
+        elif o[0] in ("vec",):
+            _collect_syms(o[1], names, used)
+        elif o[0] == "mem" and o[1] is not None:
+            _collect_syms((o[1],), names, used)
+
+
+def select_ctas(grid, sample, seed, order="linear"):
+    gx, gy, gz = grid
+    total = gx * gy * gz
+    allc = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
+    if sample is None or sample >= total:
+        if order == "random":
+            rng = np.random.default_rng(seed)
+            return [allc[i] for i in rng.permutation(total)]
+        return allc
+    corners = []
+    for z in (0, gz - 1):
+        for y in (0, gy - 1):
+            for x in (0, gx - 1):
+                if (x, y, z) not in corners:
+                    corners.append((x, y, z))
+    rng = np.random.default_rng(seed)
+    rest = [c for c in allc if c not in corners]
+    k = max(0, int(sample) - len(corners))
+    pick = [rest[i] for i in sorted(rng.choice(len(rest), size=min(k, len(rest)), replace=False))] if rest else []
+    return corners[:max(int(sample), 1)] + pick
+
+
+def _run_cta(M, ops, fns, max_steps):
+    T = M.T
+    n = len(ops)
+    alive = np.ones(T, bool)
+    M.alive = alive
+    pc = np.zeros(T, np.int64)
+    converged, cur = True, 0
+    base = None                        # mask of the converged group (None: every thread)
+    steps = 0
+    C = M.counters
+    regs = M.regs
+    thr, wrp = C.thread_counts, C.warp_counts
+    W = M.W
+    while True:
+        if converged:
+            p, m = cur, base
+        else:
+            live = np.where(alive, pc, n + 1)
+            p = int(live.min())
+            m = alive & (pc == p)
+            if np.array_equal(m, alive):
+                converged, cur = True, p
+                base = None if alive.all() else alive.copy()
+                m = base
+        if p >= n:
+            raise PtxError(f"threads ran past the last instruction", kernel=M.name)
+        steps += 1
+        if steps > max_steps:
+            raise PtxError(f"more than {max_steps} CTA steps (an endless loop?) at PTX line {ops[p].line}",
+                           kernel=M.name)
+        op = ops[p]
+        gm = m
+        if op.guard is not None:
+            g = regs.get(op.guard[0])
+            if g is None:
+                g = M.reg(op.guard[0])
+            g = ~g if op.guard[1] else g.copy()
+            gm = g if m is None else (g & m)
+        # counters: warps issuing, threads executing (predicated-off threads excluded)
+        if m is None:
+            wrp[p] += W
+        else:
+            wrp[p] += int(m.reshape(W, 32).any(1).sum()) if T % 32 == 0 else int(np.unique(np.flatnonzero(m) // 32).size)
+        thr[p] += T if gm is None else int(gm.sum())
+        kind = op.kind
+        if kind == "op":
+            if gm is None or gm.any():
+                fns[p](gm)
+            nxt = None
+        elif kind == "bra":
+            t = op.target_index
+            if converged:
+                if gm is None:
+                    cur = t
+                    continue
+                act = gm if m is None else gm
+                nt = int(act.sum())
+                na = T if m is None else int(m.sum())
+                if nt == na:
+                    cur = t
+                elif nt == 0:
+                    cur = p + 1
+                else:
+                    if op.uni:
+                        raise PtxError(f"bra.uni diverges: threads disagree on the branch", form=op.form,
+                                       line=op.line, kernel=M.name)
+                    mm = np.ones(T, bool) if m is None else m
+                    pc[mm] = np.where(gm[mm], t, p + 1)
+                    converged = False
+                continue
+            taken = m if gm is None else gm
+            pc[m] = np.where(taken[m], t, p + 1)
+            continue
+        elif kind == "ret":
+            ex = np.ones(T, bool) if gm is None else gm
+            if M.checks is not None:
+                M.checks.exit(M, op, ex)
+            alive &= ~ex
+            if not alive.any():
+                return steps
+            if converged:
+                mm = np.ones(T, bool) if m is None else m
+                if (mm & alive).any():
+                    base = alive.copy()
+                    cur = p + 1
+                    continue
+                pc[:] = np.where(alive, pc, n + 1)
+                converged = False
+                continue
+            pc[m & alive] = p + 1
+            continue
+        elif kind == "bar":
+            here = np.ones(T, bool) if gm is None else gm
+            if not np.array_equal(here, alive):
+                absent = np.flatnonzero(alive & ~here)
+                raise PtxError(f"bar.sync reached by {int(here.sum())} of the {int(alive.sum())} live threads of "
+                               f"CTA {M.ctaid}; absent: threads {ops_warp._lanes(absent)}", form=op.form,
+                               line=op.line, kernel=M.name)
+            if M.checks is not None:
+                M.checks.barrier(M)
+        if converged:
+            cur = p + 1
+        else:
+            pc[m] = p + 1
+
+
+class Module:
+    def __init__(self, text: str, name: str = "module"):
+        self.name = name
+        self.text = text
+        self.parsed = parse(text)
+        self.kernels = {nm: Kernel(self, fn) for nm, fn in self.parsed.functions.items()}
+
+    @classmethod
+    def parse(cls, ptx_text: str, name: str = "module") -> "Module":
+        try:
+            return cls(ptx_text, name)
+        except PtxError as e:
+            if e.kernel is None and name:
+                e.args = (f"{e.args[0]} [module {name}]",)
+            raise
+
+    def kernel(self, name: str) -> Kernel:
+        k = self.kernels.get(name)
+        if k is None:
+            raise PtxError(f"module {self.name!r} has no entry {name!r} (entries: {', '.join(self.kernels)})",
+                           kernel=name)
+        return k
+
+    def __repr__(self):
+        return f"Module({self.name!r}, kernels={list(self.kernels)})"

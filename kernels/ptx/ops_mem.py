@@ -1,0 +1,230 @@
+"""ld / st / cp.async / fences."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import access as A
+from .decode import Mods, Op, handler, unsupported
+from .semantics import np_dtype
+
+_CACHE = ("ca", "cg", "cs", "lu", "cv", "wb", "wt", "weak", "volatile", "relaxed", "acquire", "release",
+          "L1::evict_normal", "L1::evict_unchanged", "L1::evict_first", "L1::evict_last", "L1::no_allocate",
+          "L2::evict_normal", "L2::evict_first", "L2::evict_last", "L2::64B", "L2::128B", "L2::256B", "cta", "gpu",
+          "sys")
+LDST_T = ("b8", "u8", "s8", "b16", "u16", "s16", "f16", "bf16", "b32", "u32", "s32", "f32", "b64", "u64",
+          "s64", "f64")
+
+
+def addr_getter(M, memop):
+    """callable -> uint64 addresses (array over threads or scalar) of a ("mem", base, offset) operand."""
+    _, base, off = memop
+    if base is None:
+        return lambda: np.uint64(off & (2**64 - 1))
+    if base[0] == "sym":
+        a = np.uint64((M.symbol_address(base[1]) + off) & (2**64 - 1))
+        return lambda: a
+    if base[0] == "reg":
+        w = M.width(base[1])
+        g = M.rd(base, "u64" if w == 64 else "u32")
+        o = np.uint64(off & (2**64 - 1))
+        if w == 64:
+            return (lambda: g() + o) if off else g
+        return lambda: g().astype(np.uint64) + o
+    raise ValueError(base)
+
+
+def _space(mo, stmt):
+    sp = mo.take("global", "shared", "param", "local", "const")
+    if sp is None:
+        raise unsupported(stmt, "generic addressing (no state space)")
+    if sp in ("local", "const"):
+        raise unsupported(stmt, f".{sp} state space")
+    mo.take("shared::cta")
+    return sp
+
+
+def _vec(mo):
+    v = mo.take("v2", "v4", "v8")
+    return int(v[1:]) if v else 1
+
+
+@handler("ld")
+def _ld(stmt):
+    mo = Mods(stmt)
+    sp = _space(mo, stmt)
+    nc = mo.flag("nc")
+    for c in _CACHE:
+        mo.take(c)
+    n = _vec(mo)
+    ty = mo.type(LDST_T)
+    mo.done()
+    if nc and sp != "global":
+        raise unsupported(stmt, ".nc outside .global")
+    dst, src = stmt.operands
+    if src[0] != "mem":
+        raise unsupported(stmt, "address operand")
+    dsts = dst[1] if dst[0] == "vec" else (dst,)
+    if len(dsts) != n:
+        raise unsupported(stmt, "vector size")
+    esize = max(np.dtype(np_dtype(ty)).itemsize, 1)
+    if ty in ("b8", "u8", "s8"):
+        esize = 1
+    cls = {"global": "ld.global", "shared": "ld.shared", "param": "ld.param"}[sp]
+    load_ty = {"b8": "u8"}.get(ty, ty)
+
+    def factory(M):
+        ag = addr_getter(M, src)
+        puts = [M.wr(d, load_ty) for d in dsts]
+        dt = np.dtype(np_dtype(load_ty))
+        T = M.T
+
+        def run(m):
+            tids = A.active(m, T)
+            a = np.broadcast_to(ag(), (T,))[tids]
+            if sp == "global":
+                raw = A.global_read(M, op, a, esize * n, tids, nc=nc)
+            elif sp == "shared":
+                raw = A.shared_read(M, op, a, esize * n, tids)
+            else:
+                raw = A.param_read(M, op, a, esize * n, tids)
+            vals = np.ascontiguousarray(raw).view(dt).reshape(len(tids), n)
+            for k in range(n):
+                full = np.zeros(T, dt)
+                full[tids] = vals[:, k]
+                puts[k](full, m)
+        return run
+    op = Op(stmt.line, stmt.opcode, "op", cls, factory)
+    return op
+
+
+@handler("st")
+def _st(stmt):
+    mo = Mods(stmt)
+    sp = _space(mo, stmt)
+    for c in _CACHE:
+        mo.take(c)
+    n = _vec(mo)
+    ty = mo.type(LDST_T)
+    mo.done()
+    if sp == "param":
+        raise unsupported(stmt, "st.param")
+    dst, src = stmt.operands
+    if dst[0] != "mem":
+        raise unsupported(stmt, "address operand")
+    srcs = src[1] if src[0] == "vec" else (src,)
+    if len(srcs) != n:
+        raise unsupported(stmt, "vector size")
+    sty = {"b8": "u8"}.get(ty, ty)
+    esize = np.dtype(np_dtype(sty)).itemsize
+    cls = {"global": "st.global", "shared": "st.shared"}[sp]
+
+    def factory(M):
+        ag = addr_getter(M, dst)
+        gets = [M.rd(s, sty) for s in srcs]
+        dt = np.dtype(np_dtype(sty))
+        T = M.T
+
+        def run(m):
+            tids = A.active(m, T)
+            a = np.broadcast_to(ag(), (T,))[tids]
+            vals = np.empty((len(tids), n), dt)
+            for k in range(n):
+                vals[:, k] = np.broadcast_to(gets[k](), (T,))[tids]
+            data = vals.view(np.uint8).reshape(len(tids), n * esize)
+            if sp == "global":
+                A.global_write(M, op, a, data, tids)
+            else:
+                A.shared_write(M, op, a, data, tids)
+        return run
+    op = Op(stmt.line, stmt.opcode, "op", cls, factory)
+    return op
+
+
+# ------------------------------------------------------------------------------------------ cp.async
+
+@handler("cp")
+def _cp(stmt):
+    p = stmt.opcode.split(".")
+    if len(p) < 2 or p[1] != "async":
+        raise unsupported(stmt)
+    if p[2:] == ["commit_group"]:
+        def factory(M):
+            return lambda m: M.cp.commit(A.active(m, M.T))
+        return Op(stmt.line, stmt.opcode, "op", "cp.async", factory)
+    if p[2:] in (["wait_group"], ["wait_all"]):
+        if p[2] == "wait_group":
+            if len(stmt.operands) != 1 or stmt.operands[0][0] != "imm":
+                raise unsupported(stmt, "wait_group needs an immediate")
+            keep = stmt.operands[0][1]
+        else:
+            keep = 0
+
+        def factory(M):
+            def run(m):
+                for cop, t, dst, data in M.cp.retire(A.active(m, M.T), keep):
+                    A.shared_write(M, cop, dst, data, t, count=False)
+            return run
+        return Op(stmt.line, stmt.opcode, "op", "cp.async", factory)
+    mo = Mods(stmt)
+    mo.take("async")
+    cache = mo.take("ca", "cg")
+    dsp = mo.take("shared") or mo.take("shared::cta")
+    ssp = mo.take("global")
+    mo.take("L2::64B", "L2::128B", "L2::256B")
+    mo.done()
+    if cache is None or dsp is None or ssp is None:
+        raise unsupported(stmt)
+    ops = stmt.operands
+    if len(ops) not in (3, 4) or ops[2][0] != "imm":
+        raise unsupported(stmt, "operands")
+    size = ops[2][1]
+    if size not in (4, 8, 16) or (cache == "cg" and size != 16):
+        raise unsupported(stmt, f"copy size {size}")
+    if len(ops) == 4 and ops[3][0] not in ("reg", "imm"):
+        raise unsupported(stmt, "src-size operand")
+
+    def factory(M):
+        dg, sg = addr_getter(M, ops[0]), addr_getter(M, ops[1])
+        zg = M.rd(ops[3], "u32") if len(ops) == 4 else None
+        T = M.T
+
+        def run(m):
+            tids = A.active(m, T)
+            d = np.broadcast_to(dg(), (T,))[tids]
+            s = np.broadcast_to(sg(), (T,))[tids]
+            A.shared_bounds(M, op, d, size, tids)
+            data = np.zeros((len(tids), size), np.uint8)
+            if zg is None:
+                data[:] = A.global_read(M, op, s, size, tids)
+            else:
+                n = np.broadcast_to(zg(), (T,))[tids].astype(np.int64)
+                if (n > size).any():
+                    raise unsupported(stmt, "src-size larger than cp-size")
+                for k in np.unique(n):
+                    if k == 0:
+                        continue
+                    sel = n == k
+                    data[sel, :k] = A.global_read(M, op, s[sel], int(k), tids[sel])
+            if M.counters is not None:
+                M.counters.shared(M, op, d, size, tids, "cp.async")
+            M.cp.issue(tids, d, data, op)
+        return run
+    op = Op(stmt.line, stmt.opcode, "op", "cp.async", factory)
+    return op
+
+
+@handler("fence", "membar")
+def _fence(stmt):
+    p = stmt.opcode.split(".")
+    if p[0] == "fence" and p[1:] == ["proxy", "async", "shared::cta"] or p[1:] == ["proxy", "async"]:
+        def factory(M):
+            def run(m):
+                if M.checks is not None:
+                    M.checks.fence_proxy_async(M, A.active(m, M.T))
+            return run
+        return Op(stmt.line, stmt.opcode, "op", "fence", factory)
+    if (p[0] == "membar" and p[1:] in (["cta"], ["gl"], ["sys"])) or \
+            (p[0] == "fence" and p[1:] in (["sc", "cta"], ["acq_rel", "cta"], ["sc", "gpu"], ["acq_rel", "gpu"])):
+        # one CTA runs at a time, sequentially consistent: nothing to model
+        return Op(stmt.line, stmt.opcode, "op", "fence", lambda M: (lambda m: None))
+    raise unsupported(stmt)

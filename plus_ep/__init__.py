@@ -4,6 +4,9 @@
     fused = plus_ep.rewrite("model.onnx")        # ModelProto with ai.plus_ep::Fused nodes
     sess = plus_ep.InferenceSession("model.onnx", providers=["PlusEP", "CUDAExecutionProvider"])
 
+    import onnxruntime                           # the stock class knows "PlusEP" once plus_ep is imported
+    sess = onnxruntime.InferenceSession("model.onnx", providers=["PlusEP", "CUDAExecutionProvider"])
+
 The rewritten model runs anywhere ONNX Runtime does (fused nodes inline their original bodies);
 kernels and the native launcher plug in behind the same nodes.
 """
@@ -12,6 +15,10 @@ __version__ = "0.1.0"
 from .library import get_library_path  # noqa: E402
 from .rewrite import RewriteResult, load_model, rewrite, rewrite_detailed  # noqa: E402
 from .session import InferenceSession  # noqa: E402
+from .ep import register  # noqa: E402
+from . import ep as _ep  # noqa: E402
+
+_ep.register_on_import()   # the "PlusEP" plugin EP for onnxruntime >= 1.25 (PLUS_EP_REGISTER=0: not)
 
 __all__ = ["InferenceSession", "RewriteResult", "get_library_path", "load_model", "rewrite",
-           "rewrite_detailed", "__version__"]
+           "rewrite_detailed", "register", "__version__"]

@@ -284,6 +284,54 @@ static void run_planner(plus_ep* ep, const OrtGraph* graph) {
     }
 }
 
+static int in_list(const char* s, const char* const* v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s, v[i])) return 1;
+    return 0;
+}
+
+/* 1 when the members' inputs from outside the group are exactly the planned node's inputs (ORT's basic
+ * optimizations may have changed the graph since the planner read the file). */
+static int same_boundary(const plus_ep_group* g, const OrtNode** members, size_t n) {
+    const char** outs = NULL;
+    size_t n_outs = 0;
+    int ok = 1;
+    for (size_t m = 0; m < n && ok; m++) {   /* every member output */
+        const char** v = NULL;
+        size_t c = 0;
+        OrtStatus* st = io_names(members[m], 1, &v, &c);
+        const char** grown = st ? NULL : realloc(outs, (n_outs + c + 1) * sizeof *outs);
+        if (!grown) ok = 0;
+        else {
+            outs = grown;
+            for (size_t i = 0; i < c; i++) outs[n_outs++] = v[i];
+        }
+        plus_ep_drop(st);
+        free(v);
+    }
+    int used[PLUS_MAX_IN] = {0};
+    for (size_t m = 0; m < n && ok; m++) {
+        const char** v = NULL;
+        size_t c = 0;
+        OrtStatus* st = io_names(members[m], 0, &v, &c);
+        if (st) ok = 0;
+        for (size_t i = 0; i < c && ok; i++) {
+            if (!v[i][0] || in_list(v[i], outs, n_outs)) continue;
+            ok = 0;
+            for (size_t j = 0; j < g->n_inputs && j < PLUS_MAX_IN; j++)
+                if (!strcmp(v[i], g->inputs[j])) ok = used[j] = 1;
+        }
+        plus_ep_drop(st);
+        free(v);
+    }
+    for (size_t j = 0; j < g->n_inputs && ok; j++)
+        if (g->inputs[j][0] && (j >= PLUS_MAX_IN || !used[j])) ok = 0;
+    for (size_t j = 0; j < g->n_outputs && ok; j++)
+        if (!in_list(g->outputs[j], outs, n_outs)) ok = 0;
+    free(outs);
+    return ok;
+}
+
 /* Claim the planner's groups whose nodes ORT still has, unassigned. Returns the number claimed. */
 static int claim_groups(plus_ep* ep, const OrtNode** nodes, size_t n, OrtEpGraphSupportInfo* info) {
     const char** key = calloc(n ? n : 1, sizeof *key);
@@ -306,6 +354,11 @@ static int claim_groups(plus_ep* ep, const OrtNode** nodes, size_t n, OrtEpGraph
         if (found != grp->n_members) {
             plus_ep_log(ep->logger, ORT_LOG_INFO, "PlusEP: planned group %s not claimed: %zu of its %zu nodes are in "
                         "the graph ONNX Runtime optimized and free", grp->node, found, grp->n_members);
+            continue;
+        }
+        if (!same_boundary(grp, members, found)) {
+            plus_ep_log(ep->logger, ORT_LOG_INFO, "PlusEP: planned group %s not claimed: its inputs in the graph "
+                        "ONNX Runtime optimized differ from the plan's", grp->node);
             continue;
         }
         OrtNodeFusionOptions fo = fusion_options();

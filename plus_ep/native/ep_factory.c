@@ -99,7 +99,6 @@ typedef struct {
     OrtMemoryInfo* mem[PLUS_EP_MAX_DEVICES];       /* per CUDA ordinal, created with its EP device */
     OrtHardwareDevice* virt[PLUS_EP_MAX_DEVICES];  /* devices we had to describe ourselves */
     int n_virt;
-    OrtDataTransferImpl* xfer;
 } plus_factory;
 
 static plus_factory g_factory;
@@ -135,7 +134,18 @@ static OrtStatus* add_device(plus_factory* f, const OrtHardwareDevice* hw, int m
     snprintf(ord, sizeof ord, "%d", ordinal);
     ORT_CALL(api, CreateKeyValuePairs)(&meta);
     ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.mode", MODES[mode]);
-    if (mode != PLUS_MODE_INERT) ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.cuda_ordinal", ord);
+    if (mode != PLUS_MODE_INERT) {
+        const plus_driver* d = plus_driver_get(NULL);
+        CUdevice dev;
+        int major = 0, minor = 0;
+        char cc[16];
+        ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.cuda_ordinal", ord);
+        if (d && !d->cuDeviceGet(&dev, ordinal) && !d->cuDeviceGetAttribute(&major, PLUS_CU_ATTR_CC_MAJOR, dev) &&
+            !d->cuDeviceGetAttribute(&minor, PLUS_CU_ATTR_CC_MINOR, dev)) {
+            snprintf(cc, sizeof cc, "%d.%d", major, minor);
+            ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.compute_capability", cc);
+        }
+    }
     if (why && *why) ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.reason", why);
     OrtStatus* st = EP_CALL(plus_ep_epapi, CreateEpDevice)(&f->base, hw, meta, NULL, out);
     ORT_CALL(api, ReleaseKeyValuePairs)(meta);
@@ -265,12 +275,7 @@ static OrtStatus* f_create_transfer(OrtEpFactory* base, OrtDataTransferImpl** ou
     int gpu = 0;
     for (int i = 0; i < PLUS_EP_MAX_DEVICES; i++) gpu |= f->mem[i] != NULL;
     if (!gpu) return NULL;   /* CPU device only: nothing to copy */
-    if (!f->xfer) {
-        OrtStatus* st = plus_ep_create_data_transfer(&f->xfer);
-        if (st) return st;
-    }
-    *out = f->xfer;
-    return NULL;
+    return plus_ep_create_data_transfer(out);   /* ORT owns it: it calls its Release */
 }
 
 /* Not stream-aware: PlusEP nodes run on the stream ORT creates for the device (the CUDA EP's when it is
@@ -348,6 +353,5 @@ EXPORT OrtStatus* ReleaseEpFactory(OrtEpFactory* base) {
     /* Hardware devices we created: ORT's EP devices refer to them until here. */
     for (int i = 0; i < f->n_virt; i++) EP_CALL(plus_ep_epapi, ReleaseHardwareDevice)(f->virt[i]);
     f->n_virt = 0;
-    if (f->xfer) f->xfer->Release(f->xfer), f->xfer = NULL;
     return NULL;
 }

@@ -23,6 +23,7 @@ import warnings
 
 import onnx
 
+from plus_ep import config
 from plus_ep.zoo import cache as zoo_cache
 from plus_ep.zoo.exporters import EXAMPLE_BATCH, EXAMPLE_SEQ, OPSET, postprocess, publish, save
 
@@ -33,7 +34,7 @@ FORMAT = 1                     # bump when the wrappers or this file change the 
 
 
 def cache_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("PLUS_EP_BENCH_DIR") or zoo_cache.cache_dir() / "bench").expanduser()
+    return config.path("PLUS_EP_BENCH_DIR") or zoo_cache.cache_dir() / "bench"
 
 
 def _key(name, exporter, size, layers, cfg) -> str:

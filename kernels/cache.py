@@ -1,6 +1,6 @@
 """Content-keyed disk cache of compiled kernels.
 
-    cache = KernelCache()                      # $PLUS_EP_CACHE_DIR or ~/.cache/plus_ep/kernels
+    cache = KernelCache()                      # <cache root>/kernels (plus_ep.config: $PLUS_EP_CACHE_DIR/kernels)
     r = cache.build(source, "sm_90", name="gemm_k1.cu")   # compiles once, then loads
     r.cached, cache.stats                      # True on a hit; CacheStats(hits=.., misses=.., ...)
 
@@ -39,15 +39,17 @@ import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+from .. import config
 from . import nvrtc
 from .nvrtc import CompileResult, Resources
 
 log = logging.getLogger("plus_ep.kernels")
 
 SCHEMA = 1
-ENV_DIR = "PLUS_EP_CACHE_DIR"
 ENV_ASSERT_CACHED = "PLUS_EP_ASSERT_CACHED"
-DEFAULT_DIR = "~/.cache/plus_ep/kernels"
+# The cache root (plus_ep.config owns it); these two names stay for kernels/ptx/build.py, which puts
+# its PTX under <root>/ptx. New code asks config.cache_root() / config.kernel_cache_dir().
+ENV_DIR, DEFAULT_DIR = "PLUS_EP_CACHE_DIR", config.DEFAULT_ROOT
 
 CUBIN, SOURCE, META = "kernel.cubin", "kernel.cu", "meta.json"
 
@@ -66,7 +68,7 @@ class CacheStats:
 
 
 def assert_cached() -> bool:
-    return os.environ.get(ENV_ASSERT_CACHED, "").strip().lower() in ("1", "true", "yes", "on")
+    return config.flag(ENV_ASSERT_CACHED)
 
 
 def package_version() -> str:
@@ -120,8 +122,7 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 class KernelCache:
     def __init__(self, root: str | os.PathLike | None = None):
-        root = root if root is not None else (os.environ.get(ENV_DIR) or DEFAULT_DIR)
-        self.root = pathlib.Path(root).expanduser()
+        self.root = pathlib.Path(root).expanduser() if root is not None else config.kernel_cache_dir()
         self.stats = CacheStats()
         self._stats_lock = threading.Lock()
         self._warned_unwritable = False

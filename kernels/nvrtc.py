@@ -20,13 +20,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 import pathlib
 import re
 import struct
 import threading
 import time
 from dataclasses import dataclass, field
+
+from .. import config
 
 log = logging.getLogger("plus_ep.kernels")
 
@@ -161,7 +162,7 @@ def header_digest(extra_dirs=()) -> str:
 def lineinfo_enabled() -> bool:
     """`-lineinfo` (source lines in Nsight Compute) is off by default: it embeds the PTX text in the
     cubin, which grows the rewritten model. Set PLUS_EP_LINEINFO=1 to turn it on."""
-    return os.environ.get("PLUS_EP_LINEINFO", "").strip().lower() in ("1", "true", "yes", "on")
+    return config.flag("PLUS_EP_LINEINFO")
 
 
 def base_options(arch) -> list[str]:

@@ -13,8 +13,6 @@ the remaining providers. Without "PlusEP" it is exactly onnxruntime.InferenceSes
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import warnings
@@ -22,7 +20,6 @@ import warnings
 import onnx
 import onnxruntime as ort
 
-from .kernels.cache import package_version
 from .library import get_library_path
 
 log = logging.getLogger("plus_ep")
@@ -55,76 +52,33 @@ def _warn_once(msg):
         log.info(msg)
 
 
-def _cache_dir(opts) -> str:
-    return opts.get("cache_dir") or os.environ.get("PLUS_EP_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "plus_ep")
-
-
 def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
-    """The rewritten model with kernels for `arch`, from the model cache or built now.
-
-    A cache entry is `<key>.onnx` plus `<key>.json` (its size and sha256, written last); an entry
-    whose model does not match is removed and rebuilt. A cache folder that cannot be written (read
-    only, disk full) warns once and the model is built without being stored."""
+    """The rewritten model with kernels for `arch`, from the model cache (plus_ep/model_cache.py) or
+    built now. Kernels go to the kernel cache under the same root (`cache_dir` option, else
+    $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep: see plus_ep/config.py). A cache folder that cannot be
+    written (read only, disk full) warns once and the model is built without being stored."""
+    from . import config, model_cache
     from .kernels.cache import KernelCache
     from .rewrite import rewrite_detailed
+    from .warehouse import default_warehouse
     disable = tuple(sorted(p for p in opts.get("disable", "").split(",") if p))
     fp32_math = opts.get("fp32_math", "exact")
-    key = hashlib.sha256(b"|".join([model_bytes, arch.encode(), ",".join(disable).encode(),
-                                    fp32_math.encode(), package_version().encode()])).hexdigest()
-    root = os.path.join(_cache_dir(opts), "models")
-    path = os.path.join(root, f"{key}.onnx")
-    cached = _read_cached_model(path)
+    warehouse = default_warehouse()
+    key = model_cache.model_key(model_bytes, arch, disable, fp32_math, warehouse)
+    path = model_cache.entry(key, opts.get("cache_dir"))
+    cached = model_cache.read(path)
     if cached is not None:
         log.info("PlusEP: rewritten model from cache %s", path)
         return cached
-    result = rewrite_detailed(model_bytes, disable=disable, archs=[arch], fp32_math=fp32_math,
-                              cache=KernelCache(os.path.join(_cache_dir(opts), "kernels")))
+    result = rewrite_detailed(model_bytes, warehouse=warehouse, disable=disable, archs=[arch], fp32_math=fp32_math,
+                              cache=KernelCache(config.kernel_cache_dir(opts.get("cache_dir"))))
     data = result.model.SerializeToString()
-    _store_cached_model(path, data)
-    return data
-
-
-def _read_cached_model(path: str) -> bytes | None:
-    meta_path = path[:-len(".onnx")] + ".json"
     try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-        with open(path, "rb") as f:
-            data = f.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return None     # absent, or its store did not finish (the .json goes last)
-    except (OSError, ValueError) as exc:
-        meta, data = None, exc
-    if (not isinstance(meta, dict) or isinstance(data, Exception) or meta.get("size") != len(data)
-            or meta.get("sha256") != hashlib.sha256(data).hexdigest()):
-        log.warning("PlusEP: removing damaged model cache entry %s; it will be rebuilt", path)
-        for p in (meta_path, path):
-            try:
-                os.remove(p)
-            except OSError:
-                pass
-        return None
-    return data
-
-
-def _store_cached_model(path: str, data: bytes) -> None:
-    from .kernels.cache import write_atomic
-    meta = json.dumps({"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode()
-    written = []
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        for target, blob in ((path, data), (path[:-len(".onnx")] + ".json", meta)):
-            write_atomic(target, blob)
-            written.append(target)
+        model_cache.store(path, data)
     except OSError as exc:
-        for p in written:       # no partial entry: a model without its .json is rebuilt anyway
-            try:
-                os.remove(p)
-            except OSError:
-                pass
         _warn_once(f"PlusEP: cannot store the rewritten model in {os.path.dirname(path)} "
                    f"({exc.strerror or exc}); it is rebuilt by the next session")
+    return data
 
 
 def _model_bytes(path_or_bytes) -> bytes:

@@ -28,7 +28,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _kernel_cache_for_the_run(tmp_path_factory):
-    """One kernel/model cache for the whole run (warm across tests), never the user's ~/.cache."""
+    """One kernel/model cache for the whole run (warm across tests), never the user's ~/.cache. Zoo
+    exports stay where they were (<cache root>/zoo before the move): they take minutes to make."""
+    from plus_ep import config
+    if "PLUS_EP_ZOO_DIR" not in os.environ:
+        os.environ["PLUS_EP_ZOO_DIR"] = str(config.zoo_dir())
     if "PLUS_EP_CACHE_DIR" not in os.environ:
         os.environ["PLUS_EP_CACHE_DIR"] = str(tmp_path_factory.mktemp("plus_ep_cache"))
     yield

@@ -13,16 +13,19 @@ their own package (entry-point group ``plus_ep.warehouse``) or a folder (``PLUS_
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
+import inspect
 import logging
-import os
 import pathlib
 from dataclasses import dataclass, field
 from typing import Callable
 
 import onnx
 from onnx import TensorProto, helper
+
+from .. import config
 
 log = logging.getLogger("plus_ep.warehouse")
 
@@ -130,6 +133,30 @@ class Warehouse:
     def __len__(self):
         return len(self.patterns)
 
+    def digest(self) -> str:
+        """sha256 of what the warehouse matches with: each pattern's name, position, options, and the
+        source of the files its definition and check live in (user patterns included, so editing one
+        changes the digest). Part of the rewritten-model cache key (plus_ep/model_cache.py)."""
+        h = hashlib.sha256()
+        for p in self.patterns:
+            h.update(repr((p.name, p.allow_prologue, p.allow_epilogue, p.template, p.any_parallel)).encode())
+            for fn in (p.define, p.check):
+                h.update(b"\0" + _source_digest(fn))
+        return h.hexdigest()
+
+
+def _source_digest(fn) -> bytes:
+    """Digest of the file `fn` is defined in (its whole module: helpers count), else of its code."""
+    if fn is None:
+        return b"-"
+    try:
+        return hashlib.sha256(pathlib.Path(inspect.getsourcefile(fn)).read_bytes()).digest() + \
+            fn.__qualname__.encode()
+    except (TypeError, OSError):  # built in C, made by exec(), or its file is gone: hash the code itself
+        code = getattr(fn, "__code__", None)
+        blob = repr((code.co_code, code.co_consts, code.co_names)) if code else repr(fn)
+        return hashlib.sha256(blob.encode()).digest()
+
 
 _BUILTIN = Warehouse()
 _TARGET = [_BUILTIN]          # where @pattern registers: built-ins, or the warehouse being loaded
@@ -150,7 +177,7 @@ _cache: dict = {}
 
 def default_warehouse() -> Warehouse:
     """Built-in patterns, then entry-point plugins, then the files of $PLUS_EP_WAREHOUSE."""
-    folder = os.environ.get("PLUS_EP_WAREHOUSE") or None
+    folder = config.get("PLUS_EP_WAREHOUSE")
     if folder not in _cache:
         _cache[folder] = load_warehouse(folder)
     return _cache[folder]

@@ -17,7 +17,7 @@ def main(argv=None) -> int:
     ap.add_argument("--exporter", nargs="+", choices=EXPORTERS, default=list(EXPORTERS))
     ap.add_argument("--layers", type=int, default=None, help="override the layer count")
     ap.add_argument("--out", default=None,
-                    help="cache directory (default: $PLUS_EP_ZOO_DIR or ~/.cache/plus_ep/zoo)")
+                    help="cache directory (default: $PLUS_EP_ZOO_DIR or <cache root>/zoo)")
     ap.add_argument("--force", action="store_true", help="re-export even if cached")
     ap.add_argument("--no-verify", action="store_true",
                     help="skip the ORT-vs-torch check (done by default for size small)")

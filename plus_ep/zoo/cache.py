@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 
+from .. import config
 from . import _deps
 
-ENV_VAR = "PLUS_EP_ZOO_DIR"
-DEFAULT_DIR = pathlib.Path("~/.cache/plus_ep/zoo")
 # Bump when the wrappers / post-processing change the produced graphs.
 ZOO_FORMAT = 1
 
 
 def cache_dir(cache_dir=None) -> pathlib.Path:
-    """``cache_dir`` argument, else ``$PLUS_EP_ZOO_DIR``, else ``~/.cache/plus_ep/zoo``."""
+    """``cache_dir`` argument, else ``$PLUS_EP_ZOO_DIR``, else ``<cache root>/zoo`` (plus_ep/config.py)."""
     if cache_dir is None:
-        cache_dir = os.environ.get(ENV_VAR) or DEFAULT_DIR
+        return config.zoo_dir()
     return pathlib.Path(cache_dir).expanduser()
 
 

@@ -23,7 +23,6 @@ tests at the bottom are repros of bugs the fuzzer found.
 from __future__ import annotations
 
 import collections
-import os
 
 import numpy as np
 import onnx
@@ -31,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, seed, settings
 from onnx import helper, numpy_helper
 
+from plus_ep import config
 from plus_ep.graph_rewrites.fuse import DOMAIN, OP_TYPE, boundary
 from plus_ep.graph_rewrites.interpret import run_subgraph
 from plus_ep.rewrite import rewrite_detailed
@@ -40,10 +40,10 @@ from tests.support.fuzz_graphs import F16, F32, FuzzCase, RandomChooser, build_c
 
 ort = pytest.importorskip("onnxruntime")
 
-EXAMPLES = int(os.environ.get("PLUS_EP_FUZZ_EXAMPLES", "100"))
-RANDOM = os.environ.get("PLUS_EP_FUZZ_RANDOM", "") not in ("", "0")
-SEED = os.environ.get("PLUS_EP_FUZZ_SEED")
-SAVE = os.environ.get("PLUS_EP_FUZZ_SAVE")
+EXAMPLES = config.integer("PLUS_EP_FUZZ_EXAMPLES", 100)
+RANDOM = config.get("PLUS_EP_FUZZ_RANDOM") not in (None, "0")
+SEED = config.get("PLUS_EP_FUZZ_SEED")
+SAVE = config.get("PLUS_EP_FUZZ_SAVE")
 
 
 # ---- oracles ---------------------------------------------------------------------------------------

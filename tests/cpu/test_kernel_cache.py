@@ -37,8 +37,9 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_root_from_environment(tmp_path, monkeypatch):
+    """PLUS_EP_CACHE_DIR is the cache root (plus_ep/config.py): kernels live in <root>/kernels."""
     monkeypatch.setenv("PLUS_EP_CACHE_DIR", str(tmp_path / "env"))
-    assert KernelCache().root == tmp_path / "env"
+    assert KernelCache().root == tmp_path / "env" / "kernels"
     monkeypatch.delenv("PLUS_EP_CACHE_DIR")
     assert KernelCache().root == pathlib.Path("~/.cache/plus_ep/kernels").expanduser()
 

@@ -10,7 +10,6 @@ run as well. About 1.5 minutes on 2 cores (cases run in parallel processes; PLUS
 from __future__ import annotations
 
 import importlib
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("onnxruntime")
 
+from plus_ep import config  # noqa: E402
 from tests.support import onnx_backend_suite as suite  # noqa: E402
 
 
@@ -27,7 +27,7 @@ def test_backend_suite_rewrites_without_crash_or_mismatch():
     if not suite.debian_present():
         msg = (f"Debian's ONNX backend test data is missing ({suite.DEBIAN_DATA}): "
                "apt-get install libonnx-testdata")
-        if os.environ.get("PLUS_EP_REQUIRE_ONNX_TESTDATA") == "1":
+        if config.get("PLUS_EP_REQUIRE_ONNX_TESTDATA") == "1":
             pytest.fail(msg + " (PLUS_EP_REQUIRE_ONNX_TESTDATA=1)")
         pytest.skip(msg)
     summary = suite.run_suite(generated_node=True)

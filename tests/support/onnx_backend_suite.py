@@ -51,7 +51,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-DEBIAN_DATA = Path(os.environ.get("PLUS_EP_ONNX_TESTDATA", "/usr/share/libonnx-testdata/data"))
+from plus_ep import config
+
+DEBIAN_DATA = config.path("PLUS_EP_ONNX_TESTDATA") or Path("/usr/share/libonnx-testdata/data")
 WHEEL_DATA = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data"
 KINDS = ("node", "pytorch-converted", "pytorch-operator", "simple", "real")
 RTOL, ATOL = 1e-3, 1e-7                    # onnx.backend.test.loader's defaults
@@ -492,7 +494,7 @@ def run_suite(cases=None, filter: str | None = None, jobs: int | None = None, in
     cases = discover(generated_node=generated_node) if cases is None else list(cases)
     if filter:
         cases = [c for c in cases if filter in c.name]
-    jobs = jobs or int(os.environ.get("PLUS_EP_BACKEND_JOBS", 0)) or os.cpu_count() or 1
+    jobs = jobs or config.integer("PLUS_EP_BACKEND_JOBS", 0) or os.cpu_count() or 1
     jobs = max(1, min(jobs, len(cases) or 1))
     work = [(c, interpret) for c in cases]
     records = []

@@ -34,6 +34,8 @@ import onnx
 import onnx.inliner
 from onnx import AttributeProto, helper
 
+from .index import GraphIndex, has_subgraph
+
 __all__ = [
     "DOMAIN",
     "OP_TYPE",
@@ -48,9 +50,6 @@ OP_TYPE = "Fused"
 DOMAIN_VERSION = 1
 MIN_IR_VERSION = 10  # function overloads need IR >= 10
 
-_GRAPH_ATTR_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-
-
 @dataclass(frozen=True)
 class FusedSubgraph:
     """One subgraph of the partition to contract into a single fused node."""
@@ -61,79 +60,8 @@ class FusedSubgraph:
 
 
 # --------------------------------------------------------------------------- #
-# Graph helpers
+# Graph helpers (the graph facts come from GraphIndex, computed once)
 # --------------------------------------------------------------------------- #
-
-
-def _has_graph_attr(node: onnx.NodeProto) -> bool:
-    return any(a.type in _GRAPH_ATTR_TYPES for a in node.attribute)
-
-
-def _node_graphs(node: onnx.NodeProto):
-    """The graphs held by a node's attributes (If branches, Loop/Scan bodies)."""
-    for a in node.attribute:
-        if a.type == AttributeProto.GRAPH:
-            yield a.g
-        elif a.type == AttributeProto.GRAPHS:
-            yield from a.graphs
-
-
-def _subgraph_refs(graph: onnx.GraphProto, out: set[str]) -> None:
-    """Names a nested graph uses (conservatively: every name it consumes)."""
-    for n in graph.node:
-        out.update(i for i in n.input if i)
-        for g in _node_graphs(n):
-            _subgraph_refs(g, out)
-    out.update(o.name for o in graph.output)
-
-
-def _consumed(node: onnx.NodeProto) -> list[str]:
-    """Values a node reads, including outer-scope values used by its subgraphs.
-
-    Ordered: explicit inputs first (in order), then implicit ones (sorted).
-    """
-    names = [i for i in node.input if i]
-    if _has_graph_attr(node):
-        implicit: set[str] = set()
-        for g in _node_graphs(node):
-            _subgraph_refs(g, implicit)
-        seen = set(names)
-        names += sorted(implicit - seen)
-    return names
-
-
-def _producers(nodes: Sequence[onnx.NodeProto]) -> dict[str, int]:
-    prod: dict[str, int] = {}
-    for idx, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                prod[o] = idx
-    return prod
-
-
-def _topo_order(nodes: Sequence[onnx.NodeProto]) -> list[int]:
-    """Stable topological order of node indices (ties broken by index)."""
-    prod = _producers(nodes)
-    succ: list[set[int]] = [set() for _ in nodes]
-    indeg = [0] * len(nodes)
-    for idx, n in enumerate(nodes):
-        preds = {prod[v] for v in _consumed(n) if v in prod and prod[v] != idx}
-        indeg[idx] = len(preds)
-        for p in preds:
-            succ[p].add(idx)
-    heap = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(heap)
-    order: list[int] = []
-    while heap:
-        i = heapq.heappop(heap)
-        order.append(i)
-        for s in succ[i]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, s)
-    if len(order) != len(nodes):
-        raise ValueError("the input graph contains a cycle")
-    return order
 
 
 def _check_indices(model: onnx.ModelProto, node_indices: Iterable[int]) -> list[int]:
@@ -147,43 +75,9 @@ def _check_indices(model: onnx.ModelProto, node_indices: Iterable[int]) -> list[
     return idx
 
 
-def _boundary(
-    nodes: Sequence[onnx.NodeProto],
-    members: Sequence[int],
-    graph_outputs: set[str],
-    consumers: Mapping[str, Sequence[int]],
+def boundary(
+    model: onnx.ModelProto, node_indices: Iterable[int], index: GraphIndex | None = None
 ) -> tuple[list[str], list[str]]:
-    """``members`` must be in topological order."""
-    member_set = set(members)
-    produced: set[str] = set()
-    for i in members:
-        produced.update(o for o in nodes[i].output if o)
-    inputs: list[str] = []
-    seen_in: set[str] = set()
-    outputs: list[str] = []
-    for i in members:
-        for v in _consumed(nodes[i]):
-            if v not in produced and v not in seen_in:
-                seen_in.add(v)
-                inputs.append(v)
-    for i in members:
-        for o in nodes[i].output:
-            if not o:
-                continue
-            if o in graph_outputs or any(c not in member_set for c in consumers.get(o, ())):
-                outputs.append(o)
-    return inputs, outputs
-
-
-def _consumer_map(nodes: Sequence[onnx.NodeProto]) -> dict[str, list[int]]:
-    cons: dict[str, list[int]] = {}
-    for idx, n in enumerate(nodes):
-        for v in _consumed(n):
-            cons.setdefault(v, []).append(idx)
-    return cons
-
-
-def boundary(model: onnx.ModelProto, node_indices: Iterable[int]) -> tuple[list[str], list[str]]:
     """Boundary values ``(inputs, outputs)`` of a subgraph of ``model.graph``.
 
     inputs: values consumed by the subgraph and produced outside it (graph
@@ -191,11 +85,11 @@ def boundary(model: onnx.ModelProto, node_indices: Iterable[int]) -> tuple[list[
     subgraph's topological order; empty optional inputs are skipped.
     outputs: values produced inside that are graph outputs or used by a node
     outside the subgraph, in production order.
+    ``index``: the graph's GraphIndex when the caller has one (built otherwise).
     """
-    idx = set(_check_indices(model, node_indices))
-    nodes = list(model.graph.node)
-    order = [i for i in _topo_order(nodes) if i in idx]
-    return _boundary(nodes, order, {o.name for o in model.graph.output}, _consumer_map(nodes))
+    idx = _check_indices(model, node_indices)
+    index = index if index is not None else GraphIndex(model.graph)
+    return index.boundary(index.positions(idx))
 
 
 # --------------------------------------------------------------------------- #
@@ -333,79 +227,18 @@ def _make_attr(name: str, value: object) -> AttributeProto:
 # --------------------------------------------------------------------------- #
 
 
-def _describe(nodes: Sequence[onnx.NodeProto], i: int) -> str:
-    n = nodes[i]
+def _describe(index: GraphIndex, p: int) -> str:
+    n, i = index.nodes[p], index.order[p]
     return f"node {i} ({n.op_type} {n.name!r})" if n.name else f"node {i} ({n.op_type})"
 
 
-def _find_cycle(
-    units: Sequence[frozenset[int]], preds: Sequence[set[int]], leftover: set[int]
-) -> list[int]:
-    """A cycle among ``leftover`` units (each has a predecessor in leftover)."""
-    u = min(leftover)
-    path: list[int] = []
-    pos: dict[int, int] = {}
-    while u not in pos:
-        pos[u] = len(path)
-        path.append(u)
-        u = min(p for p in preds[u] if p in leftover)
-    return path[pos[u] :]
-
-
-def _check_convex(
-    nodes: Sequence[onnx.NodeProto],
-    members: set[int],
-    rank: Mapping[int, int],
-    consumers: Mapping[str, Sequence[int]],
-    sg_index: int,
-    pattern: str,
-) -> None:
-    """Raise if contracting ``members`` alone creates a cycle (path out and back in)."""
-    hi = max(rank[i] for i in members)
-    stack = []
-    seen: set[int] = set()
-    for i in members:
-        for o in nodes[i].output:
-            for c in consumers.get(o, ()) if o else ():
-                if c not in members and c not in seen and rank[c] < hi:
-                    seen.add(c)
-                    stack.append((c, i))
-    while stack:
-        u, origin = stack.pop()
-        for o in nodes[u].output:
-            for c in consumers.get(o, ()) if o else ():
-                if c in members:
-                    raise ValueError(
-                        f"contracting subgraph {sg_index} ({pattern!r}) would create a cycle: "
-                        f"{_describe(nodes, u)} lies outside it on a path from "
-                        f"{_describe(nodes, origin)} back into {_describe(nodes, c)}"
-                    )
-                if c not in seen and rank[c] < hi:
-                    seen.add(c)
-                    stack.append((c, origin))
-
-
-def fuse(model: onnx.ModelProto, subgraphs: Sequence[FusedSubgraph]) -> onnx.ModelProto:
-    """Return a copy of ``model`` with every subgraph contracted to a Fused node.
-
-    Raises ValueError if the subgraphs overlap, contain nodes with graph
-    attributes (If/Loop/Scan), or if contracting them would create a cycle.
-    """
-    out = copy.deepcopy(model)
-    if not subgraphs:
-        return out
-
-    graph = out.graph
-    nodes = list(graph.node)
-    topo = _topo_order(nodes)
-    rank = {i: r for r, i in enumerate(topo)}
-    consumers = _consumer_map(nodes)
-    producers = _producers(nodes)
-    graph_outputs = {o.name for o in graph.output}
-
-    # ---- validation -------------------------------------------------------
+def validate_partition(
+    model: onnx.ModelProto, index: GraphIndex, subgraphs: Sequence[FusedSubgraph]
+) -> list[list[int]]:
+    """Each subgraph's member positions (topological order); raises ValueError if a subgraph is
+    empty, names an unknown node, holds an If/Loop/Scan, overlaps another, or is not convex."""
     owner: dict[int, int] = {}
-    member_lists: list[list[int]] = []
+    members: list[list[int]] = []
     for s, sg in enumerate(subgraphs):
         if not isinstance(sg.pattern, str) or not sg.pattern:
             raise ValueError(f"subgraph {s} has an empty pattern name")
@@ -413,152 +246,190 @@ def fuse(model: onnx.ModelProto, subgraphs: Sequence[FusedSubgraph]) -> onnx.Mod
             idx = _check_indices(model, sg.nodes)
         except ValueError as e:
             raise ValueError(f"subgraph {s} ({sg.pattern!r}): {e}") from None
-        for i in idx:
-            if _has_graph_attr(nodes[i]):
+        pos = index.positions(idx)
+        for p in pos:
+            if has_subgraph(index.nodes[p]):
                 raise ValueError(
-                    f"subgraph {s} ({sg.pattern!r}): {_describe(nodes, i)} has a graph "
+                    f"subgraph {s} ({sg.pattern!r}): {_describe(index, p)} has a graph "
                     "attribute (If/Loop/Scan) and cannot be fused"
                 )
-            if i in owner:
-                t = owner[i]
+            if p in owner:
+                t = owner[p]
                 raise ValueError(
-                    f"subgraphs are not disjoint: {_describe(nodes, i)} is in subgraph {t} "
+                    f"subgraphs are not disjoint: {_describe(index, p)} is in subgraph {t} "
                     f"({subgraphs[t].pattern!r}) and subgraph {s} ({sg.pattern!r})"
                 )
-            owner[i] = s
+            owner[p] = s
         if "pattern" in sg.attrs and sg.attrs["pattern"] != sg.pattern:
             raise ValueError(
                 f"subgraph {s}: attrs['pattern']={sg.attrs['pattern']!r} "
                 f"disagrees with pattern={sg.pattern!r}"
             )
-        member_lists.append(sorted(idx, key=rank.__getitem__))
+        members.append(pos)
+    for s, pos in enumerate(members):
+        witness = index.convexity_witness(pos)
+        if witness is not None:
+            u, origin, c = witness
+            raise ValueError(
+                f"contracting subgraph {s} ({subgraphs[s].pattern!r}) would create a cycle: "
+                f"{_describe(index, u)} lies outside it on a path from "
+                f"{_describe(index, origin)} back into {_describe(index, c)}"
+            )
+    return members
 
-    for s, members in enumerate(member_lists):
-        _check_convex(nodes, set(members), rank, consumers, s, subgraphs[s].pattern)
 
-    # ---- contracted graph: units = fused subgraphs + remaining nodes -------
-    units: list[frozenset[int]] = [frozenset(m) for m in member_lists]
-    unit_of: dict[int, int] = {}
-    for u, m in enumerate(units):
-        for i in m:
-            unit_of[i] = u
-    for i in range(len(nodes)):
-        if i not in unit_of:
-            unit_of[i] = len(units)
-            units.append(frozenset((i,)))
-    preds: list[set[int]] = [set() for _ in units]
-    for u, m in enumerate(units):
-        for i in m:
-            for v in _consumed(nodes[i]):
-                p = producers.get(v)
-                if p is not None and unit_of[p] != u:
-                    preds[u].add(unit_of[p])
+def contract_units(index: GraphIndex, members: Sequence[Sequence[int]]) -> tuple[list, list]:
+    """The contracted graph: units are the subgraphs (first, in order) then every other node
+    alone; returns (units as position sets, predecessor units of each unit)."""
+    units: list[frozenset[int]] = [frozenset(m) for m in members]
+    unit_of = {p: u for u, m in enumerate(units) for p in m}
+    for p in range(len(index.nodes)):
+        if p not in unit_of:
+            unit_of[p] = len(units)
+            units.append(frozenset((p,)))
+    preds = [{unit_of[q] for q in index.producers_of(m)} for m in units]
+    return units, preds
+
+
+def order_units(
+    units: Sequence[frozenset[int]], preds: Sequence[set[int]], describe_unit
+) -> list[int]:
+    """Units in topological order (ties: the unit whose first node comes first); a cycle raises
+    ValueError naming the units on it."""
     succs: list[set[int]] = [set() for _ in units]
     for u, ps in enumerate(preds):
         for p in ps:
             succs[p].add(u)
     indeg = [len(p) for p in preds]
-    key = [min(rank[i] for i in m) for m in units]
+    key = [min(m) for m in units]
     heap = [(key[u], u) for u in range(len(units)) if indeg[u] == 0]
     heapq.heapify(heap)
-    unit_order: list[int] = []
+    order: list[int] = []
     while heap:
         _, u = heapq.heappop(heap)
-        unit_order.append(u)
+        order.append(u)
         for v in succs[u]:
             indeg[v] -= 1
             if indeg[v] == 0:
                 heapq.heappush(heap, (key[v], v))
-    if len(unit_order) != len(units):
-        leftover = set(range(len(units))) - set(unit_order)
-        cyc = _find_cycle(units, preds, leftover)
-        names = [
-            f"subgraph {u} ({subgraphs[u].pattern!r})"
-            if u < len(subgraphs)
-            else _describe(nodes, next(iter(units[u])))
-            for u in cyc
-        ]
+    if len(order) != len(units):
+        leftover = set(range(len(units))) - set(order)
+        u, path, pos = min(leftover), [], {}
+        while u not in pos:
+            pos[u] = len(path)
+            path.append(u)
+            u = min(p for p in preds[u] if p in leftover)
+        names = [describe_unit(v) for v in path[pos[u]:]]
         raise ValueError(
             "contracting the subgraphs would create a cycle: " + " -> ".join(names + names[:1])
         )
+    return order
 
-    # ---- build fused nodes and functions ----------------------------------
+
+def build_functions(
+    model: onnx.ModelProto,
+    index: GraphIndex,
+    subgraphs: Sequence[FusedSubgraph],
+    members: Sequence[Sequence[int]],
+) -> tuple[list[onnx.NodeProto], dict, set[str]]:
+    """One Fused node per subgraph, the model-local functions they call (identical bodies share
+    one), and the values that disappear from the graph."""
     types = _value_types(model)
-    opset_versions = {o.domain: o.version for o in out.opset_import}
-    existing_funcs = {(f.domain, f.name, f.overload): f for f in out.functions}
-    new_funcs: dict[tuple[str, str, str], onnx.FunctionProto] = {}
+    opset_versions = {o.domain: o.version for o in model.opset_import}
+    existing = {(f.domain, f.name, f.overload): f for f in model.functions}
+    funcs: dict[tuple[str, str, str], onnx.FunctionProto] = {}
     fused_nodes: list[onnx.NodeProto] = []
-    removed_values: set[str] = set()
-
-    for s, (sg, members) in enumerate(zip(subgraphs, member_lists)):
-        inputs, outputs = _boundary(nodes, members, graph_outputs, consumers)
+    removed: set[str] = set()
+    for s, (sg, pos) in enumerate(zip(subgraphs, members)):
+        inputs, outputs = index.boundary(pos)
         if not outputs:
             raise ValueError(
                 f"subgraph {s} ({sg.pattern!r}) produces no value used outside it (dead code)"
             )
-        body, f_in, f_out, canon = _build_body(nodes, members, inputs, outputs)
+        body, f_in, f_out, canon = _build_body(index.nodes, pos, inputs, outputs)
         sig = ";".join(_type_sig(types.get(v)) for v in inputs)
         sig += "->" + ";".join(_type_sig(types.get(v)) for v in outputs)
         digest = hashlib.sha256(canon + b"\n" + sig.encode()).hexdigest()
         overload = f"{sg.pattern}_{digest[:10]}"
         fkey = (DOMAIN, OP_TYPE, overload)
-
-        if fkey not in new_funcs:
+        if fkey not in funcs:
             domains = sorted({n.domain for n in body})
             func = helper.make_function(
-                DOMAIN,
-                OP_TYPE,
-                f_in,
-                f_out,
-                body,
+                DOMAIN, OP_TYPE, f_in, f_out, body,
                 [helper.make_opsetid(d, opset_versions.get(d, 1)) for d in domains],
                 doc_string=f"PlusEP fused subgraph, pattern {sg.pattern!r}",
                 overload=overload,
             )
-            if fkey in existing_funcs:
-                if existing_funcs[fkey].SerializeToString(deterministic=True) != func.SerializeToString(
-                    deterministic=True
-                ):
-                    raise ValueError(
-                        f"model already has a different function {DOMAIN}::{OP_TYPE}[{overload}]"
-                    )
-            new_funcs[fkey] = func
-
+            if fkey in existing and existing[fkey].SerializeToString(
+                deterministic=True
+            ) != func.SerializeToString(deterministic=True):
+                raise ValueError(
+                    f"model already has a different function {DOMAIN}::{OP_TYPE}[{overload}]"
+                )
+            funcs[fkey] = func
         node = helper.make_node(
             OP_TYPE, inputs, outputs, name=f"plus_ep/{sg.pattern}/{s}", domain=DOMAIN, overload=overload
         )
         node.attribute.append(_make_attr("pattern", sg.pattern))
         for k in sorted(sg.attrs):
-            if k == "pattern":
-                continue
-            node.attribute.append(_make_attr(k, sg.attrs[k]))
+            if k != "pattern":
+                node.attribute.append(_make_attr(k, sg.attrs[k]))
         fused_nodes.append(node)
-
         kept = set(outputs)
-        for i in members:
-            removed_values.update(o for o in nodes[i].output if o and o not in kept)
+        for p in pos:
+            removed.update(o for o in index.nodes[p].output if o and o not in kept)
+    return fused_nodes, {k: f for k, f in funcs.items() if k not in existing}, removed
 
-    # ---- reassemble the graph in topological order ------------------------
-    new_nodes = []
-    for u in unit_order:
-        if u < len(subgraphs):
-            new_nodes.append(fused_nodes[u])
-        else:
-            new_nodes.append(nodes[next(iter(units[u]))])
+
+def reassemble(
+    out: onnx.ModelProto,
+    index: GraphIndex,
+    units: Sequence[frozenset[int]],
+    unit_order: Sequence[int],
+    fused_nodes: Sequence[onnx.NodeProto],
+    new_funcs: Mapping,
+    removed: set[str],
+) -> onnx.ModelProto:
+    """Write the contracted graph into ``out`` (a copy of the model) in topological order."""
+    graph = out.graph
+    n_fused = len(fused_nodes)
+    new_nodes = [fused_nodes[u] if u < n_fused else index.nodes[next(iter(units[u]))] for u in unit_order]
     del graph.node[:]
     graph.node.extend(new_nodes)
-
-    kept_vi = [vi for vi in graph.value_info if vi.name not in removed_values]
+    kept_vi = [vi for vi in graph.value_info if vi.name not in removed]
     del graph.value_info[:]
     graph.value_info.extend(kept_vi)
-
-    for fkey, func in new_funcs.items():
-        if fkey not in existing_funcs:
-            out.functions.append(func)
-    if DOMAIN not in opset_versions:
+    out.functions.extend(new_funcs.values())
+    if DOMAIN not in {o.domain for o in out.opset_import}:
         out.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     out.ir_version = max(out.ir_version, MIN_IR_VERSION)
     return out
+
+
+def fuse(
+    model: onnx.ModelProto, subgraphs: Sequence[FusedSubgraph], index: GraphIndex | None = None
+) -> onnx.ModelProto:
+    """Return a copy of ``model`` with every subgraph contracted to a Fused node.
+
+    Raises ValueError if the subgraphs overlap, contain nodes with graph
+    attributes (If/Loop/Scan), or if contracting them would create a cycle.
+    ``index``: the GraphIndex of ``model.graph`` when the caller already has one.
+    """
+    out = copy.deepcopy(model)
+    if not subgraphs:
+        return out
+    index = index if index is not None else GraphIndex(model.graph)
+    members = validate_partition(model, index, subgraphs)
+    units, preds = contract_units(index, members)
+
+    def describe_unit(u: int) -> str:
+        if u < len(subgraphs):
+            return f"subgraph {u} ({subgraphs[u].pattern!r})"
+        return _describe(index, next(iter(units[u])))
+
+    unit_order = order_units(units, preds, describe_unit)
+    fused_nodes, new_funcs, removed = build_functions(model, index, subgraphs, members)
+    return reassemble(out, index, units, unit_order, fused_nodes, new_funcs, removed)
 
 
 # --------------------------------------------------------------------------- #

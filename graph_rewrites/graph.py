@@ -7,7 +7,6 @@ inputs, so a 400 MB model infers in a fraction of a second; onnx's own inference
 """
 from __future__ import annotations
 
-import heapq
 import logging
 import re
 from dataclasses import dataclass, field
@@ -16,10 +15,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .index import GraphIndex
+from .ops import SHAPE_OPS
+
 log = logging.getLogger("plus_ep.graph")
 
-SHAPE_OPS = frozenset({"Shape", "Size"})
-ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
 SMALL_CONST = 4096            # elements: initializers up to this size are kept by value
 
 
@@ -30,10 +30,11 @@ class ModelError(ValueError):
 @dataclass
 class GraphView:
     model: onnx.ModelProto
+    graph_index: GraphIndex | None = None                 # the one use-def index of model.graph
     nodes: list = field(default_factory=list)             # graph.node, topologically sorted
     index: list = field(default_factory=list)             # position of nodes[i] in graph.node
     producer: dict = field(default_factory=dict)          # tensor -> node index
-    consumers: dict = field(default_factory=dict)         # tensor -> [node index]
+    consumers: dict = field(default_factory=dict)         # tensor -> [node index] (implicit reads too)
     shapes: dict = field(default_factory=dict)            # tensor -> list[int|str|None] | None
     dtypes: dict = field(default_factory=dict)            # tensor -> onnx elem type
     consts: dict = field(default_factory=dict)            # tensor -> np.ndarray (small constants)
@@ -49,16 +50,9 @@ class GraphView:
             for a in n.attribute:
                 if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                     log.debug("node %s has a subgraph attribute; it stays unfused", n.name)
-        view = cls(model=model)
-        view.index = toposort(g)
-        view.nodes = [g.node[i] for i in view.index]
-        for i, n in enumerate(view.nodes):
-            for t in n.output:
-                if t:
-                    view.producer[t] = i
-            for t in n.input:
-                if t:
-                    view.consumers.setdefault(t, []).append(i)
+        ix = GraphIndex(g)             # positions in GraphView are the index's positions
+        view = cls(model=model, graph_index=ix, nodes=ix.nodes, index=ix.order,
+                   producer=ix.producer, consumers=ix.consumers)
         view.outputs = {o.name for o in g.output}
         for init in g.initializer:
             view.initializers.add(init.name)
@@ -129,8 +123,7 @@ class GraphView:
         return self.consts.get(t)
 
     def node_label(self, i: int) -> str:
-        n = self.nodes[i]
-        return f"{n.op_type} node '{n.name or n.output[0]}'"
+        return self.graph_index.label(i)
 
 
 def _dim(d) -> int | str | None:
@@ -239,45 +232,3 @@ def _strip_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
                             functions=model.functions, graph=g)
     return light
-
-
-def toposort(graph: onnx.GraphProto) -> list:
-    """Indices of graph.node in a topological order (stable). A cycle raises ModelError."""
-    nodes = list(graph.node)
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    producer = {t: i for i, n in enumerate(nodes) for t in n.output if t}
-    indeg, users = [0] * len(nodes), {}
-    for i, n in enumerate(nodes):
-        deps = {producer[t] for t in list(n.input) + _implicit_inputs(n) if t in producer and t not in available}
-        indeg[i] = len(deps)
-        for d in deps:
-            users.setdefault(d, []).append(i)
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    order = []
-    heapq.heapify(ready)
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users.get(i, []):
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(nodes):
-        stuck = next(i for i, d in enumerate(indeg) if d > 0)
-        n = nodes[stuck]
-        raise ModelError(f"graph has a cycle through {n.op_type} node '{n.name or n.output[0]}'; "
-                         "an ONNX graph must be acyclic (re-export the model)")
-    return order
-
-
-def _implicit_inputs(node) -> list:
-    """Names a node's subgraph attributes read from the enclosing scope."""
-    names = []
-    for a in node.attribute:
-        subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-        for sg in subs:
-            local = {i.name for i in sg.input} | {i.name for i in sg.initializer}
-            local |= {t for n in sg.node for t in n.output}
-            for n in sg.node:
-                names += [t for t in list(n.input) + _implicit_inputs(n) if t and t not in local]
-    return names

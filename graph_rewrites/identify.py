@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from . import match
+from . import match, ops
 from .build import build
 from .graph import GraphView
 from .lowering import lower_all
@@ -58,46 +58,32 @@ class Step:
 
 
 class Identifier:
-    def __init__(self, view: GraphView, warehouse):
+    """Algorithms 1 and 2 over one GraphView. ``kernels=True`` (kernels will be built): nodes the
+    codegen cannot render (ops.unrenderable_reason) stay out of every subgraph, listed in
+    ``refused`` with the reason, instead of being identified and dropped at kernel build."""
+
+    def __init__(self, view: GraphView, warehouse, kernels: bool = False):
         self.view, self.warehouse = view, list(warehouse)
+        self.index = view.graph_index
         self.nests = lower_all(view)
-        self._reach()
+        self.refused: dict = {}          # node -> why the codegen cannot render it (kernels=True)
+        if kernels:
+            for i in list(self.nests):
+                why = ops.unrenderable_reason(view.nodes[i], view)
+                if why is not None:
+                    self.refused[i] = why
+                    del self.nests[i]
+        self.desc, self.anc = self.index.descendants, self.index.ancestors
         self.steps: dict = {}            # seed -> [Step]
         self.support: set = set()        # shape-only nodes already moved into a subgraph
         self._verdicts: dict = {}
 
-    # ---- reachability bitsets ----------------------------------------------------------------
-    def _reach(self):
-        v, n = self.view, len(self.view.nodes)
-        users = [sorted({u for t in node.output if t for u in v.consumers.get(t, [])}) for node in v.nodes]
-        self.desc = [0] * n
-        for i in range(n - 1, -1, -1):
-            bits = 0
-            for u in users[i]:
-                bits |= (1 << u) | self.desc[u]
-            self.desc[i] = bits
-        self.anc = [0] * n
-        for i in range(n):
-            for u in users[i]:
-                self.anc[u] |= (1 << i) | self.anc[i]
-
     def acyclic_with(self, nodes) -> bool:
-        mask = D = A = 0
-        for s in nodes:
-            mask |= 1 << s
-            D |= self.desc[s]
-            A |= self.anc[s]
-        return not (D & A & ~mask)
+        return self.index.is_convex(nodes)
 
     # ---- matching ----------------------------------------------------------------------------
     def outputs_of(self, nodes) -> list:
-        v, members = self.view, set(nodes)
-        outs = []
-        for i in sorted(members):
-            for t in v.nodes[i].output:
-                if t and (t in v.outputs or any(u not in members for u in v.consumers.get(t, []))):
-                    outs.append(t)
-        return outs
+        return self.index.outputs(nodes)
 
     def pgraph(self, nodes) -> PGraph:
         return build(self.nests, [i for i in nodes if i in self.nests], self.outputs_of(nodes))
@@ -240,24 +226,10 @@ class Identifier:
                         outputs=self.outputs_of(nodes))
 
     def _producers(self, members):
-        v, ms = self.view, set(members)
-        out = set()
-        for i in ms:
-            for t in v.nodes[i].input:
-                p = v.producer.get(t)
-                if p is not None and p not in ms and p in self.nests:
-                    out.add(p)
-        return out
+        return {p for p in self.index.producers_of(members) if p in self.nests}
 
     def _consumers(self, members):
-        v, ms = self.view, set(members)
-        out = set()
-        for i in ms:
-            for t in v.nodes[i].output:
-                for u in v.consumers.get(t, []):
-                    if u not in ms and u in self.nests:
-                        out.add(u)
-        return out
+        return {u for u in self.index.consumers_of(members) if u in self.nests}
 
     # ---- Algorithm 1 -------------------------------------------------------------------------
     def run(self) -> list:
@@ -290,32 +262,14 @@ def check_partition(ident: Identifier, subgraphs) -> None:
         if not ident.acyclic_with(sg.nodes):
             raise AssertionError(f"subgraph {k} ({sg.pattern.name}) is not convex")
     # contracted graph: edges between subgraphs (and unfused nodes) must not form a cycle
-    group = {i: ("s", seen[i]) if i in seen else ("n", i) for i in range(len(ident.view.nodes))}
-    edges = {}
-    for i, node in enumerate(ident.view.nodes):
-        for t in node.output:
-            for u in ident.view.consumers.get(t, []):
-                if group[u] != group[i]:
-                    edges.setdefault(group[i], set()).add(group[u])
-    state = {}
-    for start in set(group.values()):
-        if state.get(start):
-            continue
-        stack = [(start, iter(edges.get(start, ())))]
-        state[start] = 1
-        while stack:
-            n, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                state[n] = 2
-                stack.pop()
-            elif state.get(nxt) == 1:
-                raise AssertionError(f"fused subgraphs form a cycle through {nxt}")
-            elif not state.get(nxt):
-                state[nxt] = 1
-                stack.append((nxt, iter(edges.get(nxt, ()))))
+    from .fuse import contract_units, order_units
+    units, preds = contract_units(ident.index, [sorted(sg.nodes) for sg in subgraphs])
+    try:
+        order_units(units, preds, lambda u: f"subgraph {u}" if u < len(subgraphs) else ident.view.node_label(min(units[u])))
+    except ValueError as exc:
+        raise AssertionError(f"fused subgraphs form a cycle: {exc}") from None
 
 
-def identify(view: GraphView, warehouse):
-    ident = Identifier(view, warehouse)
+def identify(view: GraphView, warehouse, kernels: bool = False):
+    ident = Identifier(view, warehouse, kernels)
     return ident.run(), ident

@@ -46,6 +46,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from . import ops
 from .lowering import default_opset
 from .ploop import Loop, PGraph, Stmt
 
@@ -194,9 +195,8 @@ class _Checker:
 
 
 # ---- iteration spaces --------------------------------------------------------------------------
-_VIEW_OPS = frozenset({"Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
-_REDUCE_OPS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-                         "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
+_VIEW_OPS = ops.of_kind("view")
+_REDUCE_OPS = ops.of_kind("reduce")
 
 
 def _iteration_space(node, values):

@@ -14,21 +14,16 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from . import ops
 from .graph import GraphView
 
 Axes = tuple  # loop indices (into Nest.loops) iterating one tensor axis; () = broadcast / indirect
 
-ELEMENTWISE = frozenset("""Add Sub Mul Div Pow Max Min Mod Equal Less Greater LessOrEqual GreaterOrEqual
-And Or Xor Not Where Exp Log Sqrt Reciprocal Neg Abs Erf Tanh Sigmoid Relu Cast CastLike IsNaN IsInf
-Softplus Softsign Gelu Sin Cos Floor Ceil Sign Clip LeakyRelu Elu Selu HardSigmoid HardSwish Round
-BitwiseNot BitwiseAnd BitwiseOr PRelu Mish Sum Mean""".split())
-VIEWS = frozenset({"Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
-REDUCES = {"ReduceSum": "reduceSum", "ReduceMean": "reduceMean", "ReduceMax": "reduceMax",
-           "ReduceMin": "reduceMin", "ReduceProd": "reduceProd", "ReduceL1": "reduceL1",
-           "ReduceL2": "reduceL2", "ReduceLogSumExp": "reduceLogSumExp",
-           "ReduceSumSquare": "reduceSumSquare", "ArgMax": "argMax", "ArgMin": "argMin"}
-INJECTIVE = frozenset({"Expand", "Slice", "Concat", "Split", "Gather", "Tile", "Trilu"})
-COMPOSITE = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "RMSNormalization"})
+ELEMENTWISE = ops.of_kind("elementwise")      # the kinds come from the one op vocabulary (ops.py)
+VIEWS = ops.of_kind("view")
+REDUCES = ops.of_kind("reduce")
+INJECTIVE = ops.of_kind("injective")
+COMPOSITE = ops.of_kind("composite")
 
 
 @dataclass(eq=False)
@@ -53,14 +48,12 @@ class Nest:
         return len(self.loops) - 1
 
 
-def tag_of(op_type: str) -> str:
-    if op_type in ("MatMul", "Gemm"):
-        return "dot"
-    return REDUCES.get(op_type, op_type[:1].lower() + op_type[1:])
+tag_of = ops.tag_of
 
 
 def known_ops() -> frozenset:
-    return ELEMENTWISE | VIEWS | INJECTIVE | COMPOSITE | frozenset(REDUCES) | {"MatMul", "Gemm"}
+    """Every op lowering accepts."""
+    return ops.of_kind("elementwise", "view", "injective", "reduce", "dot", "composite")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,7 +255,7 @@ def _reduce(ctx, node) -> Nest | None:
     for j in red:
         in_axes[j] = (len(loops),)
         loops.append((shape[j], False))
-    tag = REDUCES[node.op_type]
+    tag = tag_of(node.op_type)
     if not red:  # reducing unit axes only: an element-wise copy
         return Nest(node, tag, "elementwise", loops, {data: in_axes}, {out: out_axes})
     return Nest(node, tag, "reduce", loops, {data: in_axes}, {out: out_axes})

@@ -1,13 +1,16 @@
-"""The one table from ONNX element-wise operators to C expressions (compute types: float,
-long long, bool). Each entry takes the node, the argument expressions and their compute types and
-returns (expression, compute type). Composite activations (erf/tanh GELU, SiLU, ...) reach the table
-as their primitives (Erf, Tanh, Sigmoid, Mul...), so the generated code reads like the exported graph.
+"""C expressions of ONNX element-wise operators (compute types: float, long long, bool), built from
+the one op vocabulary (``graph_rewrites/ops.py``: each op's ``c`` spec). Each entry takes the node,
+the argument expressions and their compute types and returns (expression, compute type). Composite
+activations (erf/tanh GELU, SiLU, ...) reach the table as their primitives (Erf, Tanh, Sigmoid,
+Mul...), so the generated code reads like the exported graph.
 """
 from __future__ import annotations
 
 import math
 
 from onnx import helper
+
+from ..graph_rewrites import ops
 
 F, I, B = "float", "long long", "bool"
 
@@ -135,25 +138,62 @@ def _isinf(node, a, t):
     return (f"({x} == CUDART_INF_F)" if pos else f"({x} == -CUDART_INF_F)"), B
 
 
-TABLE = {
-    "Add": _binary("+"), "Sub": _binary("-"), "Mul": _binary("*"), "Div": _binary("/"),
-    "Equal": _binary("==", True), "Less": _binary("<", True), "Greater": _binary(">", True),
-    "LessOrEqual": _binary("<=", True), "GreaterOrEqual": _binary(">=", True),
-    "And": _binary("&&", True), "Or": _binary("||", True), "Xor": _binary("!=", True),
+def _selu(node, a, t):
+    x = _f(a[0], t[0])
+    al = lit(attr(node, "alpha", 1.67326319217681884765625))
+    ga = lit(attr(node, "gamma", 1.05070102214813232421875))
+    return f"({x} > 0.0f ? {ga} * {x} : {ga} * ({al} * expf({x}) - {al}))", F
+
+
+def _hswish(node, a, t):
+    x = _f(a[0], t[0])
+    return f"({x} * fmaxf(0.0f, fminf(1.0f, {x} * (1.0f / 6.0f) + 0.5f)))", F
+
+
+def _bitwise(op):
+    def emit(node, a, t):
+        if any(ti != I for ti in t):
+            raise ValueError(f"{node.op_type} on non-integer operands")
+        return (f"(~({a[0]}))" if op == "~" else f"(({a[0]}) {op} ({a[1]}))"), I
+    return emit
+
+
+def _prelu(node, a, t):
+    x, slope = _f(a[0], t[0]), _f(a[1], t[1])
+    return f"({x} < 0.0f ? {slope} * {x} : {x})", F
+
+
+def _variadic_sum(mean):
+    def emit(node, a, t):
+        terms = [_f(x, tx) for x, tx in zip(a, t) if x]
+        total = " + ".join(terms)
+        return (f"(({total}) / {lit(float(len(terms)))})" if mean else f"({total})"), F
+    return emit
+
+
+_CUSTOM = {
     "Pow": _pow, "Max": _minmax("fmaxf", ">"), "Min": _minmax("fminf", "<"), "Where": _where,
-    "Mod": _mod, "Clip": _clip, "Not": _not, "Neg": _neg,
-    "Identity": _identity, "Dropout": _identity,
-    "Relu": _unary_f("fmaxf({x}, 0.0f)"), "Sigmoid": _unary_f("(1.0f / (1.0f + expf(-{x})))"),
-    "Tanh": _unary_f("tanhf({x})"), "Erf": _unary_f("erff({x})"), "Exp": _unary_f("expf({x})"),
-    "Log": _unary_f("logf({x})"), "Sqrt": _unary_f("sqrtf({x})"), "Reciprocal": _unary_f("(1.0f / {x})"),
-    "Abs": _unary_f("fabsf({x})"), "Sin": _unary_f("sinf({x})"), "Cos": _unary_f("cosf({x})"),
-    "Floor": _unary_f("floorf({x})"), "Ceil": _unary_f("ceilf({x})"), "Round": _unary_f("rintf({x})"),
-    "Sign": _unary_f("(float)(({x} > 0.0f) - ({x} < 0.0f))"),
-    "Softplus": _unary_f("log1pf(expf({x}))"), "Softsign": _unary_f("({x} / (1.0f + fabsf({x})))"),
-    "Mish": _unary_f("({x} * tanhf(log1pf(expf({x}))))"), "Gelu": _gelu, "LeakyRelu": _leaky,
-    "Elu": _elu, "HardSigmoid": _hsig, "IsNaN": lambda n, a, t: (f"isnan({_f(a[0], t[0])})", B),
-    "IsInf": _isinf,
+    "Mod": _mod, "Clip": _clip, "Not": _not, "Neg": _neg, "Gelu": _gelu, "LeakyRelu": _leaky,
+    "Elu": _elu, "Selu": _selu, "HardSigmoid": _hsig, "HardSwish": _hswish, "IsInf": _isinf,
+    "IsNaN": lambda n, a, t: (f"isnan({_f(a[0], t[0])})", B),
+    "BitwiseNot": _bitwise("~"), "BitwiseAnd": _bitwise("&"), "BitwiseOr": _bitwise("|"),
+    "PRelu": _prelu, "Sum": _variadic_sum(False), "Mean": _variadic_sum(True),
 }
+
+
+def _from_spec(spec: str):
+    kind, _, arg = spec.partition(":")
+    if spec.startswith("@"):
+        return _CUSTOM[spec[1:]]
+    if kind == "f":
+        return _unary_f(arg)
+    if kind in ("bin", "cmp"):
+        return _binary(arg, cmp=kind == "cmp")
+    raise ValueError(f"unknown C spec {spec!r}")
+
+
+TABLE = {name: _from_spec(op.c) for name, op in ops.OPS.items() if op.c is not None}
+TABLE.update({name: _identity for name in ops.with_role("alias")})   # pulled as a value: the input
 
 
 def emit(node, args: list, types: list, const_exponent=None):

@@ -15,7 +15,7 @@ from . import cexpr, dtypes
 from .cexpr import attr
 from .pull import VIEW_OPS, Emitter, RenderError, describe
 
-PASS_OPS = {"Cast"} | VIEW_OPS
+PASS_OPS = {"Cast", "CastLike"} | VIEW_OPS
 
 
 def forward_map(em: Emitter, src: str, idx: list, barriers=()) -> dict:

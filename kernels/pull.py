@@ -13,10 +13,11 @@ import numpy as np
 import sympy
 from onnx import TensorProto
 
+from ..graph_rewrites import ops
 from . import cexpr, dtypes, symdim
 from .cexpr import attr
 
-VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
+VIEW_OPS = ops.with_role("alias")        # same elements, same order: pulled through a reshape
 MAX_LITERAL_ARRAY = 64
 
 
@@ -218,8 +219,12 @@ class Emitter:
         if op == "Expand":
             src = node.input[0]
             return self.value(src, self.broadcast(idx, self.shape(src), out_shape))
-        if op == "Cast":
+        if op in ("Cast", "CastLike"):
             return self._cast(node, idx)
+        if op == "Tile":
+            return self._tile(node, idx)
+        if op == "Trilu":
+            return self._trilu(node, t, idx)
         if op == "Slice":
             return self._slice(node, idx)
         if op == "Split":
@@ -255,13 +260,30 @@ class Emitter:
 
     def _cast(self, node, idx):
         e, ct = self.value(node.input[0], idx)
-        to = attr(node, "to")
+        to = attr(node, "to") if node.op_type == "Cast" else self.dtype(node.input[1])
         target = dtypes.compute(to)
         if to == TensorProto.FLOAT16 and ct == "float":
             return self.tmp(f"__half2float(__float2half_rn({e}))", "float"), "float"
         if to == TensorProto.BFLOAT16 and ct == "float":
             return self.tmp(f"__bfloat162float(__float2bfloat16_rn({e}))", "float"), "float"
         return self.tmp(dtypes.convert(e, ct, target), target), target
+
+    def _tile(self, node, idx):
+        """Tile: output index modulo the input's dims (an axis repeated once keeps its index)."""
+        src = node.input[0]
+        in_shape, out_shape = self.shape(src), self.shape(node.output[0])
+        out = [i if sympy.simplify(d - o) == 0 else ("0" if d == 1 else f"({i}) % {self.c(d)}")
+               for i, d, o in zip(idx, in_shape, out_shape)]
+        return self.value(src, out)
+
+    def _trilu(self, node, t, idx):
+        """Trilu: the element where column - row <= k (lower) or >= k (upper), else 0."""
+        k = (self._const_ints(node, 1) or [0])[0]
+        i, j = idx[-2], idx[-1]
+        keep = f"({j}) - ({i}) >= {k}LL" if attr(node, "upper", 1) else f"({j}) - ({i}) <= {k}LL"
+        ok = self.tmp(keep, "bool", "tr")
+        v, ct = self.value(node.input[0], idx)
+        return self.tmp(f"{ok} ? {v} : ({ct})0", ct), ct
 
     def _const_ints(self, node, k, default=None):
         if len(node.input) <= k or not node.input[k]:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import sympy
 
+from ..graph_rewrites import ops
 from . import dtypes, symdim
 from .cexpr import attr, lit
 from .pull import Emitter, RenderError, describe
 
-REDUCE_OPS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
-              "ReduceProd": "prod", "ReduceSumSquare": "sumsq", "ReduceL1": "l1", "ReduceL2": "l2",
-              "ReduceLogSumExp": "lse"}
-ROW_OPS = set(REDUCE_OPS) | {"Softmax", "LogSoftmax", "LayerNormalization", "RMSNormalization"}
+REDUCE_OPS = {name: op.reduce for name, op in ops.OPS.items() if op.reduce}   # op -> combine kind
+ROW_OPS = set(REDUCE_OPS) | ops.with_role("row")
 _COMBINE = {"sum": ("0.0f", "{a} + {v}", "plus_block_sum"), "max": ("-CUDART_INF_F", "fmaxf({a}, {v})", "plus_block_max"),
             "min": ("CUDART_INF_F", "fminf({a}, {v})", "plus_block_min"), "prod": ("1.0f", "{a} * {v}", "plus_block_prod")}
 THREADS = 256

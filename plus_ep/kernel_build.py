@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import numpy_helper
 
-from .graph_rewrites.fuse import boundary
 from .kernels import nvrtc
 from .kernels.compile import Job, compile_all
 from .kernels.pull import RenderError
@@ -98,7 +97,7 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
     for k, sg in enumerate(subgraphs):
         name = node_names[k] if node_names else f"plus_ep/{sg.pattern.name}/{k}"
         try:
-            ins, outs = boundary(model, [view.index[i] for i in sg.nodes])
+            ins, outs = view.graph_index.boundary(sg.nodes)
             rd = render(view, sg, ins, outs, arch=archs[0], node_name=name, fp32_math=fp32_math)
             problem = plan_problem(rd.plan.text())
             if problem:

@@ -5,7 +5,8 @@ from collections import Counter
 
 import onnx
 
-from .graph_rewrites.graph import ALIAS_OPS, SHAPE_OPS, GraphView
+from .graph_rewrites.graph import GraphView
+from .graph_rewrites.ops import ALIAS_OPS, SHAPE_OPS
 
 FUSED = ("ai.plus_ep", "Fused")
 

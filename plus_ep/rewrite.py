@@ -46,7 +46,7 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         if where and not str(exc).startswith(where):
             raise ModelError(f"{where}: {exc}") from None
         raise
-    ident = Identifier(view, wh)
+    ident = Identifier(view, wh, kernels=bool(archs))
     subgraphs = ident.run() if fusable_opset(proto) else []
     built = None
     if archs:
@@ -63,7 +63,7 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         if built is not None:
             attrs.update(kernel_attrs[k])
         specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs))
-    out = fuse(proto, specs) if specs else proto
+    out = fuse(proto, specs, view.graph_index) if specs else proto
     if built is not None and built.failures and specs:
         _names_from_plans(out)
     seconds = time.perf_counter() - start

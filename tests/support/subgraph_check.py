@@ -32,15 +32,9 @@ def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
 
 def boundaries(result):
     """[(inputs, outputs)] of every fused subgraph of a RewriteResult, in the original model: what
-    ``graph_rewrites.fuse.boundary`` gives, with the graph's order and consumers computed once."""
-    from plus_ep.graph_rewrites.fuse import _boundary, _consumer_map, _topo_order
-    view = result.view
-    nodes = list(view.model.graph.node)
-    rank = {i: r for r, i in enumerate(_topo_order(nodes))}
-    consumers = _consumer_map(nodes)
-    outputs = {o.name for o in view.model.graph.output}
-    return [_boundary(nodes, sorted((view.index[i] for i in sub.nodes), key=rank.__getitem__), outputs,
-                      consumers) for sub in result.subgraphs]
+    ``graph_rewrites.fuse.boundary`` gives, read from the view's one GraphIndex."""
+    index = result.view.graph_index
+    return [index.boundary(sub.nodes) for sub in result.subgraphs]
 
 
 def close(got, want, rtol: float, atol: float) -> str | None:

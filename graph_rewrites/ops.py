@@ -1,0 +1,140 @@
+"""The one op vocabulary: for each ONNX operator (default domain) what lowering, codegen, the
++Graph interpreter and the reports need to know about it.
+
+    OPS["Tanh"]  -> Op(kind="elementwise", tag="tanh", role=None, c="f:tanhf({x})")
+
+* ``kind`` — how lowering turns it into +Loops: ``elementwise``, ``view`` (no loops; re-indexes its
+  input), ``injective``, ``reduce``, ``dot``, ``composite`` (lowered through its decomposition);
+  ``None`` for ops that are only named here for their role (Shape, Size).
+* ``role`` — ``alias`` (same elements in the same order: Reshape family, Identity, Dropout; no
+  kernel of its own), ``view`` (re-indexes: Transpose), ``shape`` (reads only its input's shape),
+  ``guard`` (IsNaN, the NaN guard's test), ``reduction`` (a reduction over an axis set), ``row``
+  (a composite row operation: softmax, normalisations), ``dot`` (the GEMM skeleton).
+* ``c`` — the C element expression, read by ``kernels.cexpr``: ``f:FMT`` a float unary function of
+  ``{x}``; ``bin:OP`` / ``cmp:OP`` a binary operator (arithmetic / comparison); ``@name`` one of
+  cexpr's own emitters. ``None`` when the op has no element expression.
+* ``index`` — the codegen computes it by re-indexing its input(s) (kernels.pull): views, Expand,
+  Slice, Split, Concat, Gather, Tile, Trilu, Cast, CastLike.
+* ``template`` — only a template computes it (MatMul/Gemm, reductions, row composites).
+* ``unrenderable`` — why codegen cannot render the op (lowering accepts it; with kernels
+  requested identification leaves it out). ``None`` for every renderable op.
+
+An op is *renderable* when it has an element expression, an index rule or a template. A test
+asserts every op lowering accepts is renderable or declares why not.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str | None
+    role: str | None = None
+    c: str | None = None
+    index: bool = False
+    template: bool = False
+    tag: str | None = None                 # +Loop statement tag (default: lowerCamel of the name)
+    reduce: str | None = None              # row reduction kind for the row template
+    unrenderable: str | None = None
+
+    @property
+    def renderable(self) -> bool:
+        return self.unrenderable is None and (self.c is not None or self.index or self.template)
+
+
+_OPS: list[Op] = []
+
+
+def _add(name, kind, **kw):
+    _OPS.append(Op(name, kind, **kw))
+
+
+# ---- element-wise ----------------------------------------------------------------------------
+for _n, _op in (("Add", "+"), ("Sub", "-"), ("Mul", "*"), ("Div", "/")):
+    _add(_n, "elementwise", c=f"bin:{_op}")
+for _n, _op in (("Equal", "=="), ("Less", "<"), ("Greater", ">"), ("LessOrEqual", "<="),
+                ("GreaterOrEqual", ">="), ("And", "&&"), ("Or", "||"), ("Xor", "!=")):
+    _add(_n, "elementwise", c=f"cmp:{_op}")
+for _n, _fmt in (("Relu", "fmaxf({x}, 0.0f)"), ("Sigmoid", "(1.0f / (1.0f + expf(-{x})))"),
+                 ("Tanh", "tanhf({x})"), ("Erf", "erff({x})"), ("Exp", "expf({x})"), ("Log", "logf({x})"),
+                 ("Sqrt", "sqrtf({x})"), ("Reciprocal", "(1.0f / {x})"), ("Abs", "fabsf({x})"),
+                 ("Sin", "sinf({x})"), ("Cos", "cosf({x})"), ("Floor", "floorf({x})"), ("Ceil", "ceilf({x})"),
+                 ("Round", "rintf({x})"), ("Sign", "(float)(({x} > 0.0f) - ({x} < 0.0f))"),
+                 ("Softplus", "log1pf(expf({x}))"), ("Softsign", "({x} / (1.0f + fabsf({x})))"),
+                 ("Mish", "({x} * tanhf(log1pf(expf({x}))))")):
+    _add(_n, "elementwise", c=f"f:{_fmt}")
+for _n in ("Pow", "Max", "Min", "Where", "Mod", "Clip", "Not", "Neg", "Gelu", "LeakyRelu", "Elu", "Selu",
+           "HardSigmoid", "HardSwish", "IsInf", "BitwiseNot", "BitwiseAnd", "BitwiseOr", "PRelu", "Sum", "Mean"):
+    _add(_n, "elementwise", c=f"@{_n}")
+_add("IsNaN", "elementwise", role="guard", c="@IsNaN")
+_add("Cast", "elementwise", index=True)
+_add("CastLike", "elementwise", index=True)
+
+# ---- views and aliases -----------------------------------------------------------------------
+for _n in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"):
+    _add(_n, "view", role="alias", index=True)
+_add("Transpose", "view", role="view", index=True)
+
+# ---- injective -------------------------------------------------------------------------------
+for _n in ("Expand", "Slice", "Concat", "Split", "Gather", "Tile", "Trilu"):
+    _add(_n, "injective", index=True)
+
+# ---- reductions, GEMM, composites ------------------------------------------------------------
+for _n, _kind in (("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "max"), ("ReduceMin", "min"),
+                  ("ReduceProd", "prod"), ("ReduceL1", "l1"), ("ReduceL2", "l2"), ("ReduceLogSumExp", "lse"),
+                  ("ReduceSumSquare", "sumsq")):
+    _add(_n, "reduce", role="reduction", template=True, tag=_n[:1].lower() + _n[1:], reduce=_kind)
+for _n in ("ArgMax", "ArgMin"):
+    _add(_n, "reduce", role="reduction", tag=_n[:1].lower() + _n[1:],
+         unrenderable="arg-reductions have no template (the row template reduces values only)")
+for _n in ("MatMul", "Gemm"):
+    _add(_n, "dot", role="dot", template=True, tag="dot")
+for _n in ("Softmax", "LogSoftmax", "LayerNormalization", "RMSNormalization"):
+    _add(_n, "composite", role="row", template=True)
+
+# ---- shape-only ------------------------------------------------------------------------------
+_add("Shape", None, role="shape", index=True)
+_add("Size", None, role="shape")
+
+OPS: dict[str, Op] = {o.name: o for o in _OPS}
+
+
+def get(op_type: str, domain: str = "") -> Op | None:
+    """The vocabulary entry of a node's op, or None (other domains, ops nobody knows)."""
+    return OPS.get(op_type) if domain in ("", "ai.onnx") else None
+
+
+def of_kind(*kinds: str) -> frozenset:
+    return frozenset(o.name for o in _OPS if o.kind in kinds)
+
+
+def with_role(*roles: str) -> frozenset:
+    return frozenset(o.name for o in _OPS if o.role in roles)
+
+
+def tag_of(op_type: str) -> str:
+    """The +Loop statement tag of an op (``dot`` for MatMul/Gemm, ``reduceSum``, ``tanh``...)."""
+    o = OPS.get(op_type)
+    if o is not None and o.tag:
+        return o.tag
+    return op_type[:1].lower() + op_type[1:]
+
+
+def unrenderable_reason(node, view=None) -> str | None:
+    """Why the codegen cannot render this node (None when it can). Op-level first, then the
+    node-level conditions the emitters need (constants they read at render time)."""
+    o = get(node.op_type, node.domain)
+    if o is None:
+        return f"{node.op_type} is not in the op vocabulary"
+    if not o.renderable:
+        return o.unrenderable or f"{node.op_type} has no element expression, index rule or template"
+    if node.op_type == "Trilu" and len(node.input) > 1 and node.input[1] and view is not None \
+            and view.const(node.input[1]) is None:
+        return "Trilu's k is not a constant"
+    return None
+
+
+ALIAS_OPS = with_role("alias")          # no kernel of their own: the reports do not count them
+SHAPE_OPS = with_role("shape")          # read only a shape: never data nodes

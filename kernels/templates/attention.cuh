@@ -46,7 +46,8 @@
 //
 // Entry: plus_attention, grid (cdiv(Sq, PLUS_BQ), H, B), block PLUS_WARPS*32, dynamic shared memory
 // PLUS_ATTN_SMEM_BYTES (kernels/attention_configs.py mirrors the formula). A query row whose keys are all
-// masked produces 0.
+// masked produces 0, or NaN with PLUS_MASKED_ROW_NAN 1 (the graph's softmax over all -inf without the
+// Where(IsNaN(p), 0, p) guard).
 #pragma once
 
 // ------------------------------------------------------------------------------------------ parameters
@@ -69,6 +70,10 @@
 #ifndef PLUS_CAUSAL
 #define PLUS_CAUSAL 0
 #endif
+#ifndef PLUS_MASKED_ROW_NAN
+#define PLUS_MASKED_ROW_NAN 0
+#endif
+#define PLUS_MASKED_ROW_SCALE (PLUS_MASKED_ROW_NAN ? CUDART_NAN_F : 0.0f)
 #ifndef PLUS_QKV_STRIDED
 #define PLUS_QKV_STRIDED 0
 #endif
@@ -421,11 +426,11 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
     // The next write of sP comes after the __syncthreads at the top of the loop.
   }
 
-  // Normalise and store. l == 0 means every key of the row was masked: the output is 0.
+  // Normalise and store. l == 0 means every key of the row was masked: the output is 0 (or NaN).
 #pragma unroll
   for (int r = 0; r < RL; ++r) {
     const float lsum = row_sum<16>(l[r]);
-    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    const float inv = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
     const int i = t.q0 + wrow0 + 2 * r + half;
     if (i < t.Sq) {
 #pragma unroll
@@ -697,11 +702,11 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     }
   }
 
-  // ---- normalise and store; l == 0: the row saw no key (all masked), its output is 0 ----
+  // ---- normalise and store; l == 0: the row saw no key (all masked), its output is 0 (or NaN) ----
 #pragma unroll
   for (int rh = 0; rh < 2; ++rh) {
     const float lsum = row_sum<4>(l[rh]);
-    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    const float inv = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
     const int i = rh ? i1 : i0;
     if (i < t.Sq) {
 #pragma unroll

@@ -1,4 +1,12 @@
-"""The launch plan: the text the native launcher evaluates per run (format: CONTRACT.md §3)."""
+"""The launch plan: the text the native launcher evaluates per run (format: CONTRACT.md §3).
+
+This module is the one Python writer and reader of that text (the launcher's own reader is
+plus_ep/native/plan.c):
+
+    text = plan.text()              # write
+    plan = parse(text)              # read back: parse(p.text()).text() == p.text()
+    problem(text)                   # why no input could make it right (int64 overflow, negative dims)
+"""
 from __future__ import annotations
 
 import re
@@ -35,6 +43,8 @@ class Plan:
     scratch: list = field(default_factory=list)   # rpn byte counts
     routes: list = field(default_factory=list)
     archs: list = field(default_factory=list)
+    shapev: list = field(default_factory=list)    # (K, input i, element j): symbol K from a shape tensor
+    vals: list | None = None                      # `val` expressions; None: v[K] = sK for bound symbols
 
     def text(self) -> str:
         lines = [f"plusplan {VERSION}", f"node {self.node}"]
@@ -45,8 +55,13 @@ class Plan:
             lines.append(" ".join(["in", str(i), str(dt), str(len(dims)), *dims]))
         for i, (dt, dims) in enumerate(self.outputs):
             lines.append(" ".join(["out", str(i), str(dt), str(len(dims)), *dims]))
-        bound = {tok for _, dims in self.inputs for tok in dims if tok.startswith("s")}
-        lines += [f"val {k} s{k}" if f"s{k}" in bound else f"val {k} 0" for k in range(len(self.syms))]
+        lines += [f"shapev s{k} {i} {j}" for k, i, j in self.shapev]
+        if self.vals is not None:
+            lines += [f"val {k} {e}" for k, e in enumerate(self.vals)]
+        else:
+            bound = {tok for _, dims in self.inputs for tok in dims if tok.startswith("s")}
+            bound |= {f"s{k}" for k, _, _ in self.shapev}
+            lines += [f"val {k} s{k}" if f"s{k}" in bound else f"val {k} 0" for k in range(len(self.syms))]
         lines += [f"scratch {k} {e}" for k, e in enumerate(self.scratch)]
         for r, route in enumerate(self.routes):
             lines.append(f"route {r} {route.cond}")
@@ -81,3 +96,120 @@ def check_bound(plan: Plan, node_name: str, sources=()):
         if str(k) in (used_plan | used_src) and f"s{k}" not in bound:
             raise RenderError(f"{node_name}: dimension '{name}' is not the exact size of any input axis, "
                               "so the launcher cannot bind it")
+
+
+# ------------------------------------------------------------------------------------------ reading
+INT64_MAX = 2**63 - 1          # the launcher evaluates every expression in int64
+
+
+class PlanSyntaxError(ValueError):
+    """The text is not a launch plan (header, record shape, numbering). `line` is 1-based, 0 for the text."""
+
+    def __init__(self, line: int, text: str, why: str):
+        self.line = line
+        super().__init__(f"plan line {line} `{text[:120]}`: {why}" if line else f"plan: {why}")
+
+
+def records(text: str) -> list:
+    """[(line number, record kind, tokens after the kind, the line)] of a plan, `plusplan` header
+    and `end` checked; the records' meaning is parse's (here) and plan.c's business."""
+    lines = text.split("\n")
+    if not text.endswith("\n") or lines[-1] != "":
+        raise PlanSyntaxError(0, text, "the text must end with one newline after `end`")
+    lines = lines[:-1]
+    if not lines or lines[0] != f"plusplan {VERSION}":
+        raise PlanSyntaxError(1, lines[0] if lines else "", f"the first line must be `plusplan {VERSION}`")
+    if lines[-1] != "end":
+        raise PlanSyntaxError(len(lines), lines[-1], "the last line must be `end`")
+    out = []
+    for no, line in enumerate(lines[1:-1], 2):
+        kind, _, rest = line.partition(" ")
+        if not kind:
+            raise PlanSyntaxError(no, line, "empty record")
+        out.append((no, kind, rest.split(" ") if rest else [], line))
+    return out
+
+
+def parse(text: str) -> Plan:
+    """The Plan a launch-plan text describes; PlanSyntaxError names the line that is not one."""
+    plan = Plan(node="")
+    vals: list = []
+    for no, kind, tok, line in records(text):
+        def need(n, form):
+            if len(tok) < n:
+                raise PlanSyntaxError(no, line, f"expected `{form}`")
+        try:
+            if kind == "node":
+                need(1, "node <name>")
+                plan.node = line[len("node "):]
+            elif kind == "archs":
+                need(1, "archs <arch> ...")
+                plan.archs = list(tok)
+            elif kind == "sym":
+                need(2, "sym <k> <name>")
+                _expect_index(no, line, int(tok[0]), len(plan.syms))
+                plan.syms.append(" ".join(tok[1:]))
+            elif kind in ("in", "out"):
+                need(3, f"{kind} <i> <dtype> <rank> <dims>...")
+                table = plan.inputs if kind == "in" else plan.outputs
+                _expect_index(no, line, int(tok[0]), len(table))
+                if len(tok) != 3 + int(tok[2]):
+                    raise PlanSyntaxError(no, line, f"rank {tok[2]} but {len(tok) - 3} dims")
+                table.append((int(tok[1]), list(tok[3:])))
+            elif kind == "shapev":
+                need(3, "shapev <sK> <i> <j>")
+                if not re.fullmatch(r"s\d+", tok[0]):
+                    raise PlanSyntaxError(no, line, "expected `shapev <sK> <i> <j>`")
+                plan.shapev.append((int(tok[0][1:]), int(tok[1]), int(tok[2])))
+            elif kind in ("val", "scratch"):
+                need(2, f"{kind} <k> <expr>")
+                table = vals if kind == "val" else plan.scratch
+                _expect_index(no, line, int(tok[0]), len(table))
+                table.append(tok[1])
+            elif kind == "route":
+                need(2, "route <r> <expr>")
+                _expect_index(no, line, int(tok[0]), len(plan.routes))
+                plan.routes.append(Route(cond=tok[1]))
+            elif kind == "kernel":
+                need(10, "kernel <r> <image> <entry> <gx> <gy> <gz> <bx> <by> <bz> <smem>")
+                r = int(tok[0])
+                if not 0 <= r < len(plan.routes):
+                    raise PlanSyntaxError(no, line, f"route {r} is not declared above")
+                plan.routes[r].launches.append(Launch(int(tok[1]), tok[2], tuple(tok[3:6]), tuple(tok[6:9]), tok[9]))
+            else:
+                raise PlanSyntaxError(no, line, f"unknown record `{kind}`")
+        except ValueError as exc:
+            if isinstance(exc, PlanSyntaxError):
+                raise
+            raise PlanSyntaxError(no, line, f"not a number where one belongs ({exc})") from None
+    plan.vals = vals
+    if plan.text() != text:
+        raise PlanSyntaxError(0, text, "records out of the writer's order (Plan.text() writes another text)")
+    return plan
+
+
+def _expect_index(no: int, line: str, got: int, want: int) -> None:
+    if got != want:
+        raise PlanSyntaxError(no, line, f"index {got} out of order (expected {want})")
+
+
+def problem(text: str) -> str | None:
+    """Why a launch plan cannot be right for any input: an integer beyond int64 (the launcher's
+    arithmetic), or a negative literal dim on an `in`/`out` line. None when it is fine."""
+    for no, kind, tok, line in records(text):
+        if kind in ("node", "sym", "archs"):
+            continue
+        for t in tok:
+            for item in t.split(","):
+                if item.lstrip("-").isdigit() and abs(int(item)) > INT64_MAX:
+                    return f"plan line {no} `{line[:120]}`: {item} does not fit in int64"
+        if kind in ("in", "out"):
+            bad = [t for t in tok[3:] if t.startswith("-") and t[1:].isdigit()]
+            if bad:
+                return f"plan line {no} `{line[:120]}`: negative dim {bad[0]}"
+    return None
+
+
+def node_of(text: str) -> str:
+    """The node a plan belongs to (its `node` record)."""
+    return parse(text).node

@@ -19,10 +19,9 @@ from onnx import numpy_helper
 
 from .kernels import nvrtc
 from .kernels.compile import Job, compile_all
+from .kernels.plan import problem as plan_problem
 from .kernels.pull import RenderError
 from .kernels.render import render
-
-from .model_check import INT64_MAX
 
 log = logging.getLogger("plus_ep")
 PACK_MAGIC = b"PLUSIMG1"
@@ -59,24 +58,6 @@ def unpack_images(pack: bytes) -> list:
         raise ValueError("not a PlusEP image pack")
     (n,) = struct.unpack_from("<I", pack, 8)
     return [pack[o:o + s] for o, s in (struct.unpack_from("<QQ", pack, 12 + 16 * k) for k in range(n))]
-
-
-def plan_problem(text: str) -> str | None:
-    """Why a launch plan cannot be right for any input: an integer beyond int64 (the launcher's
-    arithmetic), or a negative literal dim on an `in`/`out` line. None when it is fine."""
-    for no, line in enumerate(text.splitlines(), 1):
-        tok = line.split(" ")
-        if tok[0] in ("node", "sym", "archs", "plusplan"):
-            continue
-        for t in tok[1:]:
-            for item in t.split(","):
-                if item.lstrip("-").isdigit() and abs(int(item)) > INT64_MAX:
-                    return f"plan line {no} `{line[:120]}`: {item} does not fit in int64"
-        if tok[0] in ("in", "out"):
-            bad = [t for t in tok[4:] if t.startswith("-") and t[1:].isdigit()]
-            if bad:
-                return f"plan line {no} `{line[:120]}`: negative dim {bad[0]}"
-    return None
 
 
 def _smem(plan, variant: int) -> int:

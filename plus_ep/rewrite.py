@@ -11,6 +11,7 @@ import onnx
 from .graph_rewrites.fuse import FusedSubgraph, fuse
 from .graph_rewrites.graph import GraphView, ModelError
 from .graph_rewrites.identify import Identifier
+from .kernels.plan import node_of
 from .warehouse import default_warehouse
 
 from .model_check import check_model, fusable_opset, load_model  # noqa: F401  (load_model: public API)
@@ -78,10 +79,9 @@ def _names_from_plans(model: onnx.ModelProto) -> None:
     name a fused node that exists."""
     for n in model.graph.node:
         if n.domain == "ai.plus_ep" and n.op_type == "Fused":
-            plan = next((a.s for a in n.attribute if a.name == "plus_plan"), b"")
-            line = next((ln for ln in plan.decode("utf-8", "replace").splitlines() if ln.startswith("node ")), None)
-            if line:
-                n.name = line[len("node "):]
+            plan = next((a.s for a in n.attribute if a.name == "plus_plan"), None)
+            if plan is not None:
+                n.name = node_of(plan.decode("utf-8", "replace"))
 
 
 def rewrite(model, warehouse=None, disable=(), archs=None, **kw) -> onnx.ModelProto:

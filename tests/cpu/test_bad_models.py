@@ -232,7 +232,7 @@ def test_large_but_valid_dim_rewrites():
 def test_plan_guard_refuses_int64_overflow_and_negative_dims():
     """Defence behind check_model: a rendered plan with a literal beyond int64, or a negative literal
     dim, leaves its subgraph unfused (kernel_build) instead of reaching the launcher."""
-    from plus_ep.kernel_build import plan_problem
+    from plus_ep.kernels.plan import problem as plan_problem
     good = "plusplan 1\nnode n/0\nin 0 1 2 s0 8\nout 0 1 2 s0 8\nval 0 s0\nroute 0 1\n" \
            "kernel 0 0 k s0,256,cdiv 1 1 256 1 1 0\nend\n"
     assert plan_problem(good) is None

@@ -22,6 +22,7 @@ pytest.importorskip("cuda.bindings.nvrtc")
 
 import plus_ep.kernel_build as kernel_build  # noqa: E402
 from plus_ep.kernels import nvrtc  # noqa: E402
+from plus_ep.kernels import plan as plan_text  # noqa: E402
 from plus_ep.kernels.nvrtc import CompileError, CompileResult  # noqa: E402
 from plus_ep import cli  # noqa: E402
 from plus_ep.demo_model import build_bert, sample_inputs  # noqa: E402
@@ -103,9 +104,9 @@ def test_the_other_subgraphs_keep_their_kernels(broken):
     assert len(fused) == len(names) - len(failed) > 0
     for n in fused:
         plan = attr(n, "plus_plan").s.decode()
-        node_line = next(line for line in plan.splitlines() if line.startswith("node "))
-        assert node_line[5:] not in failed and "archs sm_90" in plan
-        assert n.name == node_line[5:]     # the launcher's errors name this very node
+        parsed = plan_text.parse(plan)
+        assert parsed.node not in failed and parsed.archs == ["sm_90"]
+        assert n.name == parsed.node     # the launcher's errors name this very node
         pack = bytes(onnx.numpy_helper.to_array(attr(n, "plus_images_sm_90").t))
         images = kernel_build.unpack_images(pack)
         assert images and all(nvrtc.cubin_arch(im) == "sm_90" for im in images)

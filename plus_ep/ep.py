@@ -148,6 +148,8 @@ def partition(original, rewritten) -> list[dict]:
     """Groups of `original`'s nodes that `rewritten`'s top-level Fused nodes (with plans) replace."""
     from onnx import numpy_helper
     nodes = list(original.graph.node)
+    if any(n.domain == "ai.plus_ep" and n.op_type == "Fused" for n in nodes):
+        return []       # already rewritten: the EP claims its Fused nodes itself
     producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
     groups = []
     for f in rewritten.graph.node:

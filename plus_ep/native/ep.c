@@ -356,6 +356,13 @@ static int claim_groups(plus_ep* ep, const OrtNode** nodes, size_t n, OrtEpGraph
                         "the graph ONNX Runtime optimized and free", grp->node, found, grp->n_members);
             continue;
         }
+        plus_pack packs[PLUS_MAX_ARCHS];
+        char err[PLUS_ERR_LEN];
+        for (int i = 0; i < grp->n_packs; i++) snprintf(packs[i].arch, sizeof packs[i].arch, "%.127s", grp->pack_arch[i]);
+        if (plus_pack_select(packs, grp->n_packs, ep->cc_major, ep->cc_minor, err, sizeof err) < 0) {
+            plus_ep_log(ep->logger, ORT_LOG_WARNING, "PlusEP: planned group %s not claimed: %s", grp->node, err);
+            continue;
+        }
         if (!same_boundary(grp, members, found)) {
             plus_ep_log(ep->logger, ORT_LOG_INFO, "PlusEP: planned group %s not claimed: its inputs in the graph "
                         "ONNX Runtime optimized differ from the plan's", grp->node);
@@ -408,7 +415,8 @@ static OrtStatus* get_capability(OrtEp* base, const OrtGraph* graph, OrtEpGraphS
     /* A model without Fused nodes: ask the planner (main graph only; nested graphs are never planned). */
     const OrtNode* parent = NULL;
     plus_ep_drop(ORT_CALL(plus_ep_api, Graph_GetParentNode)(graph, &parent));
-    if (!st && !n_fused && !parent) {
+    if (n_fused) ep->saw_fused = 1;   /* a rewritten model: never planned, also after ORT inlined bodies */
+    if (!st && !n_fused && !parent && !ep->saw_fused) {
         if (!ep->planned) run_planner(ep, graph);
         if (ep->plan.n) claim_groups(ep, nodes, n, info);
     }

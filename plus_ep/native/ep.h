@@ -81,6 +81,7 @@ typedef struct plus_ep {
     const OrtLogger* logger;    /* the session's, valid while the session lives */
     plus_ep_options opts;
     int planned;                /* the planner ran for this EP */
+    int saw_fused;              /* a GetCapability call saw Fused nodes (a rewritten model) */
     int warned_unclaimed;       /* the one warning about Fused nodes left to their bodies */
     plus_ep_plan_request plan;  /* its groups */
     char why[256];              /* inert: the reason */

@@ -28,42 +28,29 @@ import time
 from dataclasses import dataclass, field
 
 from .. import config
+from . import arch as arch_table
 
 log = logging.getLogger("plus_ep.kernels")
 
-ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+ARCHS = arch_table.ARCHS                 # the one arch table: kernels/arch.py
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent / "templates"
 """Folder of the CUDA templates (`plus_common.cuh`, ...): first on the include path, hashed into cache keys."""
 
 HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".inc")
 
-# Maximum shared memory per block with the opt-in attribute (cudaDevAttrMaxSharedMemoryPerBlockOptin).
-_SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90": 232448, "sm_90a": 232448}
-# sm_90 cubins count the 1 KB of system-reserved shared memory in `.nv.shared.<entry>`.
-_SM90_RESERVED_SMEM = 1024
+_SM90_RESERVED_SMEM = arch_table.RESERVED_SMEM_PER_BLOCK
 
 
 # ---------------------------------------------------------------------------------------------- arch
 
 
-def parse_arch(s) -> str:
-    """Canonical arch name ("sm_90a") from "sm_90", "90", "sm_90a", "90a", "9.0", "compute_90" or 90."""
-    text = str(s).strip().lower()
-    m = (re.fullmatch(r"(?:sm_|compute_|sm)?(\d{1,2})(\d)(a?)", text)
-         or re.fullmatch(r"(\d+)\.(\d)(a?)", text))
-    if m:
-        arch = f"sm_{int(m.group(1))}{m.group(2)}{m.group(3)}"
-        if arch in ARCHS:
-            return arch
-        raise ValueError(f"unsupported GPU architecture {s!r} ({arch}); PlusEP builds for {', '.join(ARCHS)}")
-    raise ValueError(f"cannot read a GPU architecture from {s!r}; write it like 'sm_90', '90', 'sm_90a' or '9.0' "
-                     f"(supported: {', '.join(ARCHS)})")
+parse_arch = arch_table.parse
 
 
 def smem_limit(arch) -> int:
     """Largest shared memory (static + dynamic) one block may use on `arch`, with the opt-in attribute."""
-    return _SMEM_LIMIT[parse_arch(arch)]
+    return arch_table.get(arch).smem_per_block
 
 
 # ------------------------------------------------------------------------------------ NVRTC plumbing
@@ -548,5 +535,4 @@ def _probe_arch(device: int) -> str | None:
     except Exception as e:  # driver present but unusable (no device node, version mismatch, ...)
         log.debug("local_arch: no usable CUDA device (%s)", e)
         return None
-    arch = f"sm_{major}{minor}"
-    return "sm_90a" if arch == "sm_90" else arch
+    return arch_table.for_device(int(major), int(minor))

@@ -12,18 +12,17 @@ from __future__ import annotations
 import math
 
 
+from . import arch as arch_table
 from . import gemm_configs, symdim
 
 ALWAYS = "1"
 EPSILON = 0.25
 SAMPLES = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536]
 GUESS = 512                       # a symbolic N/K (rare) is assumed to be this large
-SMS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_90a": 132}
-SMEM_PER_SM = {"sm_80": 167936, "sm_86": 102400, "sm_89": 102400, "sm_90": 233472, "sm_90a": 233472}
 
 
 def sm_count(arch) -> int:
-    return SMS.get(arch, 108)
+    return arch_table.get(arch).sms
 
 
 def _value(expr, sample) -> int:
@@ -47,7 +46,7 @@ def gemm_math(dtype, fp32_math) -> int:
 
 
 def gemm_menu(math_, arch):
-    if math_ == gemm_configs.MATH_F16 and arch == "sm_90a":
+    if math_ == gemm_configs.MATH_F16 and arch_table.get(arch).wgmma:
         from . import gemm_sm90a_configs
         return gemm_sm90a_configs.CONFIGS
     return gemm_configs.configs(math_)
@@ -68,7 +67,8 @@ def padding_waste(cfg, m, n) -> float:
 def gemm_time(cfg, m, n, k, batch, splitk, arch) -> float:
     """Relative time: waves × per-tile work / reuse, plus the split-K reduction's traffic."""
     tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * batch * splitk
-    per_sm = max(1, min(SMEM_PER_SM.get(arch, 167936) // max(cfg.smem_bytes, 1), 2048 // cfg.threads, 8))
+    a = arch_table.get(arch)
+    per_sm = max(1, min(a.smem_per_sm // max(cfg.smem_bytes, 1), a.threads_per_sm // cfg.threads, 8))
     waves = math.ceil(tiles / (sm_count(arch) * per_sm))
     k_part = math.ceil(math.ceil(k / splitk) / cfg.bk) * cfg.bk
     reuse = min(1.0, (cfg.bm * cfg.bn / (cfg.bm + cfg.bn)) / 64.0)
@@ -78,7 +78,8 @@ def gemm_time(cfg, m, n, k, batch, splitk, arch) -> float:
 
 
 def best_gemm(m, n, k, batch, menu, arch, allow_splitk=True):
-    fits = [c for c in menu if c.smem_bytes <= SMEM_PER_SM.get(arch, 167936) - 1024]
+    room = arch_table.get(arch).smem_per_sm - arch_table.RESERVED_SMEM_PER_BLOCK
+    fits = [c for c in menu if c.smem_bytes <= room]
     ok = [c for c in fits if padding_waste(c, m, n) <= EPSILON] or fits
     splits = [1, 2, 4] if allow_splitk and k >= 1024 else [1]
     cands = [(gemm_time(c, m, n, k, batch, s, arch), c.bm * c.bn, c, s) for c in ok for s in splits
@@ -134,7 +135,8 @@ def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
     def best(sq, skv):
         def cost(c):
             blocks = math.ceil(sq / c.bq) * b * h
-            waves = math.ceil(blocks / (sm_count(arch) * max(1, 2048 // (c.warps * 32))))
+            per_sm = max(1, arch_table.get(arch).threads_per_sm // (c.warps * 32))
+            waves = math.ceil(blocks / (sm_count(arch) * per_sm))
             return waves * c.bq * skv, -c.bq
         return min(menu, key=cost)
     if Sq.is_Integer:

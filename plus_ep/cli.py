@@ -21,6 +21,7 @@ import tempfile
 import onnx
 
 from .explain import explain, format_explanation, format_pattern_list
+from .kernels.arch import ARCHS
 from .report_text import format_fused_report, format_rewrite_report, fused_report, is_rewritten
 
 log = logging.getLogger("plus_ep")
@@ -65,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="warehouse patterns not to use")
     rw.add_argument("--report", action="store_true", help="also print the fusion report")
     rw.add_argument("--arch", metavar="ARCHS", default="auto",
-                    help="GPU archs to compile the kernels for, comma-separated (sm_80, sm_86, sm_89, sm_90, "
-                         "sm_90a); 'auto' (default): the local GPU, else sm_80,sm_90; 'none': no kernels "
+                    help=f"GPU archs to compile the kernels for, comma-separated ({', '.join(ARCHS)}); "
+                         "'auto' (default): the local GPU, else sm_80,sm_90; 'none': no kernels "
                          "(portable functions only)")
     rw.add_argument("--fp32-math", choices=("exact", "tf32"), default="exact",
                     help="fp32 GEMMs: exact SIMT (default) or TF32 tensor cores")

@@ -12,20 +12,35 @@ from __future__ import annotations
 import hashlib
 import pathlib
 
-from ... import config
 from .. import nvrtc
-from ..cache import cache_key, write_atomic
+from ..cache import KernelCache, cache_key, write_atomic
 
 
 def _root(cache_dir=None) -> pathlib.Path:
     if cache_dir is not None:
         return pathlib.Path(cache_dir).expanduser()
-    return config.kernel_cache_dir() / "ptx"
+    return KernelCache().root / "ptx"
 
 
-def _compile(source: str, arch: str, name: str, options=()) -> str:
+def ptx_options(arch: str, virtual: bool = True) -> list[str]:
+    """`nvrtc.base_options(arch)`, with the virtual target (compute_XX) when `virtual`: NVRTC then stops
+    after NVVM (no ptxas), which halves the time, and the PTX text is byte-identical to the sm_XX
+    compile's (tests/cpu/test_ptx_build.py checks that)."""
+    opts = nvrtc.base_options(arch)
+    if not virtual:
+        return opts
+    out = []
+    for o in opts:
+        if o.startswith("--gpu-architecture=sm_"):
+            out.append("--gpu-architecture=compute_" + o.split("sm_", 1)[1])
+        elif not o.startswith("-Xptxas"):
+            out.append(o)
+    return out
+
+
+def _compile(source: str, arch: str, name: str, options=(), virtual: bool = True) -> str:
     lib = nvrtc._nvrtc()
-    opts = [o.encode() for o in nvrtc.base_options(arch) + [str(o) for o in options]]
+    opts = [o.encode() for o in ptx_options(arch, virtual) + [str(o) for o in options]]
     prog = nvrtc._check(lib.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         status, = lib.nvrtcCompileProgram(prog, len(opts), opts)
@@ -44,18 +59,18 @@ def _compile(source: str, arch: str, name: str, options=()) -> str:
 
 
 def compile_ptx(source: str, arch, name: str = "plus_kernel.cu", options=(), cache_dir=None,
-                use_cache: bool = True) -> str:
+                use_cache: bool = True, virtual: bool = True) -> str:
     """PTX text NVRTC emits for `source` on `arch` (cached by content unless use_cache=False)."""
     arch = nvrtc.parse_arch(arch)
     if not use_cache:
-        return _compile(source, arch, name, options)
-    key = hashlib.sha256(("ptx\n" + cache_key(source, arch, options)).encode()).hexdigest()
+        return _compile(source, arch, name, options, virtual)
+    key = hashlib.sha256((f"ptx virtual={virtual}\n" + cache_key(source, arch, options)).encode()).hexdigest()
     path = _root(cache_dir) / key[:2] / f"{key}.ptx"
     try:
         return path.read_text()
     except OSError:
         pass
-    text = _compile(source, arch, name, options)
+    text = _compile(source, arch, name, options, virtual)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text.encode())

@@ -143,28 +143,14 @@ _VAR = re.compile(r"^(?:\.(?:extern|visible|weak)\s+)*\.(shared|global|const|loc
                   r"(?:\.v(\d)\s+)?\.(\w+)\s+([\w$]+)(\[(\d*)\])?")
 
 
+_BLOCK = re.compile(r"/\*.*?\*/", re.S)
+
+
 def _strip_comments(text: str) -> list[str]:
-    out, in_block = [], False
-    for ln in text.split("\n"):
-        s = ""
-        i = 0
-        while i < len(ln):
-            if in_block:
-                j = ln.find("*/", i)
-                if j < 0:
-                    i = len(ln)
-                    break
-                in_block, i = False, j + 2
-                continue
-            if ln.startswith("//", i):
-                break
-            if ln.startswith("/*", i):
-                in_block, i = True, i + 2
-                continue
-            s += ln[i]
-            i += 1
-        out.append(s)
-    return out
+    """Lines without // and /* */ comments (block comments keep their line breaks)."""
+    if "/*" in text:
+        text = _BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    return [ln.split("//", 1)[0] if "//" in ln else ln for ln in text.split("\n")]
 
 
 def parse(text: str) -> ParsedModule:
@@ -279,6 +265,13 @@ def _parse_function(lines: list[str], start: int):
         ln = lines[i]
         lineno = i + 1
         i += 1
+        if not buf:                                   # fast path: one plain statement on the line
+            st = ln.strip()
+            if not st:
+                continue
+            if st.endswith(";") and st.count(";") == 1 and "{" not in st and "}" not in st and ":" not in st:
+                _statement(st[:-1].strip(), lineno, regs, stmts, declare, rename, shared_local)
+                continue
         for ch in ln:
             if not buf.strip():
                 if ch == "{":

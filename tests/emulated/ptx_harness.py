@@ -1,0 +1,102 @@
+"""Helpers of the emulated kernel tests: PlusArgs packing (layout read from plus_common.cuh, so a change
+of PLUS_MAX_* follows), device-like buffers in a GlobalMemory, and one-call launches of PTX kernels."""
+from __future__ import annotations
+
+import functools
+import pathlib
+import re
+
+import numpy as np
+
+from plus_ep.kernels.nvrtc import TEMPLATES_DIR
+from plus_ep.kernels.ptx import GlobalMemory, Module
+from plus_ep.kernels.ptx.build import compile_ptx
+
+
+@functools.lru_cache(maxsize=None)
+def plus_args_layout() -> dict:
+    text = (pathlib.Path(TEMPLATES_DIR) / "plus_common.cuh").read_text()
+    n = {k: int(re.search(rf"#define {k} (\d+)", text).group(1))
+         for k in ("PLUS_MAX_IN", "PLUS_MAX_OUT", "PLUS_MAX_SCRATCH", "PLUS_MAX_V")}
+    i, o, s, v = n["PLUS_MAX_IN"], n["PLUS_MAX_OUT"], n["PLUS_MAX_SCRATCH"], n["PLUS_MAX_V"]
+    return {"in": 0, "out": i, "scratch": i + o, "v": i + o + s, "words": i + o + s + v}
+
+
+def plus_args(ins=(), outs=(), scratch=(), v=()) -> bytes:
+    """PlusArgs bytes: in[], out[], scratch[] pointers, then v[] int64."""
+    L = plus_args_layout()
+    a = np.zeros(L["words"], np.uint64)
+    for base, vals in ((L["in"], ins), (L["out"], outs), (L["scratch"], scratch)):
+        for k, p in enumerate(vals):
+            a[base + k] = int(p or 0)
+    a.view(np.int64)[L["v"]:L["v"] + len(v)] = [int(x) for x in v]
+    return a.tobytes()
+
+
+class Device:
+    """A GlobalMemory with numpy-backed allocations (kept alive here)."""
+
+    def __init__(self):
+        self.mem = GlobalMemory()
+        self.arrays = []
+
+    def upload(self, a: np.ndarray, name: str = "buf") -> int:
+        a = np.ascontiguousarray(a).copy()
+        if a.nbytes == 0:
+            a = np.zeros(16, np.uint8)
+        self.arrays.append(a)
+        return self.mem.map_array(a, name)
+
+    def alloc(self, nbytes: int, name: str = "buf", fill: int = 0) -> int:
+        return self.upload(np.full(max(int(nbytes), 16), fill, np.uint8), name)
+
+    def array(self, addr: int) -> np.ndarray:
+        for a in self.arrays:
+            if a.ctypes.data == addr:
+                return a
+        raise KeyError(addr)
+
+    def download(self, addr: int, like: np.ndarray) -> np.ndarray:
+        raw = self.array(addr).view(np.uint8)[:like.nbytes]
+        return raw.view(like.dtype).reshape(like.shape).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def module(source: str, arch: str, name: str = "kernel") -> Module:
+    return Module.parse(compile_ptx(source, arch, name=f"{name}.cu"), name=name)
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_value(bits: np.ndarray) -> np.ndarray:
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def encode(x: np.ndarray, dtype: str):
+    """(device array, float64 values the kernel sees) for dtype half / __nv_bfloat16 / float."""
+    if dtype == "half":
+        h = x.astype(np.float16)
+        return h, h.astype(np.float64)
+    if dtype == "__nv_bfloat16":
+        b = bf16_bits(x)
+        return b, bf16_value(b).astype(np.float64)
+    f = x.astype(np.float32)
+    return f, f.astype(np.float64)
+
+
+def decode(dev: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "__nv_bfloat16":
+        return bf16_value(dev).astype(np.float64)
+    return dev.astype(np.float64)
+
+
+# unit roundoff of each storage type (relative half-ulp), used for output-rounding tolerances
+UNIT = {"half": 2.0 ** -11, "__nv_bfloat16": 2.0 ** -8, "float": 2.0 ** -24}

@@ -1,0 +1,107 @@
+"""Every kernel source the PTX interpreter must cover, built with the project's own source builders
+(tests/support/gemm_variants.py, kernels/attention_configs.py, the golden sources), and compiled to PTX
+through the PTX cache (plus_ep.kernels.ptx.build).
+
+The matrix: every GEMM config x dtype on sm_80, sm_90 and sm_90a (B layout and alignment rotate over the configs
+so that every (math, dtype, B layout, alignment) occurs on every arch), split-K and hooked variants; every
+wgmma config x dtype on sm_90a (all four B layout x alignment pairs on the 64-row config, two on the others); every attention config x dtype on sm_80 and one
+per (math, head dim, dtype) on sm_90 / sm_90a with causal / strided rotating, plus the BSHD hooks; the
+golden sources on all three archs.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+from concurrent.futures import ThreadPoolExecutor
+
+from plus_ep.kernels import attention_configs as ac
+from plus_ep.kernels import gemm_configs as gc
+from plus_ep.kernels import gemm_sm90a_configs as gc90
+from plus_ep.kernels.ptx.build import compile_ptx
+from tests.support import gemm_variants
+from tests.support.gemm_variants import Variant
+
+ARCHS = ("sm_80", "sm_90", "sm_90a")
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
+GEMM_DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
+ATTN_DTYPES = {2: ("half", "__nv_bfloat16"), 0: ("float",)}
+COMBOS = ((0, 1), (1, 0), (0, 0), (1, 1))      # (b_trans, aligned)
+
+
+def _attn_hooks():
+    """The BSHD hooks of tests/gpu/test_template_attention.py (read as text: that module needs a GPU
+    fixture chain we do not want to import here)."""
+    text = (pathlib.Path(__file__).resolve().parents[1] / "gpu" / "test_template_attention.py").read_text()
+    hooks = text.split('HOOKS_BSHD = r"""', 1)[1].split('"""', 1)[0]
+    return hooks, {"PLUS_Q_STRIDED": 0, "PLUS_K_STRIDED": 1, "PLUS_V_STRIDED": 1}
+
+
+def gemm_source(v: Variant) -> str:
+    return gemm_variants.source(v, gc, "gemm.cuh")
+
+
+def wgmma_source(v: Variant) -> str:
+    return gemm_variants.source(v, gc90, "gemm_sm90a.cuh")
+
+
+def census_sources() -> list[tuple[str, str, str]]:
+    """[(name, source, arch)]"""
+    out = []
+    for ai, arch in enumerate(ARCHS):
+        i = 0
+        for math, cfgs in gc.CONFIGS.items():
+            for cfg in cfgs:
+                for dtype in GEMM_DTYPES[math]:
+                    bt, al = COMBOS[(i + ai) % 4]
+                    v = Variant(cfg.name, dtype, bt, al)
+                    out.append((f"gemm-{v.id}", gemm_source(v), arch))
+                    i += 1
+        for v in (Variant("f16_128x64x32_w64x32_s3", "half", 0, 1, splitk=2),
+                  Variant("simt_64x64x8_w32x32", "float", 1, 0, splitk=2),
+                  Variant("f16_128x128x32_w64x64_s3", "__nv_bfloat16", 1, 1, hooks="fused"),
+                  Variant("simt_128x128x8_w32x64", "float", 0, 1, hooks="fused"),
+                  Variant("tf32_128x128x16_w64x64_s3", "float", 0, 1, splitk=3, hooks="fused")):
+            out.append((f"gemm-{v.id}", gemm_source(v), arch))
+    for cfg in gc90.BY_NAME.values():
+        for d, dtype in enumerate(("half", "__nv_bfloat16")):
+            for bt, al in COMBOS[2 * d:2 * d + 2] if cfg.bm != 64 else COMBOS:
+                v = Variant(cfg.name, dtype, bt, al)
+                out.append((f"wgmma-{v.id}", wgmma_source(v), "sm_90a"))
+    for v in (Variant("wg_64x128x64_w64x128_s4", "half", 1, 0, splitk=3, hooks="fused"),
+              Variant("wg_128x256x64_w64x256_s4", "half", 0, 1, hooks="fused"),
+              Variant("wg_128x128x64_w64x128_s5", "__nv_bfloat16", 1, 1, hooks="strided"),
+              Variant("wg_256x128x64_w128x128_s4", "__nv_bfloat16", 0, 1, splitk=2)):
+        out.append((f"wgmma-{v.id}", wgmma_source(v), "sm_90a"))
+    hooks, hook_defs = _attn_hooks()
+    for i, cfg in enumerate(ac.all_configs()):
+        for j, dtype in enumerate(ATTN_DTYPES[cfg.math]):
+            causal, strided = (i + j) % 2, (i // 2 + j) % 2
+            out.append((f"attn-{cfg.name}-{dtype}-c{causal}s{strided}",
+                        ac.source(cfg, dtype, causal=causal, strided=strided), "sm_80"))
+            if cfg is ac.configs_for(cfg.math, cfg.head_dim)[-1]:
+                for arch in ("sm_90", "sm_90a"):
+                    out.append((f"attn-{cfg.name}-{dtype}-c{1 - causal}s{strided}",
+                                ac.source(cfg, dtype, causal=1 - causal, strided=strided), arch))
+    for math, dtype in ((2, "half"), (2, "__nv_bfloat16"), (0, "float")):
+        cfg = ac.configs_for(math, 64)[1]
+        for arch in ("sm_80", "sm_90"):
+            out.append((f"attn-hooks-{cfg.name}-{dtype}", ac.source(cfg, dtype, causal=1, strided=0, hooks=hooks,
+                                                                    extra_defines=hook_defs), arch))
+    for p in sorted(GOLDEN.glob("*.cu")):
+        for arch in ARCHS:
+            out.append((f"golden-{p.stem}", p.read_text(), arch))
+    return out
+
+
+def compile_all(sources, workers: int | None = None) -> list:
+    """PTX text per (name, source, arch), or the exception, in order (NVRTC releases the GIL)."""
+    workers = workers or max(1, min(4, os.cpu_count() or 1))
+
+    def one(job):
+        name, src, arch = job
+        try:
+            return compile_ptx(src, arch, name=f"{name}.cu")
+        except Exception as e:  # reported by the caller with the job's name
+            return e
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(one, sources))

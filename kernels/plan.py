@@ -16,6 +16,8 @@ from . import symdim
 from .pull import RenderError
 
 VERSION = 1
+# The launcher's limits (plus_ep/native/plan.h; PlusArgs in kernels/templates/plus_common.cuh).
+MAX_IN, MAX_OUT, MAX_SYM, MAX_SHAPEV = 64, 8, 32, 16
 
 
 @dataclass

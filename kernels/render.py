@@ -17,7 +17,7 @@ import sympy
 from . import pointwise, routes, symdim
 from .attention_render import render_attention
 from .gemm_render import render_gemm
-from .plan import Launch, Plan, Route, check_bound, input_tokens
+from .plan import MAX_IN, MAX_OUT, MAX_SYM, Launch, Plan, Route, check_bound, input_tokens
 from .pull import Emitter, RenderError
 from .row import ROW_OPS, RowProgram
 
@@ -152,7 +152,8 @@ def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math
         job.plan.routes.append(route)
     job.plan.syms = list(job.syms.names)
     check_bound(job.plan, node_name, [v.source for v in variants])
-    if len(job.plan.syms) > 32 or len(job.inputs) > 32 or len(job.outputs) > 8:
+    if len(job.plan.syms) > MAX_SYM or len(job.inputs) > MAX_IN or len(job.outputs) > MAX_OUT:
         raise RenderError(f"{node_name}: more inputs/outputs/dimensions than a kernel takes "
-                          f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; limits 32/8/32)")
+                          f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; "
+                          f"limits {MAX_IN}/{MAX_OUT}/{MAX_SYM})")
     return Rendered(job.plan, variants, template or "pointwise")

@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 #include <math_constants.h>
 
-#define PLUS_MAX_IN 32
+#define PLUS_MAX_IN 64
 #define PLUS_MAX_OUT 8
 #define PLUS_MAX_SCRATCH 4
 #define PLUS_MAX_V 32
@@ -15,7 +15,7 @@ struct PlusArgs {
   void* scratch[PLUS_MAX_SCRATCH];
   long long v[PLUS_MAX_V];
 };
-static_assert(sizeof(PlusArgs) == 608, "PlusArgs layout is shared with the C launcher");
+static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared with the C launcher");
 
 #define PLUS_DEV __device__ __forceinline__
 

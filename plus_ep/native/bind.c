@@ -1,12 +1,14 @@
-/* Bind one run: check inputs against the plan, evaluate values, output shapes, scratch sizes, the
- * route and launch geometry. No heap memory: everything lives in the caller's plus_binding. */
+/* Bind one run: check inputs against the plan, bind symbols from input axes and shape-tensor values,
+ * evaluate values, output shapes, scratch sizes, the route and launch geometry (checked against the
+ * launch limits); and the partial binding of shape inference. No heap memory: everything lives in
+ * the caller's plus_binding / plus_infer_output. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "plus_plan.h"
+#include "bind.h"
 
 /* ONNX TensorProto numbers equal the C API's for 1..23; 24..26 are permuted (ABI sheet §4). */
 int plus_dtype_from_onnx(int t) {
@@ -115,6 +117,59 @@ static int bind_input(const plus_plan* p, size_t i, const plus_tensor_desc* t, c
     return 0;
 }
 
+static const char* sym_label(const plus_plan* p, int k, char* buf, size_t n) {
+    if (p->sym_name[k][0]) snprintf(buf, n, "%s (s%d)", p->sym_name[k], k);
+    else snprintf(buf, n, "s%d", k);
+    return buf;
+}
+
+int plus_plan_input_on_host(const plus_plan* p, int i) { return i >= 0 && i < p->n_in && p->in[i].host; }
+
+/* `shapev` lines: symbols from the values of host-resident shape tensors. */
+static int bind_shapev(const plus_plan* p, const plus_tensor_desc* inputs, const char* const* names, plus_env* env,
+                       char* err, size_t errlen) {
+    char lab[PLUS_NAME_LEN + 16];
+    for (int j = 0; j < p->n_shapev; j++) {
+        const plus_shapev* sv = &p->shapev[j];
+        const plus_tensor_desc* t = &inputs[sv->input];
+        const char* nm = names && names[sv->input] && names[sv->input][0] ? names[sv->input] : "";
+        if (!t->present || !t->host) {
+            snprintf(err, errlen, "input %d%s%s%s: its values bind %s (plan line %d `%s`) but %s", sv->input,
+                     nm[0] ? " '" : "", nm, nm[0] ? "'" : "", sym_label(p, sv->sym, lab, sizeof lab), sv->line,
+                     plus_plan_line(p, sv->line),
+                     t->present ? "they are not in host memory (the op must declare the input CPU-resident)"
+                                : "the input is absent");
+            return -1;
+        }
+        int64_t n = t->rank == 0 ? 1 : t->dims[0];
+        if (sv->elem >= n) {
+            snprintf(err, errlen, "input %d%s%s%s has %" PRId64 " values; plan line %d `%s` reads element %d", sv->input,
+                     nm[0] ? " '" : "", nm, nm[0] ? "'" : "", n, sv->line, plus_plan_line(p, sv->line), sv->elem);
+            return -1;
+        }
+        int64_t x = t->dtype == 7 ? ((const int64_t*)t->host)[sv->elem] : ((const int32_t*)t->host)[sv->elem];
+        if (x < 0) {
+            snprintf(err, errlen, "input %d%s%s%s: element %d is %" PRId64 ", not a size for %s (plan line %d `%s`)",
+                     sv->input, nm[0] ? " '" : "", nm, nm[0] ? "'" : "", sv->elem, x,
+                     sym_label(p, sv->sym, lab, sizeof lab), sv->line, plus_plan_line(p, sv->line));
+            return -1;
+        }
+        if (env->bound >> sv->sym & 1u) {
+            if (env->sym[sv->sym] != x) {
+                snprintf(err, errlen, "input %d%s%s%s: element %d is %" PRId64 " but %s = %" PRId64
+                         " from an input axis (plan line %d `%s`)", sv->input, nm[0] ? " '" : "", nm, nm[0] ? "'" : "",
+                         sv->elem, x, sym_label(p, sv->sym, lab, sizeof lab), env->sym[sv->sym], sv->line,
+                         plus_plan_line(p, sv->line));
+                return -1;
+            }
+        } else {
+            env->sym[sv->sym] = x;
+            env->bound |= 1u << sv->sym;
+        }
+    }
+    return 0;
+}
+
 int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, size_t n_out,
               const char* const* names, plus_binding* b, char* err, size_t errlen) {
     memset(b, 0, sizeof *b);
@@ -125,6 +180,7 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
     }
     for (size_t i = 0; i < n_in; i++)
         if (inputs[i].present && bind_input(p, i, &inputs[i], names, &b->env, err, errlen)) return -1;
+    if (bind_shapev(p, inputs, names, &b->env, err, errlen)) return -1;
     for (int i = 0; i < p->n_val; i++)
         if (plus_expr_eval(p, p->val[i], &b->env, &b->env.v[p->val_slot[i]], err, errlen)) return -1;
     for (int o = 0; o < p->n_out; o++)
@@ -182,5 +238,81 @@ int plus_kernel_geom(const plus_plan* p, const plus_kernel_spec* k, const plus_e
     }
     for (int i = 0; i < 3; i++) g->grid[i] = (unsigned)x[i], g->block[i] = (unsigned)x[3 + i];
     g->smem = (unsigned)x[6];
-    return x[0] == 0 || x[1] == 0 || x[2] == 0 ? 1 : 0;
+    if (x[0] == 0 || x[1] == 0 || x[2] == 0) return 1;
+    static const int64_t limit[6] = {PLUS_GRID_X_MAX, PLUS_GRID_YZ_MAX, PLUS_GRID_YZ_MAX, PLUS_BLOCK_XY_MAX,
+                                     PLUS_BLOCK_XY_MAX, PLUS_BLOCK_Z_MAX};
+    for (int i = 0; i < 6; i++)
+        if (x[i] > limit[i]) {
+            snprintf(err, errlen, "kernel `%s` %s = %" PRId64 " exceeds CUDA's limit of %" PRId64 " for this input size "
+                     "(grid %" PRId64 ",%" PRId64 ",%" PRId64 " block %" PRId64 ",%" PRId64 ",%" PRId64 "; plan line %d `%s`); "
+                     "split the input or leave this subgraph unfused (plus-ep rewrite --no-fuse)", k->entry, what[i], x[i],
+                     limit[i], x[0], x[1], x[2], x[3], x[4], x[5], k->line, plus_plan_line(p, k->line));
+            return -1;
+        }
+    if (x[3] * x[4] * x[5] > (int64_t)PLUS_BLOCK_THREADS_MAX) {
+        snprintf(err, errlen, "kernel `%s` block %" PRId64 "x%" PRId64 "x%" PRId64 " has more than %u threads "
+                 "(plan line %d `%s`)", k->entry, x[3], x[4], x[5], PLUS_BLOCK_THREADS_MAX, k->line,
+                 plus_plan_line(p, k->line));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- shape inference ---- */
+
+static int expr_known(const plus_plan* p, plus_expr e, const plus_env* env, uint32_t vmask) {
+    for (int i = 0; i < e.n; i++) {
+        const plus_item* it = &p->items[e.off + i];
+        if (it->op == PX_SYM && !(env->bound >> it->arg & 1u)) return 0;
+        if (it->op == PX_VAL && !(vmask >> it->arg & 1u)) return 0;
+    }
+    return 1;
+}
+
+void plus_infer_outputs(const plus_plan* p, const plus_infer_input* in, size_t n_in,
+                        plus_infer_output out[PLUS_MAX_OUT]) {
+    plus_env env;
+    char sym_names[PLUS_MAX_SYM][PLUS_NAME_LEN];
+    char err[PLUS_ERR_LEN];
+    memset(&env, 0, sizeof env);
+    memset(sym_names, 0, sizeof sym_names);
+    for (size_t i = 0; i < n_in && i < (size_t)p->n_in; i++) {   /* bind from the known input dims */
+        const plus_infer_input* t = &in[i];
+        if (!t->known || t->rank != p->in[i].rank || t->rank > PLUS_MAX_RANK) continue;
+        for (int d = 0; d < t->rank; d++) {
+            if (p->in[i].kind[d] != PLUS_DIM_SYM) continue;
+            int k = (int)p->in[i].val[d];
+            const char* nm = t->names ? t->names[d] : NULL;
+            if (t->dims[d] >= 0 && !(env.bound >> k & 1u)) {
+                env.sym[k] = t->dims[d];
+                env.bound |= 1u << k;
+            } else if (t->dims[d] < 0 && nm && nm[0] && !sym_names[k][0]) {
+                snprintf(sym_names[k], PLUS_NAME_LEN, "%s", nm);
+            }
+        }
+    }
+    uint32_t vmask = 0;
+    for (int j = 0; j < p->n_val; j++) {
+        int slot = p->val_slot[j];
+        if (expr_known(p, p->val[j], &env, vmask) && !plus_expr_eval(p, p->val[j], &env, &env.v[slot], err, sizeof err))
+            vmask |= 1u << slot;
+    }
+    for (int o = 0; o < p->n_out; o++) {
+        plus_infer_output* r = &out[o];
+        r->dtype = p->out[o].dtype;
+        r->rank = p->out[o].rank;
+        for (int d = 0; d < r->rank; d++) {
+            const plus_expr e = p->out[o].dim[d];
+            r->names[d][0] = 0;
+            if (expr_known(p, e, &env, vmask) && !plus_expr_eval(p, e, &env, &r->dims[d], err, sizeof err) &&
+                r->dims[d] >= 0)
+                continue;
+            r->dims[d] = -1;
+            const plus_item* it = &p->items[e.off];
+            if (e.n == 1 && it->op == PX_SYM && sym_names[it->arg][0])
+                snprintf(r->names[d], sizeof r->names[d], "%s", sym_names[it->arg]);
+            else
+                snprintf(r->names[d], sizeof r->names[d], "%s_o%d_d%d", p->node, o, d);
+        }
+    }
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plus_plan.h"
+#include "plan.h"
 
 static const struct { const char* name; int op; } OPS[] = {
     {"+", PX_ADD}, {"-", PX_SUB}, {"*", PX_MUL}, {"/", PX_DIV}, {"%", PX_MOD},

@@ -4,7 +4,8 @@
 #define PLUS_KERNEL_H
 
 #include "driver.h"
-#include "plus_plan.h"
+#include "bind.h"
+#include "pack.h"
 
 typedef struct plus_kernel plus_kernel;
 

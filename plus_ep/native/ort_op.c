@@ -303,12 +303,16 @@ static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
         if ((st = ORT_CALL(api, KernelContext_GetInput)(ctx, i, &v))) return wrap(api, st, node, "KernelContext_GetInput");
         in.desc[i].present = v != NULL;
         in.desc[i].dims = in.dims[i];
+        in.desc[i].host = NULL;
         in.desc[i].rank = 0;
         in.data[i] = NULL;
         in.elems[i] = 0;
         if (v && (st = describe(ok, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i],
                                 "reading an input")))
             return st;
+        /* Shape tensors the plan reads (`shapev`): host memory on the CPU twin. The CUDA twin's inputs
+         * are device memory, so plus_bind reports such a plan (the rewriter does not give it one). */
+        if (v && ok->cpu && plus_plan_input_on_host(plan, (int)i)) in.desc[i].host = in.data[i];
     }
     plus_binding b;
     if (plus_kernel_bind(ok->k, in.desc, n_in, n_out, &b, err, sizeof err))
@@ -390,52 +394,7 @@ static void drop(const OrtApi* api, OrtStatus* st) {
     if (st) ORT_CALL(api, ReleaseStatus)(st);
 }
 
-/* Bind plan symbols from the known input dims; remember input dim names of unbound symbols. */
-static void infer_bind_inputs(const OrtApi* api, OrtShapeInferContext* ctx, const plus_plan* plan,
-                              plus_env* env, char names[][PLUS_NAME_LEN]) {
-    size_t n_in = 0;
-    OrtStatus* st = ORT_CALL(api, ShapeInferContext_GetInputCount)(ctx, &n_in);
-    if (st) return drop(api, st);
-    for (size_t i = 0; i < n_in && i < (size_t)plan->n_in; i++) {
-        OrtTensorTypeAndShapeInfo* info = NULL;   /* owned by the context */
-        size_t rank = 0;
-        st = ORT_CALL(api, ShapeInferContext_GetInputTypeShape)(ctx, i, &info);
-        if (!st && info) st = ORT_CALL(api, GetDimensionsCount)(info, &rank);
-        if (st || !info || rank != (size_t)plan->in[i].rank || rank > PLUS_MAX_RANK) {
-            drop(api, st);
-            continue;
-        }
-        int64_t dims[PLUS_MAX_RANK];
-        const char* sym[PLUS_MAX_RANK] = {0};
-        st = ORT_CALL(api, GetDimensions)(info, dims, rank);
-        if (!st) st = ORT_CALL(api, GetSymbolicDimensions)(info, sym, rank);
-        if (st) {
-            drop(api, st);
-            continue;
-        }
-        for (size_t d = 0; d < rank; d++) {
-            if (plan->in[i].kind[d] != PLUS_DIM_SYM) continue;
-            int k = (int)plan->in[i].val[d];
-            if (dims[d] >= 0 && !(env->bound & (1u << k))) {
-                env->sym[k] = dims[d];
-                env->bound |= 1u << k;
-            } else if (dims[d] < 0 && sym[d] && sym[d][0] && !names[k][0]) {
-                snprintf(names[k], PLUS_NAME_LEN, "%s", sym[d]);
-            }
-        }
-    }
-}
-
-/* 1 when every symbol and value `e` reads is known. */
-static int expr_known(const plus_plan* plan, plus_expr e, const plus_env* env, uint32_t vmask) {
-    for (int i = 0; i < e.n; i++) {
-        const plus_item* it = &plan->items[e.off + i];
-        if (it->op == PX_SYM && !(env->bound & (1u << it->arg))) return 0;
-        if (it->op == PX_VAL && !(vmask & (1u << it->arg))) return 0;
-    }
-    return 1;
-}
-
+/* What ORT knows of each input (rank, dims, dim names); plus_infer_outputs (bind.c) does the rest. */
 static OrtStatus* infer_shapes(const OrtCustomOp* op, OrtShapeInferContext* ctx) {
     (void)op;
     const OrtApi* api = atomic_load(&g_api);
@@ -450,47 +409,48 @@ static OrtStatus* infer_shapes(const OrtCustomOp* op, OrtShapeInferContext* ctx)
     text[st ? 0 : n] = 0;
     drop(api, st);
     plus_plan plan;
-    char sym_names[PLUS_MAX_SYM][PLUS_NAME_LEN];
-    char dim_names[PLUS_MAX_RANK][2 * PLUS_NAME_LEN];
     char err[PLUS_ERR_LEN];
     int ok = !plus_plan_parse(text, &plan, err, sizeof err);
     free(text);
     if (!ok) return NULL;
-    plus_env env;
-    memset(&env, 0, sizeof env);
-    memset(sym_names, 0, sizeof sym_names);
-    infer_bind_inputs(api, ctx, &plan, &env, sym_names);
-    uint32_t vmask = 0;
-    for (int j = 0; j < plan.n_val; j++) {
-        int slot = plan.val_slot[j];
-        if (expr_known(&plan, plan.val[j], &env, vmask) &&
-            !plus_expr_eval(&plan, plan.val[j], &env, &env.v[slot], err, sizeof err))
-            vmask |= 1u << slot;
+    size_t n_in = 0;
+    st = ORT_CALL(api, ShapeInferContext_GetInputCount)(ctx, &n_in);
+    if (st) n_in = 0, drop(api, st);
+    if (n_in > (size_t)plan.n_in) n_in = (size_t)plan.n_in;
+    int64_t dims[PLUS_MAX_IN][PLUS_MAX_RANK];
+    const char* names[PLUS_MAX_IN][PLUS_MAX_RANK];
+    plus_infer_input in[PLUS_MAX_IN];
+    for (size_t i = 0; i < n_in; i++) {
+        OrtTensorTypeAndShapeInfo* info = NULL;   /* owned by the context */
+        size_t rank = 0;
+        in[i] = (plus_infer_input){.known = 0, .dims = dims[i], .names = names[i]};
+        st = ORT_CALL(api, ShapeInferContext_GetInputTypeShape)(ctx, i, &info);
+        if (!st && info) st = ORT_CALL(api, GetDimensionsCount)(info, &rank);
+        if (st || !info || rank > PLUS_MAX_RANK) {
+            drop(api, st);
+            continue;
+        }
+        memset(names[i], 0, sizeof names[i]);
+        st = ORT_CALL(api, GetDimensions)(info, dims[i], rank);
+        if (!st) st = ORT_CALL(api, GetSymbolicDimensions)(info, names[i], rank);
+        if (st) {
+            drop(api, st);
+            continue;
+        }
+        in[i].known = 1;
+        in[i].rank = (int)rank;
     }
+    plus_infer_output out[PLUS_MAX_OUT];
+    plus_infer_outputs(&plan, in, n_in, out);
     st = NULL;
     for (int o = 0; o < plan.n_out && !st; o++) {
-        int64_t dims[PLUS_MAX_RANK];
-        const char* names[PLUS_MAX_RANK];
-        for (int d = 0; d < plan.out[o].rank; d++) {
-            const plus_expr e = plan.out[o].dim[d];
-            names[d] = "";
-            if (expr_known(&plan, e, &env, vmask) && !plus_expr_eval(&plan, e, &env, &dims[d], err, sizeof err) &&
-                dims[d] >= 0)
-                continue;
-            dims[d] = -1;
-            const plus_item* it = &plan.items[e.off];
-            if (e.n == 1 && it->op == PX_SYM && sym_names[it->arg][0]) {
-                names[d] = sym_names[it->arg];
-            } else {
-                snprintf(dim_names[d], sizeof dim_names[d], "%s_o%d_d%d", plan.node, o, d);
-                names[d] = dim_names[d];
-            }
-        }
+        const char* dn[PLUS_MAX_RANK];
+        for (int d = 0; d < out[o].rank; d++) dn[d] = out[o].dims[d] < 0 ? out[o].names[d] : "";
         OrtTensorTypeAndShapeInfo* ti = NULL;
         st = ORT_CALL(api, CreateTensorTypeAndShapeInfo)(&ti);
-        if (!st) st = ORT_CALL(api, SetTensorElementType)(ti, plan.out[o].dtype);
-        if (!st) st = ORT_CALL(api, SetDimensions)(ti, dims, (size_t)plan.out[o].rank);
-        if (!st) st = ORT_CALL(api, SetSymbolicDimensions)(ti, names, (size_t)plan.out[o].rank);
+        if (!st) st = ORT_CALL(api, SetTensorElementType)(ti, out[o].dtype);
+        if (!st) st = ORT_CALL(api, SetDimensions)(ti, out[o].dims, (size_t)out[o].rank);
+        if (!st) st = ORT_CALL(api, SetSymbolicDimensions)(ti, dn, (size_t)out[o].rank);
         if (!st) st = ORT_CALL(api, ShapeInferContext_SetOutputTypeShape)(ctx, (size_t)o, ti);
         if (ti) ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
     }

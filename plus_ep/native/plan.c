@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plus_plan.h"
+#include "plan.h"
 
 #define MAX_TOKENS 64
 
@@ -185,6 +185,36 @@ static int rec_kernel(parser* ps) {
     return 0;
 }
 
+/* `shapev <k> <input> <element>`: symbol k is element `element` of the values of `input` (a rank-0/1
+ * int64 or int32 shape tensor the launcher reads on the host). Binds k when no earlier line did. */
+static int rec_shapev(parser* ps) {
+    plus_plan* p = ps->plan;
+    int64_t k, i, e;
+    if (need(ps, 4)) return -1;
+    if (p->n_shapev == PLUS_MAX_SHAPEV) return fail(ps, "more than %d shapev lines", PLUS_MAX_SHAPEV);
+    if (ps->tok[1][0] != 's') return fail(ps, "expected a symbol `sK`, got `%s`", ps->tok[1]);
+    ps->tok[1]++;
+    int rc = index_tok(ps, 1, 0, PLUS_MAX_SYM - 1, "symbol", &k);
+    ps->tok[1]--;
+    if (rc || index_tok(ps, 2, 0, PLUS_MAX_IN - 1, "input index", &i) ||
+        index_tok(ps, 3, 0, 1 << 20, "element index", &e))
+        return -1;
+    if (k > p->n_sym)
+        return fail(ps, "symbol s%" PRId64 " appears before s%d (symbols are numbered in order of first appearance)",
+                    k, p->n_sym);
+    if (i >= p->n_in) return fail(ps, "input %" PRId64 " is not declared by an earlier `in` line", i);
+    plus_in_spec* s = &p->in[i];
+    if ((s->dtype != 7 && s->dtype != 6) || s->rank > 1)
+        return fail(ps, "input %" PRId64 " must be a rank-0 or rank-1 int64/int32 shape tensor (plan line %d)", i,
+                    s->line);
+    if (s->rank == 0 ? e != 0 : (s->kind[0] == PLUS_DIM_LIT && e >= s->val[0]))
+        return fail(ps, "element %" PRId64 " lies outside input %" PRId64 " (plan line %d)", e, i, s->line);
+    if (k == p->n_sym) p->n_sym++;
+    s->host = 1;
+    p->shapev[p->n_shapev++] = (plus_shapev){(int)k, (int)i, (int)e, ps->line};
+    return 0;
+}
+
 static int rec_sym(parser* ps) {
     int64_t k;
     if (need(ps, 3) || index_tok(ps, 1, 0, PLUS_MAX_SYM - 1, "symbol", &k)) return -1;
@@ -278,6 +308,7 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
         else if (!strcmp(kw, "route")) rc = rec_route(&ps);
         else if (!strcmp(kw, "kernel")) rc = rec_kernel(&ps);
         else if (!strcmp(kw, "sym")) rc = rec_sym(&ps);
+        else if (!strcmp(kw, "shapev")) rc = rec_shapev(&ps);
         else if (!strcmp(kw, "archs")) rc = rec_archs(&ps);
         else if (!strcmp(kw, "end")) rc = need(&ps, 1), ended = 1;
         else rc = fail(&ps, "unknown record `%s`", kw);

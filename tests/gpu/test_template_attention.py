@@ -7,7 +7,7 @@
    PLUS_ATTN_FULL=1 compiles the whole product.
 2. Generated-style hooks compile: GQA shape, [B, S, H, D] strided operands, a scaled additive mask read
    from an input, an output hook.
-3. (gpu) Launches through cuda.bindings.driver with the 608-byte PlusArgs and compares with
+3. (gpu) Launches through cuda.bindings.driver with the 864-byte PlusArgs and compares with
    torch.nn.functional.scaled_dot_product_attention in fp32.
 """
 
@@ -170,11 +170,11 @@ def test_bad_parameters_are_rejected():
 
 
 class PlusArgsC(ctypes.Structure):
-    _fields_ = [("in_", ctypes.c_void_p * 32), ("out", ctypes.c_void_p * 8),
+    _fields_ = [("in_", ctypes.c_void_p * 64), ("out", ctypes.c_void_p * 8),
                 ("scratch", ctypes.c_void_p * 4), ("v", ctypes.c_longlong * 32)]
 
 
-assert ctypes.sizeof(PlusArgsC) == 608
+assert ctypes.sizeof(PlusArgsC) == 864
 
 
 class _Gpu:

@@ -239,16 +239,16 @@ class _Gpu:
 
 
 def plus_args(ins=(), outs=(), scratch=(), v=()) -> np.ndarray:
-    """The 608-byte PlusArgs: in[32], out[8], scratch[4] pointers, then v[32] int64."""
-    a = np.zeros(76, dtype=np.uint64)
+    """The 864-byte PlusArgs: in[64], out[8], scratch[4] pointers, then v[32] int64."""
+    a = np.zeros(108, dtype=np.uint64)
     for i, p in enumerate(ins):
         a[i] = p
     for i, p in enumerate(outs):
-        a[32 + i] = p
+        a[64 + i] = p
     for i, p in enumerate(scratch):
-        a[40 + i] = p
-    a.view(np.int64)[44:44 + len(v)] = v
-    assert a.nbytes == 608
+        a[72 + i] = p
+    a.view(np.int64)[76:76 + len(v)] = v
+    assert a.nbytes == 864
     return a
 
 

@@ -215,18 +215,18 @@ class _Gpu:
 
 
 def plus_args(ins=(), outs=(), scratch=(), v=()) -> bytes:
-    """The 608-byte PlusArgs: in[32], out[8], scratch[4] pointers, then v[32] int64."""
+    """The 864-byte PlusArgs: in[64], out[8], scratch[4] pointers, then v[32] int64."""
     import struct
-    ptrs = [0] * 44
+    ptrs = [0] * 76
     for i, p in enumerate(ins):
         ptrs[i] = p
     for i, p in enumerate(outs):
-        ptrs[32 + i] = p
+        ptrs[64 + i] = p
     for i, p in enumerate(scratch):
-        ptrs[40 + i] = p
+        ptrs[72 + i] = p
     vals = list(v) + [0] * (32 - len(v))
-    blob = struct.pack("<44Q32q", *ptrs, *vals)
-    assert len(blob) == 608
+    blob = struct.pack("<76Q32q", *ptrs, *vals)
+    assert len(blob) == 864
     return blob
 
 

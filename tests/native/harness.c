@@ -3,6 +3,9 @@
  *   harness parse PLAN                       parse a plan file; print a summary or "error: ..."
  *   harness eval EXPR [sK=N|vK=N]...         compile + evaluate one expression (all s/v allowed)
  *   harness bind PLAN SPEC...                bind inputs; print route, v, output shapes, scratch, launches
+ *                                            (inputs the plan reads with `shapev` are handed over in host memory)
+ *   harness infer PLAN SPEC...               shape inference: SPEC "?" (unknown input) or DTYPE:DIMS with
+ *                                            dims "-1" unknown, "-1@name" unknown with a symbolic name
  *   harness select ARCH,ARCH,.. MAJOR MINOR  pick an image pack by arch
  *   harness pack FILE                        validate an image pack
  *   harness run PLAN [--pack ARCH=FILE].. [--in SPEC].. [--staged] [--dev D] [--null-stream] [--repeat N]
@@ -80,6 +83,19 @@ static void parse_spec(const char* spec, tensor* t) {
         if (t->d.dtype == 1) ((float*)t->data)[i] = (float)x;
         else if (t->d.dtype == 7) ((int64_t*)t->data)[i] = (int64_t)x;
         else if (t->d.dtype == 6) ((int32_t*)t->data)[i] = (int32_t)x;
+    }
+}
+
+/* FILL for shape tensors: "v:3,7,-1" gives the values one by one. */
+static void fill_values(tensor* t, const char* spec) {
+    const char* v = strstr(spec, "=v:");
+    if (!v) return;
+    v += 3;
+    for (long long i = 0; i < t->elems && *v; i++) {
+        long long x = strtoll(v, (char**)&v, 10);
+        if (t->d.dtype == 7) ((int64_t*)t->data)[i] = x;
+        else if (t->d.dtype == 6) ((int32_t*)t->data)[i] = (int32_t)x;
+        if (*v == ',') v++;
     }
 }
 
@@ -176,11 +192,14 @@ static int cmd_bind(int argc, char** argv) {
     free(text);
     int n = argc - 1;
     tensor* t = calloc((size_t)n + 1, sizeof *t);
+    CHECK(n <= PLUS_MAX_IN, "at most %d inputs", PLUS_MAX_IN);
     plus_tensor_desc d[PLUS_MAX_IN];
     const char* names[PLUS_MAX_IN];
-    for (int i = 0; i < n && i < PLUS_MAX_IN; i++) {
+    for (int i = 0; i < n; i++) {
         parse_spec(argv[1 + i], &t[i]);
+        fill_values(&t[i], argv[1 + i]);
         d[i] = t[i].d;
+        if (plus_plan_input_on_host(&p, i)) d[i].host = t[i].data;
         names[i] = i == 0 ? "X" : "";
     }
     plus_binding b;
@@ -194,6 +213,57 @@ static int cmd_bind(int argc, char** argv) {
     free(t);
     plus_plan_free(&p);
     return rc ? 1 : 0;
+}
+
+static int cmd_infer(int argc, char** argv) {
+    CHECK(argc >= 1 && argc - 1 <= PLUS_MAX_IN, "usage: infer PLAN SPEC...");
+    char* text = slurp(argv[0], NULL);
+    plus_plan p;
+    char err[PLUS_ERR_LEN];
+    int rc = plus_plan_parse(text, &p, err, sizeof err);
+    free(text);
+    if (rc) {
+        printf("error: %s\n", err);
+        return 1;
+    }
+    int n = argc - 1;
+    static int64_t dims[PLUS_MAX_IN][PLUS_MAX_RANK];
+    static char namebuf[PLUS_MAX_IN][PLUS_MAX_RANK][64];
+    static const char* names[PLUS_MAX_IN][PLUS_MAX_RANK];
+    plus_infer_input in[PLUS_MAX_IN];
+    for (int i = 0; i < n; i++) {
+        const char* spec = argv[1 + i];
+        in[i] = (plus_infer_input){.known = 0, .dims = dims[i], .names = names[i]};
+        if (!strcmp(spec, "?")) continue;
+        const char* colon = strchr(spec, ':');
+        CHECK(colon, "bad spec %s", spec);
+        in[i].known = 1;
+        for (const char* q = colon + 1; *q;) {
+            int r = in[i].rank++;
+            CHECK(r < PLUS_MAX_RANK, "rank");
+            dims[i][r] = strtoll(q, (char**)&q, 10);
+            names[i][r] = NULL;
+            if (*q == '@') {
+                size_t len = strcspn(q + 1, "x");
+                snprintf(namebuf[i][r], sizeof namebuf[i][r], "%.*s", (int)len, q + 1);
+                names[i][r] = namebuf[i][r];
+                q += 1 + len;
+            }
+            if (*q == 'x') q++;
+        }
+    }
+    static plus_infer_output out[PLUS_MAX_OUT];
+    plus_infer_outputs(&p, in, (size_t)n, out);
+    for (int o = 0; o < p.n_out; o++) {
+        printf("out%d %s [", o, plus_dtype_name(out[o].dtype));
+        for (int d = 0; d < out[o].rank; d++) {
+            if (out[o].dims[d] >= 0) printf("%s%" PRId64, d ? "," : "", out[o].dims[d]);
+            else printf("%s%s", d ? "," : "", out[o].names[d]);
+        }
+        printf("]\n");
+    }
+    plus_plan_free(&p);
+    return 0;
 }
 
 static int cmd_select(int argc, char** argv) {
@@ -303,7 +373,10 @@ static int run_once(plus_kernel* k, const plus_driver* d, const fake_hooks* h, c
                     int n_in, void** outs, size_t* out_bytes, int verbose, char* err, size_t errlen) {
     const plus_plan* p = plus_kernel_plan(k);
     plus_tensor_desc desc[PLUS_MAX_IN];
-    for (int i = 0; i < n_in; i++) desc[i] = in[i].d;
+    for (int i = 0; i < n_in; i++) {
+        desc[i] = in[i].d;
+        if (plus_plan_input_on_host(p, i)) desc[i].host = in[i].data;   /* host memory stands for both */
+    }
     plus_binding b;
     if (plus_kernel_bind(k, desc, (size_t)n_in, (size_t)p->n_out, &b, err, errlen)) return 1;
     if (verbose) print_binding(p, &b);
@@ -365,7 +438,8 @@ static int parse_run_opts(int argc, char** argv, run_opts* o, int positional_max
         if (!strcmp(argv[i], "--pack") && i + 1 < argc) add_pack(o, argv[++i]);
         else if (!strcmp(argv[i], "--in") && i + 1 < argc) {
             CHECK(o->n_in < PLUS_MAX_IN, "too many inputs");
-            parse_spec(argv[++i], &o->in[o->n_in++]);
+            parse_spec(argv[++i], &o->in[o->n_in]);
+            fill_values(&o->in[o->n_in++], argv[i]);
         } else if (!strcmp(argv[i], "--staged")) o->staged = 1;
         else if (!strcmp(argv[i], "--null-stream")) o->null_stream = 1;
         else if (!strcmp(argv[i], "--dev") && i + 1 < argc) o->dev = atoi(argv[++i]);
@@ -486,6 +560,7 @@ int main(int argc, char** argv) {
     if (!strcmp(c, "parse")) return cmd_parse(argc - 2, argv + 2);
     if (!strcmp(c, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(c, "bind")) return cmd_bind(argc - 2, argv + 2);
+    if (!strcmp(c, "infer")) return cmd_infer(argc - 2, argv + 2);
     if (!strcmp(c, "select")) return cmd_select(argc - 2, argv + 2);
     if (!strcmp(c, "pack")) return cmd_pack(argc - 2, argv + 2);
     if (!strcmp(c, "run")) return cmd_run(argc - 2, argv + 2);

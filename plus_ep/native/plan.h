@@ -1,0 +1,114 @@
+/* The launch plan (kernels/CONTRACT.md §1, §3): the argument struct, the parsed `plus_plan`
+ * attribute, its limits and expressions. Pure C: no CUDA, no ONNX Runtime. Every function reports
+ * errors as text in a caller buffer. Binding a run: bind.h; image packs: pack.h. */
+#ifndef PLUS_PLAN_H_PLAN
+#define PLUS_PLAN_H_PLAN
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PLUS_MAX_IN 64
+#define PLUS_MAX_OUT 8
+#define PLUS_MAX_SCRATCH 4
+#define PLUS_MAX_V 32
+typedef struct PlusArgs {
+    const void* in[PLUS_MAX_IN];
+    void* out[PLUS_MAX_OUT];
+    void* scratch[PLUS_MAX_SCRATCH];
+    long long v[PLUS_MAX_V];
+} PlusArgs;
+_Static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared with plus_common.cuh");
+
+/* Limits of a plan (fixed so that a run needs no heap memory). */
+#define PLUS_MAX_RANK 8
+#define PLUS_MAX_SYM 32
+#define PLUS_MAX_ROUTES 16
+#define PLUS_MAX_KERNELS 32   /* kernel lines, all routes together */
+#define PLUS_MAX_ARCHS 24
+#define PLUS_MAX_STACK 32     /* expression evaluation depth */
+#define PLUS_MAX_SHAPEV 16    /* `shapev` lines: symbols bound from the values of shape tensors */
+#define PLUS_NAME_LEN 128     /* node, entry, symbol and arch names incl. NUL */
+#define PLUS_ERR_LEN 1024     /* suggested size of error buffers */
+
+/* Expression items (reverse Polish). */
+enum {
+    PX_LIT, PX_SYM, PX_VAL,
+    PX_ADD, PX_SUB, PX_MUL, PX_DIV, PX_MOD, PX_MIN, PX_MAX, PX_CDIV,
+    PX_LT, PX_LE, PX_GT, PX_GE, PX_EQ, PX_NE, PX_AND, PX_OR, /* binary */
+    PX_NOT, PX_TERN
+};
+typedef struct { int32_t op; int64_t arg; } plus_item;
+typedef struct { int32_t off, n, line; } plus_expr;   /* items[off .. off+n), plan line (1-based) */
+
+enum { PLUS_DIM_LIT, PLUS_DIM_ANY, PLUS_DIM_SYM };
+typedef struct {
+    int dtype;                          /* ONNX Runtime element type (C API numbering) */
+    int rank;
+    int kind[PLUS_MAX_RANK];
+    int64_t val[PLUS_MAX_RANK];         /* literal, or symbol index */
+    int line;
+    int host;                           /* 1: a shape tensor the launcher reads on the host (`shapev`) */
+} plus_in_spec;
+
+typedef struct {
+    int dtype, rank, line;
+    plus_expr dim[PLUS_MAX_RANK];
+} plus_out_spec;
+
+typedef struct {
+    int route, image, line;
+    char entry[PLUS_NAME_LEN];
+    plus_expr grid[3], block[3], smem;
+} plus_kernel_spec;
+
+/* `shapev <k> <input> <element>`: symbol k is element `element` of input `input`'s values. */
+typedef struct { int sym, input, elem, line; } plus_shapev;
+
+typedef struct plus_plan {
+    char node[PLUS_NAME_LEN];
+    int n_in, n_out, n_sym, n_val, n_routes, n_kernels, n_archs, n_shapev;
+    plus_in_spec in[PLUS_MAX_IN];
+    plus_out_spec out[PLUS_MAX_OUT];
+    char sym_name[PLUS_MAX_SYM][PLUS_NAME_LEN];   /* "" when no `sym` line names it */
+    int val_slot[PLUS_MAX_V];                     /* val lines in file order */
+    plus_expr val[PLUS_MAX_V];
+    int has_scratch[PLUS_MAX_SCRATCH];
+    plus_expr scratch[PLUS_MAX_SCRATCH];
+    plus_expr route[PLUS_MAX_ROUTES];
+    plus_kernel_spec kernel[PLUS_MAX_KERNELS];    /* file order */
+    char arch[PLUS_MAX_ARCHS][PLUS_NAME_LEN];     /* optional `archs` line (extension) */
+    plus_shapev shapev[PLUS_MAX_SHAPEV];          /* file order */
+    plus_item* items;                             /* all expressions' items */
+    int n_items, cap_items;
+    char* text;                                   /* copy of the plan, lines NUL-terminated */
+    char** lines;
+    int n_lines;
+} plus_plan;
+
+/* Parse a plan. Returns 0, or -1 with a message ("plus_plan line N `...`: why") in err. */
+int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen);
+void plus_plan_free(plus_plan* plan);
+const char* plus_plan_line(const plus_plan* plan, int line);   /* "" when out of range */
+
+/* Compile one expression token. nsym: symbols s0..s(nsym-1) may be used; vmask: bit k set when
+ * v<k> may be used. Returns 0 or -1 with the reason in err. */
+int plus_expr_compile(plus_plan* plan, const char* tok, int nsym, uint32_t vmask, plus_expr* out,
+                      char* err, size_t errlen);
+
+/* Values an expression reads. */
+typedef struct {
+    int64_t sym[PLUS_MAX_SYM];
+    uint32_t bound;        /* bit k set when sym[k] is bound */
+    int64_t v[PLUS_MAX_V];
+} plus_env;
+
+/* Evaluate. Returns 0 or -1 (division by zero, overflow, unbound symbol) with the reason in err. */
+int plus_expr_eval(const plus_plan* plan, plus_expr e, const plus_env* env, int64_t* out, char* err,
+                   size_t errlen);
+
+/* Element types. */
+int plus_dtype_from_onnx(int onnx_dtype);       /* ONNX TensorProto number -> C API number; -1 if unknown */
+const char* plus_dtype_name(int ort_dtype);     /* C API number -> "float32", ... */
+int plus_dtype_bits(int ort_dtype);             /* bits per element; 0 for string / unknown */
+
+#endif

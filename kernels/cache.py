@@ -9,6 +9,7 @@ The key hashes every input of the binary: the cache schema, the PlusEP version, 
 include (`nvrtc.header_digest`) and the options. An entry is a folder
 
     <root>/<key[:2]>/<key>/kernel.cubin   the image
+                          kernel.ptx     the PTX NVRTC assembled it from (packed beside the cubin)
                           kernel.cu      the source, readable beside it
                           meta.json      sha256 and size of the cubin, resources, arch, options, ... (written last)
 
@@ -45,13 +46,13 @@ from .nvrtc import CompileResult, Resources
 
 log = logging.getLogger("plus_ep.kernels")
 
-SCHEMA = 1
+SCHEMA = 2   # 2: entries hold kernel.ptx
 ENV_ASSERT_CACHED = "PLUS_EP_ASSERT_CACHED"
 # The cache root (plus_ep.config owns it); these two names stay for kernels/ptx/build.py, which puts
 # its PTX under <root>/ptx. New code asks config.cache_root() / config.kernel_cache_dir().
 ENV_DIR, DEFAULT_DIR = "PLUS_EP_CACHE_DIR", config.DEFAULT_ROOT
 
-CUBIN, SOURCE, META = "kernel.cubin", "kernel.cu", "meta.json"
+CUBIN, PTX, SOURCE, META = "kernel.cubin", "kernel.ptx", "kernel.cu", "meta.json"
 
 
 class CacheMiss(RuntimeError):
@@ -197,6 +198,16 @@ class KernelCache:
             if got.rstrip("a") != want.rstrip("a"):
                 raise ValueError(f"cubin is SASS for {got}, the entry is for {want}")
             nvrtc.read_cubin(cubin)  # its section table and symbols are all there
+            try:
+                ptx = (entry / PTX).read_bytes()
+            except FileNotFoundError:   # removed and stored again between the reads, as above
+                if _retry:
+                    return self.get(key, arch, _retry=False)
+                if not (entry / META).exists():
+                    return None
+                raise
+            if hashlib.sha256(ptx).hexdigest() != meta["ptx"]["sha256"]:
+                raise ValueError("kernel.ptx sha256 does not match meta.json")
             resources = {fn: Resources(**r) for fn, r in meta["resources"].items()}
         except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error) as e:
             log.warning("kernel cache: removing damaged entry %s (%s); it will be rebuilt", entry, e)
@@ -204,7 +215,8 @@ class KernelCache:
             self._remove(entry)
             return None
         return CompileResult(cubin=cubin, log=meta.get("log", ""), resources=resources,
-                             seconds=time.perf_counter() - t0, cached=True, arch=meta["arch"], key=key)
+                             seconds=time.perf_counter() - t0, cached=True, arch=meta["arch"], key=key,
+                             ptx=ptx.decode())
 
     def _remove(self, entry: pathlib.Path) -> None:
         trash = entry.with_name(f".trash-{entry.name}-{uuid.uuid4().hex[:8]}")
@@ -230,6 +242,7 @@ class KernelCache:
             "compiler": nvrtc.compiler_id(),
             "plus_ep": package_version(),
             "cubin": {"sha256": hashlib.sha256(result.cubin).hexdigest(), "size": len(result.cubin)},
+            "ptx": {"sha256": hashlib.sha256(result.ptx.encode()).hexdigest(), "size": len(result.ptx.encode())},
             "resources": {fn: dataclasses.asdict(r) for fn, r in result.resources.items()},
             "compile_seconds": round(result.seconds, 4),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -237,6 +250,7 @@ class KernelCache:
         }
         try:
             write_atomic(entry / CUBIN, result.cubin)
+            write_atomic(entry / PTX, result.ptx.encode())
             write_atomic(entry / SOURCE, src)
             write_atomic(entry / META, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
         except BaseException:

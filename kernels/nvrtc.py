@@ -184,9 +184,10 @@ class CompileResult:
     cached: bool = False
     arch: str = ""           # canonical arch the cubin is for
     key: str = ""            # cache key when it went through a KernelCache
+    ptx: str = ""            # the PTX NVRTC assembled the cubin from (image packs carry it beside the cubin)
 
     def __repr__(self) -> str:  # keep the cubin bytes out of reprs and test failures
-        return (f"CompileResult(arch={self.arch!r}, cubin=<{len(self.cubin)} bytes>, "
+        return (f"CompileResult(arch={self.arch!r}, cubin=<{len(self.cubin)} bytes>, ptx=<{len(self.ptx)} chars>, "
                 f"resources={self.resources!r}, seconds={self.seconds:.3f}, cached={self.cached})")
 
 
@@ -458,11 +459,15 @@ def compile_cubin(source: str | bytes, arch, name: str = "plus_kernel.cu", optio
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
         cubin = b" " * size
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")   # a real-arch compile keeps its PTX
+        ptx = b" " * size
+        _check(nvrtc.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     seconds = time.perf_counter() - t0
     resources = _merge(name, parse_ptxas_log(text), cubin)
-    return CompileResult(cubin=bytes(cubin), log=text, resources=resources, seconds=seconds, arch=arch)
+    return CompileResult(cubin=bytes(cubin), log=text, resources=resources, seconds=seconds, arch=arch,
+                         ptx=ptx.rstrip(b"\0").decode())
 
 
 # ---------------------------------------------------------------------------------- resource check

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from . import pointwise, routes, symdim
+from . import pointwise, routes, sources, symdim
 from .attention_render import render_attention
 from .gemm_render import render_gemm
 from .plan import MAX_IN, MAX_OUT, MAX_SYM, Launch, Plan, Route, check_bound, input_tokens
 from .pull import Emitter, RenderError
 from .row import ROW_OPS, RowProgram
+from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
 
 HEADER = '#include "plus_common.cuh"\n'
 
@@ -49,11 +50,22 @@ class Job:
         self.fp32_math = fp32_math
         self.plan = Plan(node=node_name)
         self.subs = self._composite_dims()
+        self.roles = self._roles()
         em = self.emitter()
         for t in self.inputs:   # number the symbols the inputs bind first
             self.plan.inputs.append((em.dtype(t), input_tokens(em.shape(t), self.syms)))
         for t in self.outputs:
             self.plan.outputs.append((em.dtype(t), [self.syms.rpn(d) for d in em.shape(t)]))
+
+    def _roles(self):
+        """The roles identification found; found here when the subgraph was built without them."""
+        roles = getattr(self.sg, "roles", None)
+        finder = getattr(self.sg.pattern, "roles", None)
+        if roles is None and finder is not None:
+            roles = finder(self.view, sorted(self.sg.nodes))
+            if isinstance(roles, str):
+                raise RenderError(f"{self.node_name}: {roles}")
+        return roles
 
     def emitter(self) -> Emitter:
         return Emitter(self.view, self.nodes, self.inputs, self.syms, self.subs)
@@ -125,15 +137,23 @@ def _row(job: Job):
     return [("row", "", kernels, routes.ALWAYS)]
 
 
-TEMPLATES = {
-    None: _elementwise,
-    "elementwise": _elementwise,
-    "row_reduce": _row,
-    "reduce": _row,
-    "gemm": render_gemm,
-    "gemm_rownorm": render_gemm,
-    "flash_attention": render_attention,
-}
+TEMPLATES = {None: _elementwise}      # template name -> renderer (None: a pattern naming no template)
+
+
+def register_renderer(name: str, fn):
+    """The renderer of template `name`: one of the names the warehouse's pattern -> template
+    contract declares (warehouse.registry.TEMPLATES), each rendered exactly once."""
+    if name not in DECLARED_TEMPLATES:
+        raise ValueError(f"renderer for {name!r}: not a template the warehouse declares "
+                         f"({sorted(DECLARED_TEMPLATES)})")
+    if name in TEMPLATES:
+        raise ValueError(f"template {name!r} already has a renderer")
+    TEMPLATES[name] = fn
+
+
+for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce", _row),
+                   ("gemm", render_gemm), ("gemm_rownorm", render_gemm), ("flash_attention", render_attention)):
+    register_renderer(_name, _fn)
 
 
 def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math="exact") -> Rendered:
@@ -156,4 +176,15 @@ def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math
         raise RenderError(f"{node_name}: more inputs/outputs/dimensions than a kernel takes "
                           f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; "
                           f"limits {MAX_IN}/{MAX_OUT}/{MAX_SYM})")
+    _finish_sources(job, variants)
     return Rendered(job.plan, variants, template or "pointwise")
+
+
+def _finish_sources(job: Job, variants: list) -> None:
+    """Each variant's source gets its comment header and named symbols (kernels/sources.py)."""
+    pgraph = getattr(job.sg, "pgraph", None)
+    pgraph = pgraph.render() if pgraph is not None else None
+    for v, variant in enumerate(variants):
+        route = (v, len(variants), job.plan.routes[v].cond)
+        variant.source = sources.finish(variant.source, job.plan.syms, job.node_name, job.sg.pattern.name,
+                                        job.sg.pattern.template, route, variant.name, pgraph)

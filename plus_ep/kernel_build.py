@@ -10,7 +10,6 @@ with a warning naming the node and the reason; nothing is fused without a kernel
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from dataclasses import dataclass, field
 
@@ -19,12 +18,13 @@ from onnx import numpy_helper
 
 from .kernels import nvrtc
 from .kernels.compile import Job, compile_all
+from .kernels.pack import Image, pack_images, unpack_images  # noqa: F401  (the pack format lives there)
+from .kernels.pack import write as write_pack
 from .kernels.plan import problem as plan_problem
 from .kernels.pull import RenderError
 from .kernels.render import render
 
 log = logging.getLogger("plus_ep")
-PACK_MAGIC = b"PLUSIMG1"
 
 
 @dataclass
@@ -35,29 +35,6 @@ class KernelBuild:
     compiled: int = 0
     cached: int = 0
     seconds: float = 0.0
-
-
-def _align(n: int) -> int:
-    return (n + 15) // 16 * 16
-
-
-def pack_images(cubins) -> bytes:
-    """CONTRACT.md §4: magic, count, (offset, size) table, then the images, each 16-byte aligned."""
-    offset = _align(len(PACK_MAGIC) + 4 + 16 * len(cubins))
-    table, body = [], bytearray()
-    for c in cubins:
-        table.append(struct.pack("<QQ", offset, len(c)))
-        body += bytes(c) + bytes(_align(len(c)) - len(c))
-        offset += _align(len(c))
-    head = PACK_MAGIC + struct.pack("<I", len(cubins)) + b"".join(table)
-    return head + bytes(_align(len(head)) - len(head)) + bytes(body)
-
-
-def unpack_images(pack: bytes) -> list:
-    if pack[:8] != PACK_MAGIC:
-        raise ValueError("not a PlusEP image pack")
-    (n,) = struct.unpack_from("<I", pack, 8)
-    return [pack[o:o + s] for o, s in (struct.unpack_from("<QQ", pack, 12 + 16 * k) for k in range(n))]
 
 
 def _smem(plan, variant: int) -> int:
@@ -110,14 +87,14 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
             continue
         out.cached += bool(getattr(res, "cached", False))
         out.compiled += not getattr(res, "cached", False)
-        images.setdefault(k, {}).setdefault(arch, {})[v] = res.cubin
+        images.setdefault(k, {}).setdefault(arch, {})[v] = Image(res.cubin, res.ptx or None)
     for k, rd in out.rendered.items():
         if k in failed:
             continue
         attrs = {"plus_plan": rd.plan.text()}
         for arch in archs:
             blobs = [images[k][arch][v] for v in range(len(rd.variants))]
-            arr = np.frombuffer(pack_images(blobs), dtype=np.uint8)
+            arr = np.frombuffer(write_pack(blobs), dtype=np.uint8)
             attrs[f"plus_images_{arch}"] = numpy_helper.from_array(arr, name=f"plus_images_{arch}")
         out.attrs[k] = attrs
     for k, name, reason in sorted(out.failures):

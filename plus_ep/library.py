@@ -4,7 +4,9 @@
     opts = onnxruntime.SessionOptions()
     opts.register_custom_ops_library(so)     # ai.plus_ep::Fused nodes now run their CUDA kernels
 
-The library exports only ``RegisterCustomOps``. It registers nothing (so Fused nodes run their
+The library exports ``RegisterCustomOps`` (this path) and the plugin-EP entry points
+``CreateEpFactories`` / ``ReleaseEpFactory`` ("PlusEP" in providers=[...], registered by
+``import plus_ep``; see plus_ep/ep.py). ``RegisterCustomOps`` registers nothing (so Fused nodes run their
 model-local function bodies) when the CUDA driver cannot be loaded or reports no device, or when
 ``PLUS_EP_DISABLE=1``; ``PLUS_EP_VERBOSE=1`` prints why. ``PLUS_EP_CUDA_LIBRARY`` names another driver
 library (tests use a stand-in). The environment is read once per process, at the first registration.

@@ -1,15 +1,19 @@
-"""`plus_ep.InferenceSession`: onnxruntime.InferenceSession with "PlusEP" as a provider name.
+"""`plus_ep.InferenceSession`: a convenience over the PlusEP plugin execution provider.
 
     from plus_ep import InferenceSession
     sess = InferenceSession("model.onnx", providers=[("PlusEP", {"arch": "sm_90"}),
                                                      "CUDAExecutionProvider", "CPUExecutionProvider"])
 
-With "PlusEP" in `providers` the model is rewritten (cached by model hash + options), its kernels are
-compiled (cached), the launcher library is registered, and the session runs on the CUDA EP. Options
-(strings, ORT style): arch (default: the local GPU), cache_dir, disable (comma-separated pattern
-names), fp32_math ("exact" | "tf32"), verify ("1": compare one random run against the plain
-providers and warn on a mismatch). Without a CUDA GPU it warns once and runs the original model on
-the remaining providers. Without "PlusEP" it is exactly onnxruntime.InferenceSession.
+The stock `onnxruntime.InferenceSession` knows "PlusEP" once `plus_ep` is imported (plus_ep/ep.py).
+This class adds one step in front: with "PlusEP" in `providers` it rewrites the model in Python first
+(cached by model hash + options, kernels compiled and cached), so models given as bytes are fused too
+and a bad model fails with plus_ep's ModelError before any session exists; then it hands the
+rewritten model and the same providers to onnxruntime.InferenceSession, where the plugin EP claims
+the Fused nodes. Options (strings, ORT style, passed on to the EP as well): arch (default: the local
+GPU, else the EP device's), cache_dir, disable (comma-separated pattern names), fp32_math ("exact" |
+"tf32"), verify ("1": compare one random run against the plain providers and warn on a mismatch).
+Without a usable GPU the original model goes to ONNX Runtime unchanged and the EP (inert) warns
+once. Without "PlusEP" it is exactly onnxruntime.InferenceSession.
 """
 from __future__ import annotations
 
@@ -20,7 +24,6 @@ import warnings
 import onnx
 import onnxruntime as ort
 
-from .library import get_library_path
 
 log = logging.getLogger("plus_ep")
 NAME = "PlusEP"
@@ -94,28 +97,33 @@ class InferenceSession(ort.InferenceSession):
         if plus is None:
             super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
             return
+        from . import ep
         from .kernels import nvrtc
+        ep.register()                       # the plugin EP (raises on onnxruntime < 1.25)
         gpu = nvrtc.local_arch()
-        has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
-        if gpu is None or not has_cuda:
-            why = "no CUDA GPU or driver was found" if gpu is None else \
-                "this onnxruntime has no CUDAExecutionProvider"
-            fallback = rest or ["CPUExecutionProvider"]
-            _warn_once(f"PlusEP: {why}; running the original model on {fallback}")
-            super().__init__(path_or_bytes, sess_options, fallback, **kwargs)
+        arch = nvrtc.parse_arch(plus["arch"]) if plus.get("arch") else gpu
+        if arch is None:                    # an emulated / stand-in driver: the EP device's arch
+            dev = next((d for d in ep.devices() if d["mode"] in ("gpu", "staging")), None)
+            if dev and dev.get("compute_capability"):
+                try:
+                    arch = ep.arch_for({"cc": dev["compute_capability"]})
+                except ValueError as e:     # an arch PlusEP does not build for: run unfused
+                    log.warning("PlusEP: %s; running the original model", e)
+        ep_opts = {k: str(v) for k, v in plus.items()}
+        providers = [(NAME, ep_opts) if ep_opts else NAME, *rest]
+        if arch is None:                    # no usable GPU: the inert EP warns once; the original runs
+            super().__init__(path_or_bytes, sess_options, providers, **kwargs)
+            self.plus_ep_arch = None
             return
-        arch = nvrtc.parse_arch(plus.get("arch") or gpu)
         original = _model_bytes(path_or_bytes)
         model = rewritten_model(original, arch, plus)
-        so = sess_options or ort.SessionOptions()
-        so.register_custom_ops_library(get_library_path())
         names = [p if isinstance(p, str) else p[0] for p in rest]
-        if "CUDAExecutionProvider" not in names:
-            rest.insert(0, "CUDAExecutionProvider")
-        super().__init__(model, so, rest, **kwargs)
+        if gpu and "CUDAExecutionProvider" in ort.get_available_providers() and "CUDAExecutionProvider" not in names:
+            providers.insert(1, "CUDAExecutionProvider")
+        super().__init__(model, sess_options, providers, **kwargs)
         self.plus_ep_arch = arch
         if plus.get("verify") in ("1", 1, True, "true"):
-            self._verify(original, rest)
+            self._verify(original, [p for p in providers if (p if isinstance(p, str) else p[0]) != NAME])
 
     def _verify(self, original: bytes, providers):
         import numpy as np

@@ -169,6 +169,8 @@ static int load_ctx(plus_kernel* k, const plus_driver* d, CUcontext ctx, ctx_cac
     if (d->cuDeviceGetAttribute(&optin, PLUS_CU_ATTR_SMEM_OPTIN, dev)) optin = PLUS_DEFAULT_SMEM;
     cc->smem_optin = optin;
     cc->pack = plus_pack_select(k->packs, k->n_packs, major, minor, err, errlen);
+    int jit = 0;   /* no cubin for this arch: the PTX of an older arch, JIT-compiled by the driver */
+    if (cc->pack < 0 && (cc->pack = plus_pack_select_ptx(k->packs, k->n_packs, major, minor)) >= 0) jit = 1;
     if (cc->pack < 0) return prefix(k, err, errlen);
     const plus_pack* p = &k->packs[cc->pack];
     int rc = 0;
@@ -182,8 +184,9 @@ static int load_ctx(plus_kernel* k, const plus_driver* d, CUcontext ctx, ctx_cac
             const uint8_t* img;
             size_t n;
             void* aligned = NULL;
-            plus_pack_image(p, (uint32_t)ks->image, &img, &n);
-            if ((uintptr_t)img % 16) {   /* the driver reads the ELF in place: give it aligned memory */
+            if (jit) plus_pack_ptx(p, (uint32_t)ks->image, (const char**)&img, &n);
+            else plus_pack_image(p, (uint32_t)ks->image, &img, &n);
+            if (!jit && (uintptr_t)img % 16) {   /* the driver reads the ELF in place: give it aligned memory */
                 if (!(aligned = malloc(n))) {
                     rc = nerr(k, err, errlen, "out of memory");
                     break;
@@ -194,10 +197,10 @@ static int load_ctx(plus_kernel* k, const plus_driver* d, CUcontext ctx, ctx_cac
             r = d->cuModuleLoadData(&cc->mod[i], img);
             free(aligned);
             if (r) {
-                char e[128];
+                char e[PLUS_ERR_LEN / 2];
                 plus_cu_error(d, r, e, sizeof e);
-                rc = nerr(k, err, errlen, "cuModuleLoadData of image %d of plus_images_%s failed: %s", ks->image,
-                          p->arch, e);
+                rc = nerr(k, err, errlen, "cuModuleLoadData of image %d of plus_images_%s%s failed: %s", ks->image,
+                          p->arch, jit ? " (PTX)" : "", e);
                 break;
             }
             cc->own[i] = 1;
@@ -280,7 +283,7 @@ int plus_kernel_launch(plus_kernel* k, const plus_driver* d, CUcontext ctx, CUst
         r = d->cuLaunchKernel(cc->fn[i], g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2], g.smem,
                               stream, params, NULL);
         if (r) {
-            char e[128];
+            char e[PLUS_ERR_LEN / 2];   /* an emulated driver's error names carry the interpreter's message */
             plus_cu_error(d, r, e, sizeof e);
             rc = nerr(k, err, errlen, "cuLaunchKernel of '%s' (grid %u,%u,%u block %u,%u,%u smem %u; plan line %d) failed: %s",
                       ks->entry, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2], g.smem, ks->line, e);

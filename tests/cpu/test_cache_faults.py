@@ -231,7 +231,7 @@ class _FullDisk:
         return HalfWriter(f, path) if self.count == self.fail_at else f
 
 
-@pytest.mark.parametrize("fail_at", [1, 2, 3], ids=["cubin", "source", "meta"])
+@pytest.mark.parametrize("fail_at", [1, 2, 3, 4], ids=["cubin", "ptx", "source", "meta"])
 def test_full_disk_leaves_no_partial_entry(cache, caplog, monkeypatch, fail_at):
     want = nvrtc.compile_cubin(src(), "sm_90").cubin
     full = _FullDisk(fail_at)
@@ -249,7 +249,7 @@ def test_full_disk_leaves_no_partial_entry(cache, caplog, monkeypatch, fail_at):
     monkeypatch.setattr(kcache, "open", builtins.open, raising=False)
     again = KernelCache(cache.root).build(src(), "sm_90", name="scale.cu")
     assert not again.cached and again.cubin == want
-    assert sorted(p.name for p in cache.path(r.key).iterdir()) == ["kernel.cu", "kernel.cubin", "meta.json"]
+    assert sorted(p.name for p in cache.path(r.key).iterdir()) == ["kernel.cu", "kernel.cubin", "kernel.ptx", "meta.json"]
 
 
 def test_full_disk_for_the_lock_file(cache, caplog, monkeypatch):
@@ -281,7 +281,7 @@ def test_dead_writers_leftovers_are_replaced(cache, caplog):
     assert cache.get(key) is None and cache.stats.corrupt == 0
     r = cache.build(src(), "sm_90")
     assert nvrtc.cubin_arch(r.cubin) == "sm_90" and not r.cached
-    assert sorted(p.name for p in entry.iterdir()) == ["kernel.cu", "kernel.cubin", "meta.json"]
+    assert sorted(p.name for p in entry.iterdir()) == ["kernel.cu", "kernel.cubin", "kernel.ptx", "meta.json"]
     assert cache.get(key).cubin == r.cubin and not warnings_of(caplog, "damaged")
 
 

@@ -3,12 +3,13 @@ tests (tests/native) and the reliability tests (tests/gpu): the stand-in driver 
 "runs" the fake kernels named in the packs."""
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from plus_ep.kernels.pack import write as write_pack
 
 # n <= 1024: fake_add_marker (x + y + 1000); larger: fake_fill (every element = v1 = 7).
 PLAN = """plusplan 1
@@ -39,12 +40,8 @@ end
 
 
 def pack(images: list[bytes]) -> bytes:
-    table, body = b"", b""
-    off = 12 + 16 * len(images)
-    for im in images:
-        table += struct.pack("<QQ", off + len(body), len(im))
-        body += im
-    return b"PLUSIMG1" + struct.pack("<I", len(images)) + table + body
+    """An image pack of stand-in images (no PTX), written by the one pack writer."""
+    return write_pack(images)
 
 
 def fake_pack(tag: str) -> bytes:

@@ -1,0 +1,321 @@
+"""The emulated CUDA driver's Python side: kernels launched by the real C launcher run on the PTX
+interpreter (plus_ep.kernels.ptx) on the CPU.
+
+    from plus_ep.emulator import Emulator
+    emu = Emulator.get()                # loads plus_ep/_emucuda*.so and attaches the interpreter
+    emu.register_model(model)           # cubin digest -> PTX, from every Fused node's image packs
+    emu.set_arch("sm_90a")              # the device's compute capability (9.0: the launcher takes sm_90a)
+    env = emu.environment()             # {"PLUS_EP_CUDA_LIBRARY": <emulated driver>} for the launcher
+    # ... ORT sessions with the launcher registered now launch through the interpreter;
+    emu.records                         # one LaunchRecord per launch (entry, grid, counters, findings)
+
+The launcher reads PLUS_EP_CUDA_LIBRARY once per process, when ORT first registers it: set the
+environment before that (`use_in_this_process()` says whether it is still possible).
+
+How images become PTX: the launcher picks a pack by the emulated device's arch and hands the
+driver a cubin (as on a GPU). A cubin holds SASS only, so the emulator looks its sha256 up in a
+registry filled from the packs (each cubin sits beside the PTX it was assembled from, CONTRACT §4).
+A PTX image (the launcher's forward-compatibility path) is parsed as is.
+
+Errors: an interpreter error (PtxError: an unimplemented form, an out-of-bounds access, a collective
+missing lanes) fails the launch with CUDA_ERROR_LAUNCH_FAILED and the interpreter's message, which the
+launcher reports as an ORT error naming the node. Checker findings do the same unless
+`fail_on_findings` is False (then they are only recorded, for `plus-ep verify` to report per node).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .kernels import nvrtc
+from .kernels.pack import parse as parse_pack
+from .kernels.ptx import GlobalMemory, Module, PtxError
+
+__all__ = ["Emulator", "LaunchRecord", "library_path", "launcher_loaded"]
+
+_HERE = Path(__file__).resolve().parent
+CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_PTX = 200, 218
+CUDA_ERROR_NOT_FOUND, CUDA_ERROR_LAUNCH_FAILED = 500, 719
+
+_LOAD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                         ctypes.POINTER(ctypes.c_longlong))
+_GETFN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.c_char_p, ctypes.POINTER(ctypes.c_longlong))
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_uint), ctypes.c_uint,
+                           ctypes.POINTER(ctypes.c_void_p))
+_UNLOAD = ctypes.CFUNCTYPE(None, ctypes.c_longlong)
+
+
+def library_path() -> str:
+    """Absolute path of the emulated driver (``plus_ep/_emucuda*.so``)."""
+    found = sorted(_HERE.glob("_emucuda*.so"))
+    if not found:
+        raise FileNotFoundError(f"the emulated CUDA driver (plus_ep/_emucuda*.so) is not built in {_HERE}; "
+                                "build it with `pip install -e .` (needs a C compiler)")
+    return str(found[0])
+
+
+def launcher_loaded() -> bool:
+    """Whether this process has already loaded the launcher (then its driver choice is fixed)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return True   # cannot tell: assume the worst
+    from .library import get_library_path
+    try:
+        return os.path.realpath(get_library_path()) in maps
+    except FileNotFoundError:
+        return False
+
+
+@dataclass
+class ImageInfo:
+    ptx: str
+    node: str       # first node whose pack holds this cubin
+    arch: str
+    image: int      # index in the pack
+    nodes: list = field(default_factory=list)   # every node holding it
+
+
+@dataclass
+class LaunchRecord:
+    module: int                 # emulator module handle (one per cuModuleLoadData)
+    node: str                   # node the loaded image came from ("" for a bare PTX image)
+    arch: str                   # pack arch of the image ("ptx" for a PTX image)
+    entry: str
+    grid: tuple
+    block: tuple
+    smem: int
+    seconds: float
+    counters: dict = field(default_factory=dict)
+    findings: list = field(default_factory=list)
+    error: str | None = None
+
+
+class _LoadedModule:
+    def __init__(self, module: Module, info: ImageInfo | None, is_ptx: bool):
+        self.module, self.info, self.is_ptx = module, info, is_ptx
+
+
+class Emulator:
+    """One per process (the driver library is process-wide): use Emulator.get()."""
+
+    _instance = None
+    _instance_lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "Emulator":
+        with cls._instance_lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def __init__(self):
+        self.path = library_path()
+        self.lib = ctypes.CDLL(self.path)
+        self.lib.plus_emucuda_set_error.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        self.lib.plus_emucuda_lookup.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+                                                 ctypes.POINTER(ctypes.c_size_t)]
+        self.lib.plus_emucuda_live_allocations.restype = ctypes.c_long
+        self._lock = threading.RLock()
+        self.registry: dict[str, ImageInfo] = {}      # sha256(cubin) -> PTX and where it came from
+        self._parsed: dict[str, Module] = {}          # sha256(ptx) -> parsed module
+        self._modules: dict[int, _LoadedModule] = {}
+        self._functions: dict[int, tuple] = {}        # handle -> (module handle, Kernel)
+        self._next = 1
+        self.records: list[LaunchRecord] = []
+        self.load_order: list[tuple[int, str]] = []   # (module handle, cubin digest or "ptx:<digest>")
+        self.checks = True
+        self.approx = "exact"
+        self.sample_ctas: int | None = None
+        self.fail_on_findings = True
+        self.progress = None                          # callable(record) after each launch
+        self.arch = "sm_90a"
+        # keep the callbacks alive as long as the library can call them
+        self._cbs = (_LOAD(self._cb_load), _GETFN(self._cb_getfn), _LAUNCH(self._cb_launch),
+                     _UNLOAD(self._cb_unload))
+        self.lib.plus_emucuda_attach(*self._cbs)
+
+    # ------------------------------------------------------------------------------ setup
+    def environment(self) -> dict:
+        return {"PLUS_EP_CUDA_LIBRARY": self.path}
+
+    def use_in_this_process(self) -> bool:
+        """Point this process's launcher at the emulated driver; False when the launcher was already
+        loaded with another driver (then run in a child process)."""
+        from . import config          # the owner of every PLUS_EP_* variable
+        if config.get("PLUS_EP_CUDA_LIBRARY") == self.path:
+            return True
+        if launcher_loaded():
+            return False
+        os.environ["PLUS_EP_CUDA_LIBRARY"] = self.path
+        return True
+
+    def set_arch(self, arch: str) -> None:
+        """The emulated device's compute capability: that of `arch` (sm_90 and sm_90a are both 9.0,
+        where the launcher prefers an sm_90a pack)."""
+        arch = nvrtc.parse_arch(arch) if not str(arch).startswith("sm_1") else str(arch)
+        digits = arch[3:].rstrip("a")
+        self.lib.plus_emucuda_set_cc(int(digits[:-1]), int(digits[-1]))
+        self.arch = arch
+
+    def register_pack(self, blob: bytes, node: str, arch: str) -> int:
+        """Add every (cubin, PTX) of one pack; returns how many carried PTX."""
+        n = 0
+        for i, im in enumerate(parse_pack(blob)):
+            if im.ptx is None:
+                continue
+            digest = hashlib.sha256(im.cubin).hexdigest()
+            with self._lock:
+                info = self.registry.get(digest)
+                if info is None:
+                    self.registry[digest] = ImageInfo(im.ptx, node, arch, i, [node])
+                elif node not in info.nodes:
+                    info.nodes.append(node)
+            n += 1
+        return n
+
+    def register_model(self, model) -> int:
+        """Register the packs of every ai.plus_ep node of an onnx ModelProto; returns the image count."""
+        from onnx import numpy_helper
+        n = 0
+        for node in model.graph.node:
+            if node.domain != "ai.plus_ep":
+                continue
+            for a in node.attribute:
+                if a.name.startswith("plus_images_"):
+                    blob = numpy_helper.to_array(a.t).tobytes()
+                    n += self.register_pack(blob, node.name, a.name[len("plus_images_"):])
+        return n
+
+    def reset_records(self) -> None:
+        with self._lock:
+            self.records = []
+            self.load_order = []
+
+    def live_allocations(self) -> int:
+        return int(self.lib.plus_emucuda_live_allocations())
+
+    # -------------------------------------------------------------------------- callbacks
+    def _fail(self, code: int, message: str) -> int:
+        self.lib.plus_emucuda_set_error(code, " ".join(message.split())[:880].encode("utf-8", "replace"))
+        return code
+
+    def _cb_load(self, image, size, is_ptx, handle_out) -> int:
+        try:
+            data = ctypes.string_at(image, size)
+            if is_ptx:
+                text = data.rstrip(b"\0").decode("utf-8", "replace")
+                info, key = None, "ptx:" + hashlib.sha256(data).hexdigest()
+            else:
+                key = hashlib.sha256(data).hexdigest()
+                info = self.registry.get(key)
+                if info is None:
+                    return self._fail(CUDA_ERROR_INVALID_IMAGE,
+                                      f"cubin {key[:12]} ({size} bytes) has no PTX registered with the emulator: "
+                                      "rebuild the model with this PlusEP (packs carry PTX since format "
+                                      "PLUSIMG2) and register it (Emulator.register_model)")
+                text = info.ptx
+            pkey = hashlib.sha256(text.encode()).hexdigest()
+            with self._lock:
+                mod = self._parsed.get(pkey)
+            if mod is None:
+                name = f"{info.node}:{info.arch}:image{info.image}" if info else "ptx-image"
+                mod = Module.parse(text, name=name)
+                with self._lock:
+                    self._parsed[pkey] = mod
+            with self._lock:
+                h = self._next
+                self._next += 1
+                self._modules[h] = _LoadedModule(mod, info, bool(is_ptx))
+                self.load_order.append((h, key))
+            handle_out[0] = h
+            return 0
+        except PtxError as e:
+            return self._fail(CUDA_ERROR_INVALID_PTX, f"PTX interpreter: {e}")
+        except Exception as e:  # noqa: BLE001 - never let an exception cross into C
+            return self._fail(CUDA_ERROR_INVALID_IMAGE, f"emulator: {type(e).__name__}: {e}")
+
+    def _cb_getfn(self, module, name, handle_out) -> int:
+        try:
+            with self._lock:
+                lm = self._modules[module]
+            k = lm.module.kernel(name.decode())
+            with self._lock:
+                h = self._next
+                self._next += 1
+                self._functions[h] = (module, k)
+            handle_out[0] = h
+            return 0
+        except PtxError as e:
+            return self._fail(CUDA_ERROR_NOT_FOUND, f"PTX interpreter: {e}")
+        except Exception as e:  # noqa: BLE001
+            return self._fail(CUDA_ERROR_NOT_FOUND, f"emulator: {type(e).__name__}: {e}")
+
+    def _cb_unload(self, module) -> None:
+        with self._lock:
+            self._modules.pop(module, None)
+            for h in [h for h, (m, _) in self._functions.items() if m == module]:
+                del self._functions[h]
+
+    def _memory(self, params: bytes) -> GlobalMemory:
+        """Map each allocation a pointer-sized, 8-byte aligned parameter word points into."""
+        mem = GlobalMemory()
+        base, size = ctypes.c_size_t(), ctypes.c_size_t()
+        seen = set()
+        for off in range(0, len(params) - 7, 8):
+            word = int.from_bytes(params[off:off + 8], "little")
+            if word and self.lib.plus_emucuda_lookup(word, ctypes.byref(base), ctypes.byref(size)):
+                if base.value not in seen:
+                    seen.add(base.value)
+                    mem.map(base.value, size.value, f"allocation@{base.value:#x}")
+        return mem
+
+    def _cb_launch(self, function, dims, smem, params) -> int:
+        t0 = time.perf_counter()
+        rec = None
+        try:
+            with self._lock:
+                module, k = self._functions[function]
+                lm = self._modules[module]
+            grid, block = (dims[0], dims[1], dims[2]), (dims[3], dims[4], dims[5])
+            buf = bytearray(k.param_bytes)
+            for i, (pname, psize, _align) in enumerate(k.params):
+                off = k._param_offsets[pname]
+                buf[off:off + psize] = ctypes.string_at(params[i], psize)
+            info = lm.info
+            rec = LaunchRecord(module, info.node if info else "", info.arch if info else "ptx", k.name, grid,
+                               block, int(smem), 0.0)
+            res = k.launch(grid=grid, block=block, shared_bytes=int(smem), params=bytes(buf),
+                           memory=self._memory(bytes(buf)), checks=self.checks, approx=self.approx,
+                           seed=0, sample_ctas=self.sample_ctas)
+            rec.counters, rec.findings = res.counters, [str(f) for f in res.findings]
+            rec.seconds = time.perf_counter() - t0
+            self._record(rec)
+            if res.findings and self.fail_on_findings:
+                try:
+                    res.raise_for_findings()
+                except PtxError as e:
+                    return self._fail(CUDA_ERROR_LAUNCH_FAILED, f"PTX interpreter checker: {e}")
+            return 0
+        except PtxError as e:
+            msg = f"PTX interpreter: {e}"
+        except Exception as e:  # noqa: BLE001
+            msg = f"emulator: {type(e).__name__}: {e}"
+        if rec is not None:
+            rec.error, rec.seconds = msg, time.perf_counter() - t0
+            self._record(rec)
+        return self._fail(CUDA_ERROR_LAUNCH_FAILED, msg)
+
+    def _record(self, rec: LaunchRecord) -> None:
+        with self._lock:
+            self.records.append(rec)
+        if self.progress is not None:
+            try:
+                self.progress(rec)
+            except Exception:  # noqa: BLE001 - a progress display never fails a launch
+                pass

@@ -184,6 +184,8 @@ PLUS_DEV void plus_attn_out(const PlusArgs& a, long long b, long long h, long lo
 
 // ---------------------------------------------------------------------------------- shared helpers
 
+#include "plus_ptx.cuh"
+
 namespace plus_attn {
 
 constexpr int D = PLUS_HEAD_DIM;
@@ -458,58 +460,10 @@ constexpr int NDT = D / 8;                  // n8 tiles of O per warp
 constexpr int KD = D / 16;                  // k16 steps of Q K^T
 constexpr int KKV = BKV / 16;               // k16 steps of P V
 
-// ---- PTX wrappers ----
+// ---- PTX wrappers: plus_ptx.cuh (shared by every template) ----
 
-PLUS_DEV unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-// Four 8x8 b16 matrices; lanes 8k..8k+7 give the row addresses of matrix k.
-PLUS_DEV void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-PLUS_DEV void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// c += a (16x16, row major) * b (16x8, column major), fp32 accumulators.
-template <typename E> struct Mma;
-template <> struct Mma<__half> {
-  static PLUS_DEV void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  // Two floats as one b16x2 register, x in the low half (the lower column).
-  static PLUS_DEV unsigned pack(float x, float y) {
-    __half2 v = __floats2half2_rn(x, y);
-    return *reinterpret_cast<unsigned*>(&v);
-  }
-};
-template <> struct Mma<__nv_bfloat16> {
-  static PLUS_DEV void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  static PLUS_DEV unsigned pack(float x, float y) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<unsigned*>(&v);
-  }
-};
-
-// 16-byte global -> shared copy; src_bytes 0 writes zeros (used past the end of the sequence).
-PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-PLUS_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-PLUS_DEV void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+template <typename E> using Mma = PlusMma16<E>;  // run(c, a, b0, b1) and pack(x, y)
+PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) { plus_cp_async16(plus_smem_u32(dst), src, src_bytes); }
 
 // ---- tile loads: either cp.async from a strided tensor or element hooks ----
 
@@ -596,22 +550,22 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
   if (t.n_tiles > 0) {
     load_q(args, t, sQ);
     load_k(args, t, sK, 0);
-    cp_async_commit();
+    plus_cp_async_commit();
   }
 
   for (int kt = 0; kt < t.n_tiles; ++kt) {
     const int kv0 = kt * BKV;
-    cp_async_wait_all();
+    plus_cp_async_wait<0>();
     __syncthreads();  // K(kt) (and Q) visible to all; every warp is done reading V(kt - 1)
     if (kt == 0) {
       // Row (lane % 8) + 8 * ((lane / 8) % 2), column 8 * (lane / 16) of each 16x16 block: matrices
       // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) = a0..a3.
       const T* base = sQ + (wrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * TSTR + (lane >> 4) * 8;
 #pragma unroll
-      for (int kk = 0; kk < KD; ++kk) ldmatrix_x4(qf[kk], base + kk * 16);
+      for (int kk = 0; kk < KD; ++kk) plus_ldmatrix_x4(qf[kk], base + kk * 16);
     }
     load_v(args, t, sV, kv0);
-    cp_async_commit();
+    plus_cp_async_commit();
 
     // ---- S = Q K^T: per k16 step, one ldmatrix.x4 gives the B fragments of two n8 tiles ----
     float s[NKT][4];
@@ -626,7 +580,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 #pragma unroll
         for (int np = 0; np < NKT / 2; ++np) {
           unsigned bf[4];
-          ldmatrix_x4(bf, base + np * 16 * TSTR + kk * 16);
+          plus_ldmatrix_x4(bf, base + np * 16 * TSTR + kk * 16);
           Mma<T>::run(s[2 * np], qf[kk], bf[0], bf[1]);
           Mma<T>::run(s[2 * np + 1], qf[kk], bf[2], bf[3]);
         }
@@ -672,11 +626,11 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
       }
     }
 
-    cp_async_wait_all();
+    plus_cp_async_wait<0>();
     __syncthreads();  // V(kt) visible; every warp is done reading K(kt)
     if (kt + 1 < t.n_tiles) {
       load_k(args, t, sK, kv0 + BKV);
-      cp_async_commit();
+      plus_cp_async_commit();
     }
 
     // ---- O += P V: P from registers, V by ldmatrix.trans ----
@@ -694,7 +648,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 #pragma unroll
         for (int dp = 0; dp < NDT / 2; ++dp) {
           unsigned bf[4];
-          ldmatrix_x4_trans(bf, base + kk * 16 * TSTR + dp * 16);
+          plus_ldmatrix_x4_trans(bf, base + kk * 16 * TSTR + dp * 16);
           Mma<T>::run(o[2 * dp], a, bf[0], bf[1]);
           Mma<T>::run(o[2 * dp + 1], a, bf[2], bf[3]);
         }

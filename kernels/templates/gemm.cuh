@@ -122,6 +122,7 @@ static_assert(PLUS_BN % 32 == 0, "mma: BN a multiple of 32 (conflict-free [BK][B
 // -------------------------------------------------------------------------------- hook defaults
 
 #include "gemm_hooks.cuh"
+#include "plus_ptx.cuh"
 
 // ------------------------------------------------------------------------------------ internals
 
@@ -146,8 +147,6 @@ PLUS_DEV void store(const PlusArgs& args, const Block& blk, int m, int n, float 
   plus_epilogue(args, blk.b, m, n, v);
 #endif
 }
-
-PLUS_DEV unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 // Whether an operand allows 16-byte loads: base 16-byte aligned and leading dimension a multiple of
 // 16 bytes. With PLUS_ALIGNED=1 the codegen promises it; otherwise it is checked once per block, so
@@ -348,62 +347,15 @@ static_assert(same<plus_ab_t, __half>::value || same<plus_ab_t, __nv_bfloat16>::
 static_assert(same<plus_ab_t, float>::value, "PLUS_MATH 1 (TF32) needs plus_ab_t float");
 #endif
 
-// --- PTX wrappers -------------------------------------------------------------------------------
+// --- PTX wrappers: plus_ptx.cuh (shared by every template) ---------------------------------------
 
-// 16-byte asynchronous copy global -> shared; only the first src_bytes are read, the rest is zero.
-PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes));
-}
-PLUS_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> PLUS_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-PLUS_DEV void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-PLUS_DEV void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
+PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) { plus_cp_async16(plus_smem_u32(dst), src, src_bytes); }
 #if PLUS_MATH == 2
-template <typename T> struct Mma;
-template <> struct Mma<__half> {
-  static PLUS_DEV void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-template <> struct Mma<__nv_bfloat16> {
-  static PLUS_DEV void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) { Mma<plus_ab_t>::run(d, a, b); }
-#else
 PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  plus_mma_m16n8k16<plus_ab_t>(d, a, b[0], b[1]);
 }
-// fp32 bits -> tf32 (round to nearest, ties away), as the mma expects its 32-bit operands.
-PLUS_DEV unsigned to_tf32(unsigned x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
-  return r;
-}
+#else
+PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) { plus_mma_m16n8k8_tf32(d, a, b[0], b[1]); }
 #endif
 
 // --- global -> shared -----------------------------------------------------------------------------
@@ -500,13 +452,13 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
 #pragma unroll
   for (int s = 0; s < PLUS_STAGES - 1; ++s) {
     if (s < ktiles) issue(s, s);
-    cp_async_commit();
+    plus_cp_async_commit();
   }
 
   int stage = 0;  // stage holding tile kt
   for (int kt = 0; kt < ktiles; ++kt) {
     // Groups committed so far: STAGES-1+kt; allowing STAGES-2 pending means tile kt has landed.
-    cp_async_wait<PLUS_STAGES - 2>();
+    plus_cp_async_wait<PLUS_STAGES - 2>();
     __syncthreads();  // everyone's copies visible; everyone done with tile kt-1's stage
     const plus_ab_t* As = As0 + stage * PLUS_GEMM_A_STAGE;
     const plus_ab_t* Bs = Bs0 + stage * PLUS_GEMM_B_STAGE;
@@ -533,7 +485,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
       int ns = stage + PLUS_STAGES - 1;
       if (ns >= PLUS_STAGES) ns -= PLUS_STAGES;
       if (nk < ktiles) issue(nk, ns);
-      cp_async_commit();
+      plus_cp_async_commit();
     }
 
 #pragma unroll
@@ -542,13 +494,13 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
       // A fragments: x4 = rows 0-7 / 8-15 at k+0, rows 0-7 / 8-15 at k+16 bytes.
 #pragma unroll
       for (int i = 0; i < MI; ++i)
-        ldmatrix_x4(af[i], As + (wm0 + i * 16 + (lane & 15)) * PLUS_GEMM_LDA_S + kk + (lane >> 4) * CE);
+        plus_ldmatrix_x4(af[i], As + (wm0 + i * 16 + (lane & 15)) * PLUS_GEMM_LDA_S + kk + (lane >> 4) * CE);
       // B fragments, two n8 tiles per x4: (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi).
 #if PLUS_B_TRANS
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {
         unsigned r[4];
-        ldmatrix_x4(r, Bs + (wn0 + j * 16 + (lane >> 4) * 8 + (lane & 7)) * PLUS_GEMM_LDB_S + kk +
+        plus_ldmatrix_x4(r, Bs + (wn0 + j * 16 + (lane >> 4) * 8 + (lane & 7)) * PLUS_GEMM_LDB_S + kk +
                            ((lane >> 3) & 1) * CE);
         bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1]; bf[2 * j + 1][0] = r[2]; bf[2 * j + 1][1] = r[3];
       }
@@ -556,7 +508,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {  // [k][n] tile: .trans turns k-rows into the col-major fragment
         unsigned r[4];
-        ldmatrix_x4_trans(r, Bs + (kk + ((lane >> 3) & 1) * 8 + (lane & 7)) * PLUS_GEMM_LDB_S + wn0 + j * 16 +
+        plus_ldmatrix_x4_trans(r, Bs + (kk + ((lane >> 3) & 1) * 8 + (lane & 7)) * PLUS_GEMM_LDB_S + wn0 + j * 16 +
                                  (lane >> 4) * 8);
         bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1]; bf[2 * j + 1][0] = r[2]; bf[2 * j + 1][1] = r[3];
       }
@@ -577,11 +529,11 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) af[i][q] = to_tf32(af[i][q]);
+        for (int q = 0; q < 4; ++q) af[i][q] = plus_to_tf32(af[i][q]);
 #pragma unroll
       for (int j = 0; j < NI; ++j) {
-        bf[j][0] = to_tf32(bf[j][0]);
-        bf[j][1] = to_tf32(bf[j][1]);
+        bf[j][0] = plus_to_tf32(bf[j][0]);
+        bf[j][1] = plus_to_tf32(bf[j][1]);
       }
 #endif
 #pragma unroll
@@ -591,7 +543,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
     }
     if (++stage == PLUS_STAGES) stage = 0;
   }
-  cp_async_wait<0>();  // nothing may be in flight into shared memory when the block exits
+  plus_cp_async_wait<0>();  // nothing may be in flight into shared memory when the block exits
 
   // Accumulator fragment: d0, d1 at (row g, cols 2t, 2t+1), d2, d3 at (row g+8, same cols).
   const int g = lane >> 2, t = lane & 3;

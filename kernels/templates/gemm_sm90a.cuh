@@ -8,7 +8,9 @@
 //   a warpgroup owns a WM x WN sub-tile (WM = 64 or 128, i.e. one or two m64 wgmma rows; WN = 64..256 in
 //   steps of 64, the N of one wgmma.m64nNk16).  Accumulators live in registers: (WM/64) * WN/2 floats/thread.
 // * Global -> shared memory: every thread issues 16-byte `cp.async` copies (zero-filling past the edges of
-//   the problem) into a ring of PLUS_STAGES stage buffers.  We do not use TMA because that needs a
+//   the problem) into a ring of PLUS_STAGES stage buffers, whenever both operands are 16-byte aligned with
+//   row strides of 8 elements: proved by the codegen (PLUS_ALIGNED=1) or checked once per CTA at run time
+//   (PLUS_ALIGNED=0, which keeps a guarded scalar fallback for truly unaligned operands).  We do not use TMA because that needs a
 //   CUtensorMap built by the host, and the PlusEP launcher only passes a PlusArgs struct.
 // * Shared memory holds every operand in the wgmma "canonical" layout with the 128-byte swizzle, so the
 //   tensor cores read it straight from shared memory (no ldmatrix, no registers for A/B):
@@ -27,9 +29,11 @@
 //   read by the wgmma group of tile i-2, which every warpgroup retired (wait_group 1 in iteration i-1)
 //   before it reached this iteration's __syncthreads.  Hence STAGES-2 tiles are in flight in the copy
 //   engine while the tensor cores work, and STAGES >= 3.
-// * Epilogue: each thread owns, per m64 slice and per 8 columns, 2 rows x 2 columns of C (the wgmma
-//   accumulator fragment); it calls plus_epilogue for every in-range element (or stores fp32 partials to
-//   scratch[0] when PLUS_SPLITK > 1; plus_splitk_reduce then sums them and calls the epilogue).
+// * Epilogue: after the last wgmma group retires, the fp32 accumulators go to shared memory (the stage
+//   ring, reused as a [BM][BN + 8] fp32 tile), and each warp then handles 32 consecutive columns of one row:
+//   plus_epilogue (or the default store, or the split-K partial store to scratch[0] when PLUS_SPLITK > 1;
+//   plus_splitk_reduce then sums them and calls the epilogue) writes whole sectors whatever it does per
+//   element.
 //
 // This file only compiles for sm_90a (wgmma is an "arch-specific" feature); the route chooser uses
 // gemm.cuh (mma.sync) for every other architecture, plain sm_90 included.
@@ -109,123 +113,11 @@ static_assert(sizeof(plus_ab_t) == 2, "gemm_sm90a: plus_ab_t must be half or __n
 // ------------------------------------------------------------------------------------------------------
 #include "gemm_hooks.cuh"
 
-typedef unsigned int plus_u32;        // NVRTC has no <cstdint>
-typedef unsigned long long plus_u64;
+#include "plus_ptx.cuh"
 
 // Raw bits of a 16-bit element and back.
 template <typename T> PLUS_DEV unsigned short plus_wg_bits(T x) { return *reinterpret_cast<const unsigned short*>(&x); }
 template <typename T> PLUS_DEV T plus_wg_from_bits(unsigned short b) { return *reinterpret_cast<const T*>(&b); }
-
-// ------------------------------------------------------------------------------------------------------
-// PTX wrappers
-// ------------------------------------------------------------------------------------------------------
-// 16-byte async copy global -> shared; bytes past `src_bytes` (0..16) are zero-filled.
-PLUS_DEV void plus_wg_cp_async16(plus_u32 dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-PLUS_DEV void plus_wg_cp_async16_full(plus_u32 dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-PLUS_DEV void plus_wg_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> PLUS_DEV void plus_wg_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-// Orders this thread's generic-proxy shared-memory writes (cp.async, st.shared) before later async-proxy
-// reads (wgmma operands); a CTA barrier after it publishes them to the other warpgroups.
-PLUS_DEV void plus_wg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-PLUS_DEV void plus_wg_st_shared16(plus_u32 dst, plus_u32 x, plus_u32 y, plus_u32 z, plus_u32 w) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
-}
-PLUS_DEV void plus_wg_ld_shared16(plus_u32 src, plus_u32& x, plus_u32& y, plus_u32& z, plus_u32& w) {
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(src) : "memory");
-}
-
-PLUS_DEV void plus_wg_arrive() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-PLUS_DEV void plus_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> PLUS_DEV void plus_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-
-// Compiler-only fence on accumulator registers: keeps the compiler from moving reads/writes of `d`
-// across a wgmma fence/wait (the hardware writes them asynchronously).
-template <int R> PLUS_DEV void plus_wg_fence_regs(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"):
-//   bits  0-13 start address >> 4      bits 16-29 leading-dimension byte offset >> 4
-//   bits 32-45 stride-dimension byte offset >> 4   bits 49-51 base offset (0: tiles are 1024-aligned)
-//   bits 62-63 swizzle mode, 1 = 128-byte swizzle
-// With the 128-byte swizzle:
-//   K-major  ((8,m),(T,2)):((8T,SBO),(1,T))       : SBO = bytes between 8-row groups (1024 here); LBO unused
-//                                                   (the k16 slice never leaves the 128-byte row), set to 1.
-//   MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) : LBO = bytes between 64-element MN blocks,
-//                                                   SBO = bytes between 8-row k groups.
-PLUS_DEV plus_u64 plus_wg_desc(plus_u32 smem_addr, plus_u32 lbo_bytes, plus_u32 sbo_bytes) {
-  plus_u64 d = 0;
-  d |= (plus_u64)((smem_addr & 0x3FFFFu) >> 4);
-  d |= (plus_u64)((lbo_bytes & 0x3FFFFu) >> 4) << 16;
-  d |= (plus_u64)((sbo_bytes & 0x3FFFFu) >> 4) << 32;
-  d |= (plus_u64)1 << 62;
-  return d;
-}
-
-// Operand lists of wgmma.mma_async.m64nNk16 with fp32 accumulators: N/2 registers per thread.
-#define PLUS_WG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define PLUS_WG_R1 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define PLUS_WG_R2 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-#define PLUS_WG_R3 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define PLUS_WG_R4 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
-#define PLUS_WG_R5 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-#define PLUS_WG_R6 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
-#define PLUS_WG_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define PLUS_WG_REGS_64 "{" PLUS_WG_R0 ", " PLUS_WG_R1 "}"
-#define PLUS_WG_REGS_128 "{" PLUS_WG_R0 ", " PLUS_WG_R1 ", " PLUS_WG_R2 ", " PLUS_WG_R3 "}"
-#define PLUS_WG_REGS_192 \
-  "{" PLUS_WG_R0 ", " PLUS_WG_R1 ", " PLUS_WG_R2 ", " PLUS_WG_R3 ", " PLUS_WG_R4 ", " PLUS_WG_R5 "}"
-#define PLUS_WG_REGS_256                                                                                 \
-  "{" PLUS_WG_R0 ", " PLUS_WG_R1 ", " PLUS_WG_R2 ", " PLUS_WG_R3 ", " PLUS_WG_R4 ", " PLUS_WG_R5 ", " \
-  PLUS_WG_R6 ", " PLUS_WG_R7 "}"
-#define PLUS_WG_F8(d, i)                                                                             \
-  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
-      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
-#define PLUS_WG_F32(d, i) PLUS_WG_F8(d, i), PLUS_WG_F8(d, (i) + 8), PLUS_WG_F8(d, (i) + 16), PLUS_WG_F8(d, (i) + 24)
-#define PLUS_WG_OPS_64(d) PLUS_WG_F32(d, 0)
-#define PLUS_WG_OPS_128(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32)
-#define PLUS_WG_OPS_192(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64)
-#define PLUS_WG_OPS_256(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64), PLUS_WG_F32(d, 96)
-
-// D(64 x N, fp32) += A(64 x 16, smem desc) * B(16 x N, smem desc).  scale-d = 1 (accumulate), no negation,
-// A K-major (imm-trans-a 0), B K-major (TRANS_B 0) or MN-major (TRANS_B 1).  IA/IB/IS/IT: operand numbers
-// of the A descriptor, B descriptor, scale-d and trans-b after the N/2 accumulators.
-#define PLUS_WG_MMA(N, TY, IA, IB, IS, IT)                                                               \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                                         \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " PLUS_WG_REGS_##N ", %" IA \
-               ", %" IB ", p, 1, 1, 0, %" IT ";\n}\n"                                                    \
-               : PLUS_WG_OPS_##N(d)                                                                      \
-               : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B))
-
-template <typename T> struct PlusWgIsBf16 { static constexpr bool value = false; };
-template <> struct PlusWgIsBf16<__nv_bfloat16> { static constexpr bool value = true; };
-
-template <int N, int TRANS_B>
-PLUS_DEV void plus_wg_mma(float (&d)[N / 2], plus_u64 desc_a, plus_u64 desc_b) {
-  constexpr bool bf16 = PlusWgIsBf16<plus_ab_t>::value;
-  if constexpr (N == 64) {
-    if constexpr (bf16) PLUS_WG_MMA(64, "bf16", "32", "33", "34", "35");
-    else PLUS_WG_MMA(64, "f16", "32", "33", "34", "35");
-  } else if constexpr (N == 128) {
-    if constexpr (bf16) PLUS_WG_MMA(128, "bf16", "64", "65", "66", "67");
-    else PLUS_WG_MMA(128, "f16", "64", "65", "66", "67");
-  } else if constexpr (N == 192) {
-    if constexpr (bf16) PLUS_WG_MMA(192, "bf16", "96", "97", "98", "99");
-    else PLUS_WG_MMA(192, "f16", "96", "97", "98", "99");
-  } else {
-    static_assert(N == 256, "wgmma N");
-    if constexpr (bf16) PLUS_WG_MMA(256, "bf16", "128", "129", "130", "131");
-    else PLUS_WG_MMA(256, "f16", "128", "129", "130", "131");
-  }
-}
 
 // ------------------------------------------------------------------------------------------------------
 // Tile loads
@@ -240,14 +132,38 @@ constexpr int A_BYTES = BM * BK * 2;           // one stage of A
 constexpr int B_BYTES = BN * BK * 2;           // one stage of B
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES; // multiple of 1024: BM, BN multiples of 64
 constexpr int MN_BLOCK_BYTES = BK * 128;       // MN-major B: one [64 k][64 n] column block
+constexpr int C_LD = BN + 8;                   // fp32 row stride of the staged C tile (epilogue)
+static_assert(BM * C_LD * 4 <= STAGES * STAGE_BYTES, "gemm_sm90a: the staged C tile must fit in the stage ring");
+
+PLUS_DEV void plus_st_shared_f2(plus_u32 dst, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(x), "f"(y) : "memory");
+}
+PLUS_DEV float plus_ld_shared_f(plus_u32 src) {
+  float x;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(src) : "memory");
+  return x;
+}
+
+// Whether an operand allows 16-byte copies: base 16-byte aligned and row stride a multiple of 8 elements.
+// With PLUS_ALIGNED=1 the codegen has proved it (kernels/routes.py); otherwise it is checked once per CTA
+// (a uniform branch), so aligned data takes the cp.async path whatever the codegen could prove.
+PLUS_DEV bool vec_ok(const plus_ab_t* p, long long ld) {
+#if PLUS_ALIGNED
+  (void)p; (void)ld;
+  return true;
+#else
+  return ((reinterpret_cast<unsigned long long>(p) & 15ull) | ((unsigned long long)ld & 7ull)) == 0;
+#endif
+}
 
 // Copy 8 elements (16 bytes) of a row to shared memory: `src` points at the first, `valid` (0..8) of them
 // lie inside the problem, the rest become 0.  `fallback` is any readable address (used when valid == 0).
-PLUS_DEV void copy_chunk(plus_u32 dst, const plus_ab_t* src, int valid, const plus_ab_t* fallback) {
-#if PLUS_ALIGNED
-  plus_wg_cp_async16(dst, valid > 0 ? (const void*)src : (const void*)fallback, valid * 2);
-#else
-  // Rows are not 16-byte aligned: guarded scalar loads, one 16-byte shared store.
+PLUS_DEV void copy_chunk_async(plus_u32 dst, const plus_ab_t* src, int valid, const plus_ab_t* fallback) {
+  plus_cp_async16(dst, valid > 0 ? (const void*)src : (const void*)fallback, valid * 2);
+}
+#if !PLUS_ALIGNED
+// Rows are not 16-byte aligned: guarded scalar loads, one 16-byte shared store.
+PLUS_DEV void copy_chunk_scalar(plus_u32 dst, const plus_ab_t* src, int valid) {
   const unsigned short* p = reinterpret_cast<const unsigned short*>(src);
   plus_u32 w[4];
 #pragma unroll
@@ -256,17 +172,8 @@ PLUS_DEV void copy_chunk(plus_u32 dst, const plus_ab_t* src, int valid, const pl
     const plus_u32 hi = (2 * e + 1 < valid) ? (plus_u32)p[2 * e + 1] : 0u;
     w[e] = lo | (hi << 16);
   }
-  (void)fallback;
-  plus_wg_st_shared16(dst, w[0], w[1], w[2], w[3]);
-#endif
+  plus_st_shared16(dst, w[0], w[1], w[2], w[3]);
 }
-
-// The guarded copy loops are unrolled when they only issue cp.async; the unaligned fallback keeps one
-// chunk (8 scalar loads) in registers at a time, to stay clear of the accumulators' register budget.
-#if PLUS_ALIGNED
-#define PLUS_WG_UNROLL_GUARDED _Pragma("unroll")
-#else
-#define PLUS_WG_UNROLL_GUARDED _Pragma("unroll 1")
 #endif
 
 PLUS_DEV int clamp8(long long n) { return n <= 0 ? 0 : (n >= 8 ? 8 : (int)n); }
@@ -274,7 +181,9 @@ PLUS_DEV int clamp8(long long n) { return n <= 0 ? 0 : (n >= 8 ? 8 : (int)n); }
 // Copies of one operand tile, one k-tile after the other.  Everything that does not change along k
 // (this thread's rows/columns, their bounds checks, its shared-memory offsets) is computed once by init();
 // load() then costs a few instructions per 16-byte chunk.  A thread always copies the same 16-byte
-// column chunk `c` of the tile, on rows r0, r0 + STEP, r0 + 2*STEP, ...
+// column chunk `c` of the tile, on rows r0, r0 + STEP, r0 + 2*STEP, ...  `vec` (see vec_ok) selects
+// cp.async (unrolled; zero-fill at the edges) or the guarded scalar fallback (one chunk at a time, to stay
+// clear of the accumulators' register budget).
 
 // K-major tile [ROWS][64 k] (A: rows are m; B with TRANS=1: rows are n) from a matrix with row stride ld
 // and k contiguous.  Rows >= nrows and k >= K are zero-filled.
@@ -307,24 +216,27 @@ struct KMajorLoader {
     all_rows = rows_ok == (1u << ITERS) - 1;
   }
   // Copy the k-tile starting at k0 into the tile at shared address s_tile, then step to the next k-tile.
-  PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K) {
-#if PLUS_ALIGNED
-    if (all_rows && k0 + BK <= K) {  // interior: no bounds checks
+  PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K, bool vec) {
+    const int kv = clamp8(K - k0 - kc);  // valid elements of my chunk on every row
+    if (vec) {
+      if (all_rows && k0 + BK <= K) {  // interior: no bounds checks
 #pragma unroll
+        for (int it = 0; it < ITERS; ++it)
+          if ((ROWS * 8) % THREADS == 0 || r0 + it * STEP < ROWS)
+            plus_cp_async16(s_tile + dst + it * STEP * 128, src + it * step);
+      } else {
+#pragma unroll
+        for (int it = 0; it < ITERS; ++it)
+          if ((ROWS * 8) % THREADS == 0 || r0 + it * STEP < ROWS)
+            copy_chunk_async(s_tile + dst + it * STEP * 128, src + it * step, (rows_ok >> it) & 1 ? kv : 0, base);
+      }
+    } else {
+#if !PLUS_ALIGNED
+#pragma unroll 1
       for (int it = 0; it < ITERS; ++it)
         if ((ROWS * 8) % THREADS == 0 || r0 + it * STEP < ROWS)
-          plus_wg_cp_async16_full(s_tile + dst + it * STEP * 128, src + it * step);
-      src += BK;
-      return;
-    }
+          copy_chunk_scalar(s_tile + dst + it * STEP * 128, src + it * step, (rows_ok >> it) & 1 ? kv : 0);
 #endif
-    const int kv = clamp8(K - k0 - kc);  // valid elements of my chunk on every row
-    PLUS_WG_UNROLL_GUARDED
-    for (int it = 0; it < ITERS; ++it) {
-      if ((ROWS * 8) % THREADS == 0 || r0 + it * STEP < ROWS) {
-        const int valid = (rows_ok >> it) & 1 ? kv : 0;
-        copy_chunk(s_tile + dst + it * STEP * 128, src + it * step, valid, base);
-      }
     }
     src += BK;
   }
@@ -356,26 +268,32 @@ struct MNMajorLoader {
     nv = clamp8(N - n0 - c * 8);
     src = g + (kt0 * BK + kr0) * ld + n0 + c * 8;
   }
-  PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K) {
-#if PLUS_ALIGNED
-    if (nv == 8 && k0 + BK <= K) {  // interior: no bounds checks
+  PLUS_DEV plus_u32 offset(int kr) const { return cb * MN_BLOCK_BYTES + kr * 128 + ((cc ^ (kr & 7)) << 4); }
+  PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K, bool vec) {
+    if (vec) {
+      if (nv == 8 && k0 + BK <= K) {  // interior: no bounds checks
 #pragma unroll
+        for (int it = 0; it < ITERS; ++it) {
+          const int kr = kr0 + it * STEP;
+          if ((BK * CPR) % THREADS == 0 || kr < BK) plus_cp_async16(s_tile + offset(kr), src + it * step);
+        }
+      } else {
+#pragma unroll
+        for (int it = 0; it < ITERS; ++it) {
+          const int kr = kr0 + it * STEP;
+          if ((BK * CPR) % THREADS == 0 || kr < BK)
+            copy_chunk_async(s_tile + offset(kr), src + it * step, k0 + kr < K ? nv : 0, base);
+        }
+      }
+    } else {
+#if !PLUS_ALIGNED
+#pragma unroll 1
       for (int it = 0; it < ITERS; ++it) {
         const int kr = kr0 + it * STEP;
         if ((BK * CPR) % THREADS == 0 || kr < BK)
-          plus_wg_cp_async16_full(s_tile + cb * MN_BLOCK_BYTES + kr * 128 + ((cc ^ (kr & 7)) << 4), src + it * step);
+          copy_chunk_scalar(s_tile + offset(kr), src + it * step, k0 + kr < K ? nv : 0);
       }
-      src += BK * ld;
-      return;
-    }
 #endif
-    PLUS_WG_UNROLL_GUARDED
-    for (int it = 0; it < ITERS; ++it) {
-      const int kr = kr0 + it * STEP;
-      if ((BK * CPR) % THREADS == 0 || kr < BK) {
-        const int valid = k0 + kr < K ? nv : 0;
-        copy_chunk(s_tile + cb * MN_BLOCK_BYTES + kr * 128 + ((cc ^ (kr & 7)) << 4), src + it * step, valid, base);
-      }
     }
     src += BK * ld;
   }
@@ -394,7 +312,7 @@ PLUS_DEV void prologue_a(const PlusArgs& args, long long b, plus_u32 s_tile, lon
     if (m >= M || k >= K) continue;
     const plus_u32 addr = s_tile + r * 128 + ((c ^ (r & 7)) << 4);
     plus_u32 w[4];
-    plus_wg_ld_shared16(addr, w[0], w[1], w[2], w[3]);
+    plus_ld_shared16(addr, w[0], w[1], w[2], w[3]);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       if (k + e < K) {
@@ -403,7 +321,7 @@ PLUS_DEV void prologue_a(const PlusArgs& args, long long b, plus_u32 s_tile, lon
         w[e >> 1] = (w[e >> 1] & (0xFFFF0000u >> ((e & 1) * 16))) | ((plus_u32)bits << ((e & 1) * 16));
       }
     }
-    plus_wg_st_shared16(addr, w[0], w[1], w[2], w[3]);
+    plus_st_shared16(addr, w[0], w[1], w[2], w[3]);
   }
 }
 #endif
@@ -451,10 +369,12 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
 #endif
   b_loader.init(B, ldb, n0, N, kt0, tid);
   long long k_next = kt0 * BK;
+  // 16-byte copies when both operands allow them (uniform over the CTA; always with PLUS_ALIGNED=1).
+  const bool vec = vec_ok(A, lda) && vec_ok(B, ldb);
   auto load_next = [&](int s) {
     const plus_u32 sa = smem + s * STAGE_BYTES;
-    a_loader.load(sa, k_next, K);
-    b_loader.load(sa + A_BYTES, k_next, K);
+    a_loader.load(sa, k_next, K, vec);
+    b_loader.load(sa + A_BYTES, k_next, K, vec);
     k_next += BK;
   };
 
@@ -481,7 +401,7 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
 #pragma unroll
   for (int t = 0; t < STAGES - 2; ++t) {
     if (t < nk) load_next(t);
-    plus_wg_cp_async_commit();
+    plus_cp_async_commit();
   }
 
   int stage = 0;                    // stage of tile i
@@ -489,82 +409,82 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
 #pragma unroll 1
   for (int i = 0; i < nk; ++i) {
     // Tile i has landed (for this thread's copies); publish it to the async proxy and to all threads.
-    plus_wg_cp_async_wait<STAGES - 3>();
+    plus_cp_async_wait<STAGES - 3>();
 #if PLUS_WG_PROXY_FENCE
-    plus_wg_fence_proxy_async();
+    plus_fence_proxy_async();
 #endif
     __syncthreads();
 
     const plus_u32 s_base = smem + stage * STAGE_BYTES;
 #ifdef PLUS_HAS_PROLOGUE_A
     prologue_a(args, b, s_base, m0, M, (kt0 + i) * BK, K, tid);
-    plus_wg_fence_proxy_async();
+    plus_fence_proxy_async();
     __syncthreads();
 #endif
 
 #pragma unroll
-    for (int ms = 0; ms < MS; ++ms) plus_wg_fence_regs(acc[ms]);
-    plus_wg_arrive();
+    for (int ms = 0; ms < MS; ++ms) plus_wgmma_fence_regs(acc[ms]);
+    plus_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
-      const plus_u64 db = plus_wg_desc(s_base + b_off + kk * B_K16_STEP, B_LBO, B_SBO);
+      const plus_u64 db = plus_wgmma_desc_sw128(s_base + b_off + kk * B_K16_STEP, B_LBO, B_SBO);
 #pragma unroll
       for (int ms = 0; ms < MS; ++ms) {
-        const plus_u64 da = plus_wg_desc(s_base + a_off + ms * 64 * 128 + kk * 32, 16, 1024);
-        plus_wg_mma<WN, PLUS_B_TRANS ? 0 : 1>(acc[ms], da, db);
+        const plus_u64 da = plus_wgmma_desc_sw128(s_base + a_off + ms * 64 * 128 + kk * 32, 16, 1024);
+        plus_wgmma_m64k16<plus_ab_t, WN, PLUS_B_TRANS ? 0 : 1>(acc[ms], da, db);
       }
     }
-    plus_wg_commit();
+    plus_wgmma_commit();
     // Keep this tile's wgmma group in flight; the previous one (tile i-1) is retired after this.
-    plus_wg_wait<1>();
+    plus_wgmma_wait<1>();
 #pragma unroll
-    for (int ms = 0; ms < MS; ++ms) plus_wg_fence_regs(acc[ms]);
+    for (int ms = 0; ms < MS; ++ms) plus_wgmma_fence_regs(acc[ms]);
 
     // Refill the stage that tile i-2 used (retired by every warpgroup before the barrier above).
     if (i + STAGES - 2 < nk) load_next(refill);
-    plus_wg_cp_async_commit();
+    plus_cp_async_commit();
     stage = stage + 1 == STAGES ? 0 : stage + 1;
     refill = refill + 1 == STAGES ? 0 : refill + 1;
   }
-  plus_wg_wait<0>();
+  plus_wgmma_wait<0>();
 #pragma unroll
-  for (int ms = 0; ms < MS; ++ms) plus_wg_fence_regs(acc[ms]);
+  for (int ms = 0; ms < MS; ++ms) plus_wgmma_fence_regs(acc[ms]);
+  plus_cp_async_wait<0>();
+  __syncthreads();  // every warpgroup's wgmma reads of the stage ring have retired: reuse it for C
 
-  // Epilogue.  Accumulator fragment of wgmma m64nN (fp32): in warp w of the warpgroup, lane l holds for
-  // every 8 columns j: rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1) -> acc[4j + 2h + e].
+  // Epilogue, staged through shared memory so that each warp stores 32 consecutive columns of one row
+  // (coalesced whatever the hook does per element).  Accumulator fragment of wgmma m64nN (fp32): in warp
+  // w of the warpgroup, lane l holds for every 8 columns j: rows 16w + l/4 (+8) and columns 8j + 2(l%4)
+  // (+1) -> acc[4j + 2h + e].  The C tile is fp32 [BM][BN + 8]: the 8-float pad puts the 8 rows of one
+  // 64-bit store request in two 128-byte wavefronts (the minimum for 256 bytes).
+  const plus_u32 c_tile = smem;
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const long long m = m0 + wg_m * WM + ms * 64 + warp * 16 + (lane >> 2) + h * 8;
-      if (m >= M) continue;
+      const int r = wg_m * WM + ms * 64 + warp * 16 + (lane >> 2) + h * 8;
 #pragma unroll
       for (int j = 0; j < WN / 8; ++j) {
-        const long long n = n0 + wg_n * WN + j * 8 + (lane & 3) * 2;
-        const float v0 = acc[ms][4 * j + 2 * h], v1 = acc[ms][4 * j + 2 * h + 1];
-#if PLUS_SPLITK > 1
-        // fp32 partials [SPLITK][batch][M][N] in scratch[0]
-        float* part = (float*)args.scratch[0] + (((long long)split * shape.batch + b) * M + m) * N;
-        if (n < N) part[n] = v0;
-        if (n + 1 < N) part[n + 1] = v1;
-#elif !defined(PLUS_HAS_EPILOGUE)
-        // Default epilogue: one paired store when both columns exist and the pair is 4-byte aligned.
-        plus_c_t* c = (plus_c_t*)args.out[0] + (b * M + m) * N;
-        if constexpr (sizeof(plus_c_t) == 2) {
-          if (n + 1 < N && (N & 1) == 0) {
-            const plus_u32 lo = plus_wg_bits(plus_cvt<plus_c_t>(v0)), hi = plus_wg_bits(plus_cvt<plus_c_t>(v1));
-            *(plus_u32*)(c + n) = lo | (hi << 16);
-            continue;
-          }
-        }
-        if (n < N) c[n] = plus_cvt<plus_c_t>(v0);
-        if (n + 1 < N) c[n + 1] = plus_cvt<plus_c_t>(v1);
-#else
-        if (n < N) plus_epilogue(args, b, m, n, v0);
-        if (n + 1 < N) plus_epilogue(args, b, m, n + 1, v1);
-#endif
+        const int c = wg_n * WN + j * 8 + (lane & 3) * 2;
+        plus_st_shared_f2(c_tile + (plus_u32)(r * C_LD + c) * 4u, acc[ms][4 * j + 2 * h], acc[ms][4 * j + 2 * h + 1]);
       }
     }
+  }
+  __syncthreads();
+#pragma unroll 2
+  for (int idx = tid; idx < BM * BN; idx += THREADS) {
+    const int r = idx / BN, c = idx % BN;
+    const long long m = m0 + r, n = n0 + c;
+    if (m >= M || n >= N) continue;
+    const float v = plus_ld_shared_f(c_tile + (plus_u32)(r * C_LD + c) * 4u);
+#if PLUS_SPLITK > 1
+    // fp32 partials [SPLITK][batch][M][N] in scratch[0]
+    ((float*)args.scratch[0])[(((long long)split * shape.batch + b) * M + m) * N + n] = v;
+#elif !defined(PLUS_HAS_EPILOGUE)
+    ((plus_c_t*)args.out[0])[(b * M + m) * N + n] = plus_cvt<plus_c_t>(v);
+#else
+    plus_epilogue(args, b, m, n, v);
+#endif
   }
 }
 

@@ -31,4 +31,14 @@ launcher = Extension(
     libraries=["dl", "pthread"],
 )
 
-setup(ext_modules=[launcher], cmdclass={"build_ext": BuildLauncher})
+# The emulated CUDA driver (PLUS_EP_CUDA_LIBRARY=<it>): the launcher's driver entry points on the CPU,
+# kernels executed by the PTX interpreter through callbacks plus_ep/emulator.py registers.
+emucuda = Extension(
+    "plus_ep._emucuda",
+    sources=[str(NATIVE / "emucuda.c")],
+    extra_compile_args=["-std=c11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra"],
+    extra_link_args=["-Wl,--no-undefined"],
+    libraries=["pthread"],
+)
+
+setup(ext_modules=[launcher, emucuda], cmdclass={"build_ext": BuildLauncher})

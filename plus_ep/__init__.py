@@ -18,7 +18,22 @@ from .session import InferenceSession  # noqa: E402
 from .ep import register  # noqa: E402
 from . import ep as _ep  # noqa: E402
 
+
+
+def verify(model, **kwargs) -> dict:
+    """Run a rewritten model's kernels on the CPU PTX interpreter through the launcher and check them
+    (`plus-ep verify`); see plus_ep.verify_kernels.verify. Returns the report; report["ok"] is the verdict."""
+    from .verify_kernels import verify as _verify
+    return _verify(model, **kwargs)
+
+
+def verify_text(report: dict) -> str:
+    """The table `plus-ep verify` prints for a report of plus_ep.verify."""
+    from .verify_kernels import verify_text as _text
+    return _text(report)
+
+
 _ep.register_on_import()   # the "PlusEP" plugin EP for onnxruntime >= 1.25 (PLUS_EP_REGISTER=0: not)
 
 __all__ = ["InferenceSession", "RewriteResult", "get_library_path", "load_model", "rewrite",
-           "rewrite_detailed", "register", "__version__"]
+           "rewrite_detailed", "register", "verify", "verify_text", "__version__"]

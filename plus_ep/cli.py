@@ -83,6 +83,38 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--arch", metavar="ARCHS", default="auto", help="as for rewrite")
     dm.set_defaults(func=cmd_demo)
 
+    vf = sub.add_parser("verify", parents=[common], help="run a rewritten model's kernels on the CPU and check them",
+                        description="Run the rewritten model on ORT CPU with the native launcher on the emulated "
+                                    "CUDA driver: every kernel's PTX executes on PlusEP's PTX interpreter (checkers "
+                                    "on). Compares each fused node's outputs with its function body on the same "
+                                    "inputs, and the model's outputs with the original graph. Exit 1 on any "
+                                    "mismatch beyond tolerance, checker finding, or node whose kernels did not run.")
+    vf.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels")
+    vf.add_argument("--arch", metavar="ARCHS", default=None,
+                    help="image archs to verify, comma-separated (default: every arch in the packs)")
+    vf.add_argument("--batch", type=int, default=1, help="batch size of the random inputs (default 1)")
+    vf.add_argument("--seq", type=int, default=8, help="sequence length of the random inputs (default 8)")
+    vf.add_argument("--inputs", metavar="NPZ", help="inputs from an .npz file instead of random ones")
+    vf.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    vf.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    vf.set_defaults(func=cmd_verify)
+
+    pf = sub.add_parser("profile", parents=[common], help="per fused node: flops, bytes, coalescing, roofline",
+                        description="With --emulate: run the kernels on the PTX interpreter and report per fused "
+                                    "node the flops, compulsory and emulated DRAM bytes, sectors and shared-memory "
+                                    "wavefronts per request against the ideal, tensor-core share and a roofline "
+                                    "bound for an H100 SXM. A model from interpreted execution, not a measurement.")
+    pf.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels")
+    pf.add_argument("--emulate", action="store_true", help="run on the PTX interpreter (required: no GPU profiling yet)")
+    pf.add_argument("--arch", metavar="ARCH", default=None, help="image arch (default: sm_90a if present, else the first)")
+    pf.add_argument("--batch", type=int, default=1)
+    pf.add_argument("--seq", type=int, default=8)
+    pf.add_argument("--inputs", metavar="NPZ", help="inputs from an .npz file instead of random ones")
+    pf.add_argument("--sample-ctas", type=int, default=None, metavar="N",
+                    help="run N CTAs per launch (corners first) and scale the counts to the grid")
+    pf.add_argument("--json", action="store_true", help="print the whole profile as JSON")
+    pf.set_defaults(func=cmd_profile)
+
     ins = sub.add_parser("inspect", parents=[common], help="print the fusion report of a model",
                          description="Rewrite in memory and print the fusion report; for a model that is "
                                      "already rewritten, report its fused nodes.")
@@ -246,6 +278,31 @@ def cmd_demo(args) -> int:
     archs = resolve_archs(args.arch) if args.arch != "auto" else None
     demo.run(layers=args.layers, batch=args.batch, seq=args.seq, archs=archs)
     return 0
+
+
+def cmd_verify(args) -> int:
+    from .verify_kernels import verify, verify_text
+    archs = resolve_archs(args.arch) if args.arch else None
+    if args.batch < 1 or args.seq < 1:
+        raise UsageError("--batch and --seq must be at least 1")
+    report = verify(args.model, archs=archs, batch=args.batch, seq=args.seq, inputs=args.inputs, seed=args.seed)
+    if args.json:
+        print(json.dumps(report, indent=1, default=float))
+    else:
+        print(verify_text(report))
+    return 0 if report["ok"] else 1
+
+
+def cmd_profile(args) -> int:
+    from .profile_kernels import profile, profile_text
+    if not args.emulate:
+        raise UsageError("profile needs --emulate (kernels run on the CPU PTX interpreter; GPU profiling is "
+                         "Nsight Compute's job)")
+    arch = resolve_archs(args.arch)[0] if args.arch else None
+    rep = profile(args.model, arch=arch, batch=args.batch, seq=args.seq, inputs=args.inputs,
+                  sample_ctas=args.sample_ctas)
+    print(json.dumps(rep, indent=1, default=float) if args.json else profile_text(rep))
+    return 0 if rep["ok"] else 1
 
 
 def resolve_archs(spec: str) -> list:

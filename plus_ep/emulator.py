@@ -293,7 +293,8 @@ class Emulator:
             res = k.launch(grid=grid, block=block, shared_bytes=int(smem), params=bytes(buf),
                            memory=self._memory(bytes(buf)), checks=self.checks, approx=self.approx,
                            seed=0, sample_ctas=self.sample_ctas)
-            rec.counters, rec.findings = res.counters, [str(f) for f in res.findings]
+            rec.counters, rec.findings = dict(res.counters), [str(f) for f in res.findings]
+            rec.counters["tensor_core_flops"] = _tensor_core_flops(k, res.counters)
             rec.seconds = time.perf_counter() - t0
             self._record(rec)
             if res.findings and self.fail_on_findings:
@@ -319,3 +320,10 @@ class Emulator:
                 self.progress(rec)
             except Exception:  # noqa: BLE001 - a progress display never fails a launch
                 pass
+
+
+def _tensor_core_flops(kernel, counters: dict) -> int:
+    """FLOPs of the tensor-core instructions: their count times the FLOPs of one (all mma / wgmma
+    instructions of a kernel have one shape in PlusEP's templates; the largest is taken otherwise)."""
+    per = [int((op.meta or {}).get("flops", 0)) for op in kernel.ops if op.cls in ("mma", "wgmma")]
+    return int(counters.get("tensor_core_instructions", 0)) * max(per, default=0)

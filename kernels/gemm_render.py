@@ -114,8 +114,9 @@ def render_gemm(job):
     max_split = max(s for _, _, s in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
         job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split},*,4,*")
+    aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     for cond, cfg, splitk in choices:
-        defines = routes.gemm_defines(cfg, splitk, trans_b)
+        defines = routes.gemm_defines(cfg, splitk, trans_b, aligned)
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
         prefix += hooks + f'#include "{routes.gemm_header(cfg)}"\n'
         grid = (f"{job.syms.rpn(N)},{cfg.bn},cdiv", f"{job.syms.rpn(M)},{cfg.bm},cdiv",

@@ -110,12 +110,22 @@ def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_spli
     return routes
 
 
-def gemm_defines(cfg, splitk, trans_b) -> dict:
+def gemm_defines(cfg, splitk, trans_b, aligned=False) -> dict:
     if _is_sm90a(cfg):
         from . import gemm_sm90a_configs as mod
     else:
         mod = gemm_configs
-    return mod.defines(cfg, b_trans=int(trans_b), aligned=0, splitk=splitk)
+    return mod.defines(cfg, b_trans=int(trans_b), aligned=int(bool(aligned)), splitk=splitk)
+
+
+def gemm_rows_aligned(K, ldb, dtype) -> bool:
+    """Static proof for PLUS_ALIGNED=1: operand bases are 16-byte aligned (CONTRACT §2.1), lda = K and
+    ldb are whole 16-byte chunks, and batch offsets are multiples of lda / ldb rows. Symbolic K or ldb:
+    no proof (the templates then check alignment at run time)."""
+    from onnx import TensorProto
+    elem = 4 if dtype == TensorProto.FLOAT else 2
+    k, ld = symdim.parse(K), symdim.parse(ldb)
+    return bool(k.is_Integer and ld.is_Integer and (int(k) * elem) % 16 == 0 and (int(ld) * elem) % 16 == 0)
 
 
 def _static(expr, default=GUESS) -> int:

@@ -8,7 +8,7 @@
 #define PLUS_STAGES 2
 #define PLUS_SPLITK 1
 #define PLUS_B_TRANS 0
-#define PLUS_ALIGNED 0
+#define PLUS_ALIGNED 1
 typedef float plus_ab_t;
 #define PLUS_HAS_GEMM_SHAPE 1
 PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {

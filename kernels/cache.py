@@ -5,7 +5,8 @@
     r.cached, cache.stats                      # True on a hit; CacheStats(hits=.., misses=.., ...)
 
 The key hashes every input of the binary: the cache schema, the PlusEP version, the NVRTC version
-(and its wheel's patch level), the arch, the rendered source, the contents of every header it can
+(and its wheel's patch level), the arch, the rendered source (its code: the `//` comment header that
+names the node is left out, kernels/sources.py), the contents of every header it can
 include (`nvrtc.header_digest`) and the options. An entry is a folder
 
     <root>/<key[:2]>/<key>/kernel.cubin   the image
@@ -41,7 +42,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from .. import config
-from . import nvrtc
+from . import nvrtc, sources
 from .nvrtc import CompileResult, Resources
 
 log = logging.getLogger("plus_ep.kernels")
@@ -97,7 +98,8 @@ def cache_key(source: str | bytes, arch, options=()) -> str:
     arch = nvrtc.parse_arch(arch)
     options = [str(o) for o in options]
     fixed = [o for o in nvrtc.base_options(arch) if not o.startswith("-I")]  # -I paths: contents hashed below
-    src = source if isinstance(source, bytes) else source.encode()
+    code = sources.body(source)             # the comment header (it names the node) is not code
+    src = code if isinstance(code, bytes) else code.encode()
     h = hashlib.sha256()
     for part in (f"schema {SCHEMA}", f"plus_ep {package_version()}", nvrtc.compiler_id(), f"arch {arch}",
                  "headers " + nvrtc.header_digest(_include_dirs_in(options)),

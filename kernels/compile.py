@@ -6,7 +6,9 @@
         if isinstance(r, Exception): ...   # CompileError, ResourceError, CacheMiss, ValueError (bad arch)
 
 Results come back in job order; a failing job never stops the others. Jobs with the same
-(source, arch, options) compile once and share the result. Every result is checked with
+(source, arch, options) compile once and share the result; the source's comment header (it names the
+node) does not count, so one kernel rendered for every layer compiles once. Each job's source goes
+through `sources.prepare` first: written to PLUS_EP_DUMP_DIR, replaced from PLUS_EP_OVERRIDE_DIR. Every result is checked with
 `nvrtc.check_resources` against the job's dynamic shared memory; a spill or an over-limit block
 puts a ResourceError in that job's slot.
 """
@@ -21,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from . import nvrtc
+from . import nvrtc, sources
 from .cache import KernelCache
 from .nvrtc import CompileError, CompileResult
 
@@ -85,7 +87,7 @@ def _isatty(stream) -> bool:
 def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | None = None) -> list:
     """Compile `jobs`; returns one CompileResult or Exception per job, in job order.
 
-    cache: a KernelCache; None uses KernelCache() (PLUS_EP_CACHE_DIR or ~/.cache/plus_ep/kernels);
+    cache: a KernelCache; None uses KernelCache() (<cache root>/kernels, plus_ep/config.py);
     False compiles without any cache. workers: threads (default min(cpu_count, 8)).
     progress: True shows the progress line on stderr, False never, None when stderr is a terminal.
     """
@@ -99,17 +101,21 @@ def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | N
     # One compile per distinct (source, arch, options); a bad arch fails only its own jobs.
     results: list = [None] * len(jobs)
     unique: dict[tuple, list[int]] = {}
+    first_source: dict[tuple, str] = {}     # the source compiled for an ident: its first job's (with its header)
     for i, job in enumerate(jobs):
+        source = sources.prepare(job.name, job.source)
         try:
-            ident = (job.source, nvrtc.parse_arch(job.arch), tuple(str(o) for o in job.options))
+            ident = (sources.body(source), nvrtc.parse_arch(job.arch), tuple(str(o) for o in job.options))
         except ValueError as e:
             results[i] = e
             bar.step(str(job.arch))
             continue
         unique.setdefault(ident, []).append(i)
+        first_source.setdefault(ident, source)
 
     def run(ident: tuple, first: Job):
-        source, arch, options = ident
+        _, arch, options = ident
+        source = first_source[ident]
         if cache is False:
             return nvrtc.compile_cubin(source, arch, name=first.name, options=options)
         return cache.build(source, arch, options=options, name=first.name)

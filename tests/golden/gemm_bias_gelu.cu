@@ -1,3 +1,13 @@
+// PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
+// node:    gemm_bias_gelu
+// pattern: gemm (template gemm)
+// route:   0 of 3, taken when `s0,s1,*,8192,<=` is the first non-zero condition
+// variant: simt_32x64x16_w16x32/splitk1
+// symbols: batch = args.v[0], seq = args.v[1]
+// +Graph:
+//   loop0 [batch*seq, para] {x0,x1,x2,x3,x4,x5}:{x12}
+//     loop1 [128, para, (add, div, erf, add, mul, mul)] {x0,x1,x2,x3,x4,x5}:{x12}
+//       loop2 [64, non-para, (dot)] {x0,x1}:{x6}
 #include "plus_common.cuh"
 #define PLUS_MATH 0
 #define PLUS_BM 32
@@ -12,7 +22,9 @@
 typedef float plus_ab_t;
 #define PLUS_HAS_GEMM_SHAPE 1
 PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
-  return PlusGemmShape{1LL, (args.v[0] * args.v[1]), 128LL, 64LL};
+  const long long batch = args.v[0];
+  const long long seq = args.v[1];
+  return PlusGemmShape{1LL, (batch * seq), 128LL, 64LL};
 }
 #define PLUS_HAS_A_PTR 1
 PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {

@@ -1,3 +1,15 @@
+// PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
+// node:    gemm_layernorm
+// pattern: gemm_layernorm (template gemm_rownorm)
+// route:   0 of 2, taken when `s0,s1,*,16384,<=` is the first non-zero condition
+// variant: simt_32x64x16_w16x32/splitk1
+// symbols: batch = args.v[0], seq = args.v[1]
+// +Graph:
+//   loop0 [batch*seq, para, (add, sqrt)] {x0,x1,x2,x3,x13,x4,x5}:{x18}
+//     loop1 [64, non-para, (add, add, reduceMean)] {x0,x1,x2,x3}:{x8,x9}
+//       loop2 [64, non-para, (dot)] {x0,x1}:{x6}
+//     loop3 [64, non-para, (sub, mul, reduceMean)] {x8,x9}:{x10,x12}
+//     loop4 [64, para, (div, mul, add)] {x10,x15,x4,x5}:{x18}
 #include "plus_common.cuh"
 #define PLUS_MATH 0
 #define PLUS_BM 32
@@ -12,7 +24,9 @@
 typedef float plus_ab_t;
 #define PLUS_HAS_GEMM_SHAPE 1
 PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
-  return PlusGemmShape{1LL, (args.v[0] * args.v[1]), 64LL, 64LL};
+  const long long batch = args.v[0];
+  const long long seq = args.v[1];
+  return PlusGemmShape{1LL, (batch * seq), 64LL, 64LL};
 }
 #define PLUS_HAS_A_PTR 1
 PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {
@@ -39,8 +53,10 @@ PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long
 
 
 extern "C" __global__ void __launch_bounds__(256) plus_row(const PlusArgs args) {
+  const long long batch = args.v[0];
+  const long long seq = args.v[1];
   __shared__ float red[33];
-  const long long rows = (args.v[0] * args.v[1]);
+  const long long rows = (batch * seq);
   const long long L = 64LL;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     float r0s_acc = 0.0f;

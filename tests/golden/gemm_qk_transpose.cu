@@ -1,3 +1,13 @@
+// PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
+// node:    gemm_qk_transpose
+// pattern: gemm (template gemm)
+// route:   0 of 2, taken when `s0,s1,*,16384,<=` is the first non-zero condition
+// variant: simt_32x64x16_w16x32/splitk1
+// symbols: batch = args.v[0], seq = args.v[1]
+// +Graph:
+//   loop0 [batch*seq, para] {x0,x1,x2}:{x6}
+//     loop1 [64, para, (add, reshape, transpose)] {x0,x1,x2}:{x6}
+//       loop2 [64, non-para, (dot)] {x0,x1}:{x3}
 #include "plus_common.cuh"
 #define PLUS_MATH 0
 #define PLUS_BM 32
@@ -12,7 +22,9 @@
 typedef float plus_ab_t;
 #define PLUS_HAS_GEMM_SHAPE 1
 PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
-  return PlusGemmShape{1LL, (args.v[0] * args.v[1]), 64LL, 64LL};
+  const long long batch = args.v[0];
+  const long long seq = args.v[1];
+  return PlusGemmShape{1LL, (batch * seq), 64LL, 64LL};
 }
 #define PLUS_HAS_A_PTR 1
 PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {
@@ -28,10 +40,11 @@ PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {
 PLUS_DEV long long plus_ldb(const PlusArgs& args) { return 64LL; }
 #define PLUS_HAS_EPILOGUE 1
 PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {
+  const long long seq = args.v[1];
   (void)args; (void)b;
   const float x1 = plus_load<float>(args.in[2], n);
   const float t2 = (x1 + acc);
-  plus_store<float>(args.out[0], ((((m) / args.v[1]) * 4LL + (n) / 16LL) * args.v[1] + (m) % args.v[1]) * 16LL + (n) % 16LL, t2);
+  plus_store<float>(args.out[0], ((((m) / seq) * 4LL + (n) / 16LL) * seq + (m) % seq) * 16LL + (n) % 16LL, t2);
 }
 #include "gemm.cuh"
 

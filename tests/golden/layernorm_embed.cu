@@ -1,8 +1,22 @@
+// PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
+// node:    layernorm_embed
+// pattern: layernorm (template row_reduce)
+// route:   0 of 1, taken when `1` is the first non-zero condition
+// variant: row
+// symbols: batch = args.v[0], seq = args.v[1]
+// +Graph:
+//   loop0 [batch, para] {x0,x1,x2,x3,x4,x15,x5,x6}:{x20}
+//     loop1 [seq, para, (add, sqrt)] {x0,x1,x2,x3,x4,x15,x5,x6}:{x20}
+//       loop2 [64, non-para, (gather, gather, add, add, reduceMean)] {x0,x1,x2,x3,x4}:{x10,x11}
+//       loop3 [64, non-para, (sub, mul, reduceMean)] {x10,x11}:{x12,x14}
+//       loop4 [64, para, (div, mul, add)] {x12,x17,x5,x6}:{x20}
 #include "plus_common.cuh"
 
 extern "C" __global__ void __launch_bounds__(256) plus_row(const PlusArgs args) {
+  const long long batch = args.v[0];
+  const long long seq = args.v[1];
   __shared__ float red[33];
-  const long long rows = (args.v[0] * args.v[1]);
+  const long long rows = (batch * seq);
   const long long L = 64LL;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     float r0s_acc = 0.0f;
@@ -20,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(256) plus_row(const PlusArgs args) 
       const float x11 = plus_load<float>(args.in[2], (g10) * 64LL + j);
       const float t12 = g9 ? x11 : (float)0;
       const float t13 = (t6 + t12);
-      const float x14 = plus_load<float>(args.in[4], ((row) % args.v[1]) * 64LL + j);
+      const float x14 = plus_load<float>(args.in[4], ((row) % seq) * 64LL + j);
       const float t15 = (t13 + x14);
       r0s_acc = r0s_acc + t15;
     }
@@ -41,7 +55,7 @@ extern "C" __global__ void __launch_bounds__(256) plus_row(const PlusArgs args) 
       const float x26 = plus_load<float>(args.in[2], (g25) * 64LL + j);
       const float t27 = g24 ? x26 : (float)0;
       const float t28 = (t21 + t27);
-      const float x29 = plus_load<float>(args.in[4], ((row) % args.v[1]) * 64LL + j);
+      const float x29 = plus_load<float>(args.in[4], ((row) % seq) * 64LL + j);
       const float t30 = (t28 + x29);
       r0q_acc = r0q_acc + (t30 - mean0) * (t30 - mean0);
     }
@@ -61,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(256) plus_row(const PlusArgs args) 
       const float x41 = plus_load<float>(args.in[2], (g40) * 64LL + j);
       const float t42 = g39 ? x41 : (float)0;
       const float t43 = (t36 + t42);
-      const float x44 = plus_load<float>(args.in[4], ((row) % args.v[1]) * 64LL + j);
+      const float x44 = plus_load<float>(args.in[4], ((row) % seq) * 64LL + j);
       const float t45 = (t43 + x44);
       const float x46 = plus_load<float>(args.in[5], j);
       const float x47 = plus_load<float>(args.in[6], j);

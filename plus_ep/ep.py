@@ -112,8 +112,8 @@ def arch_for(opts: dict) -> str:
         return nvrtc.parse_arch(opts["arch"])
     cc = opts.get("cc") or ""
     major, _, minor = cc.partition(".")
-    arch = nvrtc.parse_arch(f"sm_{int(major)}{int(minor or 0)}")
-    return "sm_90a" if arch == "sm_90" and "sm_90a" in nvrtc.ARCHS else arch
+    from .kernels.arch import for_device        # the arch table's choice: 9.0 -> sm_90a
+    return nvrtc.parse_arch(for_device(int(major), int(minor or 0)))
 
 
 # ------------------------------------------------------------------------------------------ planner

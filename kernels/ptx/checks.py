@@ -44,6 +44,7 @@ class Checks:
         self._seen: dict = {}
         self.nc_read = {}
         self.written = {}
+        self.guarded = {}          # bar.sync PTX line -> shared accesses in the interval it opens
 
     def add(self, kind, M, line, thread, message):
         key = (kind, line)
@@ -67,6 +68,7 @@ class Checks:
         self.dirty = np.zeros(size, bool)
         self.epoch = 0
         self.wep = np.zeros(M.W, np.int64)
+        self.last_bar = None
 
     def end_cta(self, M):
         if M.cp.entries:
@@ -79,9 +81,11 @@ class Checks:
                 self.add("wgmma never waited", M, job[0].line, 128 * wg,
                          "wgmma.mma_async results were never retired by wgmma.wait_group before the CTA exited")
 
-    def barrier(self, M):
+    def barrier(self, M, line=None):
         self.epoch += 1
         self.wep += 1
+        self.last_bar = line
+        self.guarded.setdefault(line, 0)
 
     def warp_barrier(self, M, m):
         warps = np.arange(M.W) if m is None else np.unique(np.flatnonzero(m) // 32)
@@ -97,6 +101,8 @@ class Checks:
 
     # ------------------------------------------------------------------------------- shared
     def shared_read(self, M, op, idx, tids, proxy):
+        if self.last_bar is not None:
+            self.guarded[self.last_bar] += 1
         t = np.broadcast_to(np.asarray(tids)[:, None], idx.shape)
         unw = ~self.written_sh[idx]
         if unw.any():
@@ -105,8 +111,8 @@ class Checks:
                      f"reads shared byte {int(idx[k[0], k[1]])} that no thread of this CTA wrote (poison)")
         wt, we = self.w_tid[idx], self.w_epoch[idx]
         if proxy == "async":
-            wg = tids[0] // 128
-            race = (we == self.epoch) & (wt >= 0) & ((wt // 128) != wg)
+            # the four warps of the warpgroup read collectively: any write since the last bar.sync races
+            race = (we == self.epoch) & (wt >= 0)
             if race.any():
                 k = np.argwhere(race)[0]
                 self.add("shared race", M, op.line, wt[k[0], k[1]],
@@ -118,6 +124,9 @@ class Checks:
                 self.add("missing fence.proxy.async", M, op.line, wt[k[0], k[1]],
                          f"wgmma (async proxy) reads shared byte {int(idx[k[0], k[1]])} written through the generic "
                          f"proxy by thread {int(wt[k[0], k[1]])} without a fence.proxy.async in between")
+            flat = idx.reshape(-1)
+            self.r_tid[flat] = -2                 # read by the whole warpgroup
+            self.r_epoch[flat] = self.epoch
             return
         race = (we == self.epoch) & (wt >= 0) & (wt != t) & ~self._ordered(wt, self.w_wep[idx], t)
         if race.any():
@@ -140,6 +149,8 @@ class Checks:
                 self.r_tid[fs[dup]] = -2
 
     def shared_write(self, M, op, idx, tids):
+        if self.last_bar is not None:
+            self.guarded[self.last_bar] += 1
         t = np.broadcast_to(np.asarray(tids)[:, None], idx.shape)
         wt, we = self.w_tid[idx], self.w_epoch[idx]
         race = (we == self.epoch) & (wt >= 0) & (wt != t) & ~self._ordered(wt, self.w_wep[idx], t)

@@ -32,6 +32,9 @@ class LaunchResult:
     findings: list
     ctas: list = field(default_factory=list)
     seconds: float = 0.0
+    line_counts: dict = field(default_factory=dict)   # PTX line -> threads that executed it
+    sync_stats: dict = field(default_factory=dict)    # "retired": wait line -> copies/jobs retired;
+                                                      # "guarded": bar.sync line -> shared accesses after it
 
     def raise_for_findings(self) -> None:
         if self.findings:
@@ -110,6 +113,7 @@ class Kernel:
         M.counters = Counters(self, T)
         M.checks = Checks(self, memory) if checks else None
         M.cp = CpAsyncState(T)
+        M.retired = {}
         M.wg = WgmmaState(-(-T // 128))
         for nm, v in (("%nctaid.x", grid[0]), ("%nctaid.y", grid[1]), ("%nctaid.z", grid[2])):
             M.sregs[nm][:] = v
@@ -130,6 +134,12 @@ class Kernel:
         res = LaunchResult(M.counters.summary(grid, block, len(ctas)),
                            M.checks.findings if M.checks is not None else [], ctas,
                            time.perf_counter() - t0)
+        lc = {}
+        for op, n in zip(self.ops, M.counters.thread_counts.tolist()):
+            lc[op.line] = lc.get(op.line, 0) + n
+        res.line_counts = lc
+        res.sync_stats = {"retired": dict(M.retired),
+                          "guarded": dict(M.checks.guarded) if M.checks is not None else {}}
         return res
 
 
@@ -264,7 +274,7 @@ def _run_cta(M, ops, fns, max_steps):
                                f"CTA {M.ctaid}; absent: threads {ops_warp._lanes(absent)}", form=op.form,
                                line=op.line, kernel=M.name)
             if M.checks is not None:
-                M.checks.barrier(M)
+                M.checks.barrier(M, op.line)
         if converged:
             cur = p + 1
         else:

@@ -161,8 +161,11 @@ def _cp(stmt):
 
         def factory(M):
             def run(m):
+                n = 0
                 for cop, t, dst, data in M.cp.retire(A.active(m, M.T), keep):
                     A.shared_write(M, cop, dst, data, t, count=False)
+                    n += len(t)
+                M.retired[stmt.line] = M.retired.get(stmt.line, 0) + n
             return run
         return Op(stmt.line, stmt.opcode, "op", "cp.async", factory)
     mo = Mods(stmt)

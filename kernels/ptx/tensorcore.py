@@ -228,10 +228,13 @@ def _wgmma(stmt):
 
         def factory(M):
             def run(m):
+                n = 0
                 for wg in _wg_groups(M, op, m):
                     while len(M.wg.groups[wg]) > keep:
                         for job in M.wg.groups[wg].pop(0):
                             _land(M, job)
+                            n += 1
+                M.retired[stmt.line] = M.retired.get(stmt.line, 0) + n
             return run
         op.factory = factory
         return op

@@ -1,0 +1,112 @@
+"""Mutation tests of the interpreter's strictness on real kernels: deleting any one `bar.sync`,
+`cp.async.wait_group`, `wgmma.wait_group` or `fence.proxy.async` from NVRTC's PTX of a shipped template
+must give a wrong result or a checker finding (or an interpreter error). Every mutation must be caught."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plus_ep.kernels import attention_configs as ac
+from plus_ep.kernels.ptx import Module, PtxError
+from plus_ep.kernels.ptx.build import compile_ptx
+from tests.emulated.test_ptx_attention import run_attention
+from tests.emulated.test_ptx_gemm import run_gemm
+from tests.support.gemm_variants import Variant
+
+KERNELS = {
+    "simt": ("gemm", "sm_80", Variant("simt_64x64x8_w32x32", "float", 0, 1), (1, 40, 50, 37)),
+    "f16": ("gemm", "sm_80", Variant("f16_64x64x32_w32x32_s4", "half", 0, 1), (1, 40, 50, 140)),
+    "tf32": ("gemm", "sm_80", Variant("tf32_64x64x32_w32x32_s3", "float", 1, 1), (1, 40, 50, 140)),
+    "wgmma": ("gemm", "sm_90a", Variant("wg_64x128x64_w64x128_s4", "half", 1, 1), (1, 40, 100, 330)),
+    "attn_tc": ("attn", "sm_80", ("tc_d64_q64_kv64_w4", "half", 0, 0, False), None),
+    "attn_simt": ("attn", "sm_80", ("simt_d64_q32_kv32_w4", "float", 0, 0, False), None),
+}
+TARGETS = ("bar.sync", "cp.async.wait_group", "wgmma.wait_group", "fence.proxy.async")
+
+
+def _source_ptx(key):
+    kind, arch, spec, _ = KERNELS[key]
+    if kind == "gemm":
+        from tests.emulated.ptx_sources import gemm_source, wgmma_source
+        src = wgmma_source(spec) if spec.cfg.startswith("wg_") else gemm_source(spec)
+    else:
+        cfg = ac.by_name(spec[0])
+        src = ac.source(cfg, spec[1], causal=spec[2], strided=spec[3])
+    return compile_ptx(src, arch, name=f"{key}.cu")
+
+
+def _mutants():
+    out = []
+    for key in KERNELS:
+        lines = _source_ptx(key).splitlines()
+        for target in TARGETS:
+            where = [i for i, ln in enumerate(lines) if ln.strip().startswith(target)]
+            for k, i in enumerate(where):
+                out.append((key, target, i))
+    return out
+
+
+MUTANTS = _mutants()
+
+
+def _run(key, mutate):
+    kind, arch, spec, shape = KERNELS[key]
+    if kind == "gemm":
+        got, ref, bound, findings, r = run_gemm(arch, spec, *shape, mutate=mutate)
+        return got, ref, bound, findings, r
+    got, ref, bound, r = run_attention(ac.by_name(spec[0]), *spec[1:], arch=arch, mutate=mutate, Skv=150)
+    return got, ref, bound, r.findings, r
+
+
+_CLEAN = {}
+
+
+def _clean_run(key):
+    if key not in _CLEAN:
+        _CLEAN[key] = _run(key, None)
+    return _CLEAN[key]
+
+
+def test_every_target_occurs():
+    """The mutation set covers each of the four kinds of synchronisation somewhere."""
+    assert {t for _, t, _ in MUTANTS} == set(TARGETS)
+
+
+@pytest.mark.parametrize("key", list(KERNELS))
+def test_unmutated_kernels_are_clean(key):
+    got, ref, bound, findings, _ = _clean_run(key)
+    assert not findings and (np.abs(got - ref) <= bound).all()
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[f"{k}-{t}-line{i + 1}" for k, t, i in MUTANTS])
+def test_mutation_is_caught(mutant):
+    key, target, index = mutant
+
+    def mutate(src, arch):
+        lines = compile_ptx(src, arch, name=f"{key}.cu").splitlines()
+        assert lines[index].strip().startswith(target)
+        del lines[index]
+        return Module.parse("\n".join(lines) + "\n", name=f"{key}-without-{target}")
+
+    try:
+        got, ref, bound, findings, _ = _run(key, mutate)
+    except PtxError:
+        return                                          # caught as undefined behaviour
+    wrong = not (np.abs(got - ref) <= bound).all()
+    if wrong or findings:
+        return
+    # Not caught: acceptable only for an instruction that is a dynamic no-op in the unmutated run (a
+    # drain wait that retires nothing, a barrier after which no thread touches shared memory), proven
+    # from that run's counts; an instruction the test shape never executes is a failure of the test.
+    line = index + 1
+    clean = _clean_run(key)[4]
+    assert clean.line_counts.get(line, 0) > 0, f"the test shape never executes PTX line {line} of {key}"
+    if target in ("cp.async.wait_group", "wgmma.wait_group"):
+        assert clean.sync_stats["retired"].get(line, 0) == 0, \
+            f"deleting {target} at PTX line {line} of {key} went unnoticed although it retires work"
+    elif target == "bar.sync":
+        assert clean.sync_stats["guarded"].get(line, 0) == 0, \
+            f"deleting bar.sync at PTX line {line} of {key} went unnoticed although shared memory is used after it"
+    else:
+        pytest.fail(f"deleting {target} at PTX line {line} of {key} went unnoticed")
+    assert np.array_equal(got, _clean_run(key)[0]), "a no-op mutation changed the result"

@@ -399,7 +399,8 @@ def perturb(fn: str, y, rng, ftz: bool):
         same_sign = np.signbit(moved) == np.signbit(y)
         out = np.where(fin & same_sign & np.isfinite(moved), moved, y)
     else:
-        bound = 2.0 ** -amt
+        # keep room for the correctly rounded start (1/2 ulp) and the final rounding (1/2 ulp)
+        bound = 2.0 ** -amt - (2.0 ** -23 if kind == "rel" else 0.0)
         if kind == "rel":
             f = 1.0 + rng.uniform(-bound, bound, size=y.shape) * 0.999
             out = np.where(fin, (y.astype(np.float64) * f).astype(np.float32), y)

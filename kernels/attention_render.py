@@ -4,7 +4,9 @@ pulled through whatever produces them inside the subgraph (scaling, RoPE, GQA ex
 hook is everything between the first MatMul and the Softmax, the output hook is pushed forward."""
 from __future__ import annotations
 
-from . import routes, symdim
+from onnx import TensorProto
+
+from . import dtypes, routes, symdim
 from .forward import bind_forward, emit_stores, forward_map
 from .pull import RenderError, describe
 
@@ -59,7 +61,11 @@ def render_attention(job):
         body = em.take()
         return body, val if ct == "float" else f"(float)({val})"
 
-    hooks = [f"typedef float plus_qkv_t;\n#define PLUS_HAS_ATTN_SHAPE 1\n"
+    # f16/bf16 Q, K and V: the tensor-core path (mma.sync m16n8k16, fp32 accumulation and softmax)
+    qkv_types = {em.dtype(t) for t in (q, kt, v)}
+    math_ = 2 if len(qkv_types) == 1 and qkv_types <= {TensorProto.FLOAT16, TensorProto.BFLOAT16} else 0
+    qkv_t = dtypes.storage(qkv_types.pop()) if math_ == 2 else "float"
+    hooks = [f"typedef {qkv_t} plus_qkv_t;\n#define PLUS_HAS_ATTN_SHAPE 1\n"
              "PLUS_DEV PlusAttnShape plus_attn_shape(const PlusArgs& args) {\n"
              f"  return PlusAttnShape{{{em.c(B)}, {em.c(H)}, {em.c(H)}, {em.c(Sq)}, {em.c(Skv)}}};\n}}\n"]
     for name, tensor, order, ref in (
@@ -93,7 +99,7 @@ def render_attention(job):
                  f"{em.take()}\n}}\n")
     side = job.side_kernels([t for t in job.outputs if t not in dep_s])
     out_variants = []
-    for cond, cfg in routes.attention_routes(B, H, Sq, Skv, D, job.arch, job.syms):
+    for cond, cfg in routes.attention_routes(B, H, Sq, Skv, D, job.arch, job.syms, math_=math_):
         defines = routes.attention_defines(cfg, D)
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "".join(hooks)
         prefix += '#include "attention.cuh"\n'

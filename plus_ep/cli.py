@@ -75,11 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", parents=[common], help="build a small BERT, rewrite and compile it, compare",
                         description="Build a small BERT with onnx (no torch), rewrite it with kernels, print the "
-                                    "fusion report, check it on ORT CPU, and with a GPU compare PlusEP with the "
+                                    "fusion report, run the kernels on the CPU PTX interpreter through the launcher "
+                                    "and check them (as `plus-ep verify`), and with a GPU compare PlusEP with the "
                                     "plain CUDA EP.")
-    dm.add_argument("--layers", type=int, default=2)
-    dm.add_argument("--batch", type=int, default=2)
-    dm.add_argument("--seq", type=int, default=128)
+    dm.add_argument("--layers", type=int, default=1)
+    dm.add_argument("--batch", type=int, default=2, help="batch of the GPU comparison (default 2)")
+    dm.add_argument("--seq", type=int, default=128, help="sequence length of the GPU comparison (default 128)")
+    dm.add_argument("--verify-batch", type=int, default=1,
+                    help="batch of the kernel check on the CPU PTX interpreter (default 1)")
+    dm.add_argument("--verify-seq", type=int, default=8,
+                    help="sequence length of the kernel check on the CPU PTX interpreter (default 8)")
+    dm.add_argument("--no-verify", action="store_true", help="skip the kernel check on the CPU PTX interpreter")
     dm.add_argument("--arch", metavar="ARCHS", default="auto", help="as for rewrite")
     dm.set_defaults(func=cmd_demo)
 
@@ -276,8 +282,9 @@ def cmd_rewrite(args) -> int:
 def cmd_demo(args) -> int:
     from . import demo
     archs = resolve_archs(args.arch) if args.arch != "auto" else None
-    demo.run(layers=args.layers, batch=args.batch, seq=args.seq, archs=archs)
-    return 0
+    summary = demo.run(layers=args.layers, batch=args.batch, seq=args.seq, archs=archs,
+                       verify_kernels=not args.no_verify, verify_batch=args.verify_batch, verify_seq=args.verify_seq)
+    return 0 if summary.get("kernels_verified", True) else 1
 
 
 def cmd_verify(args) -> int:

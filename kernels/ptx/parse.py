@@ -320,7 +320,8 @@ def _statement(st: str, line: int, regs, stmts, declare, rename, shared_local):
         if m and m.group(1) == "shared":
             _, align, vec, ty, name, arr, count = m.groups()
             elem = TYPE_BITS.get(ty, 8) // 8 * (int(vec) if vec else 1)
-            shared_local[name] = SharedVar(name, int(align or elem), elem * (int(count) if count else 1))
+            size = None if (arr is not None and count == "") else elem * (int(count) if count else 1)
+            shared_local[name] = SharedVar(name, int(align or elem), size)
             return
         if st.startswith((".pragma", ".loc", ".maxntid", ".reqntid", ".minnctapersm", ".maxnreg")):
             return

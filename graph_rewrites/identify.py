@@ -28,6 +28,7 @@ class Verdict:
     partial: list = field(default_factory=list)
     reasons: dict = field(default_factory=dict)   # pattern name -> why it refused
     raw: object = None                            # the +Graph before Primitive 4
+    roles: dict | None = None                     # the exact pattern's roles on these nodes
 
     @property
     def graph(self):
@@ -45,8 +46,8 @@ class Subgraph:
     pattern: object                      # warehouse Pattern
     pgraph: PGraph                       # canonical +Graph
     seed: int                            # the skeleton / root node it grew from
-    inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    roles: dict | None = None            # what the template reads where (the pattern's roles())
 
 
 @dataclass
@@ -118,7 +119,22 @@ class Identifier:
             cached = self._verdicts[key] = self._match(g, prologue, epilogue)
         verdict = Verdict(cached.exact, list(cached.partial), dict(cached.reasons))
         verdict.raw = full
+        self._find_roles(verdict, nodes)
         return verdict
+
+    def _find_roles(self, verdict: Verdict, nodes):
+        """Role finding on the nodes of an exact match: the roles go to the verdict, or the match
+        is refused (neither exact nor partial for that pattern) with the role finder's reason."""
+        p = verdict.exact
+        if p is None or getattr(p, "roles", None) is None:
+            return
+        got = p.roles(self.view, sorted(nodes))
+        if isinstance(got, dict):
+            verdict.roles = got
+            return
+        verdict.exact = None
+        verdict.partial = [q for q in verdict.partial if q is not p]
+        verdict.reasons[p.name] = f"matched, but refused: {got}"
 
     def _match(self, g, prologue, epilogue) -> Verdict:
         """Match conditions against every pattern (memoised by skeleton: repeated layers hit)."""
@@ -223,7 +239,7 @@ class Identifier:
             return None
         nodes, verdict = last
         return Subgraph(nodes, verdict.exact, verdict.graph, seed,
-                        outputs=self.outputs_of(nodes))
+                        outputs=self.outputs_of(nodes), roles=verdict.roles)
 
     def _producers(self, members):
         return {p for p in self.index.producers_of(members) if p in self.nests}

@@ -47,6 +47,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import ops
+from .index import describe_node
 from .lowering import default_opset
 from .ploop import Loop, PGraph, Stmt
 
@@ -93,8 +94,7 @@ def _run_node(node: onnx.NodeProto, values: dict, opset: int) -> dict:
     return {t: np.asarray(v) for t, v in zip(outs, res)}
 
 
-def _label(node: onnx.NodeProto) -> str:
-    return f"{node.op_type} node '{node.name or (node.output[0] if node.output else '?')}'"
+_label = describe_node
 
 
 # ---- symbolic sizes ----------------------------------------------------------------------------

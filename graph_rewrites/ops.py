@@ -130,9 +130,14 @@ def unrenderable_reason(node, view=None) -> str | None:
         return f"{node.op_type} is not in the op vocabulary"
     if not o.renderable:
         return o.unrenderable or f"{node.op_type} has no element expression, index rule or template"
-    if node.op_type == "Trilu" and len(node.input) > 1 and node.input[1] and view is not None \
-            and view.const(node.input[1]) is None:
+    if view is None:
+        return None
+    if node.op_type == "Trilu" and len(node.input) > 1 and node.input[1] and view.const(node.input[1]) is None:
         return "Trilu's k is not a constant"
+    if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+        mode = view.const(node.input[2])
+        if mode is None or mode.size != 1 or bool(mode.reshape(-1)[0]):
+            return "Dropout's training_mode is not a constant false: it may drop elements at random"
     return None
 
 

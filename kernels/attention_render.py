@@ -1,7 +1,10 @@
 """Attention subgraphs: MatMul(Q, Kᵀ) -> score ops (scale, masks) -> Softmax -> NaN guard ->
-MatMul(P, V) -> stores (transpose/reshape), for the FlashAttention-style template. Q, K and V are
-pulled through whatever produces them inside the subgraph (scaling, RoPE, GQA expand), the score
-hook is everything between the first MatMul and the Softmax, the output hook is pushed forward."""
+MatMul(P, V) -> stores (transpose/reshape), for the FlashAttention-style template. The nodes of each
+role come from identification (Subgraph.roles, warehouse/roles.py). Q, K and V are pulled through
+whatever produces them inside the subgraph (scaling, RoPE, GQA expand), the score hook is everything
+between the first MatMul and the Softmax, the output hook is pushed forward. Between the Softmax and
+the PV MatMul only what the role finder accepted sits: Identity, Cast to a float type, Dropout at
+inference, and the NaN guard, which decides what a fully masked row gives (0, else NaN)."""
 from __future__ import annotations
 
 from onnx import TensorProto
@@ -10,33 +13,21 @@ from . import dtypes, routes, symdim
 from .forward import bind_forward, emit_stores, forward_map
 from .pull import RenderError, describe
 
-GUARD_OPS = {"Where", "IsNaN", "Identity", "Dropout", "Cast"}
-
 
 def _structure(job):
-    mms = [n for n in job.nodes if n.op_type == "MatMul"]
-    sms = [n for n in job.nodes if n.op_type == "Softmax"]
-    if len(mms) != 2 or len(sms) != 1:
-        raise RenderError(f"{job.node_name}: attention needs exactly two MatMul and one Softmax "
-                          f"(found {len(mms)} and {len(sms)})")
-    mm1, mm2 = mms
-    sm = sms[0]
-    dep_s = job.depends_on([mm1.output[0]])
-    if sm.input[0] not in dep_s or mm2.input[0] not in job.depends_on([sm.output[0]]):
-        raise RenderError(f"{describe(mm2)}: the MatMuls and the Softmax do not form QKᵀ -> softmax -> PV")
-    # between Softmax and the PV MatMul only a NaN guard may sit (the template zeroes masked rows)
-    dep_p = job.depends_on([sm.output[0]])
-    for n in job.nodes:
-        if n is mm2 or not any(o in dep_p for o in n.output):
-            continue
-        if n.op_type not in GUARD_OPS and n is not sm:
-            if mm2.input[0] in job.depends_on(list(n.output)):
-                raise RenderError(f"{describe(n)}: only a NaN guard may sit between Softmax and the PV MatMul")
-    return mm1, sm, mm2
+    """The QKᵀ MatMul, the Softmax and the PV MatMul from the roles identification found (the role
+    finder, warehouse/roles.py, refused every subgraph whose nodes this renderer would not read);
+    whether the graph guards fully masked rows (Where(IsNaN(p), 0, p))."""
+    roles = job.roles
+    if not roles or "qk" not in roles:
+        raise RenderError(f"{job.node_name}: the attention template needs the roles its pattern finds "
+                          "(q, k, v, qk, softmax, pv)")
+    nodes = job.view.nodes
+    return nodes[roles["qk"]], nodes[roles["softmax"]], nodes[roles["pv"]], bool(roles["nan_guard"])
 
 
 def render_attention(job):
-    mm1, sm, mm2 = _structure(job)
+    mm1, sm, mm2, nan_guard = _structure(job)
     em = job.emitter()
     q, kt, v = mm1.input[0], mm1.input[1], mm2.input[1]
     s_shape, o_shape = em.shape(mm1.output[0]), em.shape(mm2.output[0])
@@ -101,6 +92,8 @@ def render_attention(job):
     out_variants = []
     for cond, cfg in routes.attention_routes(B, H, Sq, Skv, D, job.arch, job.syms, math_=math_):
         defines = routes.attention_defines(cfg, D)
+        # a fully masked row: NaN as the graph's softmax gives it, 0 where the graph guards it
+        defines["PLUS_MASKED_ROW_NAN"] = 0 if nan_guard else 1
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "".join(hooks)
         prefix += '#include "attention.cuh"\n'
         grid = (f"{job.syms.rpn(Sq)},{cfg.bq},cdiv", job.syms.rpn(H), job.syms.rpn(B))

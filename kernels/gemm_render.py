@@ -55,7 +55,7 @@ def _problem(em, seed, a, b):
 
 
 def render_gemm(job):
-    seed = job.view.nodes[job.sg.seed]
+    seed = job.view.nodes[job.roles["gemm"] if job.roles else job.sg.seed]
     if seed.op_type not in ("MatMul", "Gemm"):
         raise RenderError(f"{describe(seed)}: the gemm template grows from MatMul or Gemm")
     em = job.emitter()

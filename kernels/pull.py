@@ -14,6 +14,7 @@ import sympy
 from onnx import TensorProto
 
 from ..graph_rewrites import ops
+from ..graph_rewrites.index import describe_node
 from . import cexpr, dtypes, symdim
 from .cexpr import attr
 
@@ -25,8 +26,29 @@ class RenderError(ValueError):
     """A subgraph the codegen cannot turn into a kernel; the message names the node and why."""
 
 
-def describe(node) -> str:
-    return f"{node.op_type} node '{node.name or node.output[0]}'"
+describe = describe_node        # "Op node 'name'": the one node label (graph_rewrites/index.py)
+
+
+class SubgraphProducers:
+    """tensor -> the node of the subgraph producing it, read from the graph's one index (a tensor
+    produced outside the subgraph is not in it). Mapping-like: `in`, `[]`, `get`."""
+
+    def __init__(self, view, nodes):
+        self._view, self._members = view, {id(n) for n in nodes}
+
+    def get(self, t, default=None):
+        p = self._view.producer.get(t)
+        node = self._view.nodes[p] if p is not None else None
+        return node if node is not None and id(node) in self._members else default
+
+    def __contains__(self, t) -> bool:
+        return self.get(t) is not None
+
+    def __getitem__(self, t):
+        node = self.get(t)
+        if node is None:
+            raise KeyError(t)
+        return node
 
 
 class Emitter:
@@ -34,7 +56,7 @@ class Emitter:
         self.view = view
         self.subs = subs or {}
         self.nodes = list(nodes)
-        self.producer = {t: n for n in self.nodes for t in n.output if t}
+        self.producer = SubgraphProducers(view, self.nodes)
         self.inputs = list(inputs)
         self.syms = syms
         self.bound = {}          # tensor -> callable(idx) -> (expr, ctype)

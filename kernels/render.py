@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from . import pointwise, routes, sources, symdim
+from . import pointwise, routes, symdim
 from .attention_render import render_attention
 from .gemm_render import render_gemm
-from .plan import MAX_IN, MAX_OUT, MAX_SYM, Launch, Plan, Route, check_bound, input_tokens
+from .plan import Launch, Plan, Route, check_bound, input_tokens
 from .pull import Emitter, RenderError
 from .row import ROW_OPS, RowProgram
 from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
@@ -172,19 +172,7 @@ def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math
         job.plan.routes.append(route)
     job.plan.syms = list(job.syms.names)
     check_bound(job.plan, node_name, [v.source for v in variants])
-    if len(job.plan.syms) > MAX_SYM or len(job.inputs) > MAX_IN or len(job.outputs) > MAX_OUT:
+    if len(job.plan.syms) > 32 or len(job.inputs) > 32 or len(job.outputs) > 8:
         raise RenderError(f"{node_name}: more inputs/outputs/dimensions than a kernel takes "
-                          f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; "
-                          f"limits {MAX_IN}/{MAX_OUT}/{MAX_SYM})")
-    _finish_sources(job, variants)
+                          f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; limits 32/8/32)")
     return Rendered(job.plan, variants, template or "pointwise")
-
-
-def _finish_sources(job: Job, variants: list) -> None:
-    """Each variant's source gets its comment header and named symbols (kernels/sources.py)."""
-    pgraph = getattr(job.sg, "pgraph", None)
-    pgraph = pgraph.render() if pgraph is not None else None
-    for v, variant in enumerate(variants):
-        route = (v, len(variants), job.plan.routes[v].cond)
-        variant.source = sources.finish(variant.source, job.plan.syms, job.node_name, job.sg.pattern.name,
-                                        job.sg.pattern.template, route, variant.name, pgraph)

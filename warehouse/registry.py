@@ -6,10 +6,14 @@ their own package (entry-point group ``plus_ep.warehouse``) or a folder (``PLUS_
 
     from plus_ep.warehouse import pattern
 
-    @pattern("gemm_softmax", allow_epilogue=True, template="gemm_softmax")
+    @pattern("gemm_softmax", allow_epilogue=True, template="gemm_rownorm")
     def gemm_softmax(b):
         x, w = b.input("x", ["M", "K"]), b.input("w", ["K", "N"])
         return b.Softmax(b.MatMul(x, w), axis=-1)
+
+``template`` must name one of ``TEMPLATES`` (a pattern naming another is rejected when it is
+added); ``roles`` finds, on each exact match, the node and tensor of each template role or
+refuses the match with a reason (see roles.py).
 """
 from __future__ import annotations
 
@@ -71,10 +75,11 @@ class Pattern:
     define: Callable | None = None          # fn(PatternBuilder) -> output name(s)
     allow_prologue: bool = False
     allow_epilogue: bool = True
-    template: str | None = None             # +Code template (kernels issue)
+    template: str | None = None             # the template rendering it: a name in TEMPLATES
     any_parallel: bool = False              # wildcard: any nest of parallel loops, no key ops
-    check: Callable | None = None           # fn(candidate) -> reason str | None
+    check: Callable | None = None           # fn(candidate +Graph) -> reason str | None
     doc: str = ""
+    roles: Callable | None = None           # fn(view, members) -> roles dict | refusal reason (roles.py)
     _graph: object = field(default=None, repr=False)
     _match: object = field(default=None, repr=False)
 
@@ -96,6 +101,19 @@ class Pattern:
         return self._match
 
 
+# The pattern -> template contract: the templates a pattern may name, each rendered by the kernels
+# renderer registered under the same name (kernels/render.py; a test checks both sides agree).
+TEMPLATES = {
+    "elementwise": "point-wise kernels over the subgraph's outputs",
+    "row_reduce": "one block per row: softmax, LayerNorm, RMSNorm and their element-wise neighbours",
+    "reduce": "one block per row: plain reductions over trailing axes",
+    "gemm": "MatMul/Gemm with an element-wise epilogue (roles: gemm, a, b, epilogue_inputs)",
+    "gemm_rownorm": "GEMM whose epilogue feeds a row normalisation (roles as gemm)",
+    "flash_attention": "softmax(QKᵀ + mask)·V in the FlashAttention style (roles: q, k, v, mask, qk, "
+                       "softmax, pv, p_chain, nan_guard)",
+}
+
+
 class Warehouse:
     """Ordered patterns; the first exact match wins."""
 
@@ -105,6 +123,9 @@ class Warehouse:
     def add(self, p: Pattern, before: str | None = None):
         if any(q.name == p.name for q in self.patterns):
             raise ValueError(f"warehouse already has a pattern named {p.name!r}")
+        if p.template is not None and p.template not in TEMPLATES:
+            raise ValueError(f"pattern {p.name!r} names template {p.template!r}, which has no renderer "
+                             f"(known: {sorted(TEMPLATES)})")
         if before is None:
             self.patterns.append(p)
         else:
@@ -140,7 +161,7 @@ class Warehouse:
         h = hashlib.sha256()
         for p in self.patterns:
             h.update(repr((p.name, p.allow_prologue, p.allow_epilogue, p.template, p.any_parallel)).encode())
-            for fn in (p.define, p.check):
+            for fn in (p.define, p.check, p.roles):
                 h.update(b"\0" + _source_digest(fn))
         return h.hexdigest()
 
@@ -163,11 +184,12 @@ _TARGET = [_BUILTIN]          # where @pattern registers: built-ins, or the ware
 
 
 def pattern(name: str, *, allow_prologue=False, allow_epilogue=True, template=None,
-            any_parallel=False, check=None, before=None, warehouse: Warehouse | None = None):
+            any_parallel=False, check=None, roles=None, before=None, warehouse: Warehouse | None = None):
     """Decorator registering a pattern definition (in the warehouse being loaded)."""
     def deco(fn):
         (warehouse or _TARGET[-1]).add(Pattern(name, fn, allow_prologue, allow_epilogue, template,
-                                               any_parallel, check, (fn.__doc__ or "").strip()), before)
+                                               any_parallel, check, (fn.__doc__ or "").strip(), roles),
+                                       before)
         return fn
     return deco
 

@@ -15,7 +15,7 @@ from tests.support.paper_models import model
 USER_PATTERN = '''
 from plus_ep.warehouse import pattern
 
-@pattern("gemm_softmax", before="gemm", template="gemm_softmax")
+@pattern("gemm_softmax", before="gemm", template="gemm_rownorm")
 def gemm_softmax(b):
     """GEMM with a softmax over N in its epilogue (PluS Fig. 6)."""
     return b.Softmax(b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"])), axis=-1)

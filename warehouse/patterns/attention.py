@@ -5,6 +5,7 @@ guards) only adds element-wise work to the score loop: one +Graph for every vari
 K/V heads arrive through Expand/Reshape prologues, which fold into the loads.
 """
 from ..registry import pattern
+from ..roles import attention_roles
 
 
 def _attention(b, mask_dims):
@@ -24,7 +25,8 @@ def head_dim_known(g):
     return None if isinstance(dot.size, int) else f"head dim {dot.size} is not a compile-time integer"
 
 
-@pattern("attention", allow_prologue=True, template="flash_attention", check=head_dim_known)
+@pattern("attention", allow_prologue=True, template="flash_attention", check=head_dim_known,
+         roles=attention_roles)
 def attention(b):
     """QKᵀ, scale, mask, softmax, ·V, output transpose."""
     return _attention(b, ["B", 1, 1, "T"])

@@ -29,12 +29,10 @@ FUSED_DOMAIN = "ai.plus_ep"
 
 
 def _plan_types(plan: str) -> tuple[dict, dict]:
-    ins, outs = {}, {}
-    for line in plan.splitlines():
-        t = line.split(" ")
-        if t[0] in ("in", "out") and len(t) >= 3:
-            (ins if t[0] == "in" else outs)[int(t[1])] = int(t[2])
-    return ins, outs
+    """{input index: ONNX dtype}, {output index: ONNX dtype} from the node's plan (kernels/plan.py reads it)."""
+    from .kernels.plan import parse
+    p = parse(plan)
+    return dict(enumerate(dt for dt, _ in p.inputs)), dict(enumerate(dt for dt, _ in p.outputs))
 
 
 def _attr(node, name):

@@ -81,7 +81,8 @@ def test_problem_reads_through_the_same_reader():
 def test_no_other_python_reads_plan_text():
     """Reading the plan's records (`startswith("node ")`, splitting plan lines) happens in kernels/plan.py
     only; tests and the bench go through parse()."""
-    reader = re.compile(r"""startswith\(\s*\(?\s*["'](?:node|sym|in|out|val|route|kernel|archs|scratch|shapev) ["']""")
+    records = "(?:node|sym|in|out|val|route|kernel|archs|scratch|shapev)"
+    reader = re.compile(rf"""startswith\(\s*\(?\s*["']{records} ["']|\bin\s+\(\s*["']{records}["']\s*,\s*["']{records}["']""")
     folders = [*PACKAGE_DIRS.values(), ROOT / "tests", ROOT / "bench"]
     offenders = [str(f.relative_to(ROOT)) for d in folders for f in pathlib.Path(d).rglob("*.py")
                  if f.name not in ("plan.py", "test_plan_text.py") and reader.search(f.read_text())]

@@ -49,9 +49,6 @@ log = logging.getLogger("plus_ep.kernels")
 
 SCHEMA = 2   # 2: entries hold kernel.ptx
 ENV_ASSERT_CACHED = "PLUS_EP_ASSERT_CACHED"
-# The cache root (plus_ep.config owns it); these two names stay for kernels/ptx/build.py, which puts
-# its PTX under <root>/ptx. New code asks config.cache_root() / config.kernel_cache_dir().
-ENV_DIR, DEFAULT_DIR = "PLUS_EP_CACHE_DIR", config.DEFAULT_ROOT
 
 CUBIN, PTX, SOURCE, META = "kernel.cubin", "kernel.ptx", "kernel.cu", "meta.json"
 

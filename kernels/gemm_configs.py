@@ -29,7 +29,8 @@ def gemm_smem_bytes(math: int, bm: int, bn: int, bk: int, stages: int) -> int:
     if math == MATH_SIMT:  # float, A [BK][BM+4] (transposed), B [BK][BN+4], always double buffered
         return 2 * (bk * (bm + 4) + bk * (bn + 4)) * 4
     elem = 2 if math == MATH_F16 else 4
-    ce = 16 // elem  # padding of a k-contiguous row: one 16-byte chunk
+    # padding of a k-contiguous row: one 16-byte chunk, none for 64-byte rows (swizzled instead)
+    ce = 0 if bk * elem == 64 else 16 // elem
     a_stage = bm * (bk + ce)
     b_stage = max(bn * (bk + ce), bk * (bn + 8))
     return stages * (a_stage + b_stage) * elem

@@ -47,7 +47,10 @@
 //
 // Shared memory layouts (padding keeps ldmatrix / SIMT accesses free of bank conflicts):
 //   MATH 2/1  A stage [BM][BK + 16B]; B stage [BN][BK + 16B] (B_TRANS 1) or [BK][BN + 8] (B_TRANS 0).
-//             The B stage is sized for the larger of the two so PLUS_SMEM_BYTES ignores B_TRANS.
+//             k rows of exactly 64 bytes (f16 BK 32, tf32 BK 16) are not padded but XOR-swizzled by
+//             16-byte chunk (chunk_pos): padding cannot serve both the 2-rows-per-phase cp.async writes
+//             and the 8-row ldmatrix reads of such rows. The B stage is sized for the larger of the two
+//             layouts so PLUS_SMEM_BYTES ignores B_TRANS.
 //   MATH 0    A stage [BK][BM + 4] (transposed), B stage [BK][BN + 4], always 2 stages, float.
 // kernels/gemm_configs.py mirrors PLUS_THREADS and PLUS_SMEM_BYTES; keep the two in step.
 #pragma once
@@ -91,14 +94,18 @@
 #define PLUS_GEMM_ELEM (PLUS_MATH == 2 ? 2 : 4)
 #define PLUS_GEMM_CE (16 / PLUS_GEMM_ELEM)          /* elements per 16-byte chunk */
 #define PLUS_GEMM_NSTAGE PLUS_STAGES
-#define PLUS_GEMM_LDA_S (PLUS_BK + PLUS_GEMM_CE)     /* A [BM][BK + 16 bytes] */
+/* k-contiguous rows of 64 bytes (f16 BK 32, tf32 BK 16) are XOR-swizzled instead of padded: no padding
+   makes both the cp.async writes (2 rows per 8-lane phase) and ldmatrix (8 rows) conflict-free there */
+#define PLUS_GEMM_KSWZ (PLUS_BK * PLUS_GEMM_ELEM == 64)
+#define PLUS_GEMM_LDK_S (PLUS_GEMM_KSWZ ? PLUS_BK : PLUS_BK + PLUS_GEMM_CE)
+#define PLUS_GEMM_LDA_S PLUS_GEMM_LDK_S              /* A [BM][BK (+ 16 bytes)] */
 #if PLUS_B_TRANS
-#define PLUS_GEMM_LDB_S (PLUS_BK + PLUS_GEMM_CE)     /* B [BN][BK + 16 bytes] */
+#define PLUS_GEMM_LDB_S PLUS_GEMM_LDK_S              /* B [BN][BK (+ 16 bytes)] */
 #else
 #define PLUS_GEMM_LDB_S (PLUS_BN + 8)                /* B [BK][BN + 8] */
 #endif
 #define PLUS_GEMM_A_STAGE (PLUS_BM * PLUS_GEMM_LDA_S)
-#define PLUS_GEMM_B_STAGE PLUS_GEMM_MAX(PLUS_BN * (PLUS_BK + PLUS_GEMM_CE), PLUS_BK * (PLUS_BN + 8))
+#define PLUS_GEMM_B_STAGE PLUS_GEMM_MAX(PLUS_BN * PLUS_GEMM_LDK_S, PLUS_BK * (PLUS_BN + 8))
 #else
 #error "gemm.cuh: PLUS_MATH must be 0, 1 or 2"
 #endif
@@ -337,6 +344,12 @@ constexpr int CE = PLUS_GEMM_CE;              // elements per 16-byte chunk
 constexpr int KSTEP = PLUS_MATH == 2 ? 16 : 8; // k of one mma
 constexpr int MI = PLUS_WM / 16;              // m16 tiles per warp
 constexpr int NI = PLUS_WN / 8;               // n8 tiles per warp
+constexpr bool KSWZ = PLUS_GEMM_KSWZ;          // 64-byte k rows: swizzled 16-byte chunks
+
+// Position of 16-byte chunk `ch` of row `r` in a k-contiguous tile. Swizzled (64-byte rows, 4 chunks):
+// chunk ch ^ ((r / 2) % 4), so the 8 rows one ldmatrix matrix reads and the 2 rows one 8-lane cp.async
+// phase writes cover all eight 16-byte bank groups of a 128-byte wavefront.
+template <bool SWZ> PLUS_DEV int chunk_pos(int r, int ch) { return SWZ ? (ch ^ ((r >> 1) & 3)) : ch; }
 
 template <typename T, typename U> struct same { static constexpr bool value = false; };
 template <typename T> struct same<T, T> { static constexpr bool value = true; };
@@ -364,7 +377,7 @@ PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
 // (r, c) is g[(row0 + r)*ld + col0 + c], valid when row0 + r < row_lim and col0 + c < col_lim; invalid
 // elements become 0. 16-byte chunks, chunk index = threadIdx.x + i*THREADS, row-major. `vec`: the
 // operand allows 16-byte loads (always true with PLUS_ALIGNED=1, else checked at run time).
-template <int R, int C, int LDS>
+template <int R, int C, int LDS, bool SWZ>
 PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0, int row_lim, int col0,
                         int col_lim, bool vec) {
   constexpr int CPR = C / CE;
@@ -383,7 +396,7 @@ PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0
         avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
         // src must be a valid address even when nothing is read: fall back to the matrix base.
         const plus_ab_t* src = avail > 0 ? g + (long long)gr * ld + gc : g;
-        cp_async16(s + r * LDS + cc, src, avail * (int)sizeof(plus_ab_t));
+        cp_async16(s + r * LDS + chunk_pos<SWZ>(r, cc / CE) * CE, src, avail * (int)sizeof(plus_ab_t));
       }
     }
   } else {
@@ -406,7 +419,7 @@ PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0
 #pragma unroll
         for (int j = 0; j < CE; ++j)
           if (j < avail) u.e[j] = src[j];
-        *(uint4*)(s + r * LDS + cc) = u.v;  // one 16-byte shared store
+        *(uint4*)(s + r * LDS + chunk_pos<SWZ>(r, cc / CE) * CE) = u.v;  // one 16-byte shared store
       }
     }
 #endif
@@ -437,13 +450,13 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   // Issue the loads of k tile `kt` into pipeline stage `stage` (one commit group per call site).
   auto issue = [&](int kt, int stage) {
     const int k0 = blk.kbeg + kt * PLUS_BK;
-    load_tile<PLUS_BM, PLUS_BK, PLUS_GEMM_LDA_S>(As0 + stage * PLUS_GEMM_A_STAGE, A, lda, blk.m0, blk.M, k0,
+    load_tile<PLUS_BM, PLUS_BK, PLUS_GEMM_LDA_S, KSWZ>(As0 + stage * PLUS_GEMM_A_STAGE, A, lda, blk.m0, blk.M, k0,
                                                  blk.kend, vec_a);
 #if PLUS_B_TRANS
-    load_tile<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, blk.n0, blk.N, k0,
+    load_tile<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S, KSWZ>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, blk.n0, blk.N, k0,
                                                  blk.kend, vec_b);
 #else
-    load_tile<PLUS_BK, PLUS_BN, PLUS_GEMM_LDB_S>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, k0, blk.kend, blk.n0,
+    load_tile<PLUS_BK, PLUS_BN, PLUS_GEMM_LDB_S, false>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, k0, blk.kend, blk.n0,
                                                  blk.N, vec_b);
 #endif
   };
@@ -471,7 +484,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
         const int r = e / PLUS_BK, c = e % PLUS_BK;
         const int m = blk.m0 + r, k = k0 + c;
         if (m < blk.M && k < blk.kend) {
-          plus_ab_t* p = Aw + r * PLUS_GEMM_LDA_S + c;
+          plus_ab_t* p = Aw + r * PLUS_GEMM_LDA_S + chunk_pos<KSWZ>(r, c / CE) * CE + c % CE;
           *p = plus_cvt<plus_ab_t>(plus_prologue_a(args, blk.b, m, k, plus_f(*p)));
         }
       }
@@ -493,15 +506,17 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
       unsigned af[MI][4], bf[NI][2];
       // A fragments: x4 = rows 0-7 / 8-15 at k+0, rows 0-7 / 8-15 at k+16 bytes.
 #pragma unroll
-      for (int i = 0; i < MI; ++i)
-        plus_ldmatrix_x4(af[i], As + (wm0 + i * 16 + (lane & 15)) * PLUS_GEMM_LDA_S + kk + (lane >> 4) * CE);
+      for (int i = 0; i < MI; ++i) {
+        const int r = wm0 + i * 16 + (lane & 15);
+        plus_ldmatrix_x4(af[i], As + r * PLUS_GEMM_LDA_S + chunk_pos<KSWZ>(r, kk / CE + (lane >> 4)) * CE);
+      }
       // B fragments, two n8 tiles per x4: (n 0-7, k lo), (n 0-7, k hi), (n 8-15, k lo), (n 8-15, k hi).
 #if PLUS_B_TRANS
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {
         unsigned r[4];
-        plus_ldmatrix_x4(r, Bs + (wn0 + j * 16 + (lane >> 4) * 8 + (lane & 7)) * PLUS_GEMM_LDB_S + kk +
-                           ((lane >> 3) & 1) * CE);
+        const int n = wn0 + j * 16 + (lane >> 4) * 8 + (lane & 7);
+        plus_ldmatrix_x4(r, Bs + n * PLUS_GEMM_LDB_S + chunk_pos<KSWZ>(n, kk / CE + ((lane >> 3) & 1)) * CE);
         bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1]; bf[2 * j + 1][0] = r[2]; bf[2 * j + 1][1] = r[3];
       }
 #elif PLUS_MATH == 2

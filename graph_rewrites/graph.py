@@ -151,6 +151,22 @@ def _ort_symbolic_shapes(light: onnx.ModelProto):
         return None
 
     class Inference(ssi.SymbolicShapeInference):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            self.dispatcher_.setdefault("Flatten", self._infer_Flatten)
+
+        def _infer_Flatten(self, node):  # noqa: N802
+            # not in ORT's table: its fallback invents both dims ('Flatten_82_o0__d1'), which no fused
+            # node can bind; the output is [prod(dims[:axis]), prod(dims[axis:])]
+            shape = self._get_sympy_shape(node, 0)
+            axis = ssi.get_attribute(node, "axis", 1)
+            axis = axis + len(shape) if axis < 0 else axis        # 0 <= axis <= rank
+            dims = [ssi.sympy_reduce_product(shape[:axis]), ssi.sympy_reduce_product(shape[axis:])]
+            dtype = self.known_vi_[node.input[0]].type.tensor_type.elem_type
+            vi = self.known_vi_[node.output[0]]
+            vi.CopyFrom(onnx.helper.make_tensor_value_info(node.output[0], dtype,
+                                                           ssi.get_shape_from_sympy_shape(dims)))
+
         def _infer_Split_Common(self, node, make_value_info):  # noqa: N802
             # ORT assumes an equal split when the `split` input's values are unknown: sizes unknown
             if ssi.get_opset(self.out_mp_) < 13 or len(node.input) < 2 or not node.input[1] \

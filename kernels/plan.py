@@ -55,9 +55,10 @@ class Plan:
         lines += [f"sym {k} {name}" for k, name in enumerate(self.syms)]
         for i, (dt, dims) in enumerate(self.inputs):
             lines.append(" ".join(["in", str(i), str(dt), str(len(dims)), *dims]))
+        # after the `in` lines (their inputs must be declared), before anything reading the symbols
+        lines += [f"shapev s{k} {i} {j}" for k, i, j in self.shapev]
         for i, (dt, dims) in enumerate(self.outputs):
             lines.append(" ".join(["out", str(i), str(dt), str(len(dims)), *dims]))
-        lines += [f"shapev s{k} {i} {j}" for k, i, j in self.shapev]
         if self.vals is not None:
             lines += [f"val {k} {e}" for k, e in enumerate(self.vals)]
         else:
@@ -88,16 +89,18 @@ def input_tokens(shape, syms: symdim.Symbols) -> list:
 
 
 def check_bound(plan: Plan, node_name: str, sources=()):
-    """Every symbol the plan's expressions or the kernels use must be bound by an input dim."""
+    """Every symbol the plan's expressions or the kernels use must be bound by an input dim or a
+    shape tensor's value (`shapev`)."""
     bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
+    bound |= {f"s{k}" for k, _, _ in plan.shapev}
     text = plan.text()
     used_plan = set(re.findall(r"(?<![A-Za-z_])s(\d+)(?![0-9])", " ".join(
-        ln for ln in text.splitlines() if not ln.startswith(("in ", "sym ", "val ", "node ")))))
+        ln for ln in text.splitlines() if not ln.startswith(("in ", "sym ", "val ", "node ", "shapev ")))))
     used_src = {m for s in sources for m in re.findall(r"args\.v\[(\d+)\]", s)}
     for k, name in enumerate(plan.syms):
         if str(k) in (used_plan | used_src) and f"s{k}" not in bound:
-            raise RenderError(f"{node_name}: dimension '{name}' is not the exact size of any input axis, "
-                              "so the launcher cannot bind it")
+            raise RenderError(f"{node_name}: dimension '{name}' is neither the size of an input axis nor an "
+                              "element of an input shape tensor, so the launcher cannot bind it")
 
 
 # ------------------------------------------------------------------------------------------ reading

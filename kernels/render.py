@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from . import pointwise, routes, symdim
+from . import pointwise, routes, shapevals, sources, symdim
 from .attention_render import render_attention
 from .gemm_render import render_gemm
-from .plan import Launch, Plan, Route, check_bound, input_tokens
+from .plan import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM, Launch, Plan, Route, check_bound, input_tokens
 from .pull import Emitter, RenderError
 from .row import ROW_OPS, RowProgram
 from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
@@ -54,8 +54,22 @@ class Job:
         em = self.emitter()
         for t in self.inputs:   # number the symbols the inputs bind first
             self.plan.inputs.append((em.dtype(t), input_tokens(em.shape(t), self.syms)))
+        self._shape_values()
         for t in self.outputs:
             self.plan.outputs.append((em.dtype(t), [self.syms.rpn(d) for d in em.shape(t)]))
+
+    def _shape_values(self):
+        """Symbols no input axis gives, bound from the values of input shape tensors (the plan's
+        `shapev` lines): GPT-2's `seq` from the Concat that TorchScript computes for a Reshape."""
+        bound = set(self.syms.names)       # so far: the symbols input axes bind
+        for i, t in enumerate(self.inputs):
+            if not shapevals.is_shape_tensor(self.view, t):
+                continue
+            for j, e in enumerate(shapevals.values(self.view, t) or []):
+                e = sympy.simplify(e.subs(self.subs)) if self.subs else e
+                if e.is_Symbol and str(e) not in bound and len(self.plan.shapev) < MAX_SHAPEV:
+                    self.plan.shapev.append((self.syms.index(e), i, j))
+                    bound.add(str(e))
 
     def _roles(self):
         """The roles identification found; found here when the subgraph was built without them."""
@@ -172,7 +186,19 @@ def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math
         job.plan.routes.append(route)
     job.plan.syms = list(job.syms.names)
     check_bound(job.plan, node_name, [v.source for v in variants])
-    if len(job.plan.syms) > 32 or len(job.inputs) > 32 or len(job.outputs) > 8:
+    if len(job.plan.syms) > MAX_SYM or len(job.inputs) > MAX_IN or len(job.outputs) > MAX_OUT:
         raise RenderError(f"{node_name}: more inputs/outputs/dimensions than a kernel takes "
-                          f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; limits 32/8/32)")
+                          f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; "
+                          f"limits {MAX_IN}/{MAX_OUT}/{MAX_SYM})")
+    _finish_sources(job, variants)
     return Rendered(job.plan, variants, template or "pointwise")
+
+
+def _finish_sources(job: Job, variants: list) -> None:
+    """Each variant's source gets its comment header and named symbols (kernels/sources.py)."""
+    pgraph = getattr(job.sg, "pgraph", None)
+    pgraph = pgraph.render() if pgraph is not None else None
+    for v, variant in enumerate(variants):
+        route = (v, len(variants), job.plan.routes[v].cond)
+        variant.source = sources.finish(variant.source, job.plan.syms, job.node_name, job.sg.pattern.name,
+                                        job.sg.pattern.template, route, variant.name, pgraph)

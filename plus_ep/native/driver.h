@@ -33,6 +33,7 @@ typedef struct plus_driver {
     CUresult (*cuCtxPopCurrent)(CUcontext*);              /* cuCtxPopCurrent_v2 */
     CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuStreamGetCtx)(CUstream, CUcontext*);
+    CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuModuleLoadData)(CUmodule*, const void*);
     CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
     CUresult (*cuModuleUnload)(CUmodule);

@@ -155,6 +155,37 @@ static int cu_fail(const plus_kernel* k, const plus_driver* d, CUresult r, char*
     return nerr(k, err, errlen, "%s failed: %s", what, e);
 }
 
+int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUstream stream, plus_tensor_desc* in,
+                                  const void* const* dev, size_t n_in, plus_host_values* vals, char* err,
+                                  size_t errlen) {
+    const plus_plan* p = &k->plan;
+    if (!p->n_shapev) return 0;
+    CUcontext ctx = NULL;
+    CUresult r = stream ? d->cuStreamGetCtx(stream, &ctx) : d->cuCtxGetCurrent(&ctx);
+    if (r) return cu_fail(k, d, r, err, errlen, stream ? "cuStreamGetCtx" : "cuCtxGetCurrent");
+    if (!ctx) return nerr(k, err, errlen, "no current CUDA context");
+    if ((r = d->cuCtxPushCurrent(ctx))) return cu_fail(k, d, r, err, errlen, "cuCtxPushCurrent");
+    int rc = 0, used = 0;
+    r = stream ? d->cuStreamSynchronize(stream) : d->cuCtxSynchronize();
+    if (r) rc = cu_fail(k, d, r, err, errlen, "synchronising before reading a shape tensor");
+    for (size_t i = 0; i < n_in && i < (size_t)p->n_in && !rc; i++) {
+        if (!p->in[i].host || !in[i].present || !dev[i]) continue;
+        int last = -1;   /* the highest element any shapev line reads */
+        for (int j = 0; j < p->n_shapev; j++)
+            if (p->shapev[j].input == (int)i && p->shapev[j].elem > last) last = p->shapev[j].elem;
+        int64_t n = in[i].rank == 0 ? 1 : in[i].dims[0];
+        if (last < 0 || n <= 0) continue;
+        if (last >= n) last = (int)n - 1;   /* plus_bind reports the missing element */
+        size_t elsize = in[i].dtype == 7 ? 8 : 4;
+        r = d->cuMemcpyDtoH(vals->v[used], (CUdeviceptr)(uintptr_t)dev[i], elsize * (size_t)(last + 1));
+        if (r) rc = cu_fail(k, d, r, err, errlen, "copying a shape tensor to the host (cuMemcpyDtoH)");
+        else in[i].host = vals->v[used++];
+    }
+    CUcontext popped;
+    d->cuCtxPopCurrent(&popped);
+    return rc;
+}
+
 /* Load every kernel line's module and function for the current context (lock held, ctx current). */
 static int load_ctx(plus_kernel* k, const plus_driver* d, CUcontext ctx, ctx_cache* cc, char* err, size_t errlen) {
     CUdevice dev;

@@ -43,6 +43,15 @@ int plus_kernel_run_staged(plus_kernel* k, const plus_driver* d, const plus_host
                            const plus_host_out* out, size_t n_out, const plus_binding* b, char* err,
                            size_t errlen);
 
+/* Shape tensors the plan reads on the host (`shapev`) while the run's inputs are device memory (the
+ * CUDA twin): wait for `stream` (the producer's work is queued there), copy the elements the plan
+ * reads into vals[] and point in[i].host at them. dev[i] are the inputs' device pointers.
+ * Nothing to do (returns 0 at once) when the plan has no `shapev` line. */
+typedef struct { int64_t v[PLUS_MAX_SHAPEV][PLUS_SHAPEV_ELEMS]; } plus_host_values;
+int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUstream stream, plus_tensor_desc* in,
+                                  const void* const* dev, size_t n_in, plus_host_values* vals, char* err,
+                                  size_t errlen);
+
 /* Bytes of a tensor of that C API element type and element count; -1 for strings/unknown types. */
 long long plus_tensor_bytes(int dtype, long long elements);
 

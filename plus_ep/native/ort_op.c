@@ -310,9 +310,18 @@ static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
         if (v && (st = describe(ok, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i],
                                 "reading an input")))
             return st;
-        /* Shape tensors the plan reads (`shapev`): host memory on the CPU twin. The CUDA twin's inputs
-         * are device memory, so plus_bind reports such a plan (the rewriter does not give it one). */
+        /* Shape tensors the plan reads (`shapev`): host memory on the CPU twin; the CUDA twin copies
+         * them below (after its stream's queued work: one synchronisation per run of such a node). */
         if (v && ok->cpu && plus_plan_input_on_host(plan, (int)i)) in.desc[i].host = in.data[i];
+    }
+    plus_host_values hv;
+    if (!ok->cpu && plan->n_shapev) {
+        void* stream = NULL;
+        if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(ctx, &stream)))
+            return wrap(api, st, node, "KernelContext_GetGPUComputeStream");
+        if (plus_kernel_read_shape_inputs(ok->k, ok->drv, (CUstream)stream, in.desc, (const void* const*)in.data, n_in,
+                                          &hv, err, sizeof err))
+            return make_status(api, ORT_FAIL, err);
     }
     plus_binding b;
     if (plus_kernel_bind(ok->k, in.desc, n_in, n_out, &b, err, sizeof err))

@@ -197,7 +197,7 @@ static int rec_shapev(parser* ps) {
     int rc = index_tok(ps, 1, 0, PLUS_MAX_SYM - 1, "symbol", &k);
     ps->tok[1]--;
     if (rc || index_tok(ps, 2, 0, PLUS_MAX_IN - 1, "input index", &i) ||
-        index_tok(ps, 3, 0, 1 << 20, "element index", &e))
+        index_tok(ps, 3, 0, PLUS_SHAPEV_ELEMS - 1, "element index", &e))
         return -1;
     if (k > p->n_sym)
         return fail(ps, "symbol s%" PRId64 " appears before s%d (symbols are numbered in order of first appearance)",

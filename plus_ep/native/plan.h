@@ -27,6 +27,7 @@ _Static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared with plus_com
 #define PLUS_MAX_ARCHS 24
 #define PLUS_MAX_STACK 32     /* expression evaluation depth */
 #define PLUS_MAX_SHAPEV 16    /* `shapev` lines: symbols bound from the values of shape tensors */
+#define PLUS_SHAPEV_ELEMS 64  /* a `shapev` line reads one of the first 64 elements */
 #define PLUS_NAME_LEN 128     /* node, entry, symbol and arch names incl. NUL */
 #define PLUS_ERR_LEN 1024     /* suggested size of error buffers */
 

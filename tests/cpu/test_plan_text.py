@@ -48,7 +48,8 @@ def test_shapev_records_round_trip():
     p = P.Plan(node="n", inputs=[(7, ["2"]), (1, ["*", "64"])], outputs=[(1, ["s0", "64"])], syms=["batch"],
                shapev=[(0, 0, 0)], routes=[P.Route("1", [P.Launch(0, "k", ("s0", "1", "1"), ("64", "1", "1"), "0")])])
     text = p.text()
-    assert "shapev s0 0 0\nval 0 s0\n" in text        # the symbol a shape tensor binds is a bound symbol
+    assert "in 1 1 2 * 64\nshapev s0 0 0\nout 0 " in text   # before the `out` lines that read it (plan.c)
+    assert "\nval 0 s0\n" in text        # the symbol a shape tensor binds is a bound symbol
     assert P.parse(text).shapev == [(0, 0, 0)]
 
 

@@ -155,6 +155,12 @@ CUresult cuCtxSynchronize(void) {
     logf_("sync dev=%d", current()->dev);
     return OK;
 }
+CUresult cuStreamSynchronize(fake_stream* s) {
+    if (s && s->magic != STREAM_MAGIC) return E_INVALID_HANDLE;
+    atomic_fetch_add(&g_syncs, 1);
+    logf_("stream_sync dev=%d", s ? s->ctx->dev : current() ? current()->dev : -1);
+    return OK;
+}
 CUresult cuStreamGetCtx(fake_stream* s, fake_ctx** c) {
     if (!s) { *c = current(); return *c ? OK : E_INVALID_CONTEXT; }
     if (s->magic != STREAM_MAGIC) return E_INVALID_HANDLE;

@@ -9,6 +9,7 @@
  *   harness select ARCH,ARCH,.. MAJOR MINOR  pick an image pack by arch
  *   harness pack FILE                        validate an image pack
  *   harness run PLAN [--pack ARCH=FILE].. [--in SPEC].. [--staged] [--dev D] [--null-stream] [--repeat N]
+ *                [--read-shapes]  (shape tensors read as the CUDA twin does: stream sync + device copy)
  *                                            create a kernel, bind, launch through the driver
  *                                            ($PLUS_EP_CUDA_LIBRARY, the stand-in), print outputs
  *   harness threads PLAN --pack ARCH=FILE THREADS ITERS [--staged]
@@ -338,7 +339,7 @@ typedef struct {
     char* pack_mem[PLUS_MAX_ARCHS];
     int n_packs;
     tensor in[PLUS_MAX_IN];
-    int n_in, staged, dev, null_stream, repeat;
+    int n_in, staged, dev, null_stream, repeat, read_shapes;
 } run_opts;
 
 static void add_pack(run_opts* o, const char* arg) {
@@ -373,10 +374,17 @@ static int run_once(plus_kernel* k, const plus_driver* d, const fake_hooks* h, c
                     int n_in, void** outs, size_t* out_bytes, int verbose, char* err, size_t errlen) {
     const plus_plan* p = plus_kernel_plan(k);
     plus_tensor_desc desc[PLUS_MAX_IN];
+    const void* dev[PLUS_MAX_IN];
     for (int i = 0; i < n_in; i++) {
         desc[i] = in[i].d;
-        if (plus_plan_input_on_host(p, i)) desc[i].host = in[i].data;   /* host memory stands for both */
+        dev[i] = in[i].d.present ? in[i].data : NULL;
+        /* host memory stands for both; --read-shapes copies them as the CUDA twin does */
+        if (plus_plan_input_on_host(p, i) && !o->read_shapes) desc[i].host = in[i].data;
     }
+    plus_host_values hv;
+    if (o->read_shapes && plus_kernel_read_shape_inputs(k, d, (CUstream)h->stream(o->dev), desc, dev, (size_t)n_in, &hv,
+                                                         err, errlen))
+        return 1;
     plus_binding b;
     if (plus_kernel_bind(k, desc, (size_t)n_in, (size_t)p->n_out, &b, err, errlen)) return 1;
     if (verbose) print_binding(p, &b);
@@ -442,6 +450,7 @@ static int parse_run_opts(int argc, char** argv, run_opts* o, int positional_max
             fill_values(&o->in[o->n_in++], argv[i]);
         } else if (!strcmp(argv[i], "--staged")) o->staged = 1;
         else if (!strcmp(argv[i], "--null-stream")) o->null_stream = 1;
+        else if (!strcmp(argv[i], "--read-shapes")) o->read_shapes = 1;
         else if (!strcmp(argv[i], "--dev") && i + 1 < argc) o->dev = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) o->repeat = atoi(argv[++i]);
         else {

@@ -360,11 +360,28 @@ def test_bind_symbols_from_shape_tensor_values(h):
         "bind", h.file(_edit(SHAPEV_PLAN, "in 1 7 1 3", "in 1 7 1 *")), "1:14x768", "7:1=v:2")
 
 
+def test_shape_tensor_read_from_device_memory(h, tmp_path):
+    """The CUDA twin's inputs are device memory: the launcher waits for the node's stream, copies the
+    elements the plan reads, binds from them and launches; the CPU twin reads them in place."""
+    log = tmp_path / "cuda.log"
+    args = ["run", h.file(SHAPEV_PLAN), "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin"),
+            "--in", "1:14x768", "--in", "7:3=v:2,7,768"]
+    out = h.ok(*args, "--read-shapes", env={"FAKE_CUDA_LOG": str(log)})
+    assert "route=0 v=0:14,1:2,2:7\nout0 float32 [2,7,768]\n" in out and "marshal ok" in out
+    events = [ln.split()[0] for ln in log.read_text().splitlines()]
+    assert events.index("stream_sync") < events.index("launch")
+    out = h.ok(*args, "--staged")
+    assert "out0 float32 [2,7,768]" in out
+    assert "is -3, not a size" in h.err(*args[:-2], "--in", "7:3=v:2,-3,768", "--read-shapes")
+
+
 def test_shapev_parse_errors(h):
     assert "input 0 must be a rank-0 or rank-1 int64/int32 shape tensor" in h.err(
         "parse", h.file(_edit(SHAPEV_PLAN, "shapev s1 1 0", "shapev s1 0 0")))
     assert "element 3 lies outside input 1" in h.err("parse", h.file(_edit(SHAPEV_PLAN, "shapev s1 1 0", "shapev s1 1 3")))
     assert "symbol s5 appears before s2" in h.err("parse", h.file(_edit(SHAPEV_PLAN, "shapev s2 1 1", "shapev s5 1 1")))
+    assert "element index 64 out of range [0, 63]" in h.err(
+        "parse", h.file(_edit(SHAPEV_PLAN, "in 1 7 1 3", "in 1 7 1 *").replace("shapev s1 1 0", "shapev s1 1 64")))
     assert "input 2 is not declared by an earlier `in` line" in h.err(
         "parse", h.file(_edit(SHAPEV_PLAN, "shapev s1 1 0", "shapev s1 2 0")))
 

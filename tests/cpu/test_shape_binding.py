@@ -1,0 +1,96 @@
+"""Binding a fused node's symbolic dims (issue 16 item 3): dims no input axis gives bind from the values
+of shape tensors (`shapev` plan records), Flatten dims are inferred instead of invented, and a node may
+take more than 32 inputs. The plans are checked by the launcher's own parser and binder (C harness)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from plus_ep.graph_rewrites import graph as G
+from plus_ep.graph_rewrites.graph import GraphView
+from plus_ep.kernels import plan as P
+from plus_ep.kernels import shapevals
+
+from plus_ep.rewrite import rewrite_detailed
+
+
+def _gpt2_like(width=64):
+    """X2 is [batch*seq, C] (the flattened rows GPT-2's TorchScript Conv1D multiplies); batch and seq
+    reach the Reshape after the GEMM only through Shape(mask)->Concat, as in the export."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((width, 3 * width)).astype(np.float32), "W")
+    b = numpy_helper.from_array(np.zeros(3 * width, np.float32), "B")
+    c = numpy_helper.from_array(np.array([3 * width], np.int64), "C3")
+    nodes = [
+        helper.make_node("Shape", ["mask"], ["mshape"]),
+        helper.make_node("Concat", ["mshape", "C3"], ["shape"], axis=0),
+        helper.make_node("MatMul", ["X2", "W"], ["mm"]),
+        helper.make_node("Add", ["mm", "B"], ["biased"]),
+        helper.make_node("Reshape", ["biased", "shape"], ["Y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "gpt2_like",
+        [helper.make_tensor_value_info("X2", TensorProto.FLOAT, ["batch*seq", width]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], [w, b, c])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_tensor_values_are_followed():
+    view = GraphView.build(_gpt2_like())
+    assert [str(v) for v in shapevals.values(view, "shape")] == ["batch", "seq", "192"]
+    assert shapevals.is_shape_tensor(view, "shape") and not shapevals.is_shape_tensor(view, "X2")
+
+
+def test_gpt2_seq_binds_from_the_shape_tensor(tmp_path):
+    """`seq` is no input axis (X2 is [batch*seq, 64]): the plan binds it from the Concat's values
+    (before, the subgraph stayed unfused: "dimension 'seq' is not the exact size of any input axis")."""
+    res = rewrite_detailed(_gpt2_like(), archs=None)
+    sgs = res.subgraphs
+    assert sgs, "the GEMM was not identified"
+    from plus_ep.kernels.render import render
+    sg = next(s for s in sgs if s.pattern.template in ("gemm", "gemm_rownorm"))
+    ins, outs = res.view.graph_index.boundary(sg.nodes)
+    rd = render(res.view, sg, ins, outs, arch="sm_80", node_name="gemm")
+    text = rd.plan.text()
+    k_seq = rd.plan.syms.index("seq")
+    assert f"shapev s{k_seq} {ins.index('shape')} 1\n" in text
+    assert P.parse(text).shapev == rd.plan.shapev
+    # out dims: batch = batch_seq / seq, seq and 192
+    assert P.parse(text).outputs[0][1][1] == f"s{k_seq}"
+
+
+def test_flatten_dims_are_inferred_not_invented():
+    g = helper.make_graph(
+        [helper.make_node("Flatten", ["m"], ["f"], axis=2), helper.make_node("Flatten", ["m"], ["f1"], axis=1),
+         helper.make_node("Flatten", ["m"], ["f0"], axis=0), helper.make_node("Flatten", ["m"], ["fn"], axis=-1)],
+        "flat", [helper.make_tensor_value_info("m", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info(n, TensorProto.INT64, None) for n in ("f", "f1", "f0", "fn")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    out = G._ort_symbolic_shapes(m)
+    assert out is not None
+    dims = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in list(out.graph.output)}
+    assert dims["f"] == ["batch*seq", 1] and dims["f1"] == ["batch", "seq"]
+    assert dims["f0"] == [1, "batch*seq"] and dims["fn"] == ["batch", "seq"]
+
+
+def test_more_than_32_inputs_render():
+    """40 inputs summed into one output: one element-wise kernel (the limit was 32 inputs)."""
+    n = 40
+    nodes, acc = [], "x0"
+    for i in range(1, n):
+        nodes.append(helper.make_node("Add", [acc, f"x{i}"], [f"s{i}"]))
+        acc = f"s{i}"
+    g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, ["n"])
+                                          for i in range(n)],
+                          [helper.make_tensor_value_info(acc, TensorProto.FLOAT, ["n"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    res = rewrite_detailed(m, archs=None)
+    from plus_ep.kernels.render import render
+    big = max(res.subgraphs, key=lambda s: len(s.nodes))
+    ins, outs = res.view.graph_index.boundary(big.nodes)
+    if len(ins) <= 32:
+        pytest.skip(f"identification split the sum ({len(ins)} inputs)")
+    rd = render(res.view, big, ins, outs, arch="sm_80", node_name="wide")
+    assert len(rd.plan.inputs) == len(ins) > 32
+    assert f"args.in[{len(ins) - 1}]" in rd.variants[0].source

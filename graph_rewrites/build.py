@@ -18,20 +18,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .lowering import Nest, _factor
+from . import dims
+from .lowering import Nest
 from .ploop import Loop, PGraph, Stmt
 
 
-def same_size(a, b) -> bool:
-    return a == b or str(a) == str(b)
-
-
-def _product(sizes):
-    coef, syms = 1, []
-    for s in sizes:
-        c, sy = _factor(s)
-        coef, syms = coef * c, syms + list(sy)
-    return coef, tuple(sorted(syms))
+same_size, _product = dims.same, dims.product
 
 
 def _chain(target, cands):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -34,7 +33,7 @@ import onnx
 import onnx.inliner
 from onnx import AttributeProto, helper
 
-from .index import GraphIndex, has_subgraph
+from .index import GraphIndex, has_subgraph, topological_order
 
 __all__ = [
     "DOMAIN",
@@ -296,24 +295,8 @@ def order_units(
 ) -> list[int]:
     """Units in topological order (ties: the unit whose first node comes first); a cycle raises
     ValueError naming the units on it."""
-    succs: list[set[int]] = [set() for _ in units]
-    for u, ps in enumerate(preds):
-        for p in ps:
-            succs[p].add(u)
-    indeg = [len(p) for p in preds]
-    key = [min(m) for m in units]
-    heap = [(key[u], u) for u in range(len(units)) if indeg[u] == 0]
-    heapq.heapify(heap)
-    order: list[int] = []
-    while heap:
-        _, u = heapq.heappop(heap)
-        order.append(u)
-        for v in succs[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                heapq.heappush(heap, (key[v], v))
-    if len(order) != len(units):
-        leftover = set(range(len(units))) - set(order)
+    order, leftover = topological_order(preds, key=[min(m) for m in units])
+    if leftover:
         u, path, pos = min(leftover), [], {}
         while u not in pos:
             pos[u] = len(path)

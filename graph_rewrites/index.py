@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import onnx
 
-__all__ = ["GraphIndex", "implicit_inputs", "has_subgraph", "describe_node"]
+__all__ = ["GraphIndex", "topological_order", "implicit_inputs", "has_subgraph", "describe_node"]
 
 _GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
@@ -57,6 +57,29 @@ def describe_node(node: onnx.NodeProto) -> str:
     return f"{node.op_type} node '{node.name or (node.output[0] if node.output else '?')}'"
 
 
+def topological_order(preds, key=None) -> tuple[list[int], set[int]]:
+    """Stable topological order of items 0..n-1 given each item's predecessors (ties: smallest
+    ``key``, default the item itself). Returns (order, items left on or behind a cycle)."""
+    n = len(preds)
+    key = key if key is not None else list(range(n))
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [len(p) for p in preds]
+    for u, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(u)
+    ready = [(key[u], u) for u in range(n) if indeg[u] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, u = heapq.heappop(ready)
+        order.append(u)
+        for v in succs[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(ready, (key[v], v))
+    return order, set(range(n)) - set(order)
+
+
 class GraphIndex:
     """Use-def facts of one ``GraphProto``; read-only once built."""
 
@@ -67,46 +90,23 @@ class GraphIndex:
         self.graph_inputs: set[str] = {i.name for i in graph.input} | {i.name for i in graph.initializer}
         reads = [[t for t in n.input if t] + [t for t in implicit_inputs(n) if t not in n.input]
                  if has_subgraph(n) else [t for t in n.input if t] for n in raw]
-        self.order: list[int] = self._topological_order(raw, reads)
+        made_by = {t: i for i, n in enumerate(raw) for t in n.output if t}     # graph.node indices
+        preds = [{made_by[t] for t in rs if t in made_by and t not in self.graph_inputs}
+                 for i, rs in enumerate(reads)]
+        self.order, stuck = topological_order(preds)
+        if stuck:
+            from .graph import ModelError
+            raise ModelError(f"graph has a cycle through {describe_node(raw[min(stuck)])}; an ONNX graph "
+                             "must be acyclic (re-export the model)")
         self.position: dict[int, int] = {i: p for p, i in enumerate(self.order)}
         self.nodes: list[onnx.NodeProto] = [raw[i] for i in self.order]
         self.reads: list[list[str]] = [reads[i] for i in self.order]
-        self.producer: dict[str, int] = {}
+        self.producer: dict[str, int] = {t: self.position[i] for t, i in made_by.items()}
         self.consumers: dict[str, list[int]] = {}
-        for p, n in enumerate(self.nodes):
-            for t in n.output:
-                if t:
-                    self.producer[t] = p
-            for t in dict.fromkeys(self.reads[p]):
+        for p, rs in enumerate(self.reads):
+            for t in dict.fromkeys(rs):
                 self.consumers.setdefault(t, []).append(p)
         self._desc = self._anc = None
-
-    # ---- order ---------------------------------------------------------------------------------
-    def _topological_order(self, raw, reads) -> list[int]:
-        """graph.node indices in a stable topological order; a cycle raises ModelError."""
-        producer = {t: i for i, n in enumerate(raw) for t in n.output if t}
-        indeg, users = [0] * len(raw), [[] for _ in raw]
-        for i, rs in enumerate(reads):
-            deps = {producer[t] for t in rs if t in producer and t not in self.graph_inputs} - {i}
-            indeg[i] = len(deps)
-            for d in deps:
-                users[d].append(i)
-        ready = [i for i, d in enumerate(indeg) if d == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            i = heapq.heappop(ready)
-            order.append(i)
-            for u in users[i]:
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    heapq.heappush(ready, u)
-        if len(order) != len(raw):
-            from .graph import ModelError
-            stuck = raw[next(i for i, d in enumerate(indeg) if d > 0)]
-            raise ModelError(f"graph has a cycle through {describe_node(stuck)}; an ONNX graph must be "
-                             "acyclic (re-export the model)")
-        return order
 
     def positions(self, node_indices: Iterable[int]) -> list[int]:
         """Positions of ``graph.node`` indices, ascending (topological order)."""

@@ -46,7 +46,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import ops
+from . import dims, ops
 from .index import describe_node
 from .lowering import default_opset
 from .ploop import Loop, PGraph, Stmt
@@ -99,18 +99,8 @@ _label = describe_node
 
 # ---- symbolic sizes ----------------------------------------------------------------------------
 def _factors(size):
-    """(int coefficient, [symbols]) of a size, or None when it is not a plain product."""
-    if isinstance(size, (int, np.integer)):
-        return int(size), []
-    coef, syms = 1, []
-    for part in str(size).replace(" ", "").split("*"):
-        if part.isdigit():
-            coef *= int(part)
-        elif _SYMBOL.fullmatch(part):
-            syms.append(part)
-        else:
-            return None
-    return coef, syms
+    """(int coefficient, symbols) of a size, or None when it is not a plain product."""
+    return dims.factor(size, strict=True)
 
 
 def eval_size(size, bindings: Mapping[str, int]):

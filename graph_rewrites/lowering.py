@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from . import ops
+from . import dims, ops
 from .graph import GraphView
 
 Axes = tuple  # loop indices (into Nest.loops) iterating one tensor axis; () = broadcast / indirect
@@ -318,21 +318,7 @@ def _view(ctx, node) -> Nest | None:
     return Nest(node, tag_of(node.op_type), "view", [], {data: [()] * len(ishape)}, outs, view={out: vmap})
 
 
-def _factor(d):
-    """A dim as (int coefficient, sorted symbol tuple)."""
-    if isinstance(d, int):
-        return d, ()
-    coef, syms = 1, []
-    for part in str(d).split("*"):
-        if part.isdigit():
-            coef *= int(part)
-        else:
-            syms.append(part)
-    return coef, tuple(sorted(syms))
-
-
-def _fmul(a, b):
-    return a[0] * b[0], tuple(sorted(a[1] + b[1]))
+_factor, _fmul = dims.factor, dims.factor_mul
 
 
 def reshape_map(ishape, oshape) -> list:

@@ -12,6 +12,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Union
 
+from . import dims
+
 Dim = Union[int, str]
 
 # Operations that decide a codegen schedule (PluS "skeleton operations"); everything else is trivial.
@@ -65,14 +67,7 @@ class Loop:
         return new
 
 
-def mul_dims(a: Dim, b: Dim) -> Dim:
-    if isinstance(a, int) and isinstance(b, int):
-        return a * b
-    if a == 1:
-        return b
-    if b == 1:
-        return a
-    return f"{a}*{b}"
+mul_dims = dims.mul
 
 
 @dataclass(eq=False)

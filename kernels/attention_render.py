@@ -92,6 +92,8 @@ def render_attention(job):
     out_variants = []
     for cond, cfg in routes.attention_routes(B, H, Sq, Skv, D, job.arch, job.syms, math_=math_):
         defines = routes.attention_defines(cfg, D)
+        if math_ == 2 and kt in job.inputs:      # a materialised Kᵀ: keys are contiguous in memory
+            defines["PLUS_K_KEY_MAJOR"] = 1
         # a fully masked row: NaN as the graph's softmax gives it, 0 where the graph guards it
         defines["PLUS_MASKED_ROW_NAN"] = 0 if nan_guard else 1
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "".join(hooks)

@@ -70,6 +70,9 @@
 #ifndef PLUS_CAUSAL
 #define PLUS_CAUSAL 0
 #endif
+#ifndef PLUS_K_KEY_MAJOR
+#define PLUS_K_KEY_MAJOR 0  // MATH 2, element hooks: plus_k reads a tensor with the key index contiguous
+#endif
 #ifndef PLUS_MASKED_ROW_NAN
 #define PLUS_MASKED_ROW_NAN 0
 #endif
@@ -459,6 +462,9 @@ constexpr int NKT = BKV / 8;                // n8 tiles of S per warp
 constexpr int NDT = D / 8;                  // n8 tiles of O per warp
 constexpr int KD = D / 16;                  // k16 steps of Q K^T
 constexpr int KKV = BKV / 16;               // k16 steps of P V
+constexpr int OSTR = D + 8;                 // fp32 row stride of the staged output tile
+// The output is staged through shared memory when the fp32 [BQ][OSTR] tile fits in the Q/K/V tiles.
+constexpr bool O_STAGED = BQ * OSTR * 4 <= (BQ + 2 * BKV) * TSTR * 2;
 
 // ---- PTX wrappers: plus_ptx.cuh (shared by every template) ----
 
@@ -497,6 +503,23 @@ PLUS_DEV void load_q(const PlusArgs& args, const Tile& t, T* sQ) {
 PLUS_DEV void load_k(const PlusArgs& args, const Tile& t, T* sK, int kv0) {
 #if PLUS_K_STRIDED
   load_async<BKV>(sK, plus_k_ptr(args, t.b, t.hkv), plus_k_ld(args), kv0, t.Skv);
+#elif PLUS_K_KEY_MAJOR
+  // The hook reads a tensor whose key index j is contiguous (a materialised K^T): lanes take consecutive
+  // keys, each gathers 8 d values (8 coalesced hook loads) and writes one 16-byte shared chunk; the 8 rows
+  // of a 16-byte store phase are TSTR apart, i.e. in 8 distinct 16-byte bank groups.
+  constexpr int CPR = D / 8, N = BKV * CPR;
+#pragma unroll 1
+  for (int c = threadIdx.x; c < N; c += NT) {
+    const int r = c % BKV, d0 = (c / BKV) * 8, j = kv0 + r;
+    plus_u32 w[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x0 = j < t.Skv ? plus_k(args, t.b, t.hkv, j, d0 + 2 * e) : 0.0f;
+      const float x1 = j < t.Skv ? plus_k(args, t.b, t.hkv, j, d0 + 2 * e + 1) : 0.0f;
+      w[e] = Mma<T>::pack(x0, x1);
+    }
+    plus_st_shared16(plus_smem_u32(sK + r * TSTR + d0), w[0], w[1], w[2], w[3]);
+  }
 #else
   fill_tile<BKV, TSTR>(sK, [&](int r, int d) -> float {
     const int j = kv0 + r;
@@ -657,17 +680,43 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
   }
 
   // ---- normalise and store; l == 0: the row saw no key (all masked), its output is 0 (or NaN) ----
+  float inv[2];
 #pragma unroll
   for (int rh = 0; rh < 2; ++rh) {
     const float lsum = row_sum<4>(l[rh]);
-    const float inv = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
-    const int i = rh ? i1 : i0;
-    if (i < t.Sq) {
+    inv[rh] = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
+  }
+  if constexpr (O_STAGED) {
+    // Through shared memory (fp32 [BQ][OSTR], reusing the Q/K/V tiles), so that each warp then hands 32
+    // consecutive d of one row to the output hook: whole sectors whatever the hook stores per element.
+    // OSTR = D + 8 floats puts the 4 rows of one 16-lane float2 phase in distinct 32-byte bank groups.
+    float* so = reinterpret_cast<float*>(smem);
+    __syncthreads();  // every warp is done reading K and V
 #pragma unroll
-      for (int n = 0; n < NDT; ++n) {
-        const int d = n * 8 + 2 * q;
-        plus_attn_out(args, t.b, t.h, i, d, o[n][2 * rh] * inv);
-        plus_attn_out(args, t.b, t.h, i, d + 1, o[n][2 * rh + 1] * inv);
+    for (int rh = 0; rh < 2; ++rh) {
+      const int r = wrow0 + g + 8 * rh;
+#pragma unroll
+      for (int n = 0; n < NDT; ++n)
+        *reinterpret_cast<float2*>(so + r * OSTR + n * 8 + 2 * q) =
+            make_float2(o[n][2 * rh] * inv[rh], o[n][2 * rh + 1] * inv[rh]);
+    }
+    __syncthreads();
+#pragma unroll 2
+    for (int e = threadIdx.x; e < BQ * D; e += NT) {
+      const int r = e / D, d = e % D, i = t.q0 + r;
+      if (i < t.Sq) plus_attn_out(args, t.b, t.h, i, d, so[r * OSTR + d]);
+    }
+  } else {
+#pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+      const int i = rh ? i1 : i0;
+      if (i < t.Sq) {
+#pragma unroll
+        for (int n = 0; n < NDT; ++n) {
+          const int d = n * 8 + 2 * q;
+          plus_attn_out(args, t.b, t.h, i, d, o[n][2 * rh] * inv[rh]);
+          plus_attn_out(args, t.b, t.h, i, d + 1, o[n][2 * rh + 1] * inv[rh]);
+        }
       }
     }
   }

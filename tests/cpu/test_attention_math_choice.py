@@ -24,3 +24,5 @@ def test_attention_math_follows_qkv_type(fp16, math, qkv):
     src = _attention_source(to_fp16(model) if fp16 else model)
     assert f"#define PLUS_MATH {math}\n" in src
     assert f"typedef {qkv} plus_qkv_t;" in src
+    # the K projection's GEMM materialises Kᵀ ([b, h, d, s]): the tensor-core path reads it key-major
+    assert ("#define PLUS_K_KEY_MAJOR 1\n" in src) == fp16

@@ -161,15 +161,7 @@ def run(request: dict) -> dict:
                                 "error": error})
         if error:
             result["errors"].append(f"[{arch}] {error}")
-        # which node each loaded module served: loads come in execution order; a cubin shared by
-        # several nodes goes to the first of them (graph order) not yet given one
-        owner, taken = {}, set()
-        for h, key in emu.load_order:
-            info = emu.registry.get(key)
-            cands = info.nodes if info else []
-            pick = next((n for n in cands if (n, key) not in taken), cands[0] if cands else "")
-            taken.add((pick, key))
-            owner[h] = pick
+        owner = _attribute(emu.load_order, fused, arch)
         by_node: dict = {}
         for rec in emu.records:
             by_node.setdefault(owner.get(rec.module, rec.node), []).append(rec)
@@ -230,6 +222,48 @@ def run(request: dict) -> dict:
             c = compare(got[nm], ref)
             result["outputs"].append(dict(c, arch=arch, name=nm, tol=tol, ok=c["rel"] <= tol))
     return result
+
+
+def _expected_loads(node, arch: str) -> list:
+    """The digests the launcher loads for `node` from pack `arch`, in order: one module per distinct
+    image index of its kernel lines, in file order (plus_ep/native/kernel.c, load_ctx)."""
+    import hashlib
+    from onnx import numpy_helper
+    from .kernels.pack import parse as parse_pack
+    blob = next((numpy_helper.to_array(a.t).tobytes() for a in node.attribute
+                 if a.name == f"plus_images_{arch}"), None)
+    if blob is None:
+        return []
+    digests = [hashlib.sha256(im.cubin).hexdigest() for im in parse_pack(blob)]
+    seen = []
+    for line in _plan(node).splitlines():
+        t = line.split(" ")
+        if t[0] == "kernel" and len(t) > 2 and int(t[2]) not in seen:
+            seen.append(int(t[2]))
+    return [digests[i] for i in seen if i < len(digests)]
+
+
+def _attribute(load_order, fused, arch: str) -> dict:
+    """Module handle -> node name. The launcher loads one node's modules back to back, on its first
+    launch; the sequence of loaded cubin digests is matched against each node's expected sequence, the
+    first unmatched node in graph order winning. Exact unless two nodes load identical kernels (then
+    their launch records may be swapped between them; their outputs are still compared per node)."""
+    expected = {n.name: _expected_loads(n, arch) for n in fused}
+    owner, used, p = {}, set(), 0
+    keys = [k for _, k in load_order]
+    while p < len(load_order):
+        for n in fused:
+            seq = expected[n.name]
+            if n.name not in used and seq and keys[p:p + len(seq)] == seq:
+                for h, _ in load_order[p:p + len(seq)]:
+                    owner[h] = n.name
+                used.add(n.name)
+                p += len(seq)
+                break
+        else:
+            owner[load_order[p][0]] = ""
+            p += 1
+    return owner
 
 
 def _pattern(node) -> str:

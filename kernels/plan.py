@@ -34,6 +34,7 @@ class Route:
     cond: str
     launches: list = field(default_factory=list)
     label: str = ""
+    archs: tuple = ()      # the packs this route serves (its `arch` record); () = every pack
 
 
 @dataclass
@@ -67,6 +68,8 @@ class Plan:
             lines += [f"val {k} s{k}" if f"s{k}" in bound else f"val {k} 0" for k in range(len(self.syms))]
         lines += [f"scratch {k} {e}" for k, e in enumerate(self.scratch)]
         for r, route in enumerate(self.routes):
+            if route.archs and (r == 0 or route.archs != self.routes[r - 1].archs):
+                lines.append("arch " + " ".join(route.archs))     # a route group per arch (plan.c)
             lines.append(f"route {r} {route.cond}")
             for ln in route.launches:
                 lines.append(" ".join(["kernel", str(r), str(ln.image), ln.entry, *ln.grid, *ln.block, ln.smem]))
@@ -139,6 +142,7 @@ def parse(text: str) -> Plan:
     """The Plan a launch-plan text describes; PlanSyntaxError names the line that is not one."""
     plan = Plan(node="")
     vals: list = []
+    group: tuple = ()
     for no, kind, tok, line in records(text):
         def need(n, form):
             if len(tok) < n:
@@ -171,10 +175,13 @@ def parse(text: str) -> Plan:
                 table = vals if kind == "val" else plan.scratch
                 _expect_index(no, line, int(tok[0]), len(table))
                 table.append(tok[1])
+            elif kind == "arch":
+                need(1, "arch <arch> ...")
+                group = tuple(tok)
             elif kind == "route":
                 need(2, "route <r> <expr>")
                 _expect_index(no, line, int(tok[0]), len(plan.routes))
-                plan.routes.append(Route(cond=tok[1]))
+                plan.routes.append(Route(cond=tok[1], archs=group))
             elif kind == "kernel":
                 need(10, "kernel <r> <image> <entry> <gx> <gy> <gz> <bx> <by> <bz> <smem>")
                 r = int(tok[0])

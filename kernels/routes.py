@@ -9,16 +9,48 @@ two; neighbouring samples with the same choice form one route `M <= bound`, the 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-
 
 from . import arch as arch_table
 from . import gemm_configs, symdim
+from .pull import RenderError
 
 ALWAYS = "1"
 EPSILON = 0.25
 SAMPLES = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536]
 GUESS = 512                       # a symbolic N/K (rare) is assumed to be this large
+
+# Config names not to use (e.g. they spilled or exceeded the arch's resources when compiled for it):
+# the kernel build renders again without them, so a smaller configuration replaces a failed one.
+_EXCLUDED: contextvars.ContextVar = contextvars.ContextVar("plus_ep_excluded_configs", default=frozenset())
+
+
+@contextlib.contextmanager
+def excluding(names):
+    """Within the block, the route model never picks a config named in `names`."""
+    token = _EXCLUDED.set(frozenset(_EXCLUDED.get()) | frozenset(names))
+    try:
+        yield
+    finally:
+        _EXCLUDED.reset(token)
+
+
+class NoConfig(RenderError):
+    """Every config of a menu is excluded or does not fit the arch."""
+
+
+def _usable(menu, arch, what):
+    excluded = _EXCLUDED.get()
+    room = arch_table.get(arch).smem_per_block - arch_table.RESERVED_SMEM_PER_BLOCK
+    out = [c for c in menu if c.name not in excluded and c.smem_bytes <= room]
+    if not out:
+        raise NoConfig(f"no {what} configuration left for {arch} (excluded after compiling: "
+                       f"{', '.join(sorted(excluded & {c.name for c in menu})) or 'none'}; "
+                       f"shared memory per block {room} bytes)")
+    return out
+
 
 
 def sm_count(arch) -> int:
@@ -78,8 +110,7 @@ def gemm_time(cfg, m, n, k, batch, splitk, arch) -> float:
 
 
 def best_gemm(m, n, k, batch, menu, arch, allow_splitk=True):
-    room = arch_table.get(arch).smem_per_sm - arch_table.RESERVED_SMEM_PER_BLOCK
-    fits = [c for c in menu if c.smem_bytes <= room]
+    fits = _usable(menu, arch, "GEMM")
     ok = [c for c in fits if padding_waste(c, m, n) <= EPSILON] or fits
     splits = [1, 2, 4] if allow_splitk and k >= 1024 else [1]
     cands = [(gemm_time(c, m, n, k, batch, s, arch), c.bm * c.bn, c, s) for c in ok for s in splits
@@ -137,8 +168,9 @@ def _static(expr, default=GUESS) -> int:
 def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
     from . import attention_configs as ac
     dp = _padded(D)
-    menu = list(ac.CONFIGS.get((math_, dp)) or
-                [ac.make_config(math_, dp, bq, bkv, w) for bq, bkv, w in ac._MENU[math_]])
+    menu = _usable(list(ac.CONFIGS.get((math_, dp)) or
+                        [ac.make_config(math_, dp, bq, bkv, w) for bq, bkv, w in ac._MENU[math_]]),
+                   arch, f"attention (head dim {D})")
     b, h = _static(B, 1), _static(H, 1)
     Sq = symdim.parse(Sq)
 

@@ -9,6 +9,8 @@ with a warning naming the node and the reason; nothing is fused without a kernel
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from .kernels import nvrtc
-from .kernels.compile import Job, compile_all
+from .kernels.compile import Job, ResourceError, compile_all
 from .kernels.pack import Image, pack_images, unpack_images  # noqa: F401  (the pack format lives there)
 from .kernels.pack import write as write_pack
 from .kernels.plan import problem as plan_problem
@@ -46,57 +48,139 @@ def _smem(plan, variant: int) -> int:
     return out
 
 
+MAX_FALLBACKS = 4          # rounds of "exclude the configs that failed on an arch, render again"
+
+
+@dataclass
+class _Group:
+    """The archs whose renders of one subgraph are identical: one route group of the plan."""
+    archs: list
+    rendered: object                  # render.Rendered
+
+
+def _config_name(variant_name: str) -> str:
+    return variant_name.split("/")[0]          # "f16_128x128x32_w64x64_s3/splitk1" -> the config
+
+
+def _render_per_arch(view, sg, name, archs, fp32_math, excluded) -> list:
+    """Render for each arch (its routes, template choice and resource limits; configs that failed on
+    that arch excluded) and group the archs whose kernels come out the same."""
+    from .kernels import routes as route_model
+    ins, outs = view.graph_index.boundary(sg.nodes)
+    groups: list = []
+    for arch in archs:
+        with route_model.excluding(excluded.get(arch, ())):
+            rd = render(view, sg, ins, outs, arch=arch, node_name=name, fp32_math=fp32_math)
+        key = ([v.source for v in rd.variants], [(r.cond, r.launches) for r in rd.plan.routes], rd.plan.scratch)
+        for g in groups:
+            r0 = g.rendered
+            if key == ([v.source for v in r0.variants], [(r.cond, r.launches) for r in r0.plan.routes],
+                       r0.plan.scratch):
+                g.archs.append(arch)
+                break
+        else:
+            groups.append(_Group([arch], rd))
+    return groups
+
+
+def _merged_plan(groups, archs, name):
+    """One plan for all archs: the first render's inputs, outputs and symbols; the routes of every
+    group behind its `arch` record (none when all archs render alike); scratch sizes the maximum."""
+    base = groups[0].rendered.plan
+    for g in groups[1:]:
+        p = g.rendered.plan
+        if (p.inputs, p.outputs, p.syms, p.shapev) != (base.inputs, base.outputs, base.syms, base.shapev):
+            raise RenderError(f"{name}: the renders for {g.archs[0]} and {groups[0].archs[0]} disagree on the "
+                              "node's inputs, outputs or symbols")
+    plan = copy.copy(base)
+    plan.archs = list(archs)
+    plan.routes = []
+    n_scratch = max(len(g.rendered.plan.scratch) for g in groups)
+    plan.scratch = []
+    for s in range(n_scratch):
+        exprs = sorted({g.rendered.plan.scratch[s] if s < len(g.rendered.plan.scratch) else "0" for g in groups})
+        merged = exprs[0]
+        for e in exprs[1:]:
+            merged = f"{merged},{e},max"
+        plan.scratch.append(merged)
+    for g in groups:
+        for r in g.rendered.plan.routes:
+            plan.routes.append(dataclasses.replace(r, archs=tuple(g.archs)) if len(groups) > 1 else r)
+    return plan
+
+
 def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32_math="exact",
                   node_names=None) -> KernelBuild:
+    """Render per arch, compile, and where a variant spills or exceeds an arch's resources render that
+    arch again without its config (a smaller one takes its place) before giving the subgraph up."""
     start = time.perf_counter()
     archs = [nvrtc.parse_arch(a) for a in archs]
     out = KernelBuild()
-    jobs, owners = [], []
-    for k, sg in enumerate(subgraphs):
-        name = node_names[k] if node_names else f"plus_ep/{sg.pattern.name}/{k}"
-        try:
-            ins, outs = view.graph_index.boundary(sg.nodes)
-            rd = render(view, sg, ins, outs, arch=archs[0], node_name=name, fp32_math=fp32_math)
-            problem = plan_problem(rd.plan.text())
-            if problem:
-                raise RenderError(problem)
-        except RenderError as exc:
-            out.failures.append((k, name, str(exc)))
-            continue
-        except Exception as exc:  # noqa: BLE001 - a codegen bug in one subgraph must not stop the rest
-            log.debug("rendering %s failed", name, exc_info=True)
-            out.failures.append((k, name, f"internal error while rendering its kernels: "
-                                          f"{type(exc).__name__}: {exc}"))
-            continue
-        rd.plan.archs = list(archs)
-        out.rendered[k] = rd
-        for v, variant in enumerate(rd.variants):
-            for arch in archs:
-                jobs.append(Job(f"{name}:{variant.name}:{arch}", variant.source, arch,
-                                dynamic_smem=_smem(rd.plan, v)))
-                owners.append((k, v, arch))
-    results = compile_all(jobs, cache=cache, progress=progress) if jobs else []
+    excluded: dict = {}                # k -> {arch: {config names}}
+    pending = list(range(len(subgraphs)))
+    names = {k: node_names[k] if node_names else f"plus_ep/{sg.pattern.name}/{k}" for k, sg in enumerate(subgraphs)}
     images: dict = {}
-    failed = set()
-    for (k, v, arch), job, res in zip(owners, jobs, results):
-        if isinstance(res, Exception):
+    plans: dict = {}
+    for round_ in range(MAX_FALLBACKS + 1):
+        jobs, owners, groups_of = [], [], {}
+        for k in pending:
+            name = names[k]
+            try:
+                groups = _render_per_arch(view, subgraphs[k], name, archs, fp32_math, excluded.get(k, {}))
+                plan = _merged_plan(groups, archs, name)
+                problem = plan_problem(plan.text())
+                if problem:
+                    raise RenderError(problem)
+            except RenderError as exc:
+                out.failures.append((k, name, str(exc)))
+                continue
+            except Exception as exc:  # a codegen bug in one subgraph must not stop the rest
+                log.debug("rendering %s failed", name, exc_info=True)
+                why = f"internal error while rendering its kernels: {type(exc).__name__}: {exc}"
+                out.failures.append((k, name, why))
+                continue
+            plans[k], groups_of[k] = plan, groups
+            for g in groups:
+                rd = g.rendered
+                for v, variant in enumerate(rd.variants):
+                    for arch in g.archs:
+                        jobs.append(Job(f"{name}:{variant.name}:{arch}", variant.source, arch,
+                                        dynamic_smem=_smem(rd.plan, v)))
+                        owners.append((k, v, arch, variant.name))
+        results = compile_all(jobs, cache=cache, progress=progress) if jobs else []
+        failed: dict = {}
+        for (k, v, arch, vname), job, res in zip(owners, jobs, results):
+            if isinstance(res, Exception):
+                failed.setdefault(k, []).append((arch, vname, res))
+                continue
+            out.cached += bool(getattr(res, "cached", False))
+            out.compiled += not getattr(res, "cached", False)
+            images.setdefault(k, {}).setdefault(arch, {})[v] = Image(res.cubin, res.ptx or None)
+        pending = []
+        for k, groups in groups_of.items():
             if k not in failed:
-                failed.add(k)
-                first = str(res).strip().splitlines()[:3]
-                out.failures.append((k, job.name.split(":")[0], f"kernel compile failed: {' | '.join(first)}"))
-            continue
-        out.cached += bool(getattr(res, "cached", False))
-        out.compiled += not getattr(res, "cached", False)
-        images.setdefault(k, {}).setdefault(arch, {})[v] = Image(res.cubin, res.ptx or None)
-    for k, rd in out.rendered.items():
-        if k in failed:
-            continue
-        attrs = {"plus_plan": rd.plan.text()}
-        for arch in archs:
-            blobs = [images[k][arch][v] for v in range(len(rd.variants))]
-            arr = np.frombuffer(write_pack(blobs), dtype=np.uint8)
-            attrs[f"plus_images_{arch}"] = numpy_helper.from_array(arr, name=f"plus_images_{arch}")
-        out.attrs[k] = attrs
+                g_of = {a: g for g in groups for a in g.archs}
+                out.rendered[k] = groups[0].rendered
+                attrs = {"plus_plan": plans[k].text()}
+                for arch in archs:
+                    blobs = [images[k][arch][v] for v in range(len(g_of[arch].rendered.variants))]
+                    arr = np.frombuffer(write_pack(blobs), dtype=np.uint8)
+                    attrs[f"plus_images_{arch}"] = numpy_helper.from_array(arr, name=f"plus_images_{arch}")
+                out.attrs[k] = attrs
+                continue
+            images.pop(k, None)
+            resource = [(a, vn) for a, vn, e in failed[k] if isinstance(e, ResourceError)]
+            if round_ < MAX_FALLBACKS and len(resource) == len(failed[k]):
+                for arch, vname in resource:     # spills / too much shared memory: a smaller config
+                    excluded.setdefault(k, {}).setdefault(arch, set()).add(_config_name(vname))
+                log.info("%s: %s; rendering again without %s", names[k], str(failed[k][0][2]).splitlines()[0],
+                         ", ".join(sorted({f"{_config_name(vn)} ({a})" for a, vn in resource})))
+                pending.append(k)
+                continue
+            first = str(failed[k][0][2]).strip().splitlines()[:3]
+            out.failures.append((k, names[k], f"kernel compile failed: {' | '.join(first)}"))
+        if not pending:
+            break
     for k, name, reason in sorted(out.failures):
         log.warning("%s stays unfused: %s", name, reason)
     out.seconds = time.perf_counter() - start

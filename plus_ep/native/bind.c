@@ -123,6 +123,8 @@ static const char* sym_label(const plus_plan* p, int k, char* buf, size_t n) {
     return buf;
 }
 
+static int no_route(const plus_plan* p, const plus_binding* b, int g, int first, int end, char* err, size_t errlen);
+
 int plus_plan_input_on_host(const plus_plan* p, int i) { return i >= 0 && i < p->n_in && p->in[i].host; }
 
 /* `shapev` lines: symbols from the values of host-resident shape tensors. */
@@ -203,16 +205,37 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
             return -1;
         }
     }
-    for (int r = 0; r < p->n_routes; r++) {
-        int64_t x;
-        if (plus_expr_eval(p, p->route[r], &b->env, &x, err, errlen)) return -1;
-        if (x) {
-            b->route = r;
-            return 0;
+    for (int g = 0; g < p->n_groups; g++) {
+        int first = p->n_groups > 1 ? p->group_first[g] : 0;
+        int end = g + 1 < p->n_groups ? p->group_first[g + 1] : p->n_routes;
+        b->group_route[g] = -1;
+        for (int r = first; r < end && b->group_route[g] < 0; r++) {
+            int64_t x;
+            if (plus_expr_eval(p, p->route[r], &b->env, &x, err, errlen)) return -1;
+            if (x) b->group_route[g] = r;
         }
+        if (b->group_route[g] < 0) return no_route(p, b, g, first, end, err, errlen);
     }
+    b->route = b->group_route[0];
+    return 0;
+}
+
+int plus_plan_group_of(const plus_plan* p, const char* arch) {
+    if (p->n_groups <= 1 && !p->group_n_archs[0]) return 0;
+    for (int g = 0; g < p->n_groups; g++)
+        for (int j = 0; j < p->group_n_archs[g]; j++)
+            if (!strcmp(p->group_arch[g][j], arch)) return g;
+    return -1;
+}
+
+static int no_route(const plus_plan* p, const plus_binding* b, int g, int first, int end, char* err, size_t errlen) {
     sbuf s = {err, errlen, 0};
-    put(&s, "no route applies (all %d route expressions are 0) for symbols", p->n_routes);
+    put(&s, "no route applies (all %d route expressions", end - first);
+    if (p->group_n_archs[g]) {
+        put(&s, " for");
+        for (int j = 0; j < p->group_n_archs[g]; j++) put(&s, " %s", p->group_arch[g][j]);
+    }
+    put(&s, " are 0) for symbols");
     for (int k = 0; k < p->n_sym; k++)
         if (b->env.bound >> k & 1u) {
             if (p->sym_name[k][0]) put(&s, " %s=%" PRId64, p->sym_name[k], b->env.sym[k]);

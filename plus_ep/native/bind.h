@@ -17,7 +17,8 @@ typedef struct {
 /* What binding computes for one run (lives on the caller's stack). */
 typedef struct {
     plus_env env;
-    int route;
+    int route;                          /* the route of group 0 (the only group without `arch` records) */
+    int group_route[PLUS_MAX_GROUPS];   /* per route group: the first route whose expression holds */
     int64_t out_dims[PLUS_MAX_OUT][PLUS_MAX_RANK];
     int64_t scratch_bytes[PLUS_MAX_SCRATCH];
 } plus_binding;
@@ -27,6 +28,10 @@ typedef struct {
  * err gets "input i 'name': expected ..., got ..." etc. */
 int plus_bind(const plus_plan* plan, const plus_tensor_desc* inputs, size_t n_in, size_t n_out,
               const char* const* input_names, plus_binding* b, char* err, size_t errlen);
+
+/* The route group serving packs of `arch` ("sm_90a"): 0 for a plan without `arch` records; -1 when
+ * no group lists it. */
+int plus_plan_group_of(const plus_plan* plan, const char* arch);
 
 /* 1 when the plan reads input i's values on the host (a `shapev` line names it). */
 int plus_plan_input_on_host(const plus_plan* plan, int i);

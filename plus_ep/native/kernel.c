@@ -14,7 +14,7 @@
 
 typedef struct {
     CUcontext ctx;
-    int pack, smem_optin;
+    int pack, smem_optin, group;           /* group: the plan's route group serving this pack's arch */
     CUmodule mod[PLUS_MAX_KERNELS];        /* per kernel line; lines sharing an image share the module */
     unsigned char own[PLUS_MAX_KERNELS];   /* this line loaded (and unloads) mod[i] */
     CUfunction fn[PLUS_MAX_KERNELS];
@@ -98,8 +98,13 @@ int plus_kernel_create(const char* node, const char* plan_text, const plus_pack_
             prefix(k, err, errlen);
             goto fail;
         }
+        int g = plus_plan_group_of(&k->plan, p->arch);
+        if (g < 0) {
+            nerr(k, err, errlen, "the plan's `arch` records have no routes for plus_images_%s", p->arch);
+            goto fail;
+        }
         for (int j = 0; j < k->plan.n_kernels; j++)
-            if ((uint32_t)k->plan.kernel[j].image >= p->count) {
+            if (k->plan.route_group[k->plan.kernel[j].route] == g && (uint32_t)k->plan.kernel[j].image >= p->count) {
                 nerr(k, err, errlen, "plan line %d `%s` uses image %d but plus_images_%s holds %u images",
                      k->plan.kernel[j].line, plus_plan_line(&k->plan, k->plan.kernel[j].line),
                      k->plan.kernel[j].image, p->arch, p->count);
@@ -204,11 +209,14 @@ static int load_ctx(plus_kernel* k, const plus_driver* d, CUcontext ctx, ctx_cac
     if (cc->pack < 0 && (cc->pack = plus_pack_select_ptx(k->packs, k->n_packs, major, minor)) >= 0) jit = 1;
     if (cc->pack < 0) return prefix(k, err, errlen);
     const plus_pack* p = &k->packs[cc->pack];
+    cc->group = plus_plan_group_of(&k->plan, p->arch);   /* >= 0: checked at creation */
     int rc = 0;
     for (int i = 0; i < k->plan.n_kernels && !rc; i++) {
         const plus_kernel_spec* ks = &k->plan.kernel[i];
+        if (k->plan.route_group[ks->route] != cc->group) continue;   /* another arch's kernels */
         int j = 0;
-        while (j < i && k->plan.kernel[j].image != ks->image) j++;
+        while (j < i && (k->plan.kernel[j].image != ks->image || k->plan.route_group[k->plan.kernel[j].route] != cc->group))
+            j++;
         if (j < i) {
             cc->mod[i] = cc->mod[j];
         } else {
@@ -305,7 +313,7 @@ int plus_kernel_launch(plus_kernel* k, const plus_driver* d, CUcontext ctx, CUst
     for (int i = 0; i < k->plan.n_kernels && !rc; i++) {
         const plus_kernel_spec* ks = &k->plan.kernel[i];
         plus_geom g;
-        if (ks->route != b->route) continue;
+        if (ks->route != b->group_route[cc->group]) continue;
         int skip = plus_kernel_geom(&k->plan, ks, &b->env, &g, err, errlen);
         if (skip < 0) rc = prefix(k, err, errlen);
         if (skip) continue;

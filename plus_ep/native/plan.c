@@ -160,6 +160,7 @@ static int rec_route(parser* ps) {
     if (need(ps, 3) || index_tok(ps, 1, 0, PLUS_MAX_ROUTES - 1, "route", &r)) return -1;
     if (r != p->n_routes) return fail(ps, "route %" PRId64 " out of order (expected route %d)", r, p->n_routes);
     if (expr_tok(ps, 2, p->n_sym, ps->all_vmask, &p->route[r])) return -1;
+    p->route_group[r] = p->n_groups ? p->n_groups - 1 : 0;
     p->n_routes++;
     return 0;
 }
@@ -212,6 +213,29 @@ static int rec_shapev(parser* ps) {
     if (k == p->n_sym) p->n_sym++;
     s->host = 1;
     p->shapev[p->n_shapev++] = (plus_shapev){(int)k, (int)i, (int)e, ps->line};
+    return 0;
+}
+
+/* `arch <a>...`: the routes that follow (up to the next `arch` record) serve the packs of these archs. */
+static int rec_arch(parser* ps) {
+    plus_plan* p = ps->plan;
+    if (ps->nt < 2) return fail(ps, "expected `arch <sm_XY> ...`");
+    if (p->n_groups == PLUS_MAX_GROUPS) return fail(ps, "more than %d `arch` records", PLUS_MAX_GROUPS);
+    if (ps->nt - 1 > PLUS_MAX_ARCHS) return fail(ps, "more than %d archs", PLUS_MAX_ARCHS);
+    if (p->n_groups && p->group_first[p->n_groups - 1] == p->n_routes)
+        return fail(ps, "the previous `arch` record has no routes");
+    if (!p->n_groups && p->n_routes) return fail(ps, "`route` lines before the first `arch` record");
+    int g = p->n_groups++;
+    p->group_first[g] = p->n_routes;
+    for (int i = 1; i < ps->nt; i++) {
+        const char* a = ps->tok[i];
+        if (strncmp(a, "sm_", 3) || strlen(a) > 15 || a[3] < '1' || a[3] > '9')
+            return fail(ps, "bad arch `%s` (expected sm_XY)", a);
+        for (int h = 0; h < p->n_groups; h++)
+            for (int j = 0; j < p->group_n_archs[h]; j++)
+                if (!strcmp(p->group_arch[h][j], a)) return fail(ps, "arch %s is in two `arch` records", a);
+        strcpy(p->group_arch[g][p->group_n_archs[g]++], a);
+    }
     return 0;
 }
 
@@ -310,6 +334,7 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
         else if (!strcmp(kw, "sym")) rc = rec_sym(&ps);
         else if (!strcmp(kw, "shapev")) rc = rec_shapev(&ps);
         else if (!strcmp(kw, "archs")) rc = rec_archs(&ps);
+        else if (!strcmp(kw, "arch")) rc = rec_arch(&ps);
         else if (!strcmp(kw, "end")) rc = need(&ps, 1), ended = 1;
         else rc = fail(&ps, "unknown record `%s`", kw);
     }
@@ -321,6 +346,9 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
     if (!rc && plan->n_in == 0) rc = (snprintf(err, errlen, "plus_plan: no `in` lines"), -1);
     if (!rc && plan->n_out == 0) rc = (snprintf(err, errlen, "plus_plan: no `out` lines"), -1);
     if (!rc && plan->n_routes == 0) rc = (snprintf(err, errlen, "plus_plan: no `route` lines"), -1);
+    if (!rc && plan->n_groups && plan->group_first[plan->n_groups - 1] == plan->n_routes)
+        rc = (snprintf(err, errlen, "plus_plan: the last `arch` record has no routes"), -1);
+    if (!rc && !plan->n_groups) plan->n_groups = 1;   /* one group of every route, serving every pack */
     if (rc) {
         plus_plan_free(plan);
         return -1;

@@ -22,8 +22,9 @@ _Static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared with plus_com
 /* Limits of a plan (fixed so that a run needs no heap memory). */
 #define PLUS_MAX_RANK 8
 #define PLUS_MAX_SYM 32
-#define PLUS_MAX_ROUTES 16
-#define PLUS_MAX_KERNELS 32   /* kernel lines, all routes together */
+#define PLUS_MAX_ROUTES 32
+#define PLUS_MAX_KERNELS 64   /* kernel lines, all routes together */
+#define PLUS_MAX_GROUPS 8     /* `arch` records: route groups for the packs of some archs */
 #define PLUS_MAX_ARCHS 24
 #define PLUS_MAX_STACK 32     /* expression evaluation depth */
 #define PLUS_MAX_SHAPEV 16    /* `shapev` lines: symbols bound from the values of shape tensors */
@@ -57,7 +58,7 @@ typedef struct {
 } plus_out_spec;
 
 typedef struct {
-    int route, image, line;
+    int route, image, line;   /* image: index into the pack of the route's group's arch */
     char entry[PLUS_NAME_LEN];
     plus_expr grid[3], block[3], smem;
 } plus_kernel_spec;
@@ -76,6 +77,14 @@ typedef struct plus_plan {
     int has_scratch[PLUS_MAX_SCRATCH];
     plus_expr scratch[PLUS_MAX_SCRATCH];
     plus_expr route[PLUS_MAX_ROUTES];
+    /* Route groups: `arch <a>...` records split the routes; group g's routes serve the packs of its
+     * archs (kernels rendered per arch: wgmma on sm_90a, mma.sync on sm_80). No `arch` record: one
+     * group (0) serving every pack. */
+    int n_groups;
+    int route_group[PLUS_MAX_ROUTES];
+    int group_first[PLUS_MAX_GROUPS];             /* first route of group g */
+    int group_n_archs[PLUS_MAX_GROUPS];
+    char group_arch[PLUS_MAX_GROUPS][PLUS_MAX_ARCHS][16];
     plus_kernel_spec kernel[PLUS_MAX_KERNELS];    /* file order */
     char arch[PLUS_MAX_ARCHS][PLUS_NAME_LEN];     /* optional `archs` line (extension) */
     plus_shapev shapev[PLUS_MAX_SHAPEV];          /* file order */

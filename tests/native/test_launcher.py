@@ -215,7 +215,7 @@ MALFORMED = {
                             "kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1"), "expected 11 fields, got 10"),
     "kernel image": (_edit(ADD_PLAN, "kernel 0 0 fake_add", "kernel 0 x fake_add"), "image index `x` is not an integer"),
     "entry too long": (_edit(ADD_PLAN, "kernel 0 0 fake_add", "kernel 0 0 " + "k" * 200), "entry name longer than"),
-    "too many kernels": (_edit(ADD_PLAN, "end", "kernel 0 0 f 1 1 1 1 1 1 0\n" * 33 + "end"), "more than 32 kernel lines"),
+    "too many kernels": (_edit(ADD_PLAN, "end", "kernel 0 0 f 1 1 1 1 1 1 0\n" * 65 + "end"), "more than 64 kernel lines"),
     "archs": (_edit(ADD_PLAN, "sym 0 n", "archs 90"), "bad arch `90` (expected sm_XY)"),
     "archs twice": (_edit(ADD_PLAN, "sym 0 n", "archs sm_80\narchs sm_90"), "`archs` given twice"),
     "no inputs": ("plusplan 1\nroute 0 1\nend\n", "no `in` lines"),
@@ -573,6 +573,59 @@ def test_two_devices_load_their_own_images(h, tmp_path):
                env={"FAKE_CUDA_LOG": str(log), "FAKE_CUDA_DEVICES": "2", "FAKE_CUDA_CC": "90,80"})
     assert "value0 0 2 4" in out
     assert "load dev=1 entries=8 tags=img80" in log.read_text()
+
+
+# Kernels rendered per arch: the sm_80 pack's route group and the sm_90a pack's differ (mma.sync vs
+# wgmma configs: other entries, grids and images); each device launches its own group's route.
+ARCH_GROUP_PLAN = """plusplan 1
+node per arch
+archs sm_80 sm_90a
+in 0 1 1 s0
+in 1 1 1 s0
+sym 0 n
+out 0 1 1 s0
+val 0 s0
+arch sm_80
+route 0 s0,1024,<=
+route 1 1
+kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1 0
+kernel 1 0 fake_add_marker s0,256,cdiv 1 1 256 1 1 0
+arch sm_90a
+route 2 1
+kernel 2 1 fake_add s0,128,cdiv 1 1 128 1 1 0
+end
+"""
+
+
+def test_per_arch_route_groups(h, tmp_path):
+    """One node carries sm_90a and sm_80 kernels side by side: each pack runs its group's routes and
+    images (the sm_90a pack has two images, the sm_80 pack one)."""
+    plan = h.file(ARCH_GROUP_PLAN)
+    assert "ok node=per arch in=2 out=1 sym=1 val=1 routes=3 kernels=3" in h.ok("parse", plan)
+    packs = ["--pack", "sm_80=" + h.file(one_pack("img80"), ".bin"),
+             "--pack", "sm_90a=" + h.file(pack([fake_image("small", tag="unused"), fake_image(*ALL_ENTRIES, tag="img90a")]),
+                                          ".bin")]
+    env = {"FAKE_CUDA_DEVICES": "2", "FAKE_CUDA_CC": "90,80"}
+    for dev, tag, grid in (("0", "img90a", "grid=1,1,1 block=128"), ("1", "img80", "grid=1,1,1 block=256")):
+        log = tmp_path / f"cuda{dev}.log"
+        out = h.ok("run", plan, *packs, "--in", "1:3", "--in", "1:3", "--dev", dev,
+                   env={**env, "FAKE_CUDA_LOG": str(log)})
+        assert "value0 0 2 4" in out
+        text = log.read_text()
+        assert f"tags={tag}" in text and "entry=fake_add " in text and grid in text, text
+        assert "tags=unused" not in text
+    # route groups are checked: every arch in one group at most, no empty group, no routes before the first
+    assert "arch sm_80 is in two `arch` records" in h.err("parse", h.file(_edit(ARCH_GROUP_PLAN, "arch sm_90a", "arch sm_80")))
+    assert "the previous `arch` record has no routes" in h.err(
+        "parse", h.file(_edit(ARCH_GROUP_PLAN, "arch sm_80\n", "arch sm_86\narch sm_80\n")))
+    assert "`route` lines before the first `arch` record" in h.err(
+        "parse", h.file(ARCH_GROUP_PLAN.replace("arch sm_80\n", "")))
+    # a pack whose arch no group serves is refused when the kernel is created
+    msg = h.err("run", plan, "--pack", "sm_86=" + h.file(one_pack("x"), ".bin"), "--in", "1:3", "--in", "1:3")
+    assert "the plan's `arch` records have no routes for plus_images_sm_86" in msg
+    # binding picks a route per group
+    out = h.ok("bind", plan, "1:5000", "1:5000")
+    assert "route=1 " in out
 
 
 def test_creation_errors(h):

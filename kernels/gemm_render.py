@@ -3,6 +3,8 @@ stores), and GEMM + row normalisation (LayerNorm/RMSNorm) as a two-kernel plan: 
 writes the normalised row's input to fp32 scratch, a row program finishes the rows."""
 from __future__ import annotations
 
+import re
+
 from . import dtypes, routes, symdim
 from .cexpr import attr, lit
 from .forward import bind_forward, emit_stores, forward_map
@@ -103,6 +105,7 @@ def render_gemm(job):
                     f"plus_load<float>(args.scratch[{k}], {em2.linear(idx, em2.shape(x))})", "float", "x"), "float")
         src, entry, launch, _ = job.row_kernel(row_nodes, {t: job.out_ptr(t) for t in row_out}, bind_x)
         extra.append((src, entry, launch))
+    m_fastest = _m_fastest(fwd, epi)
     emit_stores(em, fwd, epi)
     hooks = _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)
     extra += job.side_kernels(side)
@@ -117,6 +120,8 @@ def render_gemm(job):
     aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     for cond, cfg, splitk in choices:
         defines = routes.gemm_defines(cfg, splitk, trans_b, aligned)
+        if m_fastest and splitk == 1 and routes.gemm_header(cfg) == "gemm_sm90a.cuh":
+            defines["PLUS_EPI_M_FASTEST"] = 1
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
         prefix += hooks + f'#include "{routes.gemm_header(cfg)}"\n'
         grid = (f"{job.syms.rpn(N)},{cfg.bn},cdiv", f"{job.syms.rpn(M)},{cfg.bm},cdiv",
@@ -127,6 +132,13 @@ def render_gemm(job):
             kernels.append(("", "plus_splitk_reduce", ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
         out.append((f"{cfg.name}/splitk{splitk}", prefix, kernels + extra, cond))
     return out
+
+
+def _m_fastest(fwd, targets) -> bool:
+    """Every epilogue store is contiguous along m (its last index reads m, not n; e.g. a stored Kᵀ): the
+    sm_90a template then walks its staged C tile with m fastest, so each warp stores consecutive addresses."""
+    lasts = [str(fwd[t][0][-1]) for t in targets if t in fwd]
+    return bool(lasts) and all(re.search(r"\bm\b", x) and not re.search(r"\bn\b", x) for x in lasts)
 
 
 def _frontier(job, em, cout, row_nodes, dep_c, dep_row) -> list:

@@ -81,6 +81,11 @@
 // the PTX memory model asks for fence.proxy.async between the two (ptxas emits MEMBAR.CTA +
 // FENCE.VIEW.ASYNC.S).  0 drops it from the main loop, to measure its cost on a GPU;
 // the spec-conforming default is 1.
+// 1: the epilogue walks the C tile with m fastest (outputs contiguous along m); 0: n fastest.
+#ifndef PLUS_EPI_M_FASTEST
+#define PLUS_EPI_M_FASTEST 0
+#endif
+
 #ifndef PLUS_WG_PROXY_FENCE
 #define PLUS_WG_PROXY_FENCE 1
 #endif
@@ -132,11 +137,20 @@ constexpr int A_BYTES = BM * BK * 2;           // one stage of A
 constexpr int B_BYTES = BN * BK * 2;           // one stage of B
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES; // multiple of 1024: BM, BN multiples of 64
 constexpr int MN_BLOCK_BYTES = BK * 128;       // MN-major B: one [64 k][64 n] column block
-constexpr int C_LD = BN + 8;                   // fp32 row stride of the staged C tile (epilogue)
-static_assert(BM * C_LD * 4 <= STAGES * STAGE_BYTES, "gemm_sm90a: the staged C tile must fit in the stage ring");
+// Staged C tile (epilogue), fp32: [BM][BN + 8] (n fastest), or [BN][BM + 4] with PLUS_EPI_M_FASTEST (the
+// codegen sets it when every output is contiguous along m, e.g. a stored K^T).  The pads make the fragment
+// writes and the row/column reads conflict-free.
+constexpr bool M_FASTEST = PLUS_EPI_M_FASTEST;
+constexpr int C_LD = M_FASTEST ? BM + 4 : BN + 8;
+static_assert((M_FASTEST ? BN : BM) * C_LD * 4 <= STAGES * STAGE_BYTES,
+              "gemm_sm90a: the staged C tile must fit in the stage ring");
+PLUS_DEV plus_u32 c_offset(int r, int c) { return (plus_u32)(M_FASTEST ? c * C_LD + r : r * C_LD + c) * 4u; }
 
 PLUS_DEV void plus_st_shared_f2(plus_u32 dst, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(x), "f"(y) : "memory");
+}
+PLUS_DEV void plus_st_shared_f(plus_u32 dst, float x) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(dst), "f"(x) : "memory");
 }
 PLUS_DEV float plus_ld_shared_f(plus_u32 src) {
   float x;
@@ -466,17 +480,22 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
 #pragma unroll
       for (int j = 0; j < WN / 8; ++j) {
         const int c = wg_n * WN + j * 8 + (lane & 3) * 2;
-        plus_st_shared_f2(c_tile + (plus_u32)(r * C_LD + c) * 4u, acc[ms][4 * j + 2 * h], acc[ms][4 * j + 2 * h + 1]);
+        if constexpr (M_FASTEST) {
+          plus_st_shared_f(c_tile + c_offset(r, c), acc[ms][4 * j + 2 * h]);
+          plus_st_shared_f(c_tile + c_offset(r, c + 1), acc[ms][4 * j + 2 * h + 1]);
+        } else {
+          plus_st_shared_f2(c_tile + c_offset(r, c), acc[ms][4 * j + 2 * h], acc[ms][4 * j + 2 * h + 1]);
+        }
       }
     }
   }
   __syncthreads();
 #pragma unroll 2
   for (int idx = tid; idx < BM * BN; idx += THREADS) {
-    const int r = idx / BN, c = idx % BN;
+    const int r = M_FASTEST ? idx % BM : idx / BN, c = M_FASTEST ? idx / BM : idx % BN;
     const long long m = m0 + r, n = n0 + c;
     if (m >= M || n >= N) continue;
-    const float v = plus_ld_shared_f(c_tile + (plus_u32)(r * C_LD + c) * 4u);
+    const float v = plus_ld_shared_f(c_tile + c_offset(r, c));
 #if PLUS_SPLITK > 1
     // fp32 partials [SPLITK][batch][M][N] in scratch[0]
     ((float*)args.scratch[0])[(((long long)split * shape.batch + b) * M + m) * N + n] = v;

@@ -93,13 +93,14 @@ def profile_text(rep: dict) -> str:
            f"MODEL, not a measurement: counts from interpreted execution; roofline of an {rep['gpu']} "
            "(3.35 TB/s, 989 dense fp16 TFLOP/s)",
            f"{'node':<28} {'pattern':<16} {'flops':>8} {'compulsory':>10} {'dram':>8} {'ld sec/req':>11} "
-           f"{'st sec/req':>11} {'smem wf/req':>11} {'tc':>5} {'roofline':>10}"]
+           f"{'st sec/req':>11} {'smem wf/req':>11} {'tc':>5} {'roofline':>10}",
+           "(sec/req, wf/req: actual/ideal; compulsory: every input and output tensor once, whole tables included)"]
     for r in rep["nodes"]:
         out.append(f"{r['node'][:28]:<28} {r['pattern'][:16]:<16} {_si(r['flops']):>8} {_si(r['compulsory_bytes']) + 'B':>10} "
                    f"{_si(r['dram_bytes']) + 'B':>8} {r['ld_sectors_per_request']:>5.2f}/{r['ld_sectors_ideal']:<5.2f} "
                    f"{r['st_sectors_per_request']:>5.2f}/{r['st_sectors_ideal']:<5.2f} "
                    f"{r['smem_wavefronts_per_request']:>5.2f}/{r['smem_wavefronts_ideal']:<5.2f} "
-                   f"{r['tensor_core_share']:>5.2f} {r['roofline_us']:>7.2f}us {r['bound']}")
+                   f"{r['tensor_core_share']:>5.2f} {r['roofline_us'] * 1e3:>8.1f}ns {r['bound']}")
         for e in r["errors"]:
             out.append(f"    error: {e[:300]}")
     for e in rep["errors"]:

@@ -167,15 +167,15 @@ def package_roots() -> dict[str, pathlib.Path]:
 
 
 def source_files(roots: dict[str, pathlib.Path]) -> list[tuple[str, pathlib.Path]]:
-    """(name inside the namespace, file) of every source the digest covers, sorted by name. A folder
-    nested in another root (none today) is left to its own root."""
-    others = set(roots.values())
+    """(name inside the namespace, file) of every source the digest covers, sorted by name. A root
+    nested in another (an installed plus_ep/kernels inside plus_ep/) keeps its own files."""
     out = []
     for pkg, folder in roots.items():
+        nested = [r for r in roots.values() if r != folder and folder in r.parents]
         for f in folder.rglob("*"):
             if f.suffix not in SOURCE_SUFFIXES or not f.is_file() or "__pycache__" in f.parts:
                 continue
-            if any(p in others and p != folder for p in f.parents):
+            if any(r == p for r in nested for p in f.parents):
                 continue
             out.append((f"{pkg}/{f.relative_to(folder).as_posix()}", f))
     return sorted(out)

@@ -36,3 +36,25 @@ def test_subpackages_templates_and_launcher_are_inside(wheel):
         assert want in names
     assert any(n.startswith("plus_ep/_launcher") and n.endswith(".so") for n in names)
     assert not any("golden" in n or n.startswith("tests/") for n in names)
+
+
+def test_source_digest_reads_the_installed_layout(wheel, tmp_path):
+    """In a real install the subpackages sit inside plus_ep/: the model-cache key's source digest
+    (plus_ep/config.py) finds them there and hashes each file once."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = ("import json; from plus_ep import config; roots = config.package_roots(); "
+            "files = [n for n, _ in config.source_files(roots)]; "
+            "print(json.dumps({'roots': {k: str(v) for k, v in roots.items()}, 'files': files, "
+            "'digest': config.source_digest()}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    import json
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(Path(p).is_relative_to(site) for p in got["roots"].values()), got["roots"]
+    assert len(got["files"]) == len(set(got["files"])) and len(got["digest"]) == 64
+    for want in ("plus_ep/config.py", "plus_ep.kernels/render.py", "plus_ep.kernels/templates/gemm.cuh",
+                 "plus_ep.graph_rewrites/fuse.py", "plus_ep.warehouse/registry.py"):
+        assert want in got["files"]
+    assert not [f for f in got["files"] if f.startswith("plus_ep/kernels/")]   # counted under its own root

@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import logging
 import pathlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -133,6 +134,8 @@ class Warehouse:
             if before not in names:
                 raise ValueError(f"no pattern {before!r} to insert {p.name!r} before; have {names}")
             self.patterns.insert(names.index(before), p)
+        for fn in (p.define, p.check, p.roles):   # the source as loaded, not as a later edit leaves it
+            _source_digest(fn)
         return p
 
     def without(self, names) -> "Warehouse":
@@ -166,17 +169,31 @@ class Warehouse:
         return h.hexdigest()
 
 
+_DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # function -> its source digest
+
+
 def _source_digest(fn) -> bytes:
-    """Digest of the file `fn` is defined in (its whole module: helpers count), else of its code."""
+    """Digest of the file `fn` is defined in (its whole module: helpers count), else of its code. Taken
+    once per function, when its pattern is added: editing the file later in the same process must not
+    change the key of a warehouse that still runs the old code."""
     if fn is None:
         return b"-"
     try:
-        return hashlib.sha256(pathlib.Path(inspect.getsourcefile(fn)).read_bytes()).digest() + \
+        return _DIGESTS[fn]
+    except (KeyError, TypeError):
+        pass
+    try:
+        digest = hashlib.sha256(pathlib.Path(inspect.getsourcefile(fn)).read_bytes()).digest() + \
             fn.__qualname__.encode()
     except (TypeError, OSError):  # built in C, made by exec(), or its file is gone: hash the code itself
         code = getattr(fn, "__code__", None)
         blob = repr((code.co_code, code.co_consts, code.co_names)) if code else repr(fn)
-        return hashlib.sha256(blob.encode()).digest()
+        digest = hashlib.sha256(blob.encode()).digest()
+    try:
+        _DIGESTS[fn] = digest
+    except TypeError:             # not weak-referenceable: recomputed each time
+        pass
+    return digest
 
 
 _BUILTIN = Warehouse()

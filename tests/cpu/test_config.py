@@ -166,6 +166,11 @@ def test_adding_or_editing_a_user_pattern_changes_the_model_key(tmp_path):
     (folder / "mine.py").write_text(USER_PATTERN.replace("b.Relu(b.Relu(", "b.Relu(b.Sigmoid("))
     keys.add(model_cache.model_key(b"model", "sm_90", (), "exact", load_warehouse(folder, plugins=False)))
     assert len(keys) == 3
+    # a warehouse already loaded keeps its key when its file is edited afterwards: it still runs the old code
+    loaded = load_warehouse(folder, plugins=False)
+    before = loaded.digest()
+    (folder / "mine.py").write_text(USER_PATTERN.replace("b.Relu(b.Relu(", "b.Tanh(b.Relu("))
+    assert loaded.digest() == before != load_warehouse(folder, plugins=False).digest()
     # the same warehouse loaded twice: the same key (nothing random in it)
     assert load_warehouse(folder, plugins=False).digest() == load_warehouse(folder, plugins=False).digest()
     # order is priority: the same patterns in another order are another warehouse

@@ -7,8 +7,11 @@
 `import plus_ep` calls `onnxruntime.register_execution_provider_library("PlusEP", <launcher library>)`
 (idempotent) and installs the Python rewriter as the EP's *planner*: when the EP's GetCapability sees a
 graph without `ai.plus_ep::Fused` nodes that was loaded from a file, it calls back here with the model
-path; the planner rewrites the model (rewrite and kernels cached on disk, `plus_ep.session.rewritten_model`)
+path; the planner rewrites the model as ONNX Runtime hands it to GetCapability (after its basic
+optimizations, `ort_basic_graph`; rewrite and kernels cached on disk, `plus_ep.session.rewritten_model`)
 and hands the EP each fused node's original nodes, plan and image packs, which the EP claims and compiles.
+In a process that runs the emulated CUDA driver (`plus_ep.emulator.Emulator`), the planner also hands
+the emulator those packs, so their cubins resolve to the PTX the interpreter runs.
 Models loaded from bytes cannot be planned (the EP sees no path): they run unfused, with one warning
 (`plus_ep.InferenceSession` rewrites bytes itself). Processes without Python have no planner: there the
 EP runs rewritten models (`plus-ep rewrite`) only.
@@ -123,25 +126,44 @@ def plan_groups(path: str, opts: dict) -> list[dict]:
     """The node groups PlusEP should claim in the model at `path`: one per Fused node of its rewrite,
     with the original nodes it replaces (by first output name), its inputs and outputs in plan order,
     its plan and its image packs (arch -> bytes)."""
+    from .kernels.gemm_configs import FP32_MATH_DEFAULT
     st = os.stat(path)
     arch = arch_for(opts)
     key = (os.path.abspath(path), st.st_mtime_ns, st.st_size, arch, opts.get("disable", ""),
-           opts.get("fp32_math", "exact"), opts.get("cache_dir", ""))
+           opts.get("fp32_math", FP32_MATH_DEFAULT), opts.get("cache_dir", ""))
     if key in _memo:
         return _memo[key]
     import onnx
     from .rewrite import load_model
     from .session import rewritten_model
     original = load_model(path)
-    data = original.SerializeToString()
+    if any(n.domain == "ai.plus_ep" and n.op_type == "Fused" for n in original.graph.node):
+        _memo[key] = []
+        return []       # already rewritten: the EP claims its Fused nodes itself
+    try:
+        graph = ort_basic_graph(path)
+    except Exception as e:  # noqa: BLE001 - plan on the file as it is; ORT may then change some groups
+        log.warning("PlusEP planner: could not apply ONNX Runtime's basic optimizations to %s (%s); planning on "
+                    "the file as it is", path, e)
+        graph = original
     ropts = {k: opts[k] for k in ("cache_dir", "disable", "fp32_math") if opts.get(k)}
-    rewritten = onnx.load_model_from_string(rewritten_model(data, arch, ropts))
-    groups = partition(original, rewritten)
+    rewritten = onnx.load_model_from_string(rewritten_model(graph.SerializeToString(), arch, ropts))
+    groups = partition(graph, rewritten)
+    if graph is not original:
+        _add_original_names(groups, graph, original)
     if opts.get("verify") in ("1", 1, True):
-        _verify_rewrite(data, rewritten.SerializeToString(), path)
+        _verify_rewrite(original.SerializeToString(), rewritten.SerializeToString(), path)
     log.info("PlusEP planner: %s -> %d node groups for %s", path, len(groups), arch)
     _memo[key] = groups
     return groups
+
+
+def planned() -> dict[str, list[str]]:
+    """What the planner planned in this process: model path -> the fused node name of each group."""
+    out: dict[str, list[str]] = {}
+    for key, groups in list(_memo.items()):
+        out.setdefault(key[0], []).extend(g["node"] for g in groups)
+    return out
 
 
 def partition(original, rewritten) -> list[dict]:
@@ -176,6 +198,68 @@ def partition(original, rewritten) -> list[dict]:
     return groups
 
 
+def ort_basic_graph(path: str):
+    """The model at `path` as ONNX Runtime hands it to GetCapability: after its basic (level-1)
+    optimizations, which run before partitioning at every optimization level but ORT_DISABLE_ALL
+    (ConstantSharing renames constants, CommonSubexpressionElimination merges the shape computations
+    of Q/K/V reshapes, ConstantFolding folds them: groups planned on the file would no longer match).
+    Applied by ORT itself (CPU session at ORT_ENABLE_BASIC, optimized model saved to a temporary file);
+    node names and first outputs of the nodes it keeps are the file's."""
+    import tempfile
+    import onnx
+    import onnxruntime as ort
+    with tempfile.TemporaryDirectory(prefix="plus_ep_plan_") as d:
+        out = os.path.join(d, "basic.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = out
+        so.log_severity_level = 3
+        # large initializers go to a side file (the 2 GB protobuf limit), read back by onnx.load
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "basic.onnx.data")
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1048576")
+        ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        return onnx.load(out)
+
+
+def _constants(m) -> dict:
+    got = {t.name: t for t in m.graph.initializer}
+    for n in m.graph.node:      # Constant nodes: ORT turns them into initializers
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    got[n.output[0]] = a.t
+    return got
+
+
+def _add_original_names(groups: list[dict], graph, original) -> None:
+    """A group input that ORT's basic optimizations made a shared constant (ConstantSharing: the mask's
+    `1.0` becomes GELU's `1.0`) also gets the file's name, tab-separated: the EP accepts either, so the
+    group still matches a session at ORT_DISABLE_ALL where its other nodes are unchanged."""
+    from onnx import numpy_helper
+    c_now, c_file = _constants(graph), _constants(original)
+    by_out = {n.output[0]: n for n in graph.graph.node if n.output}
+    file_nodes = {n.name: n for n in original.graph.node if n.name}
+
+    def same(a, b) -> bool:
+        try:
+            x, y = numpy_helper.to_array(a), numpy_helper.to_array(b)
+        except Exception:  # noqa: BLE001
+            return False
+        return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+    for g in groups:
+        alt: dict[str, str] = {}
+        for m in g["members"]:
+            node = by_out.get(m)
+            was = file_nodes.get(node.name) if node is not None and node.name else None
+            if was is None or len(was.input) != len(node.input):
+                continue
+            for b, a in zip(node.input, was.input):
+                if a != b and b in c_now and a in c_file and same(c_now[b], c_file[a]):
+                    alt.setdefault(b, a)
+        g["inputs"] = [f"{i}\t{alt[i]}" if i in alt else i for i in g["inputs"]]
+
+
 def _verify_rewrite(original: bytes, rewritten: bytes, path: str) -> None:
     """verify=1: the rewritten model (function bodies) against the original on ORT CPU, once."""
     import numpy as np
@@ -194,7 +278,9 @@ def _planner(path_b, opts_b, request) -> int:
     lib = _state["lib"]
     try:
         path, opts = path_b.decode(), json.loads(opts_b.decode())
-        for g in plan_groups(path, opts):
+        groups = plan_groups(path, opts)
+        _register_with_emulator(groups)
+        for g in groups:
             archs = list(g["packs"])
             n = len(archs)
             blobs = [g["packs"][a] for a in archs]
@@ -214,6 +300,19 @@ def _planner(path_b, opts_b, request) -> int:
         except Exception:  # noqa: BLE001
             pass
         return 1
+
+
+def _register_with_emulator(groups: list[dict]) -> None:
+    """When this process runs the emulated CUDA driver (plus_ep.emulator.Emulator exists), hand it the
+    planned groups' packs: it maps each cubin the launcher loads to the PTX beside it in its pack."""
+    import sys
+    mod = sys.modules.get("plus_ep.emulator")
+    emu = getattr(getattr(mod, "Emulator", None), "_instance", None)
+    if emu is None:
+        return
+    for g in groups:
+        for arch, blob in g["packs"].items():
+            emu.register_pack(blob, g["node"], arch)
 
 
 def _install_planner(path: str) -> None:

@@ -284,6 +284,18 @@ static void run_planner(plus_ep* ep, const OrtGraph* graph) {
     }
 }
 
+/* 1 when `actual` is one of the tab-separated names of a planned tensor ("name" or "name\tname ORT gives
+ * it": the planner lists both for constants ONNX Runtime's basic optimizations replace, plus_ep/ep.py). */
+static int name_is(const char* planned, const char* actual) {
+    size_t len = strlen(actual);
+    for (const char* p = planned;;) {
+        size_t k = strcspn(p, "\t");
+        if (k == len && !strncmp(p, actual, len)) return 1;
+        if (!p[k]) return 0;
+        p += k + 1;
+    }
+}
+
 static int in_list(const char* s, const char* const* v, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(s, v[i])) return 1;
@@ -319,7 +331,7 @@ static int same_boundary(const plus_ep_group* g, const OrtNode** members, size_t
             if (!v[i][0] || in_list(v[i], outs, n_outs)) continue;
             ok = 0;
             for (size_t j = 0; j < g->n_inputs && j < PLUS_MAX_IN; j++)
-                if (!strcmp(v[i], g->inputs[j])) ok = used[j] = 1;
+                if (name_is(g->inputs[j], v[i])) ok = used[j] = 1;
         }
         plus_ep_drop(st);
         free(v);
@@ -602,7 +614,7 @@ static int map_names(const char* const* want, size_t n_want, const char* const* 
         map[i] = -1;
         if (!want[i][0]) continue;
         for (size_t j = 0; j < n_have && map[i] < 0; j++)
-            if (!strcmp(want[i], have[j])) map[i] = (int)j;
+            if (name_is(want[i], have[j])) map[i] = (int)j;
         if (map[i] < 0 && inputs) return snprintf(missing, mn, "%s", want[i]), -1;
     }
     return 0;

@@ -48,7 +48,8 @@ typedef struct {
     char node[PLUS_NAME_LEN];
     char** members;       /* first output name of each original node of the group */
     size_t n_members;
-    char** inputs;        /* the Fused node's inputs in plan order ("" = absent) */
+    char** inputs;        /* the Fused node's inputs in plan order ("" = absent; "a\tb": a or b, the name
+                             ONNX Runtime's basic optimizations give a shared constant) */
     size_t n_inputs;
     char** outputs;
     size_t n_outputs;

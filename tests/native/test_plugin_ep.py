@@ -303,6 +303,36 @@ def test_c_host(tmp_path, flags):
     assert r.returncode == 1 and "unknown provider option 'bogus'" in r.stdout, r.stdout
 
 
+def test_c_host_on_the_emulated_driver_is_a_clear_error(tmp_path):
+    """The emulated driver runs kernels on the PTX interpreter, which is Python: a C host (no Python in
+    the process) gets the staging device, then an ORT error naming the node at its first launch; never
+    a crash, never outputs that no kernel computed. C hosts run real kernels on a GPU only."""
+    pytest.importorskip("cuda.bindings")
+    import plus_ep
+    from plus_ep.emulator import library_path
+    try:
+        emu = library_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    host, lib, _ = build_host(tmp_path / "build", [])
+    vi = [helper.make_tensor_value_info(i, TensorProto.FLOAT, ["n"]) for i in ("X", "Y")]
+    g = helper.make_graph([helper.make_node("Add", ["X", "Y"], ["s"], name="add"),
+                           helper.make_node("Relu", ["s"], ["r"], name="relu"),
+                           helper.make_node("Mul", ["r", "Y"], ["Z"], name="mul")], "g", vi,
+                          [helper.make_tensor_value_info("Z", TensorProto.FLOAT, ["n"])])
+    rewritten = plus_ep.rewrite(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10),
+                                archs=["sm_90a"])
+    fused = [n.name for n in rewritten.graph.node if n.op_type == "Fused"]
+    assert len(fused) == 1, [n.op_type for n in rewritten.graph.node]
+    model = tmp_path / "elementwise.plus.onnx"
+    onnx.save(rewritten, model)
+    r = run_host(host, lib, model, 4, {"PLUS_EP_CUDA_LIBRARY": emu})
+    assert r.returncode == 1 and "mode staging" in r.stdout, (r.stdout, r.stderr[-2000:])
+    assert "Z:" not in r.stdout, r.stdout
+    assert f"PlusEP node '{fused[0]}'" in r.stdout, r.stdout
+    assert "no PTX interpreter is attached to the emulated CUDA driver" in r.stdout, r.stdout
+
+
 def test_installed_library_exports_both_paths(library):
     r = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True)
     if r.returncode:

@@ -92,7 +92,7 @@ class GraphIndex:
                  if has_subgraph(n) else [t for t in n.input if t] for n in raw]
         made_by = {t: i for i, n in enumerate(raw) for t in n.output if t}     # graph.node indices
         preds = [{made_by[t] for t in rs if t in made_by and t not in self.graph_inputs}
-                 for i, rs in enumerate(reads)]
+                 for rs in reads]
         self.order, stuck = topological_order(preds)
         if stuck:
             from .graph import ModelError

@@ -17,7 +17,6 @@ CASES = {"gemm_qk_transpose": ("gemm", "Transpose"), "gemm_bias_gelu": ("gemm", 
 
 
 def render_cases(arch="sm_80") -> dict:
-    from plus_ep.graph_rewrites.fuse import boundary
     from plus_ep import zoo
     from plus_ep.rewrite import rewrite_detailed
     from plus_ep.kernels.render import render
@@ -27,7 +26,7 @@ def render_cases(arch="sm_80") -> dict:
         sg = next(s for s in r.subgraphs if s.pattern.name == pattern
                   and any(r.view.nodes[i].op_type == op for i in s.nodes)
                   and not any(r.view.nodes[i].op_type == "Flatten" for i in s.nodes))
-        ins, outs = boundary(r.view.model, [r.view.index[i] for i in sg.nodes])
+        ins, outs = r.view.graph_index.boundary(sg.nodes)
         rd = render(r.view, sg, ins, outs, arch=arch, node_name=case)
         out[f"{case}.cu"] = rd.variants[0].source
         out[f"{case}.plan"] = rd.plan.text()

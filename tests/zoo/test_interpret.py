@@ -166,18 +166,17 @@ SETTINGS = [(2, 7), (3, 5)]
 
 def check_zoo_model(path, settings=SETTINGS):
     """(subgraphs checked, failures) for one zoo model."""
-    from plus_ep.graph_rewrites.fuse import boundary
     from plus_ep.graph_rewrites.interpret import run_subgraph
     from plus_ep.rewrite import rewrite_detailed
     from plus_ep.zoo import sample_inputs
-    from tests.support.subgraph_check import with_outputs
+    from tests.support.subgraph_check import boundaries, with_outputs
 
     model = onnx.load(str(path))
     result = rewrite_detailed(model)
     view = result.view
     inits = {i.name for i in model.graph.initializer}
     graph_inputs = {i.name for i in model.graph.input}
-    bounds = [boundary(model, [view.index[i] for i in sub.nodes]) for sub in result.subgraphs]
+    bounds = boundaries(result)
     wanted = list(dict.fromkeys(t for ins, outs in bounds for t in ins + outs
                                 if t not in inits and t not in graph_inputs))
     sess = ort.InferenceSession(with_outputs(model, wanted).SerializeToString(),

@@ -22,6 +22,7 @@ import onnx
 
 from .explain import explain, format_explanation, format_pattern_list
 from .kernels.arch import ARCHS
+from .kernels.gemm_configs import FP32_MATH_DEFAULT, FP32_MATHS
 from .report_text import format_fused_report, format_rewrite_report, fused_report, is_rewritten
 
 log = logging.getLogger("plus_ep")
@@ -69,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"GPU archs to compile the kernels for, comma-separated ({', '.join(ARCHS)}); "
                          "'auto' (default): the local GPU, else sm_80,sm_90; 'none': no kernels "
                          "(portable functions only)")
-    rw.add_argument("--fp32-math", choices=("exact", "tf32"), default="exact",
-                    help="fp32 GEMMs: exact SIMT (default) or TF32 tensor cores")
+    rw.add_argument("--fp32-math", choices=FP32_MATHS, default=FP32_MATH_DEFAULT,
+                    help=f"fp32 GEMMs: TF32 tensor cores ('tf32') or exact SIMT ('exact'); default "
+                         f"{FP32_MATH_DEFAULT!r}, as ONNX Runtime's CUDA EP (use_tf32=1)")
     rw.set_defaults(func=cmd_rewrite)
 
     dm = sub.add_parser("demo", parents=[common], help="build a small BERT, rewrite and compile it, compare",
@@ -433,7 +435,13 @@ def cmd_inspect(args) -> int:
         print(json.dumps({"model": args.model, "rewritten": False, **rep}, indent=2))
     else:
         print(format_rewrite_report(rep, args.model, graphs=args.graphs))
+        print(f"fp32 math: {rep['fp32_math']} ({_FP32_MATH_NOTE[rep['fp32_math']]})")
     return 0
+
+
+_FP32_MATH_NOTE = {"tf32": "TF32 tensor cores for fp32 GEMMs, as ONNX Runtime's CUDA EP by default (use_tf32=1); "
+                           "plus-ep rewrite --fp32-math exact for exact fp32",
+                   "exact": "exact fp32 SIMT GEMMs"}
 
 
 def cmd_explain(args) -> int:

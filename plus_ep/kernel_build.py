@@ -109,7 +109,7 @@ def _merged_plan(groups, archs, name):
     return plan
 
 
-def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32_math="exact",
+def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32_math="tf32",
                   node_names=None) -> KernelBuild:
     """Render per arch, compile, and where a variant spills or exceeds an arch's resources render that
     arch again without its config (a smaller one takes its place) before giving the subgraph up."""

@@ -23,7 +23,7 @@ from .kernels.cache import package_version, write_atomic
 log = logging.getLogger("plus_ep")
 
 
-def model_key(model_bytes: bytes, arch: str, disable=(), fp32_math: str = "exact", warehouse=None) -> str:
+def model_key(model_bytes: bytes, arch: str, disable=(), fp32_math: str = "tf32", warehouse=None) -> str:
     """sha256 naming the rewritten model. `warehouse`: the loaded Warehouse (default_warehouse())."""
     if warehouse is None:
         from .warehouse import default_warehouse

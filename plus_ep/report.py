@@ -48,6 +48,7 @@ def report(result) -> dict:
         "patterns": dict(Counter(s["pattern"] for s in subgraphs).most_common()),
         "ops_before": op_histogram(before), "ops_after": op_histogram(after),
         "functions": len(after.functions), "seconds": round(result.seconds, 3),
+        "fp32_math": result.fp32_math,
         "subgraphs": subgraphs,
     }
 

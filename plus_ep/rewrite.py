@@ -11,6 +11,7 @@ import onnx
 from .graph_rewrites.fuse import FusedSubgraph, fuse
 from .graph_rewrites.graph import GraphView, ModelError
 from .graph_rewrites.identify import Identifier
+from .kernels.gemm_configs import FP32_MATH_DEFAULT
 from .kernels.plan import node_of
 from .warehouse import default_warehouse
 
@@ -27,10 +28,11 @@ class RewriteResult:
     identifier: Identifier | None = None
     seconds: float = 0.0
     kernels: object = None                               # kernel_build.KernelBuild when archs given
+    fp32_math: str = FP32_MATH_DEFAULT                   # fp32 GEMM math the kernels use ("tf32" | "exact")
 
 
 def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, progress=None,
-                     fp32_math="exact") -> RewriteResult:
+                     fp32_math=FP32_MATH_DEFAULT) -> RewriteResult:
     """Identify and fuse. With `archs` (e.g. ["sm_80", "sm_90"]) every fused node also carries its
     launch plan and compiled kernels; subgraphs whose kernels fail stay unfused (with a warning)."""
     start = time.perf_counter()
@@ -69,7 +71,7 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         _names_from_plans(out)
     seconds = time.perf_counter() - start
     log.info("rewrote %d nodes into %d fused subgraphs in %.2fs", len(proto.graph.node), len(specs), seconds)
-    return RewriteResult(out, subgraphs, view, ident, seconds, built)
+    return RewriteResult(out, subgraphs, view, ident, seconds, built, fp32_math)
 
 
 def _names_from_plans(model: onnx.ModelProto) -> None:

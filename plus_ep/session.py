@@ -10,8 +10,8 @@ This class adds one step in front: with "PlusEP" in `providers` it rewrites the 
 and a bad model fails with plus_ep's ModelError before any session exists; then it hands the
 rewritten model and the same providers to onnxruntime.InferenceSession, where the plugin EP claims
 the Fused nodes. Options (strings, ORT style, passed on to the EP as well): arch (default: the local
-GPU, else the EP device's), cache_dir, disable (comma-separated pattern names), fp32_math ("exact" |
-"tf32"), verify ("1": compare one random run against the plain providers and warn on a mismatch).
+GPU, else the EP device's), cache_dir, disable (comma-separated pattern names), fp32_math ("tf32", the
+default as in ONNX Runtime's CUDA EP, | "exact"), verify ("1": compare one random run against the plain providers and warn on a mismatch).
 Without a usable GPU the original model goes to ONNX Runtime unchanged and the EP (inert) warns
 once. Without "PlusEP" it is exactly onnxruntime.InferenceSession.
 """
@@ -23,6 +23,8 @@ import warnings
 
 import onnx
 import onnxruntime as ort
+
+from .kernels.gemm_configs import FP32_MATH_DEFAULT
 
 
 log = logging.getLogger("plus_ep")
@@ -65,7 +67,7 @@ def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
     from .rewrite import rewrite_detailed
     from .warehouse import default_warehouse
     disable = tuple(sorted(p for p in opts.get("disable", "").split(",") if p))
-    fp32_math = opts.get("fp32_math", "exact")
+    fp32_math = opts.get("fp32_math", FP32_MATH_DEFAULT)
     warehouse = default_warehouse()
     key = model_cache.model_key(model_bytes, arch, disable, fp32_math, warehouse)
     path = model_cache.entry(key, opts.get("cache_dir"))

@@ -1,7 +1,20 @@
 """`plus-ep explain`: the best partial match of a pattern and the reason growth stopped."""
 from __future__ import annotations
 
+from .graph_rewrites.ops import unrenderable_reason
 from .report_text import _indent, _md
+
+
+def unrenderable(view, nodes) -> list:
+    """[{node, op, reason}] for the nodes the codegen cannot render: with kernels requested
+    (`--arch`), identification leaves them out of every subgraph."""
+    out = []
+    for i in nodes:
+        why = unrenderable_reason(view.nodes[i], view)
+        if why is not None:
+            out.append({"node": view.nodes[i].name or view.nodes[i].output[0], "op": view.nodes[i].op_type,
+                        "reason": why})
+    return out
 
 
 def pattern_status(verdict, name: str):
@@ -39,7 +52,8 @@ def explain(result, name: str, pattern) -> dict:
             best = (key, seed, steps, status, matched)
 
     out = {"pattern": name, "pattern_graph": pattern.graph.render() if pattern.graph is not None else None,
-           "pattern_doc": pattern.doc, "seeds": len(ident.steps)}
+           "pattern_doc": pattern.doc, "seeds": len(ident.steps),
+           "unrenderable": unrenderable(view, sorted(set(ident.nests) | set(ident.refused)))}
     if best is None:
         closest = []
         for seed, steps in list(ident.steps.items())[:5]:
@@ -77,6 +91,8 @@ def explain(result, name: str, pattern) -> dict:
 def format_explanation(ex: dict, model_name: str) -> str:
     name = ex["pattern"]
     lines = [f"explain pattern '{name}' on {model_name} ({ex['seeds']} seeds grown)"]
+    for u in ex.get("unrenderable", []):
+        lines.append(f"with kernels (--arch) {u['op']} '{u['node']}' stays out of every subgraph: {u['reason']}")
     if not ex["found"]:
         lines += [f"'{name}' never matched, even partially, any grown subgraph.",
                   "closest refusals (first seeds):"]

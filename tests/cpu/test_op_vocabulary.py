@@ -120,3 +120,11 @@ def test_declared_unrenderable_op_is_never_grown_into(monkeypatch):
     selu = next(i for i, n in enumerate(view.nodes) if n.op_type == "Selu")
     assert not any(selu in sg.nodes for sg in ident.run())
     assert ident.refused[selu] == "no emitter (test)"
+
+
+def test_explain_names_the_nodes_kernels_leave_out(tmp_path):
+    from plus_ep.explain import explain, format_explanation
+    from plus_ep.rewrite import rewrite_detailed
+    r = rewrite_detailed(_trilu_model())
+    text = format_explanation(explain(r, "elementwise", r.identifier.warehouse[-1]), "m.onnx")
+    assert "with kernels (--arch) Trilu 't' stays out of every subgraph: Trilu's k is not a constant" in text

@@ -47,6 +47,30 @@ def _fp16(model: onnx.ModelProto) -> onnx.ModelProto:
         return convert_float_to_float16(model, keep_io_types=False, disable_shape_infer=True)
 
 
+def merge(paths, out: pathlib.Path, note: str = "") -> dict:
+    """One results file from several runs (later runs replace earlier records of the same model and
+    mode), with the git commit of the working tree and a table of the verdicts."""
+    import subprocess
+    docs = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+    runs: dict = {}
+    for d in docs:
+        for r in d["runs"]:
+            runs[(r["model"], r["mode"])] = r
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--short", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout.count("\n")
+    doc = dict(docs[0])
+    doc.update(runs=list(runs.values()), merged_from=[str(p) for p in paths], git_head=head,
+               git_modified_files=dirty, note=note,
+               finished=max(d.get("finished", "") for d in docs),
+               table=[{"model": r["model"], "mode": r["mode"], "ok": r["ok"], "fused": r.get("fused"),
+                       "left_unfused": len(r.get("left_unfused", [])), **r.get("summary", {}),
+                       "error": r.get("error"), "seconds": r["seconds"]} for r in runs.values()])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    return doc
+
+
 def main(argv=None) -> int:
     from plus_ep import zoo
     from plus_ep.rewrite import rewrite_detailed
@@ -59,8 +83,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--layers", type=int, default=2, help="depth of the zoo exports (small width)")
     ap.add_argument("--out", default=f"bench/results/{datetime.date.today()}-verify-emulated.json")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="merge earlier result files into --out instead")
+    ap.add_argument("--note", default="")
     a = ap.parse_args(argv)
     out = pathlib.Path(a.out)
+    if a.merge:
+        merge(a.merge, out, a.note)
+        return 0
     doc = {"what": "plus-ep verify: every fused node's kernels executed on the PTX interpreter through the "
                    "launcher on the emulated CUDA driver (CPU); not a GPU run",
            "env": env_info(), "archs": ARCHS, "batch": a.batch, "seq": a.seq, "zoo_layers": a.layers,

@@ -50,12 +50,13 @@ for how in spec["hows"]:
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     if how.endswith("_noopt"):
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    source = open(spec["model"], "rb").read() if how.endswith("_bytes") else spec["model"]
     try:
         if how.startswith("devices"):
             so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == "PlusEP"], {})
-            sess = ort.InferenceSession(spec["model"], sess_options=so)
+            sess = ort.InferenceSession(source, sess_options=so)
         else:
-            sess = ort.InferenceSession(spec["model"], so, providers=["PlusEP", "CPUExecutionProvider"])
+            sess = ort.InferenceSession(source, so, providers=["PlusEP", "CPUExecutionProvider"])
         got = sess.run(None, feeds)
     except Exception as e:
         out["runs"][how] = {"error": str(e)}
@@ -132,10 +133,10 @@ def test_rewritten_bert_by_name_and_by_device(bert, tmp_path):
     raw, plus, feeds = bert
     fused = _fused_names(plus)
     assert any(n.startswith("plus_ep/attention/") for n in fused), fused
-    res = _child(plus, raw, feeds, ["names", "devices"], tmp_path)
+    res = _child(plus, raw, feeds, ["names", "devices", "names_bytes"], tmp_path)
     assert res["registered"] > 0 and res["devices"][0]["mode"] == "staging", res
     assert res["devices"][0]["compute_capability"] == "9.0"
-    for how in ("names", "devices"):
+    for how in ("names", "devices", "names_bytes"):     # a rewritten model from bytes runs as from a file
         run = res["runs"][how]
         on_ep = [n for ep, nodes in run["assigned"] if ep == "PlusEP" for n in nodes]
         assert sorted(n for _, n in on_ep) == sorted(fused) and {op for op, _ in on_ep} == {"Fused"}, run["assigned"]
@@ -164,10 +165,14 @@ def test_raw_bert_planned_incl_attention(bert, tmp_path):
     attention group unclaimed when planned on the file), claims every group and runs their kernels;
     also with ORT's optimizations off (the planner lists both names of a shared constant)."""
     raw, _, feeds = bert
-    res = _child(raw, raw, feeds, ["names", "names_noopt"], tmp_path)
+    res = _child(raw, raw, feeds, ["names", "names_noopt", "names_bytes"], tmp_path)
     assert res["registered"] == 0, res            # the packs reached the emulator only through the planner
     for how in ("names", "names_noopt"):
         _check_planned(res["runs"][how], raw)
+    b = res["runs"]["names_bytes"]                # from bytes the EP has no path to plan: nothing claimed
+    assert "error" not in b and b["providers"][0] == "PlusEP", b
+    assert not [ep for ep, _ in b["assigned"] if ep == "PlusEP"] and b["launches"] == [], b
+    assert all(c["rel"] <= c["tol"] for c in b["compare"]), b["compare"]
 
 
 @pytest.mark.zoo

@@ -134,6 +134,9 @@ def unrenderable_reason(node, view=None) -> str | None:
         return None
     if node.op_type == "Trilu" and len(node.input) > 1 and node.input[1] and view.const(node.input[1]) is None:
         return "Trilu's k is not a constant"
+    if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1] and (
+            node.output[1] in view.consumers or node.output[1] in view.outputs):
+        return "Dropout's mask output is read; the codegen passes only its data through"
     if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
         mode = view.const(node.input[2])
         if mode is None or mode.size != 1 or bool(mode.reshape(-1)[0]):

@@ -128,3 +128,13 @@ def test_explain_names_the_nodes_kernels_leave_out(tmp_path):
     r = rewrite_detailed(_trilu_model())
     text = format_explanation(explain(r, "elementwise", r.identifier.warehouse[-1]), "m.onnx")
     assert "with kernels (--arch) Trilu 't' stays out of every subgraph: Trilu's k is not a constant" in text
+
+
+def test_dropout_whose_mask_is_read_is_unrenderable():
+    f = TensorProto.FLOAT
+    m = _model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Dropout", ["h"], ["d", "mask"]),
+                helper.make_node("Cast", ["mask"], ["mf"], to=f), helper.make_node("Add", ["d", "mf"], ["y"])],
+               [helper.make_tensor_value_info("x", f, [4, 8])], [helper.make_tensor_value_info("y", f, [4, 8])])
+    view = GraphView.build(m)
+    dropout = next(n for n in view.nodes if n.op_type == "Dropout")
+    assert "mask output is read" in ops.unrenderable_reason(dropout, view)

@@ -15,7 +15,8 @@ HOOKS = "gemm"
 
 
 def _operands(job, em, seed):
-    a, b = seed.input[0], seed.input[1]
+    """A and B: the roles identification found (warehouse/roles.py gemm_roles), else the seed's."""
+    a, b = (job.roles["a"], job.roles["b"]) if job.roles else (seed.input[0], seed.input[1])
     for role, t in (("A", a), ("B", b)):
         if t not in job.inputs:
             raise RenderError(f"{describe(seed)}: operand {role} '{t}' is computed inside the subgraph; "

@@ -68,6 +68,22 @@ def render_attention(job):
         hooks.append(f"#define PLUS_HAS_{name.upper()} 1\n"
                      f"PLUS_DEV float plus_{name}(const PlusArgs& args, long long b, long long h, long long {pos}, int d) {{\n"
                      f"  if (d >= {D}) return 0.0f;\n{body}\n  return {val};\n}}\n")
+    # Q and V stored contiguously as [B, H, S, D] (the projections' GEMMs materialise them): the
+    # tensor-core path copies their tiles with 16-byte cp.async instead of calling the element hooks.
+    strided = {}
+    if math_ == 2 and rank == 4 and D % 16 == 0:
+        for name, tensor, rows in (("q", q, Sq), ("v", v, Skv)):
+            if tensor in job.inputs and list(em.shape(tensor)) == [B, H, rows, symdim.parse(D)]:
+                strided[name] = job.inputs.index(tensor)
+    if strided:
+        ptrs = "#define PLUS_HAS_QKV_PTR 1\n"
+        for name, k in strided.items():
+            hv, heads, rows = ("h", "H", "Sq") if name == "q" else ("hkv", "Hkv", "Skv")
+            ptrs += (f"PLUS_DEV const plus_qkv_t* plus_{name}_ptr(const PlusArgs& args, long long b, long long {hv}) {{\n"
+                     "  const PlusAttnShape s = plus_attn_shape(args);\n"
+                     f"  return (const plus_qkv_t*)args.in[{k}] + (b * s.{heads} + {hv}) * s.{rows} * {D}LL;\n}}\n"
+                     f"PLUS_DEV long long plus_{name}_ld(const PlusArgs&) {{ return {D}; }}\n")
+        hooks.append(ptrs)
     # score hook: the tensors between the QKᵀ MatMul and the Softmax, with the product bound to `s`
     em.reset()
     em.bound[mm1.output[0]] = lambda idx: ("s", "float")
@@ -94,6 +110,8 @@ def render_attention(job):
         defines = routes.attention_defines(cfg, D)
         if math_ == 2 and kt in job.inputs:      # a materialised Kᵀ: keys are contiguous in memory
             defines["PLUS_K_KEY_MAJOR"] = 1
+        for name in strided:
+            defines[f"PLUS_{name.upper()}_STRIDED"] = 1
         # a fully masked row: NaN as the graph's softmax gives it, 0 where the graph guards it
         defines["PLUS_MASKED_ROW_NAN"] = 0 if nan_guard else 1
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "".join(hooks)

@@ -1,6 +1,7 @@
 """The H100 fast path end to end on the PTX interpreter: a small BERT in fp16 rewritten for sm_90a
 renders the wgmma GEMM with PLUS_ALIGNED=1 (static proof), the K projection's GEMM with the m-fastest
-epilogue (it stores Kᵀ), and the tensor-core attention reading that Kᵀ key-major with a staged output;
+epilogue (it stores Kᵀ), and the tensor-core attention reading that Kᵀ key-major, Q and V by cp.async
+tiles, with a staged output;
 `plus-ep verify` runs every kernel through the launcher and compares each fused node with its function."""
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def test_fast_path_sources(model):
         if sg.pattern.name == "attention":
             assert "#define PLUS_MATH 2\n" in src
             seen["key_major"] += "#define PLUS_K_KEY_MAJOR 1\n" in src
+            # Q and V are stored [b, h, s, d] by their GEMMs: 16-byte cp.async tiles, not element hooks
+            assert "#define PLUS_Q_STRIDED 1\n" in src and "#define PLUS_V_STRIDED 1\n" in src
         else:
             assert '#include "gemm_sm90a.cuh"' in src and "#define PLUS_ALIGNED 1\n" in src
             seen["aligned"] += 1

@@ -135,3 +135,18 @@ def test_every_subgraph_of_the_demo_bert_reads_every_input():
         for k, t in enumerate(ins):
             assert r.view.const(t) is not None or all(f"args.in[{k}]" in v.source for v in rd.variants), \
                 f"{sg.pattern.name}: input {k} '{t}' is never read"
+
+
+@pytest.mark.parametrize("variant,reason", [
+    (WHERE_KEEP, "is not the NaN guard Where(IsNaN(p), 0, p)"),
+    (SPELLED, "the softmax is spelled out"),
+])
+def test_cli_explain_shows_the_refusal(variant, reason, tmp_path, capsys):
+    import onnx
+
+    from plus_ep import cli
+    path = tmp_path / f"{variant}.onnx"
+    onnx.save(attention_model(variant)[0], str(path))
+    assert cli.main(["explain", str(path), "--pattern", "attention"]) == 0
+    out = capsys.readouterr().out
+    assert "stopped: step" in out and reason in out

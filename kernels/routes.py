@@ -168,9 +168,16 @@ def _static(expr, default=GUESS) -> int:
 def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
     from . import attention_configs as ac
     dp = _padded(D)
-    menu = _usable(list(ac.CONFIGS.get((math_, dp)) or
-                        [ac.make_config(math_, dp, bq, bkv, w) for bq, bkv, w in ac._MENU[math_]]),
-                   arch, f"attention (head dim {D})")
+    def menu_of(m):
+        return list(ac.CONFIGS.get((m, dp)) or [ac.make_config(m, dp, bq, bkv, w) for bq, bkv, w in ac._MENU[m]])
+    try:
+        menu = _usable(menu_of(math_), arch, f"attention (head dim {D})")
+    except NoConfig:
+        if math_ != 2:
+            raise
+        # every tensor-core config spilled or does not fit (head dim 256 at 255 registers): the SIMT
+        # fp32 path reads the same hooks (plus_qkv_t is then unused) and needs fewer registers per row
+        menu = _usable(menu_of(0), arch, f"attention (head dim {D}, SIMT)")
     b, h = _static(B, 1), _static(H, 1)
     Sq = symdim.parse(Sq)
 

@@ -48,7 +48,7 @@ def _smem(plan, variant: int) -> int:
     return out
 
 
-MAX_FALLBACKS = 4          # rounds of "exclude the configs that failed on an arch, render again"
+MAX_FALLBACKS = 6          # rounds of "exclude the configs that failed on an arch, render again"
 
 
 @dataclass

@@ -507,11 +507,27 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
             return node_fail(nd, ORT_FAIL, "KernelContext_GetInput", st);
         in.desc[i].present = v != NULL;
         in.desc[i].dims = in.dims[i];
+        in.desc[i].host = NULL;
         in.desc[i].rank = 0;
         in.data[i] = NULL;
         in.elems[i] = 0;
         if (v && (st = describe(nd, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i])))
             return st;
+    }
+    /* Shape tensors the plan reads on the host (`shapev`, kernels/CONTRACT.md §3): in place when
+     * staging, else copied from device memory after the node's stream (plus_kernel_read_shape_inputs). */
+    plus_host_values hv;
+    if (plan->n_shapev && ep->mode == PLUS_MODE_STAGING) {
+        for (int i = 0; i < nd->n_in; i++)
+            if (plus_plan_input_on_host(plan, i)) in.desc[i].host = in.data[i];
+    } else if (plan->n_shapev) {
+        void* sv_stream = NULL;
+        if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(kctx, &sv_stream))) plus_ep_drop(st), sv_stream = NULL;
+        CUcontext sv_ctx = sv_stream ? NULL : plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err);
+        if (!sv_stream && !sv_ctx) return plus_ep_status(ORT_EP_FAIL, "%s", err);
+        if (plus_kernel_read_shape_inputs(nd->k, ep->drv, sv_ctx, (CUstream)sv_stream, in.desc,
+                                          (const void* const*)in.data, (size_t)nd->n_in, &hv, err, sizeof err))
+            return plus_ep_status(ORT_FAIL, "%s", err);
     }
     plus_binding b;
     if (plus_kernel_bind(nd->k, in.desc, (size_t)nd->n_in, (size_t)nd->n_out, &b, err, sizeof err))

@@ -160,13 +160,13 @@ static int cu_fail(const plus_kernel* k, const plus_driver* d, CUresult r, char*
     return nerr(k, err, errlen, "%s failed: %s", what, e);
 }
 
-int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUstream stream, plus_tensor_desc* in,
-                                  const void* const* dev, size_t n_in, plus_host_values* vals, char* err,
-                                  size_t errlen) {
+int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUcontext ctx, CUstream stream,
+                                  plus_tensor_desc* in, const void* const* dev, size_t n_in, plus_host_values* vals,
+                                  char* err, size_t errlen) {
     const plus_plan* p = &k->plan;
     if (!p->n_shapev) return 0;
-    CUcontext ctx = NULL;
-    CUresult r = stream ? d->cuStreamGetCtx(stream, &ctx) : d->cuCtxGetCurrent(&ctx);
+    CUresult r = 0;
+    if (!ctx) r = stream ? d->cuStreamGetCtx(stream, &ctx) : d->cuCtxGetCurrent(&ctx);
     if (r) return cu_fail(k, d, r, err, errlen, stream ? "cuStreamGetCtx" : "cuCtxGetCurrent");
     if (!ctx) return nerr(k, err, errlen, "no current CUDA context");
     if ((r = d->cuCtxPushCurrent(ctx))) return cu_fail(k, d, r, err, errlen, "cuCtxPushCurrent");

@@ -44,11 +44,13 @@ int plus_kernel_run_staged(plus_kernel* k, const plus_driver* d, const plus_host
                            size_t errlen);
 
 /* Shape tensors the plan reads on the host (`shapev`) while the run's inputs are device memory (the
- * CUDA twin): wait for `stream` (the producer's work is queued there), copy the elements the plan
- * reads into vals[] and point in[i].host at them. dev[i] are the inputs' device pointers.
- * Nothing to do (returns 0 at once) when the plan has no `shapev` line. */
+ * CUDA twin, the plugin EP's device mode): wait for `stream` (the producer's work is queued there; NULL:
+ * synchronise ctx), copy the elements the plan reads into vals[] and point in[i].host at them. ctx:
+ * as for plus_kernel_launch (NULL = the stream's, else the current one). dev[i] are the inputs'
+ * device pointers. Nothing to do (returns 0 at once) when the plan has no `shapev` line. */
 typedef struct { int64_t v[PLUS_MAX_SHAPEV][PLUS_SHAPEV_ELEMS]; } plus_host_values;
-int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUstream stream, plus_tensor_desc* in,
+int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUcontext ctx, CUstream stream,
+                                  plus_tensor_desc* in,
                                   const void* const* dev, size_t n_in, plus_host_values* vals, char* err,
                                   size_t errlen);
 

@@ -319,7 +319,7 @@ static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
         void* stream = NULL;
         if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(ctx, &stream)))
             return wrap(api, st, node, "KernelContext_GetGPUComputeStream");
-        if (plus_kernel_read_shape_inputs(ok->k, ok->drv, (CUstream)stream, in.desc, (const void* const*)in.data, n_in,
+        if (plus_kernel_read_shape_inputs(ok->k, ok->drv, NULL, (CUstream)stream, in.desc, (const void* const*)in.data, n_in,
                                           &hv, err, sizeof err))
             return make_status(api, ORT_FAIL, err);
     }

@@ -382,7 +382,7 @@ static int run_once(plus_kernel* k, const plus_driver* d, const fake_hooks* h, c
         if (plus_plan_input_on_host(p, i) && !o->read_shapes) desc[i].host = in[i].data;
     }
     plus_host_values hv;
-    if (o->read_shapes && plus_kernel_read_shape_inputs(k, d, (CUstream)h->stream(o->dev), desc, dev, (size_t)n_in, &hv,
+    if (o->read_shapes && plus_kernel_read_shape_inputs(k, d, NULL, (CUstream)h->stream(o->dev), desc, dev, (size_t)n_in, &hv,
                                                          err, errlen))
         return 1;
     plus_binding b;

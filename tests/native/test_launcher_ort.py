@@ -221,3 +221,35 @@ def test_sixteen_threads_share_one_session(tmp_path, library, fake_cuda):
     assert res == {"threads": 16, "bad": [], "errors": []}
     assert len(launches(log)) == 16 * 50
     assert sum(l.startswith("load dev=0") for l in log.read_text().splitlines()) == 1
+
+
+SHAPEV_PLAN = """plusplan 1
+node fused_shapev
+in 0 1 1 *
+in 1 7 1 1
+sym 0 n
+shapev s0 1 0
+out 0 1 1 s0
+val 0 s0
+val 1 3
+route 0 1
+kernel 0 0 fake_scale s0,256,cdiv 1 1 256 1 1 0
+end
+"""
+
+
+def test_symbol_bound_from_a_shape_tensor_on_the_cpu_twin(tmp_path, library, fake_cuda):
+    """n is no input axis the plan binds (`*`): it comes from the values of S = Shape(X), which the
+    CPU twin reads in host memory (GPT-2's seq from the Concat TorchScript computes)."""
+    from onnx import TensorProto, helper
+    node = fused_node("fused_shapev", ["X", "S"], ["Z"], "k1", SHAPEV_PLAN, {"sm_90": fake_pack("sm_90")})
+    body = [helper.make_node("Constant", [], ["three"], value=helper.make_tensor("t", TensorProto.FLOAT, [], [3.0])),
+            helper.make_node("Mul", ["A", "three"], ["C"])]
+    fn = helper.make_function("ai.plus_ep", "Fused", ["A", "B"], ["C"], body, [helper.make_opsetid("", 17)],
+                              overload="k1")
+    m = model([helper.make_node("Shape", ["X"], ["S"]), node], [fn], inputs=("X", "Y"))
+    log = tmp_path / "cuda.log"
+    res, _ = run(tmp_path, library, m, {"PLUS_EP_CUDA_LIBRARY": str(fake_cuda), "FAKE_CUDA_LOG": str(log)})
+    assert res == {"out": [0.0, 3.0, 6.0, 9.0, 12.0]}          # fake_scale: X * v1 for i < v0 = n
+    (line,) = launches(log)
+    assert "entry=fake_scale" in line and "v=5,3," in line

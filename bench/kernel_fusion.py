@@ -20,8 +20,8 @@ import time
 from collections import Counter
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.env_info import env_info  # noqa: E402
-from bench.fusion import _reasons, counts, model_shape  # noqa: E402
+from bench.env_info import env_info
+from bench.fusion import _reasons, counts, model_shape
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 BUDGET = {"bert": 7, "albert": 7, "vit": 7, "gpt2": 7, "llama": 10, "t5": 7}   # data kernels per block
@@ -35,6 +35,7 @@ def run_one(family, exporter, size, archs, cache) -> dict:
     path = zoo.export(family, exporter, size)
     rec["model"] = path.name
     import onnx
+
     model = onnx.load(str(path))
     rec["original"] = counts(model, rec["blocks"])
     start = time.perf_counter()
@@ -63,8 +64,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=None, help="kernel cache folder (default: a fresh temporary one)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
-    from plus_ep import zoo
     from plus_ep.kernels.cache import KernelCache
+
+    from plus_ep import zoo
 
     logging.getLogger("plus_ep").setLevel(logging.ERROR)
     archs = args.archs.split(",")
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
         for exporter in args.exporters or zoo.EXPORTERS:
             try:
                 rec = run_one(family, exporter, args.size, archs, cache)
-            except Exception as exc:   # one export's failure is a result, not the end of the run
+            except Exception as exc:  # noqa: BLE001 - one export's failure is a result, not the end of the run
                 rec = {"family": family, "exporter": exporter, "error": f"{type(exc).__name__}: {exc}"}
             runs.append(rec)
             print(json.dumps({k: rec.get(k) for k in ("family", "exporter", "data_kernels_per_layer", "subgraphs",

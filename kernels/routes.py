@@ -210,4 +210,4 @@ def attention_defines(cfg, D) -> dict:
     return ac.defines(cfg)
 
 
-__all__ = ["ALWAYS", "gemm_routes", "gemm_defines", "gemm_header", "attention_routes", "attention_defines"]
+__all__ = ["ALWAYS", "attention_defines", "attention_routes", "gemm_defines", "gemm_header", "gemm_routes"]

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-
-from plus_ep import kernel_build
 from plus_ep.kernels import arch as arch_table
 from plus_ep.kernels import plan as P
 from plus_ep.kernels.compile import ResourceError
 from plus_ep.kernels.nvrtc import CompileResult
 from plus_ep.kernels.pack import parse as read_pack
+
+from plus_ep import kernel_build
 from plus_ep.rewrite import rewrite_detailed
 
 
@@ -106,7 +106,7 @@ def test_spilling_variant_falls_back_to_a_smaller_config(monkeypatch):
     res = _build(monkeypatch, _fp16_gemm(m=4096), ["sm_80", "sm_90a"], fake)
     assert not res.kernels.failures, res.kernels.failures
     assert (victim, "sm_80") in fake.calls                   # tried, spilled, excluded
-    plan, packs = _plan_and_packs(res)
+    _, packs = _plan_and_packs(res)
     assert packs["sm_80"] and all(victim not in im.cubin.decode() for im in packs["sm_80"])
 
 
@@ -139,6 +139,6 @@ def test_tensor_core_attention_falls_back_to_simt_when_every_config_spills():
     with routes.excluding(tc):
         rts = routes.attention_routes(2, 8, "seq", "seq", 256, "sm_80", symdim.Symbols(), math_=2)
     assert rts and all(cfg.math == 0 for _, cfg in rts)
-    with routes.excluding(tc | {ac.make_config(0, 256, bq, bkv, w).name for bq, bkv, w in ac._MENU[0]}):
-        with pytest.raises(routes.NoConfig, match="no attention"):
-            routes.attention_routes(2, 8, "seq", "seq", 256, "sm_80", symdim.Symbols(), math_=2)
+    simt = {ac.make_config(0, 256, bq, bkv, w).name for bq, bkv, w in ac._MENU[0]}
+    with routes.excluding(tc | simt), pytest.raises(routes.NoConfig, match="no attention"):
+        routes.attention_routes(2, 8, "seq", "seq", 256, "sm_80", symdim.Symbols(), math_=2)

@@ -37,7 +37,7 @@ typedef struct {
     char arch[32];          /* "" = the device's */
     char cache_dir[1024];
     char disable[1024];     /* comma-separated pattern names; "all" claims nothing */
-    char fp32_math[16];     /* "exact" | "tf32" */
+    char fp32_math[16];     /* "exact" | "tf32" | "" (not set: the planner's default, tf32) */
     int verify;
 } plus_ep_options;
 /* Read and check the options; an unknown ep.plusep.* key is an error naming it. */

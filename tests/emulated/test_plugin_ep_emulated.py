@@ -45,6 +45,7 @@ feeds = dict(np.load(spec["feeds"]))
 want = ort.InferenceSession(spec["reference"], providers=["CPUExecutionProvider"]).run(None, feeds)
 out = {"registered": registered,
        "devices": [{k: v for k, v in d.items() if k != "device"} for d in plus_ep.ep.devices()], "runs": {}}
+opts = spec.get("options", {})
 for how in spec["hows"]:
     emu.reset_records()
     so = ort.SessionOptions()
@@ -54,10 +55,10 @@ for how in spec["hows"]:
     source = open(spec["model"], "rb").read() if how.endswith("_bytes") else spec["model"]
     try:
         if how.startswith("devices"):
-            so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == "PlusEP"], {})
+            so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == "PlusEP"], opts)
             sess = ort.InferenceSession(source, sess_options=so)
         else:
-            sess = ort.InferenceSession(source, so, providers=["PlusEP", "CPUExecutionProvider"])
+            sess = ort.InferenceSession(source, so, providers=[("PlusEP", opts), "CPUExecutionProvider"])
         got = sess.run(None, feeds)
     except Exception as e:
         out["runs"][how] = {"error": str(e)}
@@ -90,10 +91,11 @@ print(json.dumps(out, default=float))
 """
 
 
-def _child(model, reference, feeds: dict, hows, tmp_path) -> dict:
+def _child(model, reference, feeds: dict, hows, tmp_path, options=None) -> dict:
     path = tmp_path / "feeds.npz"
     np.savez(path, **feeds)
-    spec = {"model": str(model), "reference": str(reference), "feeds": str(path), "hows": list(hows)}
+    spec = {"model": str(model), "reference": str(reference), "feeds": str(path), "hows": list(hows),
+            "options": options or {}}
     return json.loads(run_child(RUNNER, [json.dumps(spec)], timeout=600))
 
 
@@ -181,16 +183,18 @@ def test_raw_bert_planned_incl_attention(bert, tmp_path):
 
 
 @pytest.mark.zoo
-def test_zoo_bert_rewritten_and_raw(tmp_path):
-    """One small zoo export (BERT, TorchScript exporter, 2 layers; cached after its first export), rewritten
-    and raw. Marked zoo (torch, and about a minute of NVRTC and interpreter time): `-m "not zoo"` skips it."""
+def test_zoo_bert_rewritten_and_raw_exact(tmp_path):
+    """One small zoo export (BERT, TorchScript exporter, 2 layers; cached after its first export) with
+    exact fp32 kernels (rewritten with fp32_math="exact"; raw with the provider option fp32_math=exact,
+    which reaches the planner): outputs within 1e-4 of the original. Marked zoo (torch, and about a
+    minute of NVRTC and interpreter time): `-m "not zoo"` skips it."""
     pytest.importorskip("cuda.bindings")
     pytest.importorskip("torch")
     import plus_ep
     from plus_ep import zoo
     from plus_ep.zoo.inputs import sample_inputs
     raw = zoo.export("bert", "torchscript", "small", layers=2)
-    r = plus_ep.rewrite_detailed(str(raw), archs=["sm_90a"])
+    r = plus_ep.rewrite_detailed(str(raw), archs=["sm_90a"], fp32_math="exact")
     assert not r.kernels.failures, r.kernels.failures
     plus = tmp_path / "zoo.plus.onnx"
     onnx.save(r.model, plus)
@@ -198,6 +202,8 @@ def test_zoo_bert_rewritten_and_raw(tmp_path):
     feeds = sample_inputs(str(raw), batch=1, seq=8)
     rw = _child(plus, raw, feeds, ["names"], tmp_path)["runs"]["names"]
     assert sorted(n for ep, nodes in rw["assigned"] if ep == "PlusEP" for _, n in nodes) == sorted(fused)
+    assert rw["maths"] == ["exact"] and all(c["tol"] == 1e-4 for c in rw["compare"]), rw
     _check_run(rw, set(fused))
-    rr = _child(raw, raw, feeds, ["names"], tmp_path)["runs"]["names"]
+    rr = _child(raw, raw, feeds, ["names"], tmp_path, options={"fp32_math": "exact"})["runs"]["names"]
+    assert rr["maths"] == ["exact"] and all(c["tol"] == 1e-4 for c in rr["compare"]), rr
     _check_planned(rr, raw)

@@ -215,6 +215,7 @@ def test_raw_demo_model_planned_by_the_rewriter(demo_models, fake_cuda):
     assert "error" not in res, res
     ops = res["assigned"].get("PlusEP", [])
     assert ops.count("LayerNormalization") >= 2 and ops.count("MatMul") >= 4, res
+    assert "Softmax" in ops, res          # the attention group too (planned on ORT's basic-optimized graph)
 
 
 def test_bytes_model_is_not_planned(tmp_path, fake_cuda):

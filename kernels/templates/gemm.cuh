@@ -345,6 +345,8 @@ constexpr int KSTEP = PLUS_MATH == 2 ? 16 : 8; // k of one mma
 constexpr int MI = PLUS_WM / 16;              // m16 tiles per warp
 constexpr int NI = PLUS_WN / 8;               // n8 tiles per warp
 constexpr bool KSWZ = PLUS_GEMM_KSWZ;          // 64-byte k rows: swizzled 16-byte chunks
+constexpr int C_LD = PLUS_WN + 8;               // fp32 row stride of a warp's staged C slice (epilogue)
+static_assert(PLUS_THREADS / 32 * 16 * C_LD * 4 <= PLUS_SMEM_BYTES, "the staged C slices must fit in the stage ring");
 
 // Position of 16-byte chunk `ch` of row `r` in a k-contiguous tile. Swizzled (64-byte rows, 4 chunks):
 // chunk ch ^ ((r / 2) % 4), so the 8 rows one ldmatrix matrix reads and the 2 rows one 8-lane cp.async
@@ -559,20 +561,29 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
     if (++stage == PLUS_STAGES) stage = 0;
   }
   plus_cp_async_wait<0>();  // nothing may be in flight into shared memory when the block exits
+  __syncthreads();          // every warp is done with the stage ring: it holds the staged C slices now
 
-  // Accumulator fragment: d0, d1 at (row g, cols 2t, 2t+1), d2, d3 at (row g+8, same cols).
+  // Epilogue, staged per warp through shared memory one m16 slice at a time. Accumulator fragment: d0, d1
+  // at (row g, cols 2t, 2t+1), d2, d3 at (row g+8, same cols). The warp writes its 16 x WN fp32 slice
+  // ([16][WN + 8]: the 4 rows of a 16-lane float2 phase fall in distinct 32-byte bank groups), then stores
+  // it row by row with lanes along n: each store request covers 32 consecutive columns (whole sectors),
+  // whatever the epilogue hook does per element.
+  float* sc = reinterpret_cast<float*>(smem) + warp * 16 * C_LD;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int i = 0; i < MI; ++i) {
-    const int m = blk.m0 + wm0 + i * 16 + g;
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
-      const int n = blk.n0 + wn0 + j * 8 + 2 * t;
-      store(args, blk, m, n, acc[i][j][0]);
-      store(args, blk, m, n + 1, acc[i][j][1]);
-      store(args, blk, m + 8, n, acc[i][j][2]);
-      store(args, blk, m + 8, n + 1, acc[i][j][3]);
+      *reinterpret_cast<float2*>(sc + g * C_LD + j * 8 + 2 * t) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(sc + (g + 8) * C_LD + j * 8 + 2 * t) = make_float2(acc[i][j][2], acc[i][j][3]);
     }
+    __syncwarp();
+    const int m0 = blk.m0 + wm0 + i * 16;
+#pragma unroll 1
+    for (int r = 0; r < 16; ++r)
+#pragma unroll
+      for (int c = lane; c < PLUS_WN; c += 32) store(args, blk, m0 + r, blk.n0 + wn0 + c, sc[r * C_LD + c]);
+    __syncwarp();
   }
 }
 #endif  // PLUS_MATH

@@ -55,14 +55,38 @@ def run_one(family, exporter, size, archs, cache) -> dict:
     return rec
 
 
+def run_bert_fp16(layers, archs, cache) -> dict:
+    """BERT-base fp16 (bench/bert_fp16.py): real-width f16 GEMM+LayerNorm subgraphs, whose sm_80 kernels
+    were lost when sm_90a's wgmma source was compiled for every arch."""
+    from bench.bert_fp16 import bert_base_fp16
+    from plus_ep.rewrite import rewrite_detailed
+
+    model = bert_base_fp16(layers)
+    rec = {"family": "bert-base-fp16", "exporter": "demo builder", "layers": layers, "blocks": layers,
+           "original": counts(model, layers)}
+    start = time.perf_counter()
+    r = rewrite_detailed(model, archs=archs, cache=cache, progress=False)
+    groups = {}
+    for n in r.model.graph.node:
+        if n.domain == "ai.plus_ep":
+            text = next(a.s.decode() for a in n.attribute if a.name == "plus_plan")
+            groups[n.name] = [ln[len("arch "):] for ln in text.splitlines() if ln.startswith("arch ")]
+    rec.update({**counts(r.model, layers), "seconds": round(time.perf_counter() - start, 2),
+                "subgraphs": len(r.subgraphs), "unfused": len(r.kernels.failures),
+                "unfused_reasons": _reasons(r.kernels.failures), "route_groups": groups})
+    return rec
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="small", choices=["small", "real"])
     ap.add_argument("--archs", default="sm_80,sm_90a")
-    ap.add_argument("--families", nargs="+", default=None)
+    ap.add_argument("--families", nargs="+", default=None, help="zoo families (default: all; none: no zoo model)")
     ap.add_argument("--exporters", nargs="+", default=None)
     ap.add_argument("--cache", default=None, help="kernel cache folder (default: a fresh temporary one)")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--bert-fp16", type=int, metavar="LAYERS", default=0,
+                    help="also rewrite BERT-base fp16 with LAYERS layers (bench/bert_fp16.py)")
     args = ap.parse_args(argv)
     from plus_ep.kernels.cache import KernelCache
 
@@ -73,7 +97,8 @@ def main(argv=None) -> int:
     tmp = None if args.cache else tempfile.TemporaryDirectory(prefix="plus_ep_kernel_fusion_")
     cache = KernelCache(args.cache or tmp.name)
     runs = []
-    for family in args.families or zoo.FAMILIES:
+    families = [] if args.families == ["none"] else args.families or zoo.FAMILIES
+    for family in families:
         for exporter in args.exporters or zoo.EXPORTERS:
             try:
                 rec = run_one(family, exporter, args.size, archs, cache)
@@ -82,11 +107,16 @@ def main(argv=None) -> int:
             runs.append(rec)
             print(json.dumps({k: rec.get(k) for k in ("family", "exporter", "data_kernels_per_layer", "subgraphs",
                                                       "unfused", "unfused_reasons", "seconds", "error")}), flush=True)
+    if args.bert_fp16:
+        rec = run_bert_fp16(args.bert_fp16, archs, cache)
+        runs.append(rec)
+        print(json.dumps({k: rec.get(k) for k in ("family", "subgraphs", "unfused", "route_groups")}), flush=True)
     data = {"kind": "kernel_fusion", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "env": env_info(), "settings": {"size": args.size, "archs": archs}, "runs": runs}
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{datetime.date.today().isoformat()}-kernel-fusion-{args.size}.json"
+    what = args.size if families else f"bert-base-fp16-L{args.bert_fp16}"
+    path = out / f"{datetime.date.today().isoformat()}-kernel-fusion-{what}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(path)
     return 0

@@ -421,6 +421,15 @@ def test_bind_launch_limits(h, edit, inputs, expected):
     assert expected in msg and "plan line" in msg
 
 
+def test_launch_limit_error_names_the_node(h):
+    plan = ADD_PLAN.replace("kernel 1 0 fake_add_marker s0,256,cdiv 1 1 256 1 1 0\n", "").replace(
+        "route 0 s0,1024,<=\nroute 1 1", "route 0 1").replace("s0,256,cdiv 1 1 256", "1 s0 1 256")
+    msg = h.err("run", h.file(plan), "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin"),
+                "--in", "1:70000", "--in", "1:70000")
+    assert msg.startswith("PlusEP node 'my add': kernel `fake_add` grid.y = 70000 exceeds CUDA's limit of 65535")
+    assert "plus-ep rewrite --disable <pattern>" in msg
+
+
 def test_shape_inference_binding(h):
     """bind.c's shape inference: known dims give values, unknown ones keep the input's dim name or get
     a name of their own (never a bare -1)."""

@@ -40,12 +40,16 @@ class Counters:
         w = tids // 32
         first, last = a >> 5, (a + size - 1) >> 5
         keys = np.concatenate([w * (1 << 40) + first, w * (1 << 40) + last])
-        uniq = np.unique(keys)
-        sectors = uniq.size
-        warps, lanes = np.unique(w, return_counts=True)
+        sectors = _distinct(keys)
+        lanes = np.bincount(w)
+        lanes = lanes[lanes > 0]
         ideal = int(np.sum(-(-(lanes * size) // 32)))
-        self._add(f"global_{kind}", warps.size, sectors, ideal, int(len(tids) * size))
-        self.sector_log.append(np.unique(np.concatenate([first, last])))
+        self._add(f"global_{kind}", lanes.size, sectors, ideal, int(len(tids) * size))
+        self.sector_log.append(first)
+        if size > 1:
+            self.sector_log.append(last)
+        if len(self.sector_log) >= 4096:            # fold the log now and then (memory stays small)
+            self.sector_log = [np.unique(np.concatenate(self.sector_log))]
 
     def shared(self, M, op, addrs, size, tids, kind):
         wf, ideal, req = _wavefronts(addrs.astype(np.int64), size, tids)
@@ -54,16 +58,12 @@ class Counters:
     def ldmatrix(self, M, op, addr, tids):
         # addr [nw, 8n]: one phase per matrix (8 rows of 16 bytes)
         nw, rows = addr.shape
-        a = addr.astype(np.int64).reshape(nw, rows // 8, 8)
-        words = a[..., None] // 4 + np.arange(4)                 # [nw, mats, 8, 4]
-        bank = words % 32
-        total = 0
-        for wi in range(nw):
-            for mi in range(rows // 8):
-                b, wd = bank[wi, mi].reshape(-1), words[wi, mi].reshape(-1)
-                pairs = np.unique(b * (1 << 40) + wd)
-                total += int(np.bincount((pairs >> 40).astype(np.int64)).max())
-        self._add("shared_ldmatrix", nw, total, nw * (rows // 8), nw * rows * 16)
+        mats = rows // 8
+        a = addr.astype(np.int64).reshape(nw * mats, 8)
+        words = a[..., None] // 4 + np.arange(4)                 # [nw * mats, 8, 4]
+        grp = np.broadcast_to(np.arange(nw * mats)[:, None, None], words.shape)
+        total = _max_words_per_bank(grp.reshape(-1), words.reshape(-1))
+        self._add("shared_ldmatrix", nw, total, nw * mats, nw * rows * 16)
 
     def wgmma_operands(self, M, op, a_addr, b_addr):
         self._add("shared_wgmma_operands", 1, 0, 0, int((a_addr.size + b_addr.size) * 2))
@@ -109,25 +109,45 @@ class Counters:
         return out
 
 
+def _distinct(keys) -> int:
+    """Number of distinct values of a 1-D int64 array."""
+    if keys.size <= 1:
+        return int(keys.size)
+    k = np.sort(keys)
+    return int(np.count_nonzero(k[1:] != k[:-1])) + 1
+
+
+def _max_words_per_bank(grp, words) -> int:
+    """Sum over groups (phases) of the largest number of distinct 4-byte words one bank serves.
+    grp, words: 1-D int64 of equal length (group id < 2^30, word index < 2^28)."""
+    key = np.sort((grp << 33) | ((words & 31) << 28) | words)   # (group, bank, word), sorted
+    if key.size == 0:
+        return 0
+    new = np.empty(key.size, bool)
+    new[0] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    key = key[new]                                              # distinct (group, bank, word)
+    gb = key >> 28                                              # (group, bank)
+    starts = np.flatnonzero(np.r_[True, gb[1:] != gb[:-1]])
+    counts = np.diff(np.r_[starts, gb.size])                    # distinct words per (group, bank)
+    g = gb[starts] >> 5
+    gstarts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    return int(np.maximum.reduceat(counts, gstarts).sum())
+
+
 def _wavefronts(a, size, tids):
     """(wavefronts, ideal, requests) of one shared-memory instruction (all warps of the CTA)."""
     per_phase = 32 if size <= 4 else (16 if size == 8 else 8)
     nwords = max(1, size // 4)
-    lane = tids % 32
     warp = tids // 32
-    phase = lane // per_phase
-    words = (a // 4)[:, None] + np.arange(nwords)                  # [n, nwords]
-    grp = (warp * 8 + phase)[:, None] + np.zeros_like(words)
-    bank = words % 32
-    keys = np.unique(np.stack([grp.reshape(-1), bank.reshape(-1), words.reshape(-1)], 1), axis=0)
-    gb = np.unique(keys[:, :2], axis=0, return_counts=True)
-    # per group: max over banks of the distinct words
-    grp_ids = gb[0][:, 0]
-    counts = gb[1]
-    order = np.argsort(grp_ids, kind="stable")
-    g_sorted, c_sorted = grp_ids[order], counts[order]
-    starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
-    wf = int(np.maximum.reduceat(c_sorted, starts).sum())
-    warps, lanes = np.unique(warp, return_counts=True)
+    grp = warp * 8 + (tids % 32) // per_phase
+    if nwords == 1:
+        words = a // 4
+    else:
+        words = ((a // 4)[:, None] + np.arange(nwords)).reshape(-1)
+        grp = np.repeat(grp, nwords)
+    wf = _max_words_per_bank(grp, words)
+    lanes = np.bincount(warp)
+    lanes = lanes[lanes > 0]
     ideal = int(np.sum(np.maximum(1, -(-(lanes * size) // 128))))
-    return wf, ideal, int(warps.size)
+    return wf, ideal, int(lanes.size)

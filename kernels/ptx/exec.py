@@ -52,6 +52,7 @@ class Kernel:
         self._param_offsets = {n: o for n, _, _, o in fn.params}
         self.param_bytes = max((o + s for _, s, _, o in fn.params), default=0)
         self.ops: list[Op] = []
+        self._machines: dict = {}      # (threads, block, approx) -> (Machine, bound closures)
         for st in fn.stmts:
             op = decode(st)
             self.ops.append(op)
@@ -99,10 +100,18 @@ class Kernel:
             raise PtxError(f"{len(params)} parameter bytes given, the kernel's .param declarations take "
                            f"{self.param_bytes}", kernel=self.name)
         memory = memory if memory is not None else GlobalMemory()
-        M = Machine(self, T, block)
+        # the machine and its bound closures are kept per launch shape (binding them costs more than a
+        # small launch): taken out of the cache while in use, so concurrent launches build their own
+        key = (T, block, approx)
+        cached = self._machines.pop(key, None)
+        if cached is None:
+            M, fns = Machine(self, T, block), None
+            M.rng = np.random.default_rng(seed)
+        else:
+            M, fns = cached
+            M.rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
         M.gmem = memory
         M.approx = approx
-        M.rng = np.random.default_rng(seed)
         M.params = np.frombuffer(params, np.uint8).copy()
         M.param_syms = dict(self._param_offsets)
         dyn_base = -(-self.static_shared_bytes // self._dyn_align) * self._dyn_align
@@ -117,7 +126,8 @@ class Kernel:
         M.wg = WgmmaState(-(-T // 128))
         for nm, v in (("%nctaid.x", grid[0]), ("%nctaid.y", grid[1]), ("%nctaid.z", grid[2])):
             M.sregs[nm][:] = v
-        fns = [op.factory(M) if op.factory is not None else None for op in self.ops]
+        if fns is None:
+            fns = [op.factory(M) if op.factory is not None else None for op in self.ops]
         ctas = select_ctas(grid, sample_ctas, seed, cta_order)
         for cta in ctas:
             M.ctaid = cta
@@ -140,6 +150,10 @@ class Kernel:
         res.line_counts = lc
         res.sync_stats = {"retired": dict(M.retired),
                           "guarded": dict(M.checks.guarded) if M.checks is not None else {}}
+        M.gmem = M.checks = M.counters = None          # nothing of this launch stays alive in the cache
+        M.smem = np.zeros(0, np.uint8)
+        if len(self._machines) < 4:
+            self._machines[key] = (M, fns)
         return res
 
 

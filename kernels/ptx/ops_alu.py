@@ -307,6 +307,11 @@ def _shift(stmt):
     def factory(M):
         put = M.wr(ops[0], ty)
         a, b = M.rd(ops[1], ty), M.rd(ops[2], "u32")
+        if ops[2][0] == "imm" and 0 <= int(b()) < bits:     # constant in-range amount: one numpy call
+            dt = np.dtype(S.np_dtype(ty))
+            k = dt.type(int(b()))
+            f = np.left_shift if kind == "shl" else np.right_shift
+            return lambda m: put(f(a(), k, dtype=dt), m)
         return lambda m: put(S.shift(a(), b(), kind, bits), m)
     return Op(stmt.line, stmt.opcode, "op", "logic", factory)
 

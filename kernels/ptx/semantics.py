@@ -76,6 +76,12 @@ def round_exact_to_f32(s, e, mode: str):
     r = f.astype(np.float64)
     fin = np.isfinite(s)
     if mode == "rn":
+        # s rounds to f correctly unless s is exactly halfway between two f32 values and e decides
+        # the tie; a halfway point has at most 25 significant bits, so its low 28 f64 fraction bits
+        # are zero: without such an s (the common case) the cast is the answer
+        tie = fin & (e != 0) & ((np.ascontiguousarray(s).view(np.uint64) & np.uint64(0x0FFFFFFF)) == 0)
+        if not tie.any():
+            return f.astype(np.float32, copy=False)
         up, dn = _next_toward(f, 1), _next_toward(f, -1)
         with np.errstate(over="ignore", invalid="ignore"):
             mid_up = (r + up.astype(np.float64)) * 0.5

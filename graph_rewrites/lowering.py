@@ -84,11 +84,7 @@ def default_opset(model) -> int:
     return 17
 
 
-def _attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
+_attr = ops.attr
 
 
 def lower_all(view: GraphView, strict: bool = False) -> dict:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from onnx import helper
+
 
 @dataclass(frozen=True)
 class Op:
@@ -99,6 +101,14 @@ _add("Shape", None, role="shape", index=True)
 _add("Size", None, role="shape")
 
 OPS: dict[str, Op] = {o.name: o for o in _OPS}
+
+
+def attr(node, name: str, default=None):
+    """The value of a node attribute (ints, floats, strings as onnx gives them), else `default`."""
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
 
 
 def get(op_type: str, domain: str = "") -> Op | None:

@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import math
 
-from onnx import helper
-
 from ..graph_rewrites import ops
 
 F, I, B = "float", "long long", "bool"
 
 
-def attr(node, name, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
+attr = ops.attr         # the one attribute reader (graph_rewrites/ops.py)
 
 
 def lit(x: float) -> str:

@@ -13,16 +13,12 @@ import numpy as np
 from onnx import TensorProto
 
 from ..graph_rewrites.index import describe_node
+from ..graph_rewrites.ops import attr
 
 _FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
 
 
-def _attr(node, name, default=None):
-    from onnx import helper
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
+_attr = attr
 
 
 def _inside_producer(view, members: set, t: str):

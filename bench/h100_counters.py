@@ -9,6 +9,7 @@ sm_90a, every fused node's kernels run on the PTX interpreter through `plus-ep p
 Counts are a model from interpreted execution (kernels/ptx/counters.py), never GPU measurements.
 
     python -m bench.h100_counters [--layers 1] [--sample-ctas 2] [--out bench/results/DATE-h100-counters.json]
+    python -m bench.h100_counters --hidden 128 --heads 2 --ffn 512 --sample-ctas 0   # every CTA: DRAM bytes
 """
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ import tempfile
 
 import onnx
 
-from bench.bert_fp16 import bert_base_fp16
+from bench.bert_fp16 import to_fp16
 from bench.env_info import env_info
+from plus_ep.demo_model import build_bert
 from plus_ep.profile_kernels import profile
 from plus_ep.rewrite import rewrite_detailed
 
@@ -47,15 +49,19 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--sample-ctas", type=int, default=2)
+    ap.add_argument("--sample-ctas", type=int, default=2, help="CTAs per launch (0: all; DRAM bytes are only "
+                    "meaningful then: sampled counts are scaled by grid/sampled and lose cross-CTA reuse)")
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--ffn", type=int, default=3072)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    model = bert_base_fp16(a.layers)
+    model = to_fp16(build_bert(layers=a.layers, hidden=a.hidden, heads=a.heads, intermediate=a.ffn))
     with tempfile.TemporaryDirectory() as tmp:
         r = rewrite_detailed(model, archs=["sm_90a"])
         path = pathlib.Path(tmp) / "bert_base_fp16.plus.onnx"
         onnx.save(r.model, path)
-        rep = profile(str(path), arch="sm_90a", batch=a.batch, seq=a.seq, sample_ctas=a.sample_ctas)
+        rep = profile(str(path), arch="sm_90a", batch=a.batch, seq=a.seq, sample_ctas=a.sample_ctas or None)
     launches = sum(n["launches"] for n in rep["nodes"])
     rows = []
     for n in rep["nodes"]:
@@ -71,9 +77,9 @@ def main(argv=None) -> int:
            for k in ("ld_sectors", "st_sectors", "smem_wavefronts", "dram_vs_compulsory")}
     met["kernels_per_layer"] = per_layer <= CRITERIA["kernels_per_layer"]
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "what": "issue 15 acceptance counters, BERT-base fp16 on the PTX interpreter (sm_90a)",
+           "what": "issue 15 acceptance counters, BERT fp16 on the PTX interpreter (sm_90a)",
            "note": rep["note"] + "; GPU timing not measured (no GPU)",
-           "env": env_info(), "model": {"layers": a.layers, "hidden": 768, "heads": 12, "ffn": 3072,
+           "env": env_info(), "model": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "ffn": a.ffn,
                                         "dtype": "float16", "batch": a.batch, "seq": a.seq},
            "sample_ctas": a.sample_ctas, "criteria": CRITERIA, "kernel_launches_per_layer": per_layer,
            "met": met, "nodes": rows, "profile_ok": rep["ok"], "errors": rep["errors"]}

@@ -4,6 +4,7 @@ interpreter cannot decode (each with the first PTX line where it occurs and the 
     from plus_ep.kernels.ptx.census import forms, missing
     forms(ptx_text)        # Counter({"ld.global.nc.v4.f32": 26, ...})
     missing(ptx_text)      # {"tanh.approx.f32": (812, "unsupported PTX form ...")}
+    census(ptx_text)       # both, parsing once
 """
 from __future__ import annotations
 
@@ -26,12 +27,18 @@ def forms(ptx_text: str) -> Counter:
 
 def missing(ptx_text: str) -> dict:
     """form -> (first PTX line, reason) for every statement that does not decode."""
-    out: dict = {}
+    return census(ptx_text)[1]
+
+
+def census(ptx_text: str) -> tuple[Counter, dict]:
+    """(forms, missing) of one PTX text, parsed once."""
+    count, out = Counter(), {}
     for st in statements(ptx_text):
+        count[st.opcode] += 1
         if st.opcode in out:
             continue
         try:
             decode(st)
         except PtxError as e:
             out[st.opcode] = (st.line, str(e))
-    return out
+    return count, out

@@ -25,7 +25,30 @@ ARCHS = ("sm_80", "sm_90", "sm_90a")
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
 GEMM_DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
 ATTN_DTYPES = {2: ("half", "__nv_bfloat16"), 0: ("float",)}
-COMBOS = ((0, 1), (1, 0), (0, 0), (1, 1))      # (b_trans, aligned)
+COMBOS = ((0, 1), (1, 0), (1, 1), (0, 0))      # (b_trans, aligned)
+# split-K and hooked GEMM variants (census on every arch, executed by test_ptx_gemm.py on sm_80: the
+# same sources, so the census's compiles are the kernel tests' cache hits)
+GEMM_EXTRAS = (Variant("f16_128x64x32_w64x32_s3", "half", 0, 1, splitk=2),
+               Variant("simt_64x64x8_w32x32", "float", 1, 0, splitk=2),
+               Variant("f16_64x64x32_w32x32_s4", "__nv_bfloat16", 1, 1, hooks="fused"),
+               Variant("simt_32x64x16_w16x32", "float", 0, 1, hooks="fused"),
+               Variant("tf32_64x64x32_w32x32_s3", "float", 0, 1, splitk=3, hooks="fused"),
+               Variant("f16_16x128x64_w16x32_s4", "half", 1, 1, hooks="strided"))
+WGMMA_EXTRAS = (Variant("wg_64x128x64_w64x128_s4", "half", 1, 0, splitk=3, hooks="fused"),
+                Variant("wg_64x128x64_w64x128_s4", "__nv_bfloat16", 0, 1, hooks="strided"))
+
+
+def gemm_combo(i: int, arch_index: int = 0):
+    """(b_trans, aligned) of the i-th GEMM config x dtype on the arch_index-th arch."""
+    return COMBOS[(i + arch_index) % 4]
+
+
+def wgmma_combos(j: int, d: int, bm: int):
+    """(b_trans, aligned) pairs of wgmma config j x dtype d in the census; the first is the one
+    test_ptx_gemm.py executes."""
+    if bm == 64:
+        return [COMBOS[(j + 2 * d + k) % 4] for k in range(4)]
+    return [COMBOS[(j + 2 * d + k) % 4] for k in range(2)]
 
 
 def _attn_hooks():
@@ -52,25 +75,19 @@ def census_sources() -> list[tuple[str, str, str]]:
         for math, cfgs in gc.CONFIGS.items():
             for cfg in cfgs:
                 for dtype in GEMM_DTYPES[math]:
-                    bt, al = COMBOS[(i + ai) % 4]
+                    bt, al = gemm_combo(i, ai)
                     v = Variant(cfg.name, dtype, bt, al)
                     out.append((f"gemm-{v.id}", gemm_source(v), arch))
                     i += 1
-        for v in (Variant("f16_128x64x32_w64x32_s3", "half", 0, 1, splitk=2),
-                  Variant("simt_64x64x8_w32x32", "float", 1, 0, splitk=2),
-                  Variant("f16_128x128x32_w64x64_s3", "__nv_bfloat16", 1, 1, hooks="fused"),
-                  Variant("simt_128x128x8_w32x64", "float", 0, 1, hooks="fused"),
-                  Variant("tf32_128x128x16_w64x64_s3", "float", 0, 1, splitk=3, hooks="fused")):
+        for v in GEMM_EXTRAS:
             out.append((f"gemm-{v.id}", gemm_source(v), arch))
-    for cfg in gc90.BY_NAME.values():
+    for j, cfg in enumerate(gc90.BY_NAME.values()):
         for d, dtype in enumerate(("half", "__nv_bfloat16")):
-            for bt, al in COMBOS[2 * d:2 * d + 2] if cfg.bm != 64 else COMBOS:
+            for bt, al in wgmma_combos(j, d, cfg.bm):
                 v = Variant(cfg.name, dtype, bt, al)
                 out.append((f"wgmma-{v.id}", wgmma_source(v), "sm_90a"))
-    for v in (Variant("wg_64x128x64_w64x128_s4", "half", 1, 0, splitk=3, hooks="fused"),
-              Variant("wg_128x256x64_w64x256_s4", "half", 0, 1, hooks="fused"),
-              Variant("wg_128x128x64_w64x128_s5", "__nv_bfloat16", 1, 1, hooks="strided"),
-              Variant("wg_256x128x64_w128x128_s4", "__nv_bfloat16", 0, 1, splitk=2)):
+    for v in WGMMA_EXTRAS + (Variant("wg_128x256x64_w64x256_s4", "half", 0, 1, hooks="fused"),
+                             Variant("wg_256x128x64_w128x128_s4", "__nv_bfloat16", 0, 1, splitk=2)):
         out.append((f"wgmma-{v.id}", wgmma_source(v), "sm_90a"))
     hooks, hook_defs = _attn_hooks()
     for i, cfg in enumerate(ac.all_configs()):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from plus_ep.kernels.ptx.census import forms, missing
+from plus_ep.kernels.ptx.census import census
 from tests.emulated.ptx_sources import census_sources, compile_all
 
 
@@ -25,8 +25,9 @@ def test_every_emitted_form_is_implemented():
         if body in seen:          # sm_90 and sm_90a PTX of one source differ only in .target
             continue
         seen.add(body)
-        total.update(forms(text))
-        for form, (line, why) in missing(text).items():
+        found, lacking_here = census(text)
+        total.update(found)
+        for form, (line, why) in lacking_here.items():
             lacking.setdefault(form, (f"{name} [{arch}] PTX line {line}", why))
     # the census must have seen the whole instruction mix of the templates
     assert len(jobs) >= 150 and set(archs) == {"sm_80", "sm_90", "sm_90a"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import sys
 import time
@@ -138,8 +139,18 @@ def main(argv=None) -> int:
     day = datetime.date.today().isoformat()
     RESULTS.mkdir(parents=True, exist_ok=True)
     env = env_info()
-    res = {"date": day, "env": env, **speed()}
-    (RESULTS / f"{day}-ptx-speed.json").write_text(json.dumps(res, indent=1) + "\n")
+    path = RESULTS / f"{day}-ptx-speed.json"
+    res = {"date": day, "env": env, "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], **speed()}
+    res["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    if path.exists():                          # an earlier run of the day: keep its totals beside
+        try:
+            old = json.loads(path.read_text())
+            res["earlier_run"] = {k: old.get(k) for k in ("thread_instructions_per_cpu_s",
+                                                          "thread_instructions_per_cpu_s_with_checks")}
+            res["earlier_run"]["env_date"] = old.get("env", {}).get("date")
+        except ValueError:
+            pass
+    path.write_text(json.dumps(res, indent=1) + "\n")
     print("speed:", res["thread_instructions_per_cpu_s"], "thread-instructions per CPU second")
     if not a.speed:
         res = {"date": day, "env": env, **bert_layer_counters(a.sample)}

@@ -12,7 +12,7 @@ import pytest
 from plus_ep.kernels import gemm_configs as gc
 from plus_ep.kernels import gemm_sm90a_configs as gc90
 from tests.emulated import ptx_harness as H
-from tests.emulated.ptx_sources import gemm_source, wgmma_source
+from tests.emulated.ptx_sources import GEMM_EXTRAS, WGMMA_EXTRAS, gemm_combo, gemm_source, wgmma_combos, wgmma_source
 from tests.support.gemm_variants import Variant
 
 DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
@@ -24,23 +24,21 @@ def _cases():
     for math, cfgs in gc.CONFIGS.items():
         for cfg in cfgs:
             for dtype in DTYPES[math]:
-                bt, al = ((0, 1), (1, 0), (1, 1), (0, 0))[i % 4]
+                bt, al = gemm_combo(i)            # the census's sm_80 choice: its compile is reused
                 # odd sizes that leave partial tiles in M, N and K
                 out.append(("sm_80", Variant(cfg.name, dtype, bt, al), 1, cfg.bm - 3, cfg.bn - 5, 2 * cfg.bk + 3))
                 i += 1
-    out += [("sm_90", Variant("f16_64x64x32_w32x32_s4", "__nv_bfloat16", 1, 1), 2, 37, 45, 70),
-            ("sm_80", Variant("f16_128x64x32_w64x32_s3", "half", 0, 1, splitk=2), 1, 77, 60, 100),
-            ("sm_80", Variant("simt_64x64x8_w32x32", "float", 1, 0, splitk=2), 2, 33, 40, 29),
-            ("sm_80", Variant("f16_64x64x32_w32x32_s4", "__nv_bfloat16", 1, 1, hooks="fused"), 2, 50, 60, 72),
-            ("sm_80", Variant("simt_32x64x16_w16x32", "float", 0, 1, hooks="fused"), 1, 5, 61, 45),
-            ("sm_80", Variant("tf32_64x64x32_w32x32_s3", "float", 0, 1, splitk=3, hooks="fused"), 1, 40, 50, 150),
-            ("sm_80", Variant("f16_16x128x64_w16x32_s4", "half", 1, 1, hooks="strided"), 2, 13, 100, 70)]
+    out += [("sm_90", Variant("f16_64x64x32_w32x32_s4", "__nv_bfloat16", 1, 1), 2, 37, 45, 70)]
+    shapes = {(2, 0): (1, 77, 60, 100), (0, 0): (2, 33, 40, 29), (2, 1): (2, 50, 60, 72), (0, 1): (1, 5, 61, 45),
+              (1, 1): (1, 40, 50, 150), (2, 2): (2, 13, 100, 70)}
+    for v in GEMM_EXTRAS:        # split-K / fused / strided; (math, hooks) -> shape
+        math = gc.BY_NAME[v.cfg].math
+        out.append(("sm_80", v) + shapes[(math, ("", "fused", "strided").index(v.hooks))])
     for j, cfg in enumerate(gc90.BY_NAME.values()):
         for d, dtype in enumerate(("half", "__nv_bfloat16")):
-            bt, al = ((0, 1), (1, 1), (1, 0), (0, 0))[(j + 2 * d) % 4]
+            bt, al = wgmma_combos(j, d, cfg.bm)[0]
             out.append(("sm_90a", Variant(cfg.name, dtype, bt, al), 1, cfg.bm - 7, cfg.bn - 9, 2 * cfg.bk + 5))
-    out += [("sm_90a", Variant("wg_64x128x64_w64x128_s4", "half", 1, 0, splitk=3, hooks="fused"), 2, 40, 70, 200),
-            ("sm_90a", Variant("wg_64x128x64_w64x128_s4", "__nv_bfloat16", 0, 1, hooks="strided"), 2, 30, 50, 330)]
+    out += [("sm_90a", WGMMA_EXTRAS[0], 2, 40, 70, 200), ("sm_90a", WGMMA_EXTRAS[1], 2, 30, 50, 330)]
     return out
 
 

@@ -227,6 +227,16 @@ class _Gpu:
             self.cu.cuMemFree(p)
         self.allocs.clear()
 
+    def load_source(self, source: str, name: str):
+        """Compile `source` for this device and load the cubin (tests/emulated/test_ptx_gpu_backend.py
+        gives the same interface over the PTX interpreter)."""
+        r = nvrtc.compile_cubin(source, self.arch, name=name)
+        image = np.frombuffer(r.cubin, dtype=np.uint8).copy()
+        return self.check(self.cu.cuModuleLoadData(image.ctypes.data))
+
+    def unload(self, module):
+        self.check(self.cu.cuModuleUnload(module))
+
     def launch(self, module, entry: str, grid, block: int, smem: int, args: np.ndarray):
         cu = self.cu
         fn = self.check(cu.cuModuleGetFunction(module, entry.encode()))
@@ -316,10 +326,7 @@ def test_gemm_matches_reference(prob, gpu):
     else:
         out_host = np.zeros((batch, M, N), dtype=np.float32)
 
-    r = nvrtc.compile_cubin(source(v), gpu.arch, name=f"gemm_{prob.id}.cu")
-    cu = gpu.cu
-    image = np.frombuffer(r.cubin, dtype=np.uint8).copy()
-    module = gpu.check(cu.cuModuleLoadData(image.ctypes.data))
+    module = gpu.load_source(source(v), f"gemm_{prob.id}.cu")
     try:
         pa, pb = gpu.upload(a_dev), gpu.upload(b_dev)
         pbias = gpu.upload(bias)
@@ -332,7 +339,7 @@ def test_gemm_matches_reference(prob, gpu):
             gpu.launch(module, "plus_splitk_reduce", gc.reduce_grid(batch, M, N), 256, 0, args)
         got = gpu.download(pout, out_host)
     finally:
-        gpu.check(cu.cuModuleUnload(module))
+        gpu.unload(module)
         gpu.free_all()
 
     if v.dtype == "__nv_bfloat16" and v.hooks != "fused":

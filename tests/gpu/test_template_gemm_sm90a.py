@@ -197,6 +197,14 @@ class _Gpu:
         image = ctypes.create_string_buffer(cubin, len(cubin))
         return self.check(self.cu.cuModuleLoadData(ctypes.addressof(image)))
 
+    def load_source(self, source: str, name: str):
+        """Compile `source` for sm_90a and load the cubin (tests/emulated/test_ptx_gpu_backend.py gives
+        the same interface over the PTX interpreter)."""
+        return self.load(nvrtc.compile_cubin(source, ARCH, name=name).cubin)
+
+    def unload(self, module):
+        self.check(self.cu.cuModuleUnload(module))
+
     def function(self, module, entry: str, smem: int):
         fn = self.check(self.cu.cuModuleGetFunction(module, entry.encode()))
         if smem > 48 * 1024:
@@ -283,9 +291,7 @@ def test_gemm_matches_torch(prob, gpu):
     else:
         out = torch.empty(batch, M, N, dtype=tdt)
 
-    r = nvrtc.compile_cubin(source(v), ARCH, name=f"gemm_sm90a_{prob.id}.cu")
-    cu = gpu.cu
-    module = gpu.load(r.cubin)
+    module = gpu.load_source(source(v), f"gemm_sm90a_{prob.id}.cu")
     try:
         pa, pb, pbias = gpu.upload(a_full), gpu.upload(b_full), gpu.upload(bias)
         pout = gpu.alloc(out.numel() * out.element_size(), fill=0xFF)  # NaN garbage: all must be written
@@ -299,7 +305,7 @@ def test_gemm_matches_torch(prob, gpu):
             gpu.launch(red, gc.reduce_grid(batch, M, N), 256, 0, args)
         got = gpu.download(pout, out).float()
     finally:
-        gpu.check(cu.cuModuleUnload(module))
+        gpu.unload(module)
         gpu.free_all()
     torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)
 

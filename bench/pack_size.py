@@ -10,7 +10,6 @@ import sys
 
 import onnx
 from onnx import numpy_helper
-
 from plus_ep.kernels import pack
 
 

@@ -56,8 +56,8 @@ def merge(paths, out: pathlib.Path, note: str = "") -> dict:
     for d in docs:
         for r in d["runs"]:
             runs[(r["model"], r["mode"])] = r
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--short", "--untracked-files=no"], capture_output=True,
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--short", "--untracked-files=no"], capture_output=True, check=False,
                            text=True).stdout.count("\n")
     doc = dict(docs[0])
     doc.update(runs=list(runs.values()), merged_from=[str(p) for p in paths], git_head=head,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -36,8 +37,9 @@ from .kernels import nvrtc
 from .kernels.pack import parse as parse_pack
 from .kernels.ptx import GlobalMemory, Module, PtxError
 
-__all__ = ["Emulator", "LaunchRecord", "library_path", "launcher_loaded"]
+__all__ = ["Emulator", "LaunchRecord", "launcher_loaded", "library_path"]
 
+log = logging.getLogger("plus_ep")
 _HERE = Path(__file__).resolve().parent
 CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_PTX = 200, 218
 CUDA_ERROR_NOT_FOUND, CUDA_ERROR_LAUNCH_FAILED = 500, 719
@@ -108,7 +110,7 @@ class Emulator:
     _instance_lock = threading.Lock()
 
     @classmethod
-    def get(cls) -> "Emulator":
+    def get(cls) -> Emulator:
         with cls._instance_lock:
             if cls._instance is None:
                 cls._instance = cls()
@@ -147,7 +149,7 @@ class Emulator:
     def use_in_this_process(self) -> bool:
         """Point this process's launcher at the emulated driver; False when the launcher was already
         loaded with another driver (then run in a child process)."""
-        from . import config          # the owner of every PLUS_EP_* variable
+        from . import config  # the owner of every PLUS_EP_* variable
         if config.get("PLUS_EP_CUDA_LIBRARY") == self.path:
             return True
         if launcher_loaded():
@@ -269,10 +271,10 @@ class Emulator:
         seen = set()
         for off in range(0, len(params) - 7, 8):
             word = int.from_bytes(params[off:off + 8], "little")
-            if word and self.lib.plus_emucuda_lookup(word, ctypes.byref(base), ctypes.byref(size)):
-                if base.value not in seen:
-                    seen.add(base.value)
-                    mem.map(base.value, size.value, f"allocation@{base.value:#x}")
+            found = word and self.lib.plus_emucuda_lookup(word, ctypes.byref(base), ctypes.byref(size))
+            if found and base.value not in seen:
+                seen.add(base.value)
+                mem.map(base.value, size.value, f"allocation@{base.value:#x}")
         return mem
 
     def _cb_launch(self, function, dims, smem, params) -> int:
@@ -318,8 +320,8 @@ class Emulator:
         if self.progress is not None:
             try:
                 self.progress(rec)
-            except Exception:  # noqa: BLE001 - a progress display never fails a launch
-                pass
+            except Exception:
+                log.debug("emulator progress callback failed", exc_info=True)
 
 
 def _tensor_core_flops(kernel, counters: dict) -> int:

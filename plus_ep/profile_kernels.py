@@ -88,12 +88,12 @@ def _si(x: float) -> str:
 
 def profile_text(rep: dict) -> str:
     ins = ", ".join(f"{k}{v['shape']}" for k, v in rep.get("inputs", {}).items())
-    out = [f"profile {rep['model'].rsplit('/', 1)[-1]} [{rep['arch']}] on the PTX interpreter; inputs {ins}"
-           + (f"; {rep['sample_ctas']} CTAs sampled per launch, counts scaled" if rep["sample_ctas"] else ""),
-           f"MODEL, not a measurement: counts from interpreted execution; roofline of an {rep['gpu']} "
-           "(3.35 TB/s, 989 dense fp16 TFLOP/s)",
-           f"{'node':<28} {'pattern':<16} {'flops':>8} {'compulsory':>10} {'dram':>8} {'ld sec/req':>11} "
-           f"{'st sec/req':>11} {'smem wf/req':>11} {'tc':>5} {'roofline':>10}",
+    sampled = f"; {rep['sample_ctas']} CTAs sampled per launch, counts scaled" if rep["sample_ctas"] else ""
+    out = [f"profile {rep['model'].rsplit('/', 1)[-1]} [{rep['arch']}] on the PTX interpreter; inputs {ins}{sampled}",
+           (f"MODEL, not a measurement: counts from interpreted execution; roofline of an {rep['gpu']} "
+            "(3.35 TB/s, 989 dense fp16 TFLOP/s)"),
+           (f"{'node':<28} {'pattern':<16} {'flops':>8} {'compulsory':>10} {'dram':>8} {'ld sec/req':>11} "
+            f"{'st sec/req':>11} {'smem wf/req':>11} {'tc':>5} {'roofline':>10}"),
            "(sec/req, wf/req: actual/ideal; compulsory: every input and output tensor once, whole tables included)"]
     for r in rep["nodes"]:
         out.append(f"{r['node'][:28]:<28} {r['pattern'][:16]:<16} {_si(r['flops']):>8} {_si(r['compulsory_bytes']) + 'B':>10} "

@@ -106,6 +106,7 @@ def _initializers(model) -> dict:
 
 def run(request: dict) -> dict:
     import onnxruntime as ort
+
     from .library import get_library_path
 
     model = onnx.load(request["model"])
@@ -120,7 +121,7 @@ def run(request: dict) -> dict:
     progress = request.get("progress", False)
     cpu = ["CPUExecutionProvider"]
 
-    exposed, extra = _exposed(model, fused)
+    exposed, _ = _exposed(model, fused)
     plain_opts = ort.SessionOptions()
     plain_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     ref_sess = ort.InferenceSession(model.SerializeToString(), plain_opts, providers=cpu)
@@ -171,7 +172,7 @@ def run(request: dict) -> dict:
         values.update(got)
         side = None
         if not error and not profiling:
-            sbs, sfeeds, snames = _side_by_side(model, fused, values)
+            sbs, sfeeds, _ = _side_by_side(model, fused, values)
             side = ort.InferenceSession(sbs.SerializeToString(), plain_opts, providers=cpu).run(None, sfeeds)
             flat = [o.name for o in sbs.graph.output]
             side = dict(zip(flat, side))
@@ -228,7 +229,9 @@ def _expected_loads(node, arch: str) -> list:
     """The digests the launcher loads for `node` from pack `arch`, in order: one module per distinct
     image index of its kernel lines, in file order (plus_ep/native/kernel.c, load_ctx)."""
     import hashlib
+
     from onnx import numpy_helper
+
     from .kernels.pack import parse as parse_pack
     blob = next((numpy_helper.to_array(a.t).tobytes() for a in node.attribute
                  if a.name == f"plus_images_{arch}"), None)
@@ -278,7 +281,8 @@ def _pattern(node) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    request = json.loads(open(argv[0]).read())
+    with open(argv[0]) as f:
+        request = json.load(f)
     result = run(request)
     with open(argv[1], "w") as f:
         json.dump(result, f, default=float)

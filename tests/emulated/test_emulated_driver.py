@@ -12,8 +12,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-
 from plus_ep.kernels import nvrtc, pack
+
 from tests.support.emulated_models import run_child
 from tests.support.launcher_models import PLAN, function, fused_node, model
 

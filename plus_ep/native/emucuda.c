@@ -2,8 +2,10 @@
  * (driver.c) plus the optional ones the plugin EP looks up, for one emulated device on the CPU.
  * Load it with PLUS_EP_CUDA_LIBRARY=<path>; plus_ep/emulator.py attaches the PTX interpreter.
  *
- * - Device memory is host memory: cuMemAlloc is a 256-byte aligned malloc, recorded in a table so the
- *   interpreter can map exactly the allocations a launch's parameters point into.
+ * - Device memory is host memory: cuMemAlloc is a 256-byte aligned malloc filled with 0xFF bytes (NaN
+ *   in every float width, so an output no kernel writes is NaN, never stale data from an earlier
+ *   allocation), recorded in a table so the interpreter maps exactly the allocations a launch's
+ *   parameters point into.
  * - Modules, functions and launches are Python's: plus_emucuda_attach() registers callbacks (ctypes
  *   callbacks take the GIL, which serialises the interpreter across the launcher's threads). The
  *   loaded image is handed over with its size: an ELF cubin's size from its headers, PTX's strlen + 1.
@@ -331,6 +333,7 @@ EXPORT CUresult cuMemAlloc_v2(unsigned long long* p, size_t n) {
     if (!n) return E_INVALID_VALUE;
     void* m = NULL;
     if (posix_memalign(&m, 256, n)) return E_OUT_OF_MEMORY;
+    memset(m, 0xFF, n);   /* poison (NaN in every float width): an output a kernel never writes shows */
     if (alloc_add((uintptr_t)m, n)) return free(m), E_OUT_OF_MEMORY;
     *p = (unsigned long long)(uintptr_t)m;
     return OK;

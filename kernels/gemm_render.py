@@ -91,13 +91,14 @@ def render_gemm(job):
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
     extra = []
+    to_scratch = {}       # GEMM-side tensors the row program reads; stored besides any output store of them
     if row_nodes:
         keep = _frontier(job, em, cout, row_nodes, dep_c, dep_row)
         for k, x in enumerate(keep):
             if x not in fwd:
                 raise RenderError(f"{describe(em.producer.get(x, seed))}: '{x}' feeds the row normalisation "
                                   "but is not an element-wise function of the GEMM result")
-            epi[x] = (f"args.scratch[{k}]", 1, em.shape(x))      # fp32 (onnx FLOAT = 1)
+            to_scratch[x] = (f"args.scratch[{k}]", 1, em.shape(x))      # fp32 (onnx FLOAT = 1)
             job.plan.scratch.append(f"{job.syms.rpn(symdim.numel(em.shape(x)))},4,*")
 
         def bind_x(em2):
@@ -106,8 +107,9 @@ def render_gemm(job):
                     f"plus_load<float>(args.scratch[{k}], {em2.linear(idx, em2.shape(x))})", "float", "x"), "float")
         src, entry, launch, _ = job.row_kernel(row_nodes, {t: job.out_ptr(t) for t in row_out}, bind_x)
         extra.append((src, entry, launch))
-    m_fastest = _m_fastest(fwd, epi)
-    emit_stores(em, fwd, epi)
+    m_fastest = _m_fastest(fwd, {**epi, **to_scratch})
+    emit_stores(em, fwd, epi)     # every subgraph output, including one the row program also reads
+    emit_stores(em, fwd, to_scratch)
     hooks = _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)
     extra += job.side_kernels(side)
 

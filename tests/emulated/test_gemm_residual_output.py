@@ -1,0 +1,58 @@
+"""Regression found by `plus-ep verify` on the zoo (bench/results/2026-11-23-verify-emulated.json): a
+GEMM + residual + LayerNorm node whose residual sum is also a graph output (the pre-norm transformer
+pattern: the sum is the residual stream the next block reads) must store that sum, not only the fp32
+scratch its row program reads."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import plus_ep
+
+H = 32
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "regression",
+                          [vi(n, TensorProto.FLOAT, ["batch", "seq", H]) for n in inputs],
+                          [vi(n, TensorProto.FLOAT, ["batch", "seq", H]) for n in outputs],
+                          [numpy_helper.from_array(a.astype(np.float32), k) for k, a in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def residual_layernorm_model() -> onnx.ModelProto:
+    """S = X @ W + B + R (a graph output, as the residual stream the next block reads); Y = LayerNorm(S)."""
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("MatMul", ["X", "W"], ["mm"], name="mm"),
+        helper.make_node("Add", ["mm", "B"], ["mb"], name="bias"),
+        helper.make_node("Add", ["mb", "R"], ["S"], name="residual"),
+        helper.make_node("LayerNormalization", ["S", "g", "b"], ["Y"], axis=-1, epsilon=1e-5, name="ln"),
+    ]
+    return _model(nodes, ["X", "R"], ["S", "Y"],
+                  {"W": rng.standard_normal((H, H)) / 6, "B": rng.standard_normal(H),
+                   "g": rng.standard_normal(H), "b": rng.standard_normal(H)})
+
+
+def _rewritten(model):
+    r = plus_ep.rewrite_detailed(model, archs=["sm_80", "sm_90a"], fp32_math="exact")
+    assert not r.kernels.failures, r.kernels.failures
+    fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
+    assert fused, "nothing was fused"
+    return r.model, fused
+
+
+def test_residual_sum_that_is_a_graph_output_is_stored():
+    m, fused = _rewritten(residual_layernorm_model())
+    # one fused node computes both S and Y, so S can only come from that node's kernels
+    assert len(fused) == 1 and {"S", "Y"} <= set(fused[0].output), [(n.name, list(n.output)) for n in fused]
+    rep = plus_ep.verify(m, batch=1, seq=5)
+    text = plus_ep.verify_text(rep)
+    assert rep["ok"], text
+    assert {r["arch"] for r in rep["nodes"]} == {"sm_80", "sm_90a"}
+    for r in rep["nodes"]:
+        assert r["executed"] and r["n_findings"] == 0, r
+        assert len(r["outputs"]) == 2 and all(o["rel"] <= o["tol"] for o in r["outputs"]), r
+    assert len(rep["outputs"]) == 4 and all(o["ok"] for o in rep["outputs"]), text

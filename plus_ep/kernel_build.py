@@ -170,9 +170,11 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
                 continue
             images.pop(k, None)
             resource = [(a, vn) for a, vn, e in failed[k] if isinstance(e, ResourceError)]
-            if round_ < MAX_FALLBACKS and len(resource) == len(failed[k]):
-                for arch, vname in resource:     # spills / too much shared memory: a smaller config
-                    excluded.setdefault(k, {}).setdefault(arch, set()).add(_config_name(vname))
+            before = sum(len(v) for v in excluded.get(k, {}).values())
+            for arch, vname in resource:         # spills / too much shared memory: a smaller config
+                excluded.setdefault(k, {}).setdefault(arch, set()).add(_config_name(vname))
+            grew = sum(len(v) for v in excluded.get(k, {}).values()) > before   # else: no config to swap
+            if round_ < MAX_FALLBACKS and resource and len(resource) == len(failed[k]) and grew:
                 log.info("%s: %s; rendering again without %s", names[k], str(failed[k][0][2]).splitlines()[0],
                          ", ".join(sorted({f"{_config_name(vn)} ({a})" for a, vn in resource})))
                 pending.append(k)

@@ -59,7 +59,7 @@ for _n, _op in (("Add", "+"), ("Sub", "-"), ("Mul", "*"), ("Div", "/")):
 for _n, _op in (("Equal", "=="), ("Less", "<"), ("Greater", ">"), ("LessOrEqual", "<="),
                 ("GreaterOrEqual", ">="), ("And", "&&"), ("Or", "||"), ("Xor", "!=")):
     _add(_n, "elementwise", c=f"cmp:{_op}")
-for _n, _fmt in (("Relu", "fmaxf({x}, 0.0f)"), ("Sigmoid", "(1.0f / (1.0f + expf(-{x})))"),
+for _n, _fmt in (("Relu", "(({x}) < 0.0f ? 0.0f : ({x}))"), ("Sigmoid", "(1.0f / (1.0f + expf(-{x})))"),
                  ("Tanh", "tanhf({x})"), ("Erf", "erff({x})"), ("Exp", "expf({x})"), ("Log", "logf({x})"),
                  ("Sqrt", "sqrtf({x})"), ("Reciprocal", "(1.0f / {x})"), ("Abs", "fabsf({x})"),
                  ("Sin", "sinf({x})"), ("Cos", "cosf({x})"), ("Floor", "floorf({x})"), ("Ceil", "ceilf({x})"),

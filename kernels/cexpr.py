@@ -56,12 +56,14 @@ def _pow(node, a, t, exponent=None):
 
 
 def _minmax(fn, op):
+    """Max/Min: a NaN operand gives NaN (ONNX, onnxruntime), where CUDA fmaxf/fminf return the other one."""
     def emit(node, a, t):
         ct = F if F in t else I
         out = a[0] if t[0] == ct else f"(({ct})({a[0]}))"
         for x, tx in zip(a[1:], t[1:]):
             x = x if tx == ct else f"(({ct})({x}))"
-            out = f"{fn}({out}, {x})" if ct == F else f"(({out}) {op} ({x}) ? ({out}) : ({x}))"
+            out = (f"((isnan({out}) || isnan({x})) ? ({out}) + ({x}) : {fn}({out}, {x}))" if ct == F
+                   else f"(({out}) {op} ({x}) ? ({out}) : ({x}))")
         return out, ct
     return emit
 
@@ -76,10 +78,12 @@ def _clip(node, a, t):
     x = _f(a[0], t[0])
     lo = a[1] if len(a) > 1 and a[1] else (lit(attr(node, "min")) if attr(node, "min") is not None else None)
     hi = a[2] if len(a) > 2 and a[2] else (lit(attr(node, "max")) if attr(node, "max") is not None else None)
+    # onnxruntime's order of comparisons: a NaN x stays NaN, a NaN bound clamps nothing (fmaxf/fminf
+    # would turn a NaN x into the bound)
     if lo:
-        x = f"fmaxf({x}, {lo})"
+        x = f"(({x}) < ({lo}) ? ({lo}) : ({x}))"
     if hi:
-        x = f"fminf({x}, {hi})"
+        x = f"(({x}) > ({hi}) ? ({hi}) : ({x}))"
     return x, F
 
 
@@ -102,7 +106,8 @@ def _elu(node, a, t):
 
 def _hsig(node, a, t):
     x, al, be = _f(a[0], t[0]), lit(attr(node, "alpha", 0.2)), lit(attr(node, "beta", 0.5))
-    return f"fminf(1.0f, fmaxf(0.0f, {al} * {x} + {be}))", F
+    y = f"({al} * {x} + {be})"
+    return f"({y} < 0.0f ? 0.0f : ({y} > 1.0f ? 1.0f : {y}))", F      # NaN stays NaN, as in onnxruntime
 
 
 def _not(node, a, t):

@@ -78,6 +78,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "`1`: the plugin EP describes the driver's devices as GPUs itself when ORT found none "
              "(tests of the GPU path with a stand-in driver)."),
     # ---- tests and benchmarks
+    Variable("PLUS_EP_SLOW_TESTS", "off", "`tests/conftest.py`",
+             "`1`: also run the tests marked `slow` (the zoo-wide `plus-ep verify` matrix, hours on 2 "
+             "cores; `bench/verify_emulated.py` records the same matrix); CI leaves it off."),
     Variable("PLUS_EP_FUZZ_EXAMPLES", "`100`", "`tests/cpu/test_fuzz.py`", "Hypothesis examples per fuzz test."),
     Variable("PLUS_EP_FUZZ_RANDOM", "off", "`tests/cpu/test_fuzz.py`",
              "`1`: random (not derandomized) fuzzing."),

@@ -17,6 +17,12 @@ def pytest_collection_modifyitems(config, items):
         rel = Path(str(item.fspath)).resolve().relative_to(here)
         if rel.parts and rel.parts[0] in GROUPS:
             item.add_marker(getattr(pytest.mark, rel.parts[0]))
+    from plus_ep import config
+    if not config.flag("PLUS_EP_SLOW_TESTS"):
+        slow = pytest.mark.skip(reason="slow acceptance test: set PLUS_EP_SLOW_TESTS=1 to run it")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(slow)
     has_gpu = bool(find_library("cuda")) and os.path.exists("/dev/nvidia0")
     if has_gpu:
         return

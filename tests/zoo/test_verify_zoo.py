@@ -1,12 +1,12 @@
 """Acceptance of `plus-ep verify` on the model zoo (slow: every kernel runs on the CPU PTX interpreter;
-not in CI — `bench/verify_emulated.py` runs the same matrix and records it in bench/results/):
+skipped unless PLUS_EP_SLOW_TESTS=1, so not in CI — `bench/verify_emulated.py` runs the same matrix and records it in bench/results/):
 the 12 small exports at 2 layers, fp32 exact, fp32 with TF32 GEMMs and fp16 (ORT's float16
 converter), images for sm_80 and sm_90a: every fused node executes, 0 mismatches, 0 checker findings."""
 from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.zoo
+pytestmark = [pytest.mark.zoo, pytest.mark.slow]
 pytest.importorskip("torch")
 
 from tests.support.zoo_models import CASES  # noqa: E402

@@ -10,7 +10,7 @@ import argparse
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from plus_ep.demo_model import build_bert
 

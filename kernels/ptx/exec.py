@@ -214,7 +214,7 @@ def _run_cta(M, ops, fns, max_steps):
                 base = None if alive.all() else alive.copy()
                 m = base
         if p >= n:
-            raise PtxError(f"threads ran past the last instruction", kernel=M.name)
+            raise PtxError("threads ran past the last instruction", kernel=M.name)
         steps += 1
         if steps > max_steps:
             raise PtxError(f"more than {max_steps} CTA steps (an endless loop?) at PTX line {ops[p].line}",
@@ -237,7 +237,6 @@ def _run_cta(M, ops, fns, max_steps):
         if kind == "op":
             if gm is None or gm.any():
                 fns[p](gm)
-            nxt = None
         elif kind == "bra":
             t = op.target_index
             if converged:
@@ -253,7 +252,7 @@ def _run_cta(M, ops, fns, max_steps):
                     cur = p + 1
                 else:
                     if op.uni:
-                        raise PtxError(f"bra.uni diverges: threads disagree on the branch", form=op.form,
+                        raise PtxError("bra.uni diverges: threads disagree on the branch", form=op.form,
                                        line=op.line, kernel=M.name)
                     mm = np.ones(T, bool) if m is None else m
                     pc[mm] = np.where(gm[mm], t, p + 1)

@@ -462,7 +462,7 @@ def _mov(stmt):
 @handler("cvta")
 def _cvta(stmt):
     mo = Mods(stmt)
-    to = mo.flag("to")
+    mo.flag("to")           # cvta.to.<space> and cvta.<space> convert alike here: consume the flag
     space = mo.take("global", "shared", "local", "const", "param")
     ty = mo.type(("u32", "u64"))
     mo.done()

@@ -108,7 +108,7 @@ def _shfl(stmt):
     if not mo.flag("sync"):
         raise unsupported(stmt, "shfl without .sync")
     mode = mo.take("bfly", "up", "down", "idx")
-    ty = mo.type(("b32",))
+    mo.type(("b32",))       # the only type shfl has: consume it
     mo.done()
     if mode is None or len(stmt.operands) != 5:
         raise unsupported(stmt)
@@ -121,7 +121,7 @@ def _shfl(stmt):
         else:
             put, pput = M.wr(d, "b32"), None
         ga, gb, gc, gm = M.rd(a, "b32"), M.rd(b, "u32"), M.rd(c, "u32"), M.rd(mm, "b32")
-        T, W = M.T, M.W
+        T = M.T
         lane = (np.arange(T) % 32).astype(np.int64)
         base = (np.arange(T) // 32 * 32).astype(np.int64)
 

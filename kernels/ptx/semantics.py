@@ -449,7 +449,6 @@ def int_div(a, b, signed: bool):
             ovf = (bb == dt.type(-1))
             q = np.where(ovf, (0 - a.astype(dt)).astype(dt), np.zeros_like(a))
             bs = np.where(ovf, dt.type(1), bb)
-            t = np.abs(a.astype(np.float64)) if False else None
             qa = np.floor_divide(a, bs)
             fix = (qa < 0) & (qa * bs != a)
             qn = (qa + fix.astype(dt)).astype(dt)

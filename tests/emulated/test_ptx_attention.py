@@ -5,7 +5,6 @@ rounding plus the P rounding of the mma path (P is rounded to the element type b
 accumulation; 0 checker findings."""
 from __future__ import annotations
 
-import pathlib
 import zlib
 
 import numpy as np

@@ -79,7 +79,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "(tests of the GPU path with a stand-in driver)."),
     # ---- tests and benchmarks
     Variable("PLUS_EP_SLOW_TESTS", "off", "`tests/conftest.py`",
-             "`1`: also run the tests marked `slow` (the zoo-wide `plus-ep verify` matrix, hours on 2 "
+             "`1`: also run the tests marked `slow` (the zoo-wide `plus-ep verify` matrix, about 10 minutes on 2 "
              "cores; `bench/verify_emulated.py` records the same matrix); CI leaves it off."),
     Variable("PLUS_EP_FUZZ_EXAMPLES", "`100`", "`tests/cpu/test_fuzz.py`", "Hypothesis examples per fuzz test."),
     Variable("PLUS_EP_FUZZ_RANDOM", "off", "`tests/cpu/test_fuzz.py`",

@@ -68,7 +68,10 @@ def test_golden_sources():
 
 
 def test_image_pack_round_trip():
+    from plus_ep.kernels import pack as packfmt
     blobs = [b"\x7fELF" + bytes(range(7)), b"y" * 3, b"x" * 1000]
-    pack = pack_images(blobs)
-    assert pack[:8] == b"PLUSIMG1"
-    assert unpack_images(pack) == blobs
+    ptx = ["// a\n.version 9.0\n", None, ".version 9.0\n" * 50]
+    blob = pack_images(blobs, ptx)
+    assert blob[:8] == packfmt.MAGIC == b"PLUSIMG2"
+    assert unpack_images(blob) == blobs
+    assert [im.ptx for im in packfmt.parse(blob)] == ptx

@@ -13,7 +13,7 @@ short prompts) or when B * H * cdiv(Sq, BQ) would leave SMs idle. `suggest()` is
 rule.
 
 Math paths: 0 = exact fp32 SIMT (fp32 models), 2 = f16/bf16 tensor cores (`plus_qkv_t` half or bf16).
-Register use and spills of every config are checked by tests/gpu/test_template_attention.py.
+Register use and spills of every config are checked by tests/cpu/test_template_attention_compile.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The route chooser picks one of these per GEMM with an analytic model (alignment, padding waste, wave
 quantisation); `defines(cfg, ...)` gives the `#define`s the generated source writes before
 `#include "gemm.cuh"`. `threads` and `smem_bytes` mirror the template's PLUS_THREADS and PLUS_SMEM_BYTES
-macros (same formulas; tests/gpu/test_template_gemm.py checks them against the compiled kernels' limits).
+macros (same formulas; tests/cpu/test_template_gemm_compile.py checks them against the compiled kernels' limits).
 
 Math paths: 0 = exact fp32 SIMT (the default for fp32 models), 1 = TF32 tensor cores (fp32 in memory),
 2 = f16/bf16 tensor cores.

@@ -6,7 +6,7 @@ threads, each owning a WM x WN accumulator tile (WM 64 or 128 rows, WN 64..256 c
 `stages` shared-memory stages filled by cp.async (STAGES-2 k-tiles in flight ahead of the tensor cores).
 
 `threads` and `smem_bytes` mirror the template's PLUS_THREADS and PLUS_SMEM_BYTES macros (same formulas;
-tests/gpu/test_template_gemm_sm90a.py checks them with static_asserts in the compiled source). Every config
+tests/cpu/test_template_gemm_sm90a_compile.py checks them with static_asserts in the compiled source). Every config
 needs more than 48 KB of dynamic shared memory, so the launcher must raise
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES before launching.
 

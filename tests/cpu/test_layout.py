@@ -53,3 +53,23 @@ def test_the_graph_sees_imports():
     g = import_graph()
     assert "plus_ep.kernels.nvrtc" in g["plus_ep.kernels.cache"]
     assert "plus_ep.graph_rewrites.graph" in g["plus_ep.rewrite"]
+
+
+def test_no_test_module_imports_another():
+    """Shared code lives in tests/support; a test module imports no other test module (a test module
+    imported elsewhere runs its collection twice and couples two groups). Test functions defined in a
+    tests/support case library may be imported: that is how one case runs on two backends."""
+    import ast
+    test_modules = {f.stem for f in (ROOT / "tests").rglob("test_*.py")}
+    bad = []
+    for f in sorted((ROOT / "tests").rglob("test_*.py")):
+        for n in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(n, ast.Import):
+                mods = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                mods = [n.module or ""] + [a.name for a in n.names if a.name in test_modules]
+            else:
+                continue
+            if any(part in test_modules for m in mods for part in m.split(".")):
+                bad.append(f"{f.relative_to(ROOT)}:{n.lineno}")
+    assert bad == []

@@ -1,5 +1,5 @@
 """Census: every opcode-with-modifiers form NVRTC emits for every template x config x dtype x arch and
-the golden sources (tests/emulated/ptx_sources.py) is implemented by the PTX interpreter. The list of
+the golden sources (tests/support/ptx_sources.py) is implemented by the PTX interpreter. The list of
 forms is generated from the PTX, never typed; a missing form fails with where it occurs."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from collections import Counter
 
 from plus_ep.kernels.ptx.census import census
-from tests.emulated.ptx_sources import census_sources, compile_all
+from tests.support.ptx_sources import census_sources, compile_all
 
 
 def test_every_emitted_form_is_implemented():

@@ -11,7 +11,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from tests.emulated import ptx_harness as H
+from tests.support import ptx_harness as H
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
 

@@ -10,10 +10,10 @@ import ctypes
 import numpy as np
 import pytest
 
-from tests.emulated import ptx_harness as H
-from tests.gpu import test_template_attention as T
-from tests.gpu import test_template_gemm as G80
-from tests.gpu import test_template_gemm_sm90a as G90
+from tests.support import ptx_harness as H
+from tests.support import template_attention_cases as T
+from tests.support import template_gemm_cases as G80
+from tests.support import template_gemm_sm90a_cases as G90
 
 
 class EmulatedGpu:

@@ -12,8 +12,8 @@ import pytest
 from plus_ep.kernels import attention_configs as ac
 from plus_ep.kernels.ptx import Module, PtxError
 from plus_ep.kernels.ptx.build import compile_ptx
-from tests.emulated.test_ptx_attention import run_attention
-from tests.emulated.test_ptx_gemm import run_gemm
+from tests.support.ptx_attention_cases import run_attention
+from tests.support.ptx_gemm_cases import run_gemm
 from tests.support.gemm_variants import Variant
 
 KERNELS = {
@@ -30,7 +30,7 @@ TARGETS = ("bar.sync", "cp.async.wait_group", "wgmma.wait_group", "fence.proxy.a
 def _source_ptx(key):
     kind, arch, spec, _ = KERNELS[key]
     if kind == "gemm":
-        from tests.emulated.ptx_sources import gemm_source, wgmma_source
+        from tests.support.ptx_sources import gemm_source, wgmma_source
         src = wgmma_source(spec) if spec.cfg.startswith("wg_") else gemm_source(spec)
     else:
         cfg = ac.by_name(spec[0])

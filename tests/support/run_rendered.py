@@ -24,7 +24,7 @@ def static_value(rpn: str) -> int:
 def run_rendered(rd, inputs: list, outputs: list, arch: str = "sm_80", name: str = "fused") -> list:
     """Launch route 0 of `rd` with `inputs` (arrays in the subgraph's input order) and return the
     outputs, shaped and typed like the `outputs` templates (arrays)."""
-    from tests.emulated.ptx_harness import Device, module, plus_args
+    from tests.support.ptx_harness import Device, module, plus_args
     assert not rd.plan.syms, "static shapes only"
     dev = Device()
     ins = [dev.upload(np.asarray(a)) for a in inputs]

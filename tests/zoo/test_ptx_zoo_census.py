@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from plus_ep.kernels.ptx.census import census
-from tests.emulated.ptx_sources import compile_all
+from tests.support.ptx_sources import compile_all
 
 pytestmark = pytest.mark.zoo
 

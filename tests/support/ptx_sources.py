@@ -52,9 +52,9 @@ def wgmma_combos(j: int, d: int, bm: int):
 
 
 def _attn_hooks():
-    """The BSHD hooks of tests/gpu/test_template_attention.py (read as text: that module needs a GPU
+    """The BSHD hooks of tests/support/template_attention_cases.py (read as text: that module needs a GPU
     fixture chain we do not want to import here)."""
-    text = (pathlib.Path(__file__).resolve().parents[1] / "gpu" / "test_template_attention.py").read_text()
+    text = (pathlib.Path(__file__).resolve().parent / "template_attention_cases.py").read_text()
     hooks = text.split('HOOKS_BSHD = r"""', 1)[1].split('"""', 1)[0]
     return hooks, {"PLUS_Q_STRIDED": 0, "PLUS_K_STRIDED": 1, "PLUS_V_STRIDED": 1}
 

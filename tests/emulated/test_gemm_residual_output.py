@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import plus_ep
 
-H = 32
-
-
-def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph(nodes, "regression",
-                          [vi(n, TensorProto.FLOAT, ["batch", "seq", H]) for n in inputs],
-                          [vi(n, TensorProto.FLOAT, ["batch", "seq", H]) for n in outputs],
-                          [numpy_helper.from_array(a.astype(np.float32), k) for k, a in inits.items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+from tests.support.bsh_models import H, bsh_model as _model, rewritten as _rewritten  # noqa: E402
 
 
 def residual_layernorm_model() -> onnx.ModelProto:
@@ -34,14 +25,6 @@ def residual_layernorm_model() -> onnx.ModelProto:
     return _model(nodes, ["X", "R"], ["S", "Y"],
                   {"W": rng.standard_normal((H, H)) / 6, "B": rng.standard_normal(H),
                    "g": rng.standard_normal(H), "b": rng.standard_normal(H)})
-
-
-def _rewritten(model):
-    r = plus_ep.rewrite_detailed(model, archs=["sm_80", "sm_90a"], fp32_math="exact")
-    assert not r.kernels.failures, r.kernels.failures
-    fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
-    assert fused, "nothing was fused"
-    return r.model, fused
 
 
 def test_residual_sum_that_is_a_graph_output_is_stored():

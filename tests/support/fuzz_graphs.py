@@ -52,6 +52,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from plus_ep.graph_rewrites import dims
+
 F32, F16, F64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE
 SYMBOLS = ("batch", "seq")
 OPSETS = (17, 18, 20, 13, 21, 12)           # hypothesis shrinks towards the first
@@ -155,14 +157,7 @@ def _bcast(a, b):
     return out
 
 
-def _mul_dims(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return a * b
-    if a == 1:
-        return b
-    if b == 1:
-        return a
-    return f"{a}*{b}"
+_mul_dims = dims.mul     # the dim a*b as the +Loop builder writes it
 
 
 # ---- the builder -----------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 NATIVE = Path("plus_ep") / "native"
-SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "ort_op.c",
+SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "ort_tensor.c", "ort_op.c",
            "ep_factory.c", "ep.c", "ep_memory.c"]
-HEADERS = ["plus_plan.h", "plan.h", "bind.h", "pack.h", "driver.h", "kernel.h", "ort_abi.h", "ep_abi.h", "ep.h"]
+HEADERS = ["plus_plan.h", "plan.h", "bind.h", "pack.h", "driver.h", "kernel.h", "ort_abi.h", "ort_tensor.h", "ep_abi.h", "ep.h"]
 
 
 class BuildLauncher(build_ext):

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ep.h"
+#include "ort_tensor.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -470,25 +471,10 @@ typedef struct {
 
 static OrtStatus* describe(const plus_ep_node* nd, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
                            long long* elems, void** data) {
-    const OrtApi* api = plus_ep_api;
-    OrtTensorTypeAndShapeInfo* ti = NULL;
-    size_t r = 0;
-    OrtStatus* st = ORT_CALL(api, GetTensorTypeAndShape)(v, &ti);
-    if (!st) st = ORT_CALL(api, GetTensorElementType)(ti, dtype);
-    if (!st) st = ORT_CALL(api, GetDimensionsCount)(ti, &r);
-    if (!st && r > PLUS_MAX_RANK) {
-        ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
-        return node_fail(nd, ORT_INVALID_ARGUMENT, "a tensor has rank above the launcher's limit of 8", NULL);
-    }
-    if (!st) st = ORT_CALL(api, GetDimensions)(ti, dims, r);
-    if (ti) ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
-    if (!st) st = ORT_CALL(api, GetTensorMutableData)((OrtValue*)v, data);
+    int too_deep = 0;
+    OrtStatus* st = plus_ort_describe(plus_ep_api, v, dtype, rank, dims, elems, data, &too_deep);
+    if (too_deep) return node_fail(nd, ORT_INVALID_ARGUMENT, "a tensor has rank above the launcher's limit of 8", NULL);
     if (st) return node_fail(nd, ORT_FAIL, "reading a tensor", st);
-    *rank = (int)r;
-    long long e = 1;
-    for (size_t d = 0; d < r; d++)
-        if (__builtin_mul_overflow(e, (long long)dims[d], &e)) e = -1;
-    *elems = e;
     return NULL;
 }
 

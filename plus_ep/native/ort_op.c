@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernel.h"
+#include "ort_tensor.h"
 #include "ort_abi.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -260,25 +261,10 @@ static OrtStatus* fail_msg(const ort_kernel* ok, int code, const char* fmt, cons
 /* Type, shape and data of one OrtValue (no heap memory of ours). */
 static OrtStatus* describe(const ort_kernel* ok, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
                            long long* elems, void** data, const char* what) {
-    const OrtApi* api = ok->api;
-    OrtTensorTypeAndShapeInfo* ti = NULL;
-    size_t r = 0;
-    OrtStatus* st = ORT_CALL(api, GetTensorTypeAndShape)(v, &ti);
-    if (!st) st = ORT_CALL(api, GetTensorElementType)(ti, dtype);
-    if (!st) st = ORT_CALL(api, GetDimensionsCount)(ti, &r);
-    if (!st && r > PLUS_MAX_RANK) {
-        ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
-        return fail_msg(ok, ORT_INVALID_ARGUMENT, "%s has rank above the launcher's limit of 8", what);
-    }
-    if (!st) st = ORT_CALL(api, GetDimensions)(ti, dims, r);
-    if (ti) ORT_CALL(api, ReleaseTensorTypeAndShapeInfo)(ti);
-    if (!st) st = ORT_CALL(api, GetTensorMutableData)((OrtValue*)v, data);
-    if (st) return wrap(api, st, plus_kernel_node(ok->k), what);
-    *rank = (int)r;
-    long long n = 1;
-    for (size_t d = 0; d < r; d++)
-        if (__builtin_mul_overflow(n, (long long)dims[d], &n)) n = -1;
-    *elems = n;
+    int too_deep = 0;
+    OrtStatus* st = plus_ort_describe(ok->api, v, dtype, rank, dims, elems, data, &too_deep);
+    if (too_deep) return fail_msg(ok, ORT_INVALID_ARGUMENT, "%s has rank above the launcher's limit of 8", what);
+    if (st) return wrap(ok->api, st, plus_kernel_node(ok->k), what);
     return NULL;
 }
 

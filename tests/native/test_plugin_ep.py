@@ -30,8 +30,18 @@ ROOT = Path(__file__).resolve().parents[2]
 GCC = shutil.which("gcc") or shutil.which("cc")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 NATIVE = ROOT / "plus_ep" / "native"
-SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "ort_op.c", "ep_factory.c", "ep.c",
-           "ep_memory.c"]
+
+
+def _launcher_sources() -> list[str]:
+    """setup.py's SOURCES: the C files of the library (one list for the build and these sanitizer builds)."""
+    import ast
+    for node in ast.parse((ROOT / "setup.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SOURCES" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("setup.py has no SOURCES list")
+
+
+SOURCES = _launcher_sources()
 
 pytestmark = pytest.mark.skipif(
     tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 25), reason="plugin EPs by name need onnxruntime >= 1.25")

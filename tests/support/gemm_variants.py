@@ -52,6 +52,25 @@ class Variant:
         return s + (f"-{self.hooks}" if self.hooks else "")
 
 
+
+@dataclass(frozen=True)
+class Problem:
+    """One GEMM launch of a test: the variant and C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]."""
+    v: Variant
+    batch: int
+    m: int
+    n: int
+    k: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.v.id}-{self.batch}x{self.m}x{self.n}x{self.k}"
+
+
+def round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
 def source(v: Variant, configs, header: str) -> str:
     """A generated source as the codegen writes it, plus compile-time checks that the config module's
     `threads` / `smem_bytes` mirror the template's PLUS_THREADS / PLUS_SMEM_BYTES."""

@@ -13,7 +13,7 @@ from plus_ep.kernels import gemm_configs as gc
 from plus_ep.kernels import gemm_sm90a_configs as gc90
 from tests.support import ptx_harness as H
 from tests.support.ptx_sources import GEMM_EXTRAS, WGMMA_EXTRAS, gemm_combo, gemm_source, wgmma_combos, wgmma_source
-from tests.support.gemm_variants import Variant
+from tests.support.gemm_variants import Variant, round_up
 
 DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
 
@@ -45,10 +45,6 @@ def _cases():
 CASES = _cases()
 
 
-def _round_up(x, m):
-    return -(-x // m) * m
-
-
 def run_gemm(arch, v, batch, M, N, K, mutate=None, checks=True, seed=None):
     """Run one GEMM variant on the interpreter; returns (got, ref, bound, findings)."""
     wg = v.cfg.startswith("wg_")
@@ -61,8 +57,8 @@ def run_gemm(arch, v, batch, M, N, K, mutate=None, checks=True, seed=None):
     align = 16 // elem
     strided = v.hooks in ("strided", "fused")
     b_rows, b_cols = (N, K) if v.b_trans else (K, N)
-    lda = _round_up(K, align) + align if strided else K
-    ldb = _round_up(b_cols, align) + align if strided else b_cols
+    lda = round_up(K, align) + align if strided else K
+    ldb = round_up(b_cols, align) + align if strided else b_cols
     b_batch = 1 if strided else batch
     a_full = rng.uniform(-1, 1, size=(batch, M, lda)).astype(np.float32)
     b_full = rng.uniform(-1, 1, size=(b_batch, b_rows, ldb)).astype(np.float32)

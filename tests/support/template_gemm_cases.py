@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from plus_ep.kernels import gemm_configs as gc
 from plus_ep.kernels import nvrtc
 from tests.support import gemm_variants
-from tests.support.gemm_variants import Variant
+from tests.support.gemm_variants import Problem, Variant, round_up
 
 DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
 
@@ -109,19 +108,6 @@ def test_compiles_without_spills(case, compiled):
 
 
 # ------------------------------------------------------------------------------------------ GPU
-
-
-@dataclass(frozen=True)
-class Problem:
-    v: Variant
-    batch: int
-    m: int
-    n: int
-    k: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.v.id}-{self.batch}x{self.m}x{self.n}x{self.k}"
 
 
 def _gpu_problems() -> list[Problem]:
@@ -277,10 +263,6 @@ def gpu():
     g.free_all()
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("prob", GPU_PROBLEMS, ids=[p.id for p in GPU_PROBLEMS])
 def test_gemm_matches_reference(prob, gpu):
@@ -294,8 +276,8 @@ def test_gemm_matches_reference(prob, gpu):
     # 16 bytes, so ALIGNED=1 is legal) and a broadcast B (batch stride 0).
     strided = v.hooks in ("strided", "fused")
     b_rows, b_cols = (N, K) if v.b_trans else (K, N)
-    lda = _round_up(K, align) + align if strided else K
-    ldb = _round_up(b_cols, align) + align if strided else b_cols
+    lda = round_up(K, align) + align if strided else K
+    ldb = round_up(b_cols, align) + align if strided else b_cols
     if v.aligned:
         assert lda % align == 0 and ldb % align == 0, "test problem would break the ALIGNED=1 contract"
     b_batch = 1 if strided else batch

@@ -13,14 +13,13 @@ from __future__ import annotations
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import pytest
 
 from plus_ep.kernels import gemm_sm90a_configs as gc
 from plus_ep.kernels import nvrtc
 from tests.support import gemm_variants
-from tests.support.gemm_variants import Variant
+from tests.support.gemm_variants import Problem, Variant, round_up
 
 ARCH = "sm_90a"
 DTYPES = ("half", "__nv_bfloat16")
@@ -113,19 +112,6 @@ def test_other_math_is_refused():
 # ---------------------------------------------------------------------------------------------- GPU
 
 
-@dataclass(frozen=True)
-class Problem:
-    v: Variant
-    batch: int
-    m: int
-    n: int
-    k: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.v.id}-{self.batch}x{self.m}x{self.n}x{self.k}"
-
-
 _BIG, _TALL, _MID, _SMALL = (c.name for c in gc.CONFIGS)
 GPU_PROBLEMS = [
     Problem(Variant(_BIG, "half", 0, 1), 1, 2048, 768, 768),                      # BERT FFN-ish, interior
@@ -140,10 +126,6 @@ GPU_PROBLEMS = [
     Problem(Variant(_SMALL, "half", 1, 0, hooks="fused"), 1, 5, 131, 45),
     Problem(Variant(_SMALL, "half", 0, 1, hooks="strided"), 3, 65, 129, 8),         # K = 8: one partial tile
 ]
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
 
 
 class _Gpu:
@@ -268,8 +250,8 @@ def test_gemm_matches_torch(prob, gpu):
     strided = v.hooks in ("strided", "fused")
     b_rows, b_cols = (N, K) if v.b_trans else (K, N)
     pad = 8 if v.aligned else 3
-    lda = _round_up(K, 8) + pad if strided else K
-    ldb = _round_up(b_cols, 8) + pad if strided else b_cols
+    lda = round_up(K, 8) + pad if strided else K
+    ldb = round_up(b_cols, 8) + pad if strided else b_cols
     if v.aligned:
         assert lda % 8 == 0 and ldb % 8 == 0, "test problem would break the ALIGNED=1 contract"
     b_batch = 1 if strided else batch

@@ -169,10 +169,12 @@ def planned() -> dict[str, list[str]]:
 def partition(original, rewritten) -> list[dict]:
     """Groups of `original`'s nodes that `rewritten`'s top-level Fused nodes (with plans) replace."""
     from onnx import numpy_helper
-    nodes = list(original.graph.node)
-    if any(n.domain == "ai.plus_ep" and n.op_type == "Fused" for n in nodes):
+
+    from .graph_rewrites.index import GraphIndex
+    if any(n.domain == "ai.plus_ep" and n.op_type == "Fused" for n in original.graph.node):
         return []       # already rewritten: the EP claims its Fused nodes itself
-    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    index = GraphIndex(original.graph)
+    nodes, producer = index.nodes, index.producer
     groups = []
     for f in rewritten.graph.node:
         if f.domain != "ai.plus_ep" or f.op_type != "Fused":

@@ -14,9 +14,10 @@ from .row import ROW_OPS
 HOOKS = "gemm"
 
 
-def _operands(job, em, seed):
+def _operands(job, em, seed, roles=None):
     """A and B: the roles identification found (warehouse/roles.py gemm_roles), else the seed's."""
-    a, b = (job.roles["a"], job.roles["b"]) if job.roles else (seed.input[0], seed.input[1])
+    roles = job.roles if roles is None else roles
+    a, b = (roles["a"], roles["b"]) if roles else (seed.input[0], seed.input[1])
     for role, t in (("A", a), ("B", b)):
         if t not in job.inputs:
             raise RenderError(f"{describe(seed)}: operand {role} '{t}' is computed inside the subgraph; "
@@ -68,19 +69,7 @@ def render_gemm(job):
     nbatch = symdim.numel(batch)
 
     # ---- the accumulator and what follows it --------------------------------------------------
-    cout = seed.output[0]
-    if seed.op_type == "Gemm" and len(seed.input) > 2 and seed.input[2]:
-        alpha, beta = attr(seed, "alpha", 1.0), attr(seed, "beta", 1.0)
-        cin = seed.input[2]
-
-        def acc(idx):
-            c, ct = em.value(cin, em.broadcast(idx, em.shape(cin), em.shape(cout)))
-            return em.tmp(f"{lit(alpha)} * acc + {lit(beta)} * {c}", "float"), "float"
-        em.bound[cout] = acc
-    else:
-        alpha = attr(seed, "alpha", 1.0) if seed.op_type == "Gemm" else 1.0
-        em.bound[cout] = (lambda idx: ("acc", "float")) if alpha == 1.0 else (
-            lambda idx: (em.tmp(f"{lit(alpha)} * acc", "float"), "float"))
+    cout = _bind_acc(em, seed)
     row_nodes = [n for n in job.nodes if n.op_type in ROW_OPS]
     em.emit("(void)args; (void)b;")
     fwd = forward_map(em, cout, c_index(), barriers={id(n) for n in row_nodes})
@@ -90,6 +79,12 @@ def render_gemm(job):
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
+    if row_nodes:     # sm_90a, static N <= 2048: one kernel over a thread-block cluster (gemm_norm_render.py)
+        from .gemm_norm_render import cluster_variants
+        one = cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, side,
+                               (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt))
+        if one:
+            return one
     extra = []
     to_scratch = {}       # GEMM-side tensors the row program reads; stored besides any output store of them
     if row_nodes:
@@ -112,11 +107,82 @@ def render_gemm(job):
     emit_stores(em, fwd, to_scratch)
     hooks = _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)
     extra += job.side_kernels(side)
+    return _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=not row_nodes)
 
-    # ---- variants: one per route ----------------------------------------------------------------
+
+def render_gemm_group(job):
+    """A horizontal group (warehouse/patterns/gemm_group.py): G sibling GEMMs with one A, equal M, N, K,
+    one dtype and B layout, as one launch whose batch is G x the members' batch. Batch index bg of the
+    template is member g = bg / batch, batch b = bg % batch: plus_b_ptr and plus_epilogue switch on g,
+    so every member keeps its own weights, bias and stores (a stored Kᵀ included)."""
+    parts = job.roles["members"]
+    if any(n.op_type in ROW_OPS for n in job.nodes):
+        raise RenderError(f"{job.node_name}: a gemm group has no row normalisation")
+    first, bodies, kbs, covered, m_fast = None, [], [], set(), []
+    for part in parts:
+        seed = job.view.nodes[part["gemm"]]
+        em = job.emitter()
+        a, b, dt = _operands(job, em, seed, part)
+        batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
+        key = (str(batch), str(M), str(N), str(K), trans_b, a_off("b"), b_off("b"), dt)
+        if first is None:
+            first = key
+            ka, nbatch, em0 = job.inputs.index(a), symdim.numel(batch), em
+            shape = (M, N, K, trans_b, a_off, b_off, dt)
+        elif key != first:
+            raise RenderError(f"{describe(seed)}: problem {key} differs from the group's first member {first}")
+        cout = _bind_acc(em, seed)
+        fwd = forward_map(em, cout, c_index())
+        bind_forward(em, fwd, cout)
+        dep = job.depends_on([cout])
+        epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep}
+        m_fast.append(_m_fastest(fwd, epi))
+        emit_stores(em, fwd, epi)
+        bodies.append(em.take())
+        kbs.append(job.inputs.index(b))
+        covered |= dep
+    M, N, K, trans_b, a_off, b_off, dt = shape
+    G = len(parts)
+    nb = em0.c(nbatch)
+    split = f"  const long long plus_g = plus_bg / {nb}, b = plus_bg % {nb};\n  (void)plus_g; (void)b;\n"
+    bases = " : ".join(f"plus_g == {g} ? (const plus_ab_t*)args.in[{k}]" for g, k in enumerate(kbs[:-1]))
+    b_ptr = split + f"  const plus_ab_t* base = {bases} : (const plus_ab_t*)args.in[{kbs[-1]}];\n" \
+        f"  return base + {b_off('b')};\n"
+    a_ptr = f"  const long long b = plus_bg % {nb};\n  (void)b;\n  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n"
+    branches = []
+    for g, body in enumerate(bodies):
+        head = "  if" if g == 0 else " else if" if g < G - 1 else " else"
+        cond = f" (plus_g == {g})" if g < G - 1 else ""
+        branches.append(f"{head}{cond} {{\n{body}\n  }}")
+    epilogue = split + "  (void)args;\n" + "".join(branches)
+    hooks = _hook_text(em0, epilogue, M, N, K, em0.c(nbatch * G), trans_b, dt, "plus_bg", a_ptr, b_ptr)
+    extra = job.side_kernels([t for t in job.outputs if t not in covered])
+    return _variants(job, M, N, K, nbatch * G, dt, trans_b, hooks, all(m_fast), extra)
+
+
+def _bind_acc(em, seed) -> str:
+    """Bind the GEMM's output to the accumulator `acc` (Gemm's alpha, beta and C applied); returns its name."""
+    cout = seed.output[0]
+    if seed.op_type == "Gemm" and len(seed.input) > 2 and seed.input[2]:
+        alpha, beta = attr(seed, "alpha", 1.0), attr(seed, "beta", 1.0)
+        cin = seed.input[2]
+
+        def acc(idx):
+            c, ct = em.value(cin, em.broadcast(idx, em.shape(cin), em.shape(cout)))
+            return em.tmp(f"{lit(alpha)} * acc + {lit(beta)} * {c}", "float"), "float"
+        em.bound[cout] = acc
+    else:
+        alpha = attr(seed, "alpha", 1.0) if seed.op_type == "Gemm" else 1.0
+        em.bound[cout] = (lambda idx: ("acc", "float")) if alpha == 1.0 else (
+            lambda idx: (em.tmp(f"{lit(alpha)} * acc", "float"), "float"))
+    return cout
+
+
+def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=True):
+    """One variant per route: (name, prefix, kernels, condition)."""
     out = []
     choices = routes.gemm_routes(M, N, K, nbatch, dt, job.arch, job.syms, job.fp32_math,
-                                 allow_splitk=not row_nodes)
+                                 allow_splitk=allow_splitk)
     max_split = max(s for _, _, s in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
         job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split},*,4,*")
@@ -169,24 +235,30 @@ def _frontier(job, em, cout, row_nodes, dep_c, dep_row) -> list:
 
 
 def _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) -> str:
-    epilogue = em.take()
+    return _hook_text(em, em.take(), M, N, K, em.c(nbatch), trans_b, dt, "b",
+                      f"  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n",
+                      f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')};\n")
+
+
+def _hook_text(em, epilogue, M, N, K, batch_c, trans_b, dt, bvar, a_ptr, b_ptr) -> str:
+    """The gemm template's hooks; `bvar` names their batch parameter, `a_ptr`/`b_ptr`/`epilogue` are bodies."""
     st = dtypes.storage(dt)
     ab = st if st != "float" else "float"
     return (
         f"typedef {ab} plus_ab_t;\n"
         "#define PLUS_HAS_GEMM_SHAPE 1\n"
         "PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {\n"
-        f"  return PlusGemmShape{{{em.c(nbatch)}, {em.c(M)}, {em.c(N)}, {em.c(K)}}};\n}}\n"
+        f"  return PlusGemmShape{{{batch_c}, {em.c(M)}, {em.c(N)}, {em.c(K)}}};\n}}\n"
         "#define PLUS_HAS_A_PTR 1\n"
-        "PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long b) {\n"
-        f"  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n}}\n"
+        f"PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long {bvar}) {{\n"
+        f"{a_ptr}}}\n"
         "#define PLUS_HAS_LDA 1\n"
         f"PLUS_DEV long long plus_lda(const PlusArgs& args) {{ return {em.c(K)}; }}\n"
         "#define PLUS_HAS_B_PTR 1\n"
-        "PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {\n"
-        f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')};\n}}\n"
+        f"PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long {bvar}) {{\n"
+        f"{b_ptr}}}\n"
         "#define PLUS_HAS_LDB 1\n"
         f"PLUS_DEV long long plus_ldb(const PlusArgs& args) {{ return {em.c(K if trans_b else N)}; }}\n"
         "#define PLUS_HAS_EPILOGUE 1\n"
-        "PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {\n"
+        f"PLUS_DEV void plus_epilogue(const PlusArgs& args, long long {bvar}, long long m, long long n, float acc) {{\n"
         f"{epilogue}\n}}\n")

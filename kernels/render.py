@@ -16,7 +16,7 @@ import sympy
 
 from . import pointwise, routes, shapevals, sources, symdim
 from .attention_render import render_attention
-from .gemm_render import render_gemm
+from .gemm_render import render_gemm, render_gemm_group
 from .plan import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM, Launch, Plan, Route, check_bound, input_tokens
 from .pull import Emitter, RenderError
 from .row import ROW_OPS, RowProgram
@@ -166,7 +166,8 @@ def register_renderer(name: str, fn):
 
 
 for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce", _row),
-                   ("gemm", render_gemm), ("gemm_rownorm", render_gemm), ("flash_attention", render_attention)):
+                   ("gemm", render_gemm), ("gemm_rownorm", render_gemm), ("flash_attention", render_attention),
+                   ("gemm_group", render_gemm_group)):
     register_renderer(_name, _fn)
 
 

@@ -36,6 +36,8 @@ def pattern_status(verdict, name: str):
 def explain(result, name: str, pattern) -> dict:
     """The largest growth where pattern `name` matched exactly or partially, as a JSON-able dict."""
     ident, view = result.identifier, result.view
+    if getattr(pattern, "horizontal", False):
+        return _explain_groups(ident, name, pattern)
     label = lambda i: view.nodes[i].name or view.nodes[i].output[0]   # noqa: E731
     fused_as = {}
     for k, sg in enumerate(result.subgraphs):
@@ -88,8 +90,35 @@ def explain(result, name: str, pattern) -> dict:
     return out
 
 
+def _explain_groups(ident, name: str, pattern) -> dict:
+    """A horizontal pattern is applied after growth (identify.py, group_horizontal): every sibling group
+    it formed and every sibling it refused, with the reason."""
+    groups = [g for g in getattr(ident, "groups", []) if g["pattern"] == name]
+    return {"pattern": name, "horizontal": True, "pattern_doc": pattern.doc, "groups": groups,
+            "pattern_graph": pattern.graph.render() if pattern.graph is not None else None,
+            "seeds": len(ident.steps), "found": any(g["status"] == "grouped" for g in groups)}
+
+
+def _format_groups(ex: dict, model_name: str) -> str:
+    name = ex["pattern"]
+    lines = [f"explain horizontal pattern '{name}' on {model_name}: sibling subgraphs reading one tensor"]
+    if not ex["groups"]:
+        lines.append("no sibling subgraphs of its kind read a common tensor")
+    for g in ex["groups"]:
+        members = ", ".join(g["members"])
+        if g["status"] == "grouped":
+            lines.append(f"grouped ({len(g['members'])} members, A '{g['a']}'): {members}")
+        else:
+            lines.append(f"refused (A '{g['a']}'): {g['reason']}")
+    lines += ["", f"pattern '{name}' +Graph (a group matches its first member once per member):",
+              _indent(ex["pattern_graph"] or "")]
+    return "\n".join(lines)
+
+
 def format_explanation(ex: dict, model_name: str) -> str:
     name = ex["pattern"]
+    if ex.get("horizontal"):
+        return _format_groups(ex, model_name)
     lines = [f"explain pattern '{name}' on {model_name} ({ex['seeds']} seeds grown)"]
     for u in ex.get("unrenderable", []):
         lines.append(f"with kernels (--arch) {u['op']} '{u['node']}' stays out of every subgraph: {u['reason']}")
@@ -132,6 +161,8 @@ def format_pattern_list(wh) -> str:
         head = f"{k}. {p.name}  [{', '.join(flags) or 'no growth'}]"
         if p.template:
             head += f"  template={p.template}"
+        if getattr(p, "horizontal", False):
+            head += "  horizontal (groups sibling subgraphs after growth)"
         lines.append(head)
         if p.doc:
             lines.append(_indent(p.doc.splitlines()[0]))

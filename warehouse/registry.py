@@ -81,6 +81,7 @@ class Pattern:
     check: Callable | None = None           # fn(candidate +Graph) -> reason str | None
     doc: str = ""
     roles: Callable | None = None           # fn(view, members) -> roles dict | refusal reason (roles.py)
+    horizontal: bool = False                # groups sibling subgraphs after growth (identify.py), never grown
     _graph: object = field(default=None, repr=False)
     _match: object = field(default=None, repr=False)
 
@@ -110,6 +111,8 @@ TEMPLATES = {
     "reduce": "one block per row: plain reductions over trailing axes",
     "gemm": "MatMul/Gemm with an element-wise epilogue (roles: gemm, a, b, epilogue_inputs)",
     "gemm_rownorm": "GEMM whose epilogue feeds a row normalisation (roles as gemm)",
+    "gemm_group": "sibling GEMMs reading one A, one launch with the group index as an outer batch index "
+                  "(roles: a, members: [{gemm, a, b}])",
     "flash_attention": "softmax(QKᵀ + mask)·V in the FlashAttention style (roles: q, k, v, mask, qk, "
                        "softmax, pv, p_chain, nan_guard)",
 }
@@ -163,7 +166,8 @@ class Warehouse:
         changes the digest). Part of the rewritten-model cache key (plus_ep/model_cache.py)."""
         h = hashlib.sha256()
         for p in self.patterns:
-            h.update(repr((p.name, p.allow_prologue, p.allow_epilogue, p.template, p.any_parallel)).encode())
+            h.update(repr((p.name, p.allow_prologue, p.allow_epilogue, p.template, p.any_parallel,
+                           p.horizontal)).encode())
             for fn in (p.define, p.check, p.roles):
                 h.update(b"\0" + _source_digest(fn))
         return h.hexdigest()
@@ -201,11 +205,15 @@ _TARGET = [_BUILTIN]          # where @pattern registers: built-ins, or the ware
 
 
 def pattern(name: str, *, allow_prologue=False, allow_epilogue=True, template=None,
-            any_parallel=False, check=None, roles=None, before=None, warehouse: Warehouse | None = None):
-    """Decorator registering a pattern definition (in the warehouse being loaded)."""
+            any_parallel=False, check=None, roles=None, before=None, warehouse: Warehouse | None = None,
+            horizontal=False):
+    """Decorator registering a pattern definition (in the warehouse being loaded). ``horizontal``: the
+    pattern is not grown from a seed; after growth it merges sibling subgraphs whose union matches it
+    (its definition lists two members; a group may hold more, each matching the first)."""
     def deco(fn):
         (warehouse or _TARGET[-1]).add(Pattern(name, fn, allow_prologue, allow_epilogue, template,
-                                               any_parallel, check, (fn.__doc__ or "").strip(), roles),
+                                               any_parallel, check, (fn.__doc__ or "").strip(), roles,
+                                               horizontal),
                                        before)
         return fn
     return deco

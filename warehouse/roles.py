@@ -176,3 +176,32 @@ def gemm_roles(view, members):
             return (f"{describe_node(node)}: operand {role} '{t}' is computed inside the subgraph; the gemm "
                     "template reads its operands from memory")
     return {"gemm": dots[0], "a": a, "b": b, "epilogue_inputs": [t for t in inputs if t not in (a, b)]}
+
+
+def gemm_group_roles(view, members):
+    """A horizontal GEMM group: the shared A and, per member GEMM (topological order), its node and
+    operands; each member's epilogue is what follows its GEMM inside the group."""
+    dots = [p for p in members if view.nodes[p].op_type in ("MatMul", "Gemm")]
+    if len(dots) < 2:
+        return f"a gemm group has at least two MatMul or Gemm nodes (found {len(dots)})"
+    ms = set(members)
+    inputs = view.graph_index.boundary(members)[0]
+    parts, seen = [], set()
+    for d in dots:
+        own = _descendants(view, ms, d)
+        if own & seen:
+            return (f"{describe_node(view.nodes[min(own & seen)])} reads the results of two GEMMs of the group; "
+                    "each member's epilogue reads only its own")
+        seen |= own
+        node = view.nodes[d]
+        if any(q != d and q in _descendants(view, ms, d) for q in dots):
+            return f"{describe_node(node)} feeds another GEMM of the group; group members are siblings"
+        a, b = node.input[0], node.input[1]
+        for role, t in (("A", a), ("B", b)):
+            if t not in inputs:
+                return (f"{describe_node(node)}: operand {role} '{t}' is computed inside the group; the gemm "
+                        "template reads its operands from memory")
+        parts.append({"gemm": d, "a": a, "b": b})
+    if len({p["a"] for p in parts}) != 1:
+        return f"the GEMMs read different A tensors ({sorted({p['a'] for p in parts})})"
+    return {"a": parts[0]["a"], "members": parts}

@@ -41,3 +41,24 @@ def qkv_model(dtype=TensorProto.FLOAT, projections=(("q", H, False), ("k", H, Tr
     g = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("X", dtype, ["batch", "seq", H])],
                           outs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def siblings_model(count: int, n: int = 16) -> onnx.ModelProto:
+    """`count` MatMul + Add siblings on X [batch, seq, H], each output a graph output."""
+    return qkv_model(projections=tuple((f"p{k}", n, False) for k in range(count)))
+
+
+def nonconvex_model() -> onnx.ModelProto:
+    """Q and K read X, but K's bias add also reads ReduceSum(Q): a path from Q through a row reduction
+    (its own subgraph) back into K, so the union of the two is not convex."""
+    rng = np.random.default_rng(3)
+    w = {k: numpy_helper.from_array((rng.standard_normal((H, H)) / 6).astype(np.float32), k) for k in ("Wq", "Wk")}
+    nodes = [helper.make_node("MatMul", ["X", "Wq"], ["Q"], name="q/MatMul"),
+             helper.make_node("ReduceSum", ["Q", "axes"], ["qs"], keepdims=1, name="q/ReduceSum"),
+             helper.make_node("MatMul", ["X", "Wk"], ["km"], name="k/MatMul"),
+             helper.make_node("Add", ["km", "qs"], ["K"], name="k/Add")]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "nonconvex", [vi("X", TensorProto.FLOAT, ["batch", "seq", H])],
+                          [vi("Q", TensorProto.FLOAT, ["batch", "seq", H]), vi("K", TensorProto.FLOAT, ["batch", "seq", H])],
+                          [*w.values(), numpy_helper.from_array(np.array([-1], np.int64), "axes")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)

@@ -1,0 +1,77 @@
+"""Horizontal GEMM groups at identification (warehouse/patterns/gemm_group.py, Identifier.group_horizontal):
+Q/K/V siblings reading one A merge into one gemm_group subgraph; siblings with another N form their own
+group; a non-convex union, more outputs than a kernel has and a single sibling are refused with a reason
+that `plus-ep explain` prints."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import plus_ep
+from tests.support.qkv_models import H, nonconvex_model, qkv_model, siblings_model
+
+
+def _groups(model):
+    r = plus_ep.rewrite_detailed(model)
+    return r, [sg for sg in r.subgraphs if sg.pattern.name == "gemm_group"], r.identifier.groups
+
+
+def test_qkv_siblings_form_one_group_keeping_each_epilogue():
+    r, groups, log = _groups(qkv_model())
+    assert len(r.subgraphs) == 1 and len(groups) == 1
+    g = groups[0]
+    ops = sorted(r.view.nodes[i].op_type for i in g.nodes)
+    assert ops == sorted(["MatMul", "Add", "Reshape", "Transpose"] * 3)
+    assert [p["b"] for p in g.roles["members"]] == ["Wq", "Wk", "Wv"] and g.roles["a"] == "X"
+    assert len(g.parts) == 3 and sorted(g.outputs) == ["K", "Q", "V"]
+    assert [e["status"] for e in log] == ["grouped"]
+    fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
+    assert len(fused) == 1 and sorted(fused[0].output) == ["K", "Q", "V"]
+    # the rewritten model (function body on ORT CPU) equals the original
+    x = np.random.default_rng(0).standard_normal((2, 3, H)).astype(np.float32)
+    want = ort.InferenceSession(qkv_model().SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    got = ort.InferenceSession(r.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_smaller_n_siblings_form_their_own_group():
+    r, groups, log = _groups(qkv_model(projections=(("q", H, False), ("k", H // 2, True), ("v", H // 2, False))))
+    assert len(groups) == 1 and [p["b"] for p in groups[0].roles["members"]] == ["Wk", "Wv"]
+    assert [s.pattern.name for s in r.subgraphs].count("gemm") == 1         # Q alone
+    refused = [e for e in log if e["status"] == "refused"]
+    assert len(refused) == 1 and "q/MatMul" in refused[0]["members"][0]
+    assert "N=32" in refused[0]["reason"] and "N=16" in refused[0]["reason"]
+
+
+def test_too_many_outputs_start_a_second_group():
+    r, groups, log = _groups(siblings_model(10))
+    assert [len(g.parts) for g in groups] == [8, 2]                        # PLUS_MAX_OUT is 8
+    too_many = [e for e in log if e["status"] == "refused"]
+    assert too_many and all("too many inputs/outputs" in e["reason"] and "limits 64/8" in e["reason"]
+                            for e in too_many)
+
+
+def test_non_convex_union_is_refused():
+    r, groups, log = _groups(nonconvex_model())
+    assert not groups and [s.pattern.name for s in r.subgraphs].count("gemm") == 2
+    assert len(log) == 1 and log[0]["status"] == "refused" and "not convex" in log[0]["reason"], log
+    assert "ReduceSum" in log[0]["reason"]
+
+
+def test_disabled_pattern_leaves_three_gemms():
+    r = plus_ep.rewrite_detailed(qkv_model(), disable=["gemm_group"])
+    assert [s.pattern.name for s in r.subgraphs] == ["gemm"] * 3 and not r.identifier.groups
+
+
+def test_explain_prints_groups_and_refusals(tmp_path):
+    p = tmp_path / "gqa.onnx"
+    onnx.save(qkv_model(projections=(("q", H, False), ("k", H // 2, True), ("v", H // 2, False))), p)
+    out = subprocess.run([sys.executable, "-m", "plus_ep", "explain", str(p), "--pattern", "gemm_group"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "grouped (2 members, A 'X'): MatMul node 'k/MatMul', MatMul node 'v/MatMul'" in out
+    assert "refused (A 'X'): no sibling with the same N, K, dtype and B layout (N=32" in out

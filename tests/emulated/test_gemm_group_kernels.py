@@ -1,0 +1,53 @@
+"""A horizontal GEMM group (Q, K, V projections reading one X, with bias and head Reshape/Transpose
+stores, K stored transposed) as one launch on every route: SIMT fp32 (exact), TF32 mma and f16 mma.sync
+on sm_80, f16 wgmma on sm_90a. `plus_ep.verify` runs the kernels' PTX on the CPU interpreter through the
+launcher and compares every output with the node's function body on ORT."""
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto
+
+import plus_ep
+from plus_ep.kernels.render import render
+from tests.support.qkv_models import H, qkv_model
+
+
+def _headers(r, arch):
+    sg = r.subgraphs[0]
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    rd = render(r.view, sg, ins, outs, arch=arch, node_name="g", fp32_math=r.fp32_math)
+    return {ln for v in rd.variants for ln in v.source.splitlines()
+            if ln.startswith(('#include "gemm', "#define PLUS_MATH", "#define PLUS_EPI_M_FASTEST"))}
+
+
+def _verify_group(model, fp32_math, math_defines):
+    r = plus_ep.rewrite_detailed(model, archs=["sm_80", "sm_90a"], fp32_math=fp32_math)
+    assert not r.kernels.failures, r.kernels.failures
+    assert [s.pattern.name for s in r.subgraphs] == ["gemm_group"]
+    for arch, want in math_defines.items():
+        assert want <= _headers(r, arch), (arch, _headers(r, arch))
+    rep = plus_ep.verify(r.model, batch=2, seq=5)
+    text = plus_ep.verify_text(rep)
+    assert rep["ok"], text
+    assert sorted(x["arch"] for x in rep["nodes"]) == ["sm_80", "sm_90a"]
+    for row in rep["nodes"]:
+        assert row["executed"] and row["kernels"] == ["plus_gemm"] and row["n_findings"] == 0, row
+        assert len(row["outputs"]) == len(model.graph.output)
+        assert all(o["rel"] <= o["tol"] for o in row["outputs"]), row
+    return r, rep
+
+
+@pytest.mark.parametrize("dtype,math,defines", [
+    (TensorProto.FLOAT, "exact", {"sm_80": {"#define PLUS_MATH 0"}, "sm_90a": {"#define PLUS_MATH 0"}}),
+    (TensorProto.FLOAT, "tf32", {"sm_80": {"#define PLUS_MATH 1"}, "sm_90a": {"#define PLUS_MATH 1"}}),
+    (TensorProto.FLOAT16, "exact", {"sm_80": {"#define PLUS_MATH 2", '#include "gemm.cuh"'},
+                                    "sm_90a": {'#include "gemm_sm90a.cuh"'}}),
+], ids=["fp32-simt", "fp32-tf32", "f16-mma-wgmma"])
+def test_qkv_group_with_bias_and_kt_store(dtype, math, defines):
+    _verify_group(qkv_model(dtype), math, defines)
+
+
+def test_group_of_transposed_stores_walks_m_fastest_on_sm90a():
+    """Every member stores transposed (contiguous along m): the wgmma epilogue walks its C tile m-fastest."""
+    model = qkv_model(TensorProto.FLOAT16, projections=(("k", H, True), ("k2", H, True)), bias=False)
+    _verify_group(model, "exact", {"sm_90a": {"#define PLUS_EPI_M_FASTEST 1"}})

@@ -50,7 +50,32 @@ CONFIGS = (
     _cfg("wg_64x128x64_w64x128_s4", 64, 128, 64, 128, 4),
 )
 
-BY_NAME = {c.name: c for c in CONFIGS}
+# GEMM + LayerNorm/RMSNorm in one kernel (kernels/gemm_norm_render.py): a thread-block cluster spans one row
+# of C = cdiv(N, BN) tiles, C <= CLUSTER_MAX (the portable cluster size), so BN follows N (cluster_bn) and
+# BM follows M. These tiles serve only that route; the plain GEMM menu above is unchanged.
+CLUSTER_MAX = 8
+CLUSTER_CONFIGS = (
+    _cfg("wg_64x64x64_w64x64_s4", 64, 64, 64, 64, 4),
+    _cfg("wg_128x64x64_w64x64_s4", 128, 64, 64, 64, 4),
+    _cfg("wg_64x256x64_w64x256_s4", 64, 256, 64, 256, 4),
+)
+
+
+def cluster_bn(n: int) -> int | None:
+    """The tile width of the one-kernel GEMM + row normalisation for a static row length N: the narrowest
+    BN in 64, 128, 256 with cdiv(N, BN) <= CLUSTER_MAX (most CTAs per row); None above 8 x 256 = 2048."""
+    for bn in (64, 128, 256):
+        if -(-n // bn) <= CLUSTER_MAX:
+            return bn
+    return None
+
+
+def cluster_menu(bn: int) -> list:
+    """Every config (plain and cluster-only) of tile width `bn`."""
+    return [c for c in CONFIGS + CLUSTER_CONFIGS if c.bn == bn]
+
+
+BY_NAME = {c.name: c for c in CONFIGS + CLUSTER_CONFIGS}
 
 
 def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1) -> dict[str, int]:
@@ -60,5 +85,5 @@ def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int 
     return _defines(cfg, b_trans=b_trans, aligned=aligned, splitk=splitk)
 
 
-__all__ = ["BK", "BY_NAME", "CONFIGS", "GemmConfig", "MATH_F16", "WARPGROUP", "defines", "gemm_smem_bytes",
-           "gemm_threads", "grid", "reduce_grid"]
+__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CONFIGS", "GemmConfig", "MATH_F16", "WARPGROUP",
+           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "reduce_grid"]

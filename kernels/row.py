@@ -4,13 +4,22 @@ One thread block owns one row (the outer, non-reduced index); it runs the subgra
 program order, each a strided pass over the row followed by a block reduction, then stores the
 row-shaped outputs. Element values are pulled (pull.py), so any element-wise prologue and epilogue
 and any layout of the reduced axes work; reduction results are per-row scalars bound in the emitter.
+
+Tile mode (`tile_hook`, the sm_90a GEMM's PLUS_HAS_ROW_TILE hook, kernels/gemm_norm_render.py): the same
+program over a CTA's BM x BN slice of rows whose CTAs form a thread-block cluster along the row. A pass is
+a warp per row over the CTA's columns (warp reduction), the row's partial in a shared array, a cluster
+barrier, then one thread per row combines the partials of every rank in rank order (plus_cluster.cuh) and
+computes the row's scalars (mean, rstd, ...) into shared `plus_rt_stat`, which later passes read.
 """
 from __future__ import annotations
+
+import re
 
 import sympy
 
 from ..graph_rewrites import ops
 from . import dtypes, symdim
+from .pointwise import bounds
 from .cexpr import attr, lit
 from .pull import Emitter, RenderError, describe
 
@@ -58,6 +67,10 @@ class RowProgram:
         self.rows = symdim.numel(self.outer)
         self.length = symdim.numel(self.inner)
         self.trailing = self.axes == list(range(len(self.x_shape) - len(self.axes), len(self.x_shape)))
+        self.tile = False           # tile mode (tile_hook): passes over a CTA's slice, cluster-wide reductions
+        self.scalars: list = []     # tile mode: per-row scalars, in plus_rt_stat[k][r] order
+        self._open = None           # tile mode: (memo, indent, first new scalar) of the open per-row scope
+        self._passes = 0
 
     # ---- indices -----------------------------------------------------------------------------
     def x_index(self, row="row", j="j") -> list:
@@ -75,8 +88,16 @@ class RowProgram:
         raise RenderError(f"output '{t}' of shape {shp} is not laid out like the rows {self.x_shape}")
 
     # ---- code --------------------------------------------------------------------------------
+    def _scalar(self, name, expr):
+        """A per-row scalar `name` = expr (over earlier scalars and reduction results)."""
+        self.em.emit(f"const float {name} = {expr};")
+        if self.tile:
+            self.scalars.append(name)
+
     def _pass(self, name, kind, value_fn):
         """One reduction pass: `name` = reduce(kind) over j of value_fn(idx)."""
+        if self.tile:
+            return self._tile_pass(name, kind, value_fn)
         em = self.em
         ident, comb, block = _COMBINE[kind]
         em.emit(f"float {name}_acc = {ident};")
@@ -102,6 +123,8 @@ class RowProgram:
             val = f"{r} / {L}" if kind == "mean" else r
         elif kind in ("max", "min", "prod"):
             val = self._pass(f"r{k}", kind, lambda idx: self._x(node, idx))
+            if kind != "prod":
+                val = self._first_nan(node, val)
         elif kind in ("sumsq", "l2"):
             r = self._pass(f"r{k}", "sum", lambda idx: f"({self._x(node, idx)}) * ({self._x(node, idx)})")
             val = f"sqrtf({r})" if kind == "l2" else r
@@ -109,10 +132,29 @@ class RowProgram:
             val = self._pass(f"r{k}", "sum", lambda idx: f"fabsf({self._x(node, idx)})")
         else:  # lse
             mx = self._pass(f"r{k}m", "max", lambda idx: self._x(node, idx))
-            s = self._pass(f"r{k}", "sum", lambda idx: f"expf({self._x(node, idx)} - {mx})")
-            val = f"{mx} + logf({s})"
-        em.emit(f"const float red{k} = {val};")
+            self._scalar(f"r{k}o", f"isinf({mx}) ? 0.0f : {mx}")   # onnxruntime: an infinite max shifts by 0
+            s = self._pass(f"r{k}", "sum", lambda idx: f"expf({self._x(node, idx)} - r{k}o)")
+            val = f"r{k}o + logf({s})"
+        self._scalar(f"red{k}", val)
         em.bound[node.output[0]] = lambda idx, k=k: (f"red{k}", "float")
+
+    def _first_nan(self, node, val):
+        """onnxruntime's ReduceMax/ReduceMin start from the row's first element and keep an element only when
+        it compares greater (less): a NaN is the result when it is the first element and is skipped anywhere
+        else. The passes skip every NaN (fmaxf/fminf); here the first element decides."""
+        if getattr(self, "tile", False):    # the GEMM row tile has no first element at hand: NaN is skipped
+            return val
+        em = self.em
+        first = f"{val}f"
+        em.emit(f"float {first} = 0.0f;")
+        em.emit("if (L > 0) {")
+        saved_memo, saved_indent = dict(em.memo), em.indent
+        em.indent += "  "
+        em.emit("const long long j = 0;")
+        em.emit(f"{first} = {self._x(node, self.x_index())};")
+        em.indent, em.memo = saved_indent, saved_memo
+        em.emit("}")
+        return f"(isnan({first}) ? {first} : {val})"
 
     def _bind_softmax(self, node, k):
         mx = self._pass(f"r{k}m", "max", lambda idx: self._x(node, idx))
@@ -131,13 +173,13 @@ class RowProgram:
         rms = node.op_type == "RMSNormalization"
         if rms:
             ms = self._pass(f"r{k}q", "sum", lambda idx: f"({self._x(node, idx)}) * ({self._x(node, idx)})")
-            em.emit(f"const float rstd{k} = rsqrtf({ms} / (float)L + {eps});")
+            self._scalar(f"rstd{k}", f"rsqrtf({ms} / (float)L + {eps})")
         else:
             s = self._pass(f"r{k}s", "sum", lambda idx: self._x(node, idx))
-            em.emit(f"const float mean{k} = {s} / (float)L;")
+            self._scalar(f"mean{k}", f"{s} / (float)L")
             q = self._pass(f"r{k}q", "sum", lambda idx: f"({self._x(node, idx)} - mean{k}) * "
                                                          f"({self._x(node, idx)} - mean{k})")
-            em.emit(f"const float rstd{k} = rsqrtf({q} / (float)L + {eps});")
+            self._scalar(f"rstd{k}", f"rsqrtf({q} / (float)L + {eps})")
         out_shape = em.shape(node.output[0])
 
         def at(idx):
@@ -155,11 +197,7 @@ class RowProgram:
         if len(node.output) > 2 and node.output[2]:
             em.bound[node.output[2]] = lambda idx, k=k: (f"rstd{k}", "float")
 
-    def body(self, stores: dict) -> str:
-        """The kernel; `stores` maps output tensor -> (pointer expr, dtype)."""
-        em = self.em
-        em.reset()
-        em.indent = "    "
+    def _bind_all(self):
         for k, node in enumerate(self.nodes):
             if node.op_type in REDUCE_OPS:
                 self._bind_reduce(node, k)
@@ -167,18 +205,29 @@ class RowProgram:
                 self._bind_softmax(node, k)
             else:
                 self._bind_norm(node, k)
-        em.emit("for (long long j = threadIdx.x; j < L; j += blockDim.x) {")
-        saved_indent = em.indent
-        em.indent += "  "
+
+    def _stores(self, stores: dict):
+        em = self.em
         for t, (ptr, dt) in stores.items():
             idx = self.index_of(t)
             val, ct = em.value(t, idx)
             em.emit(dtypes.store(dt, ptr, em.linear(idx, em.shape(t)),
                                  dtypes.convert(val, ct, dtypes.compute(dt))))
+
+    def body(self, stores: dict) -> str:
+        """The kernel; `stores` maps output tensor -> (pointer expr, dtype)."""
+        em = self.em
+        em.reset()
+        em.indent = "    "
+        self._bind_all()
+        em.emit("for (long long j = threadIdx.x; j < L; j += blockDim.x) {")
+        saved_indent = em.indent
+        em.indent += "  "
+        self._stores(stores)
         em.indent = saved_indent
         em.emit("}")
         inner = em.take()
-        return (f'extern "C" __global__ void __launch_bounds__({THREADS}) {self.entry}(const PlusArgs args) {{\n'
+        return (f'extern "C" __global__ void {bounds(THREADS)} {self.entry}(const PlusArgs args) {{\n'
                 f"  __shared__ float red[33];\n"
                 f"  const long long rows = {em.c(self.rows)};\n"
                 f"  const long long L = {em.c(self.length)};\n"
@@ -190,3 +239,114 @@ class RowProgram:
     def launch(self, syms):
         rows = syms.rpn(self.rows)
         return (f"{rows},65535,min", "1", "1"), (str(THREADS), "1", "1"), "0"
+
+    # ---- tile mode (the sm_90a GEMM's row tile over a thread-block cluster) ---------------------
+    def _open_scope(self, loop: str):
+        self.em.emit(loop + " {")
+        self.em.indent += "  "
+        self._decls.append([])
+
+    def _declare(self, name: str, line: str):
+        """Emit a declaration of `name` in the innermost scope; _close_scope drops it if nothing reads it."""
+        self._decls[-1].append((len(self.em.lines), name))
+        self.em.emit(line)
+
+    def _close_scope(self, indent):
+        lines = self.em.lines
+        for at, name in reversed(self._decls.pop()):
+            if not any(re.search(rf"\b{name}\b", ln) for ln in lines[at + 1:]):
+                del lines[at]
+        self.em.indent = indent
+        self.em.emit("}")
+
+    def _row_scope(self, loop: str):
+        """Open `loop` over the tile's rows r (row = m0 + r), with this row's scalars so far."""
+        self._open_scope(loop)
+        self._declare("row", "const long long row = m0 + r;")
+        for k, name in enumerate(self.scalars):
+            self._declare(name, f"const float {name} = plus_rt_stat[{k}][r];")
+
+    def _column_loop(self):
+        self._open_scope("for (int c = lane; c < cols; c += 32)")
+        self._declare("j", "const long long j = n0 + c;")
+
+    def _close(self):
+        """Close the open per-row scope of the last pass: its new scalars go to plus_rt_stat."""
+        if self._open is None:
+            return
+        memo, indent, first = self._open
+        for k in range(first, len(self.scalars)):
+            self.em.emit(f"plus_rt_stat[{k}][r] = {self.scalars[k]};")
+        self._close_scope(indent)
+        self.em.emit("__syncthreads();")
+        self.em.memo, self._open = memo, None
+
+    def _tile_pass(self, name, kind, value_fn):
+        em = self.em
+        ident, comb, block = _COMBINE[kind]
+        warp = block.replace("plus_block_", "plus_warp_")
+        part = f"plus_rt_part[{self._passes % 2}]"      # double-buffered: see tile_hook
+        self._passes += 1
+        self._close()
+        memo, indent = dict(em.memo), em.indent
+        self._row_scope("for (int r = warp; r < rows; r += nwarps)")
+        em.emit(f"float {name}_acc = {ident};")
+        self._column_loop()
+        v = value_fn(self.x_index())
+        em.emit(f"{name}_acc = {comb.format(a=name + '_acc', v=v)};")
+        self._close_scope(indent + "  ")
+        em.emit(f"{name}_acc = {warp}({name}_acc);")
+        em.emit(f"if (lane == 0) {part}[r] = {name}_acc;")
+        self._close_scope(indent)
+        em.memo = dict(memo)
+        em.emit("plus_cluster_sync();")
+        self._row_scope("for (int r = threadIdx.x; r < rows; r += blockDim.x)")
+        self._open = (memo, indent, len(self.scalars))
+        combine = comb.format(a="a", v="v")
+        self._scalar(name, f"plus_cluster_reduce<PLUS_CLUSTER_X>(&{part}[r], {ident}, "
+                           f"[](float a, float v) {{ return {combine}; }})")
+        return name
+
+    def tile_hook(self, stores: dict, x_fn: str) -> str:
+        """The sm_90a GEMM's `plus_row_tile` hook (CONTRACT.md §2.1): the row program over the CTA's slice
+        of the staged accumulator tile. `x_fn` names a hook (args, b, m, n, acc) -> float that stores the
+        GEMM-side outputs and returns the row program's input x (the emitter reads x as `tile[r * ld + c]`);
+        `stores` maps row-program outputs to (pointer expr, dtype). Every reduction is cluster-wide.
+
+        Partials are double-buffered by pass parity: a CTA overwrites plus_rt_part[p % 2] in pass p + 2 only
+        after the cluster barrier of pass p + 1, which every rank reaches after reading pass p's partials.
+        The trailing barrier (arrive after the last remote read, wait before returning) keeps this CTA's
+        shared memory alive while other ranks still read it."""
+        if not self.trailing:
+            raise RenderError(f"{describe(self.nodes[0])}: the row tile reduces trailing axes only")
+        em = self.em
+        self.tile, self.scalars, self._open, self._passes, self._decls = True, [], None, 0, []
+        em.reset()
+        em.indent = "  "
+        self._bind_all()
+        self._close()
+        em.emit("plus_cluster_arrive();      // every remote read is done: release the other ranks")
+        memo, indent = dict(em.memo), em.indent
+        self._row_scope("for (int r = warp; r < rows; r += nwarps)")
+        self._column_loop()
+        self._stores(stores)
+        self._close_scope(indent + "  ")
+        self._close_scope(indent)
+        em.memo = memo
+        em.emit("plus_cluster_wait();        // no rank still reads this CTA's partials")
+        inner = em.take()
+        parts = min(self._passes, 2)
+        stat = max(1, len(self.scalars))
+        return ('#include "plus_cluster.cuh"\n'
+                "#define PLUS_HAS_ROW_TILE 1\n"
+                "PLUS_DEV void plus_row_tile(const PlusArgs& args, long long b, float* tile, int ld, long long m0,\n"
+                "                            long long n0, int rows, int cols) {\n"
+                f"  __shared__ float plus_rt_part[{max(parts, 1)}][PLUS_BM];   // this CTA's per-row partials\n"
+                f"  __shared__ float plus_rt_stat[{stat}][PLUS_BM];   // per-row scalars, the same in every rank\n"
+                "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;\n"
+                f"  const long long L = {em.c(self.length)};\n"
+                "  // x, in place; each element is rewritten and first re-read by the same thread\n"
+                "  for (int r = warp; r < rows; r += nwarps)\n"
+                "    for (int c = lane; c < cols; c += 32)\n"
+                f"      tile[r * ld + c] = {x_fn}(args, b, m0 + r, n0 + c, tile[r * ld + c]);\n"
+                f"{inner}\n}}\n")

@@ -7,6 +7,8 @@
 //   fence.proxy.async.shared::cta     orders generic-proxy shared writes before async-proxy reads (wgmma)
 //   wgmma.fence / commit_group / wait_group and wgmma.mma_async m64nNk16 with shared-memory descriptors
 //     (sm_90a only: declared when __CUDA_ARCH_FEAT_SM90_ALL is defined)
+//   %cluster_ctarank, barrier.cluster.arrive.release / wait.acquire, mapa.shared::cluster,
+//     ld.shared::cluster (thread-block clusters, sm_90+: declared when __CUDA_ARCH__ >= 900)
 // Shared-memory operands are 32-bit shared-window addresses (plus_smem_u32 converts a generic pointer).
 // Every wrapper that touches memory carries a "memory" clobber, so the compiler never moves ordinary
 // loads/stores across it.
@@ -110,6 +112,39 @@ PLUS_DEV plus_u32 plus_to_tf32(plus_u32 x) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
   return r;
 }
+
+// ---- thread-block clusters (sm_90+) -----------------------------------------------------------------
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+// This CTA's rank in its cluster (0 .. cluster size - 1).
+PLUS_DEV plus_u32 plus_cluster_ctarank() {
+  plus_u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Cluster barrier, split: arrive (release: this thread's earlier shared-memory writes become visible to
+// the cluster) and wait (acquire: returns once every thread of every CTA of the cluster has arrived).
+// Both are .aligned: every thread of the CTA executes them, in convergence.
+PLUS_DEV void plus_cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+PLUS_DEV void plus_cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+PLUS_DEV void plus_cluster_sync() {
+  plus_cluster_arrive();
+  plus_cluster_wait();
+}
+// The shared::cluster address of shared::cta address `addr` (same variable) in the CTA of rank `rank`.
+PLUS_DEV plus_u32 plus_mapa_shared(plus_u32 addr, plus_u32 rank) {
+  plus_u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+// One fp32 from distributed shared memory (a shared::cluster address, e.g. from plus_mapa_shared).
+PLUS_DEV float plus_ld_shared_cluster_f(plus_u32 addr) {
+  float x;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(x) : "r"(addr) : "memory");
+  return x;
+}
+
+#endif  // __CUDA_ARCH__ >= 900
 
 // ---- wgmma (sm_90a only) -------------------------------------------------------------------------
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

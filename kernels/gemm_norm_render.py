@@ -1,0 +1,124 @@
+"""GEMM + residual + LayerNorm/RMSNorm as one kernel on sm_90a (thread-block clusters).
+
+The two-kernel plan (gemm_render.py: the GEMM epilogue writes the row program's input to fp32 scratch,
+a row program normalises the rows) costs a scratch round trip and a second launch. On sm_90a, when the
+row length N is static and cdiv(N, BN) <= 8 for some BN (gemm_sm90a_configs.cluster_bn: N <= 2048), the
+CTAs of one row of C tiles form a thread-block cluster (`__cluster_dims__(C, 1, 1)`, grid.x = C), and
+the wgmma template's PLUS_HAS_ROW_TILE hook runs the subgraph's row program (row.py, tile mode) over
+each CTA's slice of the staged accumulator tile, with every row reduction made cluster-wide through
+distributed shared memory. Each CTA:
+
+  1. `plus_row_x(args, b, m, n, acc)`: stores the GEMM-side outputs (e.g. a residual sum that is also a
+     graph output) and returns x, the row program's input, rounded to x's element type as the graph
+     holds it; x overwrites the staged fp32 accumulator in shared memory;
+  2. the row program's passes over its columns, each reduction combined over the cluster's ranks in
+     rank order (the same bits in every CTA), LayerNorm two-pass (mean, then the centred squares);
+  3. stores the row program's outputs; a trailing cluster barrier keeps its partials alive until
+     every rank has read them.
+
+Anything else (other archs, symbolic or longer N, batched GEMMs, fp32 operands, a row program that needs
+more than one GEMM-side tensor) keeps the two-kernel plan: `cluster_variants` returns None.
+"""
+from __future__ import annotations
+
+from onnx import TensorProto
+
+from . import arch as arch_table
+from . import dtypes, routes, symdim
+from . import gemm_sm90a_configs as sm90a
+from .forward import emit_stores
+from .gemm_render import _frontier, _hooks
+from .pull import RenderError
+from .row import RowProgram
+
+X_FN = "plus_row_x"
+
+
+def cluster_size(N, arch, dt, nbatch) -> tuple | None:
+    """(BN, C) of the one-kernel route, or None when it does not apply."""
+    n, nb = symdim.parse(N), symdim.parse(nbatch)
+    if not arch_table.get(arch).wgmma or dt not in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+        return None
+    if not (n.is_Integer and nb.is_Integer and int(nb) == 1):
+        return None
+    bn = sm90a.cluster_bn(int(n))
+    return (bn, -(-int(n) // bn)) if bn else None
+
+
+def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, side, problem):
+    """The one-kernel variants [(name, prefix, kernels, condition)] of a GEMM + row-normalisation
+    subgraph, or None (the caller renders the two-kernel plan). `em` holds the GEMM epilogue so far,
+    `fwd` the forward map of the accumulator `cout`; `epi` the GEMM-side outputs to store, `row_out`
+    the row program's outputs, `side` the outputs no template computes; `problem` is
+    (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) as gemm_render computed it."""
+    M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt = problem
+    size = cluster_size(N, job.arch, dt, nbatch)
+    if size is None:
+        return None
+    bn, csize = size
+    try:
+        x_fn, tile = _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N)
+    except RenderError:
+        return None          # e.g. two GEMM-side tensors feed the rows: the two-kernel plan handles it
+    hooks = _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)   # plus_epilogue stays empty
+    extra = job.side_kernels(side)
+    aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
+    out = []
+    for cond, cfg in _routes(M, N, K, job.arch, job.syms, sm90a.cluster_menu(bn)):
+        defines = {**routes.gemm_defines(cfg, 1, trans_b, aligned), "PLUS_CLUSTER_X": csize}
+        prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+        prefix += hooks + x_fn + tile + f'#include "{routes.gemm_header(cfg)}"\n'
+        grid = (str(csize), f"{job.syms.rpn(M)},{cfg.bm},cdiv", "1")
+        kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
+        out.append((f"{cfg.name}/cluster{csize}", prefix, kernels + extra, cond))
+    return out
+
+
+def _routes(M, N, K, arch, syms, menu) -> list:
+    """[(condition, config)]: routes.gemm_routes' sampling of M over the cluster menu (no split-K).
+    TODO(B2): call routes.gemm_routes(..., menu=menu) once routes.py takes a menu."""
+    n, k = int(symdim.parse(N)), routes._static(K)
+    M = symdim.parse(M)
+    if M.is_Integer:
+        return [(routes.ALWAYS, routes.best_gemm(int(M), n, k, 1, menu, arch, False)[0])]
+    picks = [(s, routes.best_gemm(routes._value(M, s), n, k, 1, menu, arch, False)[0]) for s in routes.SAMPLES]
+    out = []
+    for i, (s, cfg) in enumerate(picks):
+        if i + 1 < len(picks) and picks[i + 1][1] == cfg:
+            continue
+        out.append((routes.ALWAYS if i + 1 == len(picks) else f"{syms.rpn(M)},{routes._value(M, s)},<=", cfg))
+    return out
+
+
+def _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N) -> tuple:
+    """(plus_row_x, plus_row_tile) sources; raises RenderError when the row tile cannot express the
+    subgraph (then nothing was emitted into `em` that the caller keeps)."""
+    keep = _frontier(job, em, cout, row_nodes, dep_c, dep_row)
+    if len(keep) != 1 or keep[0] not in fwd or fwd[keep[0]][1] or fwd[keep[0]][0] != fwd[cout][0]:
+        raise RenderError(f"{job.node_name}: the row tile reads one GEMM-side tensor indexed like the GEMM")
+    x = keep[0]
+    rows = job.emitter()
+    n_c = rows.c(symdim.parse(N))
+    want = f"(row) * {n_c} + j"
+
+    def tile_x(idx):
+        if rows.linear(idx, rows.shape(x)) != want:
+            raise RenderError(f"{job.node_name}: the row program reads '{x}' at {idx}, not at its own row and column")
+        return rows.tmp("tile[r * ld + c]", "float", "x"), "float"
+    rows.bound[x] = tile_x
+    prog = RowProgram(rows, row_nodes)
+    if not prog.trailing or symdim.parse(prog.length) != symdim.parse(N):
+        raise RenderError(f"{job.node_name}: the rows are not the GEMM's N")
+    tile = prog.tile_hook({t: job.out_ptr(t) for t in row_out}, X_FN)
+
+    emit_stores(em, fwd, epi)          # GEMM-side outputs, e.g. the residual sum when it is an output
+    val, ct = em.value(x, fwd[x][0])
+    val = dtypes.convert(val, ct, "float")
+    st = dtypes.storage(em.dtype(x))
+    if st != "float":                  # x as the graph holds it (fp16/bf16), then widened again
+        val = f"plus_f(plus_cvt<{st}>({val}))"
+    em.emit(f"return {val};")
+    body = em.take()
+    x_fn = (f"PLUS_DEV float {X_FN}(const PlusArgs& args, long long b, long long m, long long n, float acc) {{\n"
+            f"{body}\n}}\n")
+    return x_fn, tile

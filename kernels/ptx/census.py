@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from . import ops_alu, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
+from . import ops_alu, ops_cluster, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
 from .decode import decode
 from .errors import PtxError
 from .parse import parse

@@ -7,7 +7,9 @@
   fence.proxy.async by the writing thread in between;
 * writes to global memory read through `.nc` in the same launch (and `.nc` reads of memory this launch
   wrote);
-* cp.async copies or wgmma groups left pending when the CTA exits.
+* cp.async copies or wgmma groups left pending when the CTA exits;
+* in cluster launches (cluster.py): DSMEM races between CTAs without a cluster barrier in between,
+  uninitialised remote reads and DSMEM accesses to CTAs that have exited.
 
 Out-of-bounds accesses are errors (PtxError), not findings: the interpreter cannot continue them.
 One finding is kept per (kind, PTX line), with the number of occurrences.
@@ -45,6 +47,14 @@ class Checks:
         self.nc_read = {}
         self.written = {}
         self.guarded = {}          # bar.sync PTX line -> shared accesses in the interval it opens
+
+    @staticmethod
+    def fork(launch: "Checks") -> "ClusterChecks":
+        """Checker of one cluster rank: its own per-CTA shadow, the launch's findings and global shadows."""
+        c = ClusterChecks.__new__(ClusterChecks)
+        c.__dict__.update({k: launch.__dict__[k] for k in ("kernel", "memory", "findings", "_seen", "nc_read",
+                                                           "written", "guarded")})
+        return c
 
     def add(self, kind, M, line, thread, message):
         key = (kind, line)
@@ -218,3 +228,18 @@ class Checks:
                                  f"st.global writes {b.name!r}+{int(rel[k, 0])}, which this launch read through "
                                  f".nc (read-only for the kernel's lifetime)")
                 self._shadow(self.written, b)[rel] = True
+
+
+class ClusterChecks(Checks):
+    """A rank's checker in a cluster launch: its shared accesses also feed the cross-CTA ordering model."""
+
+    def shared_read(self, M, op, idx, tids, proxy):
+        super().shared_read(M, op, idx, tids, proxy)
+        local_checks(M, op, idx, tids, False)
+
+    def shared_write(self, M, op, idx, tids):
+        super().shared_write(M, op, idx, tids)
+        local_checks(M, op, idx, tids, True)
+
+
+from .cluster import local_checks  # noqa: E402  (cluster.py imports this module's users)

@@ -7,6 +7,8 @@ execution — never measurements.
 * global memory: requests (one per warp instruction), 32-byte sectors per request against the ideal
   for the access width (active lanes x bytes / 32, rounded up), unique sectors touched (x32 = unique
   DRAM bytes, a lower bound on DRAM traffic with an infinite L2).
+* distributed shared memory (cluster launches): remote ld/st requests (one per warp instruction) and
+  bytes, kept apart from shared memory and never counted as DRAM.
 * shared memory: wavefronts per request against the ideal. Model: 32 banks of 4 bytes; a request is
   split in phases of 32 lanes (<= 4-byte accesses), 16 lanes (8-byte) or 8 lanes (16-byte); a phase
   costs the largest number of distinct 4-byte words any bank serves; ldmatrix costs one phase per 8x8
@@ -55,6 +57,10 @@ class Counters:
         wf, ideal, req = _wavefronts(addrs.astype(np.int64), size, tids)
         self._add(f"shared_{kind}", req, wf, ideal, int(len(tids) * size))
 
+    def dsmem(self, kind, tids, size):
+        lanes = np.unique(np.asarray(tids) // 32).size
+        self._add(f"dsmem_{kind}", lanes, 0, 0, int(len(tids) * size))
+
     def ldmatrix(self, M, op, addr, tids):
         # addr [nw, 8n]: one phase per matrix (8 rows of 16 bytes)
         nw, rows = addr.shape
@@ -96,6 +102,9 @@ class Counters:
                "thread_instructions_by_class": dict(sorted(by_class_t.items())),
                "tensor_core_instructions": tc, "flops": int(flops)}
         for key, (req, units, ideal, nbytes) in sorted(self.mem.items()):
+            if key.startswith("dsmem"):
+                out[key] = {"requests": req, "bytes": nbytes}
+                continue
             unit = "sectors" if key.startswith("global") else "wavefronts"
             d = {"requests": req, unit: units, f"ideal_{unit}": ideal, "bytes": nbytes}
             if req:

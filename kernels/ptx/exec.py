@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ops_alu, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
+from . import ops_alu, ops_cluster, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
 from .asyncops import CpAsyncState, WgmmaState
 from .checks import Checks
 from .counters import Counters
@@ -57,6 +57,14 @@ class Kernel:
             op = decode(st)
             self.ops.append(op)
         self.labels = fn.labels
+        # thread-block clusters: the entry's .reqnctapercluster shape; a kernel that uses cluster
+        # instructions or registers without one runs as clusters of one CTA (the PTX default)
+        self.cluster_dims = fn.cluster
+        self.explicit_cluster = fn.explicit_cluster
+        self.max_cluster_rank = fn.max_cluster_rank
+        if self.cluster_dims is None and (self.explicit_cluster or any(op.cls == "cluster" for op in self.ops) or
+                                          _uses_cluster_sregs(fn.stmts)):
+            self.cluster_dims = (1, 1, 1)
         for op in self.ops:
             if op.kind == "bra":
                 if op.target not in self.labels:
@@ -100,34 +108,15 @@ class Kernel:
             raise PtxError(f"{len(params)} parameter bytes given, the kernel's .param declarations take "
                            f"{self.param_bytes}", kernel=self.name)
         memory = memory if memory is not None else GlobalMemory()
-        # the machine and its bound closures are kept per launch shape (binding them costs more than a
-        # small launch): taken out of the cache while in use, so concurrent launches build their own
+        if self.cluster_dims is not None:
+            from .cluster import launch_clusters
+            return launch_clusters(self, grid, block, shared_bytes, params, memory, checks, approx, seed,
+                                   sample_ctas, max_steps, cta_order, t0)
         key = (T, block, approx)
-        cached = self._machines.pop(key, None)
-        if cached is None:
-            M, fns = Machine(self, T, block), None
-            M.rng = np.random.default_rng(seed)
-        else:
-            M, fns = cached
-            M.rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
-        M.gmem = memory
-        M.approx = approx
-        M.params = np.frombuffer(params, np.uint8).copy()
-        M.param_syms = dict(self._param_offsets)
-        dyn_base = -(-self.static_shared_bytes // self._dyn_align) * self._dyn_align
-        M.shared_syms = dict(self.shared_layout)
-        for nm in self._dyn_names:
-            M.shared_syms[nm] = dyn_base
-        smem_size = dyn_base + int(shared_bytes) if self._dyn_names else self.static_shared_bytes
-        M.counters = Counters(self, T)
-        M.checks = Checks(self, memory) if checks else None
-        M.cp = CpAsyncState(T)
-        M.retired = {}
-        M.wg = WgmmaState(-(-T // 128))
-        for nm, v in (("%nctaid.x", grid[0]), ("%nctaid.y", grid[1]), ("%nctaid.z", grid[2])):
-            M.sregs[nm][:] = v
+        M, fns = self._take_machine(key, T, block, seed)
+        smem_size = self._prepare(M, grid, shared_bytes, params, memory, checks, approx, T)
         if fns is None:
-            fns = [op.factory(M) if op.factory is not None else None for op in self.ops]
+            fns = self._bind(M)
         ctas = select_ctas(grid, sample_ctas, seed, cta_order)
         for cta in ctas:
             M.ctaid = cta
@@ -138,9 +127,54 @@ class Kernel:
             M.wg.reset()
             if M.checks is not None:
                 M.checks.begin_cta(M, smem_size)
-            _run_cta(M, self.ops, fns, max_steps)
+            for _ in _run_cta(M, self.ops, fns, max_steps):
+                raise PtxError("a CTA blocked outside a cluster launch", kernel=self.name)
             if M.checks is not None:
                 M.checks.end_cta(M)
+        res = self._result(M, grid, block, ctas, t0)
+        self._release(M)
+        if len(self._machines) < 4:
+            self._machines[key] = (M, fns)
+        return res
+
+    # ------------------------------------------------------------------- launch helpers (shared
+    # with the cluster scheduler in cluster.py)
+    def _take_machine(self, key, T, block, seed):
+        """A machine (and its bound closures, None when new) for this launch shape: taken out of the
+        cache while in use, so concurrent launches build their own (binding costs more than a small
+        launch)."""
+        cached = self._machines.pop(key, None)
+        if cached is None:
+            M, fns = Machine(self, T, block), None
+            M.rng = np.random.default_rng(seed)
+        else:
+            M, fns = cached
+            M.rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
+        return M, fns
+
+    def _bind(self, M):
+        return [op.factory(M) if op.factory is not None else None for op in self.ops]
+
+    def _prepare(self, M, grid, shared_bytes, params, memory, checks, approx, T) -> int:
+        """Per-launch state of a machine; returns the CTA's shared-memory size in bytes."""
+        M.gmem = memory
+        M.approx = approx
+        M.params = np.frombuffer(params, np.uint8).copy()
+        M.param_syms = dict(self._param_offsets)
+        dyn_base = -(-self.static_shared_bytes // self._dyn_align) * self._dyn_align
+        M.shared_syms = dict(self.shared_layout)
+        for nm in self._dyn_names:
+            M.shared_syms[nm] = dyn_base
+        M.counters = Counters(self, T)
+        M.checks = Checks(self, memory) if checks else None
+        M.cp = CpAsyncState(T)
+        M.retired = {}
+        M.wg = WgmmaState(-(-T // 128))
+        for nm, v in (("%nctaid.x", grid[0]), ("%nctaid.y", grid[1]), ("%nctaid.z", grid[2])):
+            M.sregs[nm][:] = v
+        return dyn_base + int(shared_bytes) if self._dyn_names else self.static_shared_bytes
+
+    def _result(self, M, grid, block, ctas, t0) -> LaunchResult:
         res = LaunchResult(M.counters.summary(grid, block, len(ctas)),
                            M.checks.findings if M.checks is not None else [], ctas,
                            time.perf_counter() - t0)
@@ -150,11 +184,17 @@ class Kernel:
         res.line_counts = lc
         res.sync_stats = {"retired": dict(M.retired),
                           "guarded": dict(M.checks.guarded) if M.checks is not None else {}}
+        return res
+
+    @staticmethod
+    def _release(M):
         M.gmem = M.checks = M.counters = None          # nothing of this launch stays alive in the cache
         M.smem = np.zeros(0, np.uint8)
-        if len(self._machines) < 4:
-            self._machines[key] = (M, fns)
-        return res
+        M.cluster = None
+
+
+def _uses_cluster_sregs(stmts) -> bool:
+    return any(o[0] == "sreg" and "cluster" in o[1] for st in stmts for o in st.operands)
 
 
 def _collect_syms(ops, names, used):
@@ -190,6 +230,9 @@ def select_ctas(grid, sample, seed, order="linear"):
 
 
 def _run_cta(M, ops, fns, max_steps):
+    """Run one CTA; a generator that yields the op it is blocked at (a cluster barrier wait) and ends
+    when every thread has exited. Threads parked at a non-.aligned cluster wait while others of the
+    CTA still run hold pc = n + 2 + (their wait's index)."""
     T = M.T
     n = len(ops)
     alive = np.ones(T, bool)
@@ -214,6 +257,11 @@ def _run_cta(M, ops, fns, max_steps):
                 base = None if alive.all() else alive.copy()
                 m = base
         if p >= n:
+            if p > n + 1:                      # every live thread is parked at a cluster wait
+                yield ops[p - n - 2]
+                pc[:] = np.where(pc > n + 1, pc - (n + 2), pc)
+                converged = False
+                continue
             raise PtxError("threads ran past the last instruction", kernel=M.name)
         steps += 1
         if steps > max_steps:
@@ -288,6 +336,21 @@ def _run_cta(M, ops, fns, max_steps):
                                line=op.line, kernel=M.name)
             if M.checks is not None:
                 M.checks.barrier(M, op.line)
+        elif kind == "cwait":
+            cl = M.cluster
+            state = cl.try_wait(M, op, gm)
+            if state == "park":                # part of the CTA waits: the others run on
+                if converged:
+                    pc[:] = np.where(alive, p, n + 1)
+                    converged = False
+                mm = alive if m is None else m
+                here = mm if gm is None else gm
+                pc[here] = n + 2 + p
+                pc[mm & ~here] = p + 1
+                continue
+            while state == "block":            # the whole CTA waits: let the cluster's other CTAs run
+                yield op
+                state = cl.try_wait(M, op, gm)
         if converged:
             cur = p + 1
         else:

@@ -12,6 +12,8 @@ from .errors import PtxError
 from .parse import TYPE_BITS
 from .semantics import np_dtype
 
+CLUSTER_SREGS = tuple(f"%{r}.{c}" for r in ("cluster_ctaid", "cluster_nctaid", "clusterid", "nclusterid")
+                      for c in "xyz") + ("%cluster_ctarank", "%cluster_nctarank", "%is_explicit_cluster")
 _STORE = {1: np.bool_, 8: np.uint16, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
@@ -34,6 +36,10 @@ class Machine:
                       "%ctaid.x": np.zeros(1, np.uint32), "%ctaid.y": np.zeros(1, np.uint32),
                       "%ctaid.z": np.zeros(1, np.uint32), "%nctaid.x": np.zeros(1, np.uint32),
                       "%nctaid.y": np.zeros(1, np.uint32), "%nctaid.z": np.zeros(1, np.uint32)}
+        for nm in CLUSTER_SREGS:                # set per CTA by the cluster scheduler (cluster.py)
+            self.sregs[nm] = np.zeros(1, np.uint32)
+        self.cluster = None                     # the ClusterState of a cluster launch
+        self.rank = 0                           # %cluster_ctarank of the CTA this machine runs
         self.ctaid = (0, 0, 0)
         self.smem = np.zeros(0, np.uint8)
         self.params = np.zeros(0, np.uint8)

@@ -462,18 +462,27 @@ def _mov(stmt):
 @handler("cvta")
 def _cvta(stmt):
     mo = Mods(stmt)
-    mo.flag("to")           # cvta.to.<space> and cvta.<space> convert alike here: consume the flag
-    space = mo.take("global", "shared", "local", "const", "param")
+    to = mo.flag("to")
+    space = mo.take("global", "shared", "shared::cta", "local", "const", "param")
     ty = mo.type(("u32", "u64"))
     mo.done()
-    if space != "global":
-        raise unsupported(stmt, "only global <-> generic (identity here) is implemented")
     ops = _ops(stmt, 2)
+    if space == "global":                # global <-> generic: the identity here
+        def factory(M):
+            put, get = M.wr(ops[0], ty), M.rd(ops[1], ty)
+            return lambda m: put(get(), m)
+        return Op(stmt.line, stmt.opcode, "op", "move", factory)
+    if space in ("shared", "shared::cta") and ty == "u64":
+        from .cluster import GENERIC_SHARED          # generic = the shared window + GENERIC_SHARED
+        base = np.uint64(GENERIC_SHARED)
 
-    def factory(M):
-        put, get = M.wr(ops[0], ty), M.rd(ops[1], ty)
-        return lambda m: put(get(), m)
-    return Op(stmt.line, stmt.opcode, "op", "move", factory)
+        def factory(M):
+            put, get = M.wr(ops[0], ty), M.rd(ops[1], ty)
+            if to:
+                return lambda m: put(get() - base, m)
+            return lambda m: put(get() + base, m)
+        return Op(stmt.line, stmt.opcode, "op", "move", factory)
+    raise unsupported(stmt, "only global and shared (.u64) <-> generic are implemented")
 
 
 # ---------------------------------------------------------------------------------------- cvt

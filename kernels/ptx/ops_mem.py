@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import access as A
+from . import ops_cluster as C
 from .decode import Mods, Op, handler, unsupported
 from .semantics import np_dtype
 
@@ -34,13 +35,33 @@ def addr_getter(M, memop):
 
 
 def _space(mo, stmt):
-    sp = mo.take("global", "shared", "param", "local", "const")
+    """global | shared | cluster (.shared::cluster) | param | generic (no state space)."""
+    sp = mo.take("global", "shared", "param", "local", "const", "shared::cta", "shared::cluster")
     if sp is None:
-        raise unsupported(stmt, "generic addressing (no state space)")
+        return "generic"
     if sp in ("local", "const"):
         raise unsupported(stmt, f".{sp} state space")
-    mo.take("shared::cta")
-    return sp
+    return {"shared::cta": "shared", "shared::cluster": "cluster"}.get(sp, sp)
+
+
+def _generic_read(M, op, a, size, tids, nc):
+    """Generic addresses: the shared window (cluster.GENERIC_SHARED) or global memory."""
+    sh = C.generic_split(a)
+    if not sh.any():
+        return A.global_read(M, op, a, size, tids, nc=nc)
+    out = np.empty((len(tids), size), np.uint8)
+    out[sh] = C.dsmem_read(M, op, a[sh] - np.uint64(C.GENERIC_SHARED), size, tids[sh])
+    if (~sh).any():
+        out[~sh] = A.global_read(M, op, a[~sh], size, tids[~sh], nc=nc)
+    return out
+
+
+def _generic_write(M, op, a, data, tids):
+    sh = C.generic_split(a)
+    if sh.any():
+        C.dsmem_write(M, op, a[sh] - np.uint64(C.GENERIC_SHARED), data[sh], tids[sh])
+    if (~sh).any():
+        A.global_write(M, op, a[~sh], data[~sh], tids[~sh])
 
 
 def _vec(mo):
@@ -58,7 +79,7 @@ def _ld(stmt):
     n = _vec(mo)
     ty = mo.type(LDST_T)
     mo.done()
-    if nc and sp != "global":
+    if nc and sp not in ("global", "generic"):
         raise unsupported(stmt, ".nc outside .global")
     dst, src = stmt.operands
     if src[0] != "mem":
@@ -69,7 +90,8 @@ def _ld(stmt):
     esize = max(np.dtype(np_dtype(ty)).itemsize, 1)
     if ty in ("b8", "u8", "s8"):
         esize = 1
-    cls = {"global": "ld.global", "shared": "ld.shared", "param": "ld.param"}[sp]
+    cls = {"global": "ld.global", "shared": "ld.shared", "param": "ld.param", "cluster": "ld.shared",
+           "generic": "ld.global"}[sp]
     load_ty = {"b8": "u8"}.get(ty, ty)
 
     def factory(M):
@@ -85,8 +107,12 @@ def _ld(stmt):
                 raw = A.global_read(M, op, a, esize * n, tids, nc=nc)
             elif sp == "shared":
                 raw = A.shared_read(M, op, a, esize * n, tids)
-            else:
+            elif sp == "param":
                 raw = A.param_read(M, op, a, esize * n, tids)
+            elif sp == "cluster":
+                raw = C.dsmem_read(M, op, a, esize * n, tids)
+            else:
+                raw = _generic_read(M, op, a, esize * n, tids, nc)
             vals = np.ascontiguousarray(raw).view(dt).reshape(len(tids), n)
             for k in range(n):
                 full = np.zeros(T, dt)
@@ -116,7 +142,7 @@ def _st(stmt):
         raise unsupported(stmt, "vector size")
     sty = {"b8": "u8"}.get(ty, ty)
     esize = np.dtype(np_dtype(sty)).itemsize
-    cls = {"global": "st.global", "shared": "st.shared"}[sp]
+    cls = {"global": "st.global", "shared": "st.shared", "cluster": "st.shared", "generic": "st.global"}[sp]
 
     def factory(M):
         ag = addr_getter(M, dst)
@@ -133,8 +159,12 @@ def _st(stmt):
             data = vals.view(np.uint8).reshape(len(tids), n * esize)
             if sp == "global":
                 A.global_write(M, op, a, data, tids)
-            else:
+            elif sp == "shared":
                 A.shared_write(M, op, a, data, tids)
+            elif sp == "cluster":
+                C.dsmem_write(M, op, a, data, tids)
+            else:
+                _generic_write(M, op, a, data, tids)
         return run
     op = Op(stmt.line, stmt.opcode, "op", cls, factory)
     return op
@@ -224,6 +254,14 @@ def _fence(stmt):
             def run(m):
                 if M.checks is not None:
                     M.checks.fence_proxy_async(M, A.active(m, M.T))
+            return run
+        return Op(stmt.line, stmt.opcode, "op", "fence", factory)
+    if p[0] == "fence" and p[1:] in (["sc", "cluster"], ["acq_rel", "cluster"]):
+        # data: nothing to model (sequential); checker: a later barrier.cluster.arrive.relaxed releases
+        def factory(M):
+            def run(m):
+                if M.cluster is not None:
+                    M.cluster.fence(M, m)
             return run
         return Op(stmt.line, stmt.opcode, "op", "fence", factory)
     if (p[0] == "membar" and p[1:] in (["cta"], ["gl"], ["sys"])) or \

@@ -78,6 +78,9 @@ def _ret(stmt):
 def _bar(stmt):
     p = stmt.opcode.split(".")
     rest = p[1:]
+    if p[0] == "barrier" and rest[:1] == ["cluster"]:
+        from .ops_cluster import barrier_cluster
+        return barrier_cluster(stmt)
     if rest in (["sync"], ["cta", "sync"], ["aligned"], ["cta", "sync", "aligned"], ["sync", "aligned"]) or \
             (p[0] == "barrier" and rest in (["sync"], ["sync", "aligned"])):
         ops = stmt.operands

@@ -23,8 +23,9 @@ TYPE_BITS = {"pred": 1, "b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 
 # ("reg", name) ("sreg", "%tid.x") ("imm", int) ("f32", bits) ("f64", bits) ("sym", name)
 # ("vec", (ops...)) ("mem", base or None, offset) ("pair", reg, pred) ("not", reg)
 
-_SREG = re.compile(r"%(tid|ntid|ctaid|nctaid)\.[xyz]$|%(laneid|warpid|nwarpid|smid|nsmid|gridid|"
-                   r"clock|clock64|globaltimer|lanemask_\w+|dynamic_smem_size|total_smem_size)$")
+_SREG = re.compile(r"%(tid|ntid|ctaid|nctaid|cluster_ctaid|cluster_nctaid|clusterid|nclusterid)\.[xyz]$|"
+                   r"%(laneid|warpid|nwarpid|smid|nsmid|gridid|clock|clock64|globaltimer|lanemask_\w+|"
+                   r"dynamic_smem_size|total_smem_size|cluster_ctarank|cluster_nctarank|is_explicit_cluster)$")
 _INT = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)U?$")
 _F32 = re.compile(r"0[fF]([0-9a-fA-F]{8})$")
 _F64 = re.compile(r"0[dD]([0-9a-fA-F]{16})$")
@@ -127,6 +128,9 @@ class Function:
     labels: dict                    # label -> index into stmts
     shared_refs: set = field(default_factory=set)
     first_line: int = 0
+    cluster: tuple | None = None    # .reqnctapercluster X, Y, Z (a compile-time cluster shape)
+    explicit_cluster: bool = False  # .explicitcluster
+    max_cluster_rank: int | None = None   # .maxclusterrank N
 
 
 @dataclass
@@ -305,8 +309,29 @@ def _parse_function(lines: list[str], start: int):
     if not closed:
         raise PtxError(f"function {name}: body not closed", line=start + 1)
     fn = Function(name, params, regs, stmts, labels, first_line=start + 1)
+    _cluster_directives(fn, head, start + 1)
     fn.shared_local = shared_local
     return fn, i
+
+
+_REQ_CLUSTER = re.compile(r"\.reqnctapercluster\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
+_MAX_RANK = re.compile(r"\.maxclusterrank\s+(\d+)")
+
+
+def _cluster_directives(fn: Function, head: str, line: int) -> None:
+    """Entry directives of thread-block clusters (between the parameter list and the body)."""
+    tail = head[head.rfind(")") + 1:] if ")" in head else head
+    fn.explicit_cluster = ".explicitcluster" in tail
+    m = _REQ_CLUSTER.search(tail)
+    if m:
+        dims = tuple(int(g) if g else 1 for g in m.groups())
+        if min(dims) < 1:
+            raise PtxError(f"function {fn.name}: .reqnctapercluster {dims} has a zero extent",
+                           form=".reqnctapercluster", line=line)
+        fn.cluster = dims
+    m = _MAX_RANK.search(tail)
+    if m:
+        fn.max_cluster_rank = int(m.group(1))
 
 
 def _statement(st: str, line: int, regs, stmts, declare, rename, shared_local):

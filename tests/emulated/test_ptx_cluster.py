@@ -1,0 +1,142 @@
+"""Thread-block clusters on the PTX interpreter (kernels/ptx/cluster.py): a cluster all-reduce through
+DSMEM compiled by NVRTC for sm_90a (tests/support/ptx_cluster_sources.py), executed on the CPU
+interpreter and checked against numpy; launch-shape errors, sampling of whole clusters, and the
+checkers and deadlock errors of broken barriers."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from plus_ep.kernels.ptx import PtxError
+from plus_ep.kernels.ptx.build import compile_ptx
+from tests.support import ptx_harness as H
+from tests.support.ptx_cluster_sources import cluster_source, run_allreduce
+
+
+def _ok(res, out, ref):
+    assert res.findings == [], [str(f) for f in res.findings]
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("dims,grid,form", [((2, 1, 1), (4, 1, 1), "asm"), ((4, 1, 1), (8, 1, 1), "asm"),
+                                            ((8, 1, 1), (8, 1, 1), "asm"), ((4, 1, 1), (4, 1, 1), "builtin"),
+                                            ((2, 2, 1), (4, 2, 2), "asm"), ((2, 1, 2), (2, 3, 2), "builtin")])
+def test_cluster_allreduce(dims, grid, form):
+    res, out, ref = run_allreduce(dims, grid, form=form)
+    _ok(res, out, ref)
+    n = dims[0] * dims[1] * dims[2]
+    ncta = grid[0] * grid[1] * grid[2]
+    assert res.counters["cluster"] == {"dims": list(dims), "ctas": n, "non_portable": False,
+                                       "clusters_run": ncta // n}
+    # every CTA reads the n - 1 other ranks remotely (one warp request of 4 bytes per lane each)
+    assert res.counters["dsmem_ld"] == {"requests": ncta * (n - 1), "bytes": ncta * (n - 1) * 32 * 4}
+    # DRAM: the input and output rows only (+ a sector per buffer for alignment), DSMEM never counted
+    assert 2 * ncta * 32 * 4 <= res.counters["unique_dram_bytes"] <= 2 * ncta * 32 * 4 + 64
+
+
+def test_cluster_directives_and_registers():
+    src = cluster_source((2, 2, 1), form="builtin")
+    ptx = compile_ptx(src, "sm_90a", name="cluster.cu")
+    assert ".reqnctapercluster 2, 2, 1" in ptx
+    k = H.module(src, "sm_90a", "cluster").kernel("k")
+    assert k.cluster_dims == (2, 2, 1) and k.explicit_cluster
+    probe = r"""
+extern "C" __global__ void __cluster_dims__(2, 2, 1) k(unsigned* out) {
+    dim3 ci = __clusterIdx(), cd = __clusterDim(), cg = __clusterGridDimInClusters(), cb = __clusterRelativeBlockIdx();
+    unsigned* o = out + 16 * (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+    if (threadIdx.x == 0) {
+        o[0] = ci.x; o[1] = ci.y; o[2] = ci.z; o[3] = cd.x; o[4] = cd.y; o[5] = cd.z; o[6] = cg.x; o[7] = cg.y;
+        o[8] = cg.z; o[9] = cb.x; o[10] = cb.y; o[11] = cb.z; o[12] = __clusterRelativeBlockRank();
+        o[13] = __clusterSizeInBlocks();
+    }
+}
+"""
+    import struct
+    mod = H.module(probe, "sm_90a", "cluster_regs")
+    dev = H.Device()
+    grid = (4, 2, 3)
+    out = np.zeros((24, 16), np.uint32)
+    po = dev.upload(out, "out")
+    res = mod.kernel("k").launch(grid, (32, 1, 1), 0, struct.pack("<Q", po), dev.mem)
+    assert res.findings == []
+    got = dev.download(po, out)
+    for z in range(3):
+        for y in range(2):
+            for x in range(4):
+                row = got[x + 4 * (y + 2 * z)]
+                cx, cy = x % 2, y % 2
+                assert list(row[:14]) == [x // 2, y // 2, z, 2, 2, 1, 2, 1, 3, cx, cy, 0, cx + 2 * cy, 4], (x, y, z)
+
+
+def test_grid_not_a_multiple_of_the_cluster_shape():
+    with pytest.raises(PtxError, match=r"kernel k.*not a multiple of the cluster shape \(4, 1, 1\)|"
+                                       r"not a multiple of the cluster shape \(4, 1, 1\).*k"):
+        run_allreduce((4, 1, 1), (6, 1, 1))
+
+
+def test_cluster_of_more_than_16_ctas_is_an_error():
+    ptx = compile_ptx(cluster_source((8, 1, 1)), "sm_90a", name="cluster.cu")
+    big = re.sub(r"\.reqnctapercluster 8, 1, 1", ".reqnctapercluster 32, 1, 1", ptx)
+    with pytest.raises(PtxError, match="at most 16"):
+        run_allreduce((32, 1, 1), (32, 1, 1), ptx=big)
+    sixteen = re.sub(r"\.reqnctapercluster 8, 1, 1", ".reqnctapercluster 16, 1, 1", ptx)
+    res, out, ref = run_allreduce((16, 1, 1), (16, 1, 1), ptx=sixteen)
+    _ok(res, out, ref)
+    assert res.counters["cluster"]["non_portable"] is True
+
+
+def test_sample_ctas_runs_whole_clusters():
+    res, out, ref = run_allreduce((4, 1, 1), (16, 2, 1), sample_ctas=5)
+    assert res.findings == []
+    ctas = res.ctas
+    assert len(ctas) % 4 == 0 and len(ctas) >= 5 and len(ctas) < 32
+    clusters = {(x // 4, y, z) for x, y, z in ctas}
+    assert len(clusters) * 4 == len(ctas)
+    for c in clusters:                        # every rank of a sampled cluster ran, and computed its sum
+        for r in range(4):
+            cta = (c[0] * 4 + r, c[1], c[2])
+            assert cta in ctas
+            i = cta[0] + 16 * cta[1]
+            np.testing.assert_allclose(out[i], ref[i], rtol=1e-6, atol=1e-5)
+
+
+def test_missing_barrier_before_remote_reads_is_a_finding():
+    res, out, ref = run_allreduce((4, 1, 1), (4, 1, 1), first_barrier=False)
+    kinds = {f.kind for f in res.findings}
+    assert "DSMEM race" in kinds or "uninitialised DSMEM read" in kinds, kinds
+
+
+def test_exit_without_trailing_barrier_is_a_finding():
+    res, out, ref = run_allreduce((2, 1, 1), (2, 1, 1), trailing_barrier=False)
+    assert "DSMEM access to an exited CTA" in {f.kind for f in res.findings}
+
+
+def test_a_cta_that_skips_the_barrier():
+    # skipping the arrive but waiting: the wait could never complete on a GPU (deadlock) -> error
+    with pytest.raises(PtxError, match=r"(?s)deadlock.*kernel k|kernel k.*deadlock") as e:
+        run_allreduce((4, 1, 1), (4, 1, 1), skip_rank=2, skip="arrive")
+    assert "(2, 0, 0)" in str(e.value) and "line" in str(e.value)
+    # skipping arrive and wait: the other CTAs' phase completes without it only once it exits or
+    # arrives later; its early remote reads race with (or precede) the other CTAs' stores
+    res, out, ref = run_allreduce((4, 1, 1), (4, 1, 1), skip_rank=1)
+    assert res.findings
+
+
+def test_deleting_a_cluster_barrier_is_caught():
+    """Mutation: every single barrier.cluster.{arrive,wait} deleted from the all-reduce's PTX gives a
+    wrong result, a checker finding or an interpreter error."""
+    src = cluster_source((4, 1, 1))
+    ptx = compile_ptx(src, "sm_90a", name="cluster.cu")
+    lines = ptx.splitlines()
+    sites = [i for i, ln in enumerate(lines) if ln.strip().startswith("barrier.cluster.")]
+    assert len(sites) == 4
+    for i in sites:
+        mutant = "\n".join(lines[:i] + lines[i + 1:])
+        try:
+            res, out, ref = run_allreduce((4, 1, 1), (4, 1, 1), ptx=mutant)
+        except PtxError:
+            continue
+        wrong = not np.allclose(out, ref, rtol=1e-6, atol=1e-5)
+        assert res.findings or wrong, f"deleting line {i + 1} ({lines[i].strip()}) went unnoticed"

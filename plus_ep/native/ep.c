@@ -111,8 +111,15 @@ static const char* node_str(const OrtNode* n, OrtStatus* (*fn)(const OrtNode*, c
 }
 #define NODE_STR(n, name) node_str(n, ORT_CALL(plus_ep_api, name))
 
+/* `Fused` or `FusedHost<n>` (the custom op's types; a compiled node takes all of them alike). */
 static int is_fused(const OrtNode* n) {
-    return !strcmp(NODE_STR(n, Node_GetDomain), "ai.plus_ep") && !strcmp(NODE_STR(n, Node_GetOperatorType), "Fused");
+    if (strcmp(NODE_STR(n, Node_GetDomain), "ai.plus_ep")) return 0;
+    const char* t = NODE_STR(n, Node_GetOperatorType);
+    if (!strcmp(t, "Fused")) return 1;
+    if (strncmp(t, "FusedHost", 9) || !t[9]) return 0;
+    for (const char* c = t + 9; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    return 1;
 }
 
 /* A STRING attribute, malloc'ed; NULL when absent. */
@@ -501,7 +508,11 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
             return st;
     }
     /* Shape tensors the plan reads on the host (`shapev`, kernels/CONTRACT.md §3): in place when
-     * staging, else copied from device memory after the node's stream (plus_kernel_read_shape_inputs). */
+     * staging, else copied from device memory after the node's stream (plus_kernel_read_shape_inputs):
+     * one synchronisation per run. A compiled node cannot declare CPU-resident inputs (ORT 1.31's
+     * OrtNodeFusionOptions has only drop_constant_initializers; input memory types exist only for
+     * kernel-registry ops), unlike the custom op's `FusedHost<n>`. The synchronisation is legal because
+     * this EP never lets ORT capture a CUDA graph (OrtEp::IsGraphCaptureEnabled is left NULL). */
     plus_host_values hv;
     if (plan->n_shapev && ep->mode == PLUS_MODE_STAGING) {
         for (int i = 0; i < nd->n_in; i++)

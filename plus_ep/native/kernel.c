@@ -165,6 +165,9 @@ int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUcontex
                                   char* err, size_t errlen) {
     const plus_plan* p = &k->plan;
     if (!p->n_shapev) return 0;
+    int need = 0;   /* a present shape tensor not already in host memory */
+    for (size_t i = 0; i < n_in && i < (size_t)p->n_in; i++) need |= p->in[i].host && in[i].present && !in[i].host;
+    if (!need) return 0;
     CUresult r = 0;
     if (!ctx) r = stream ? d->cuStreamGetCtx(stream, &ctx) : d->cuCtxGetCurrent(&ctx);
     if (r) return cu_fail(k, d, r, err, errlen, stream ? "cuStreamGetCtx" : "cuCtxGetCurrent");
@@ -174,7 +177,7 @@ int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUcontex
     r = stream ? d->cuStreamSynchronize(stream) : d->cuCtxSynchronize();
     if (r) rc = cu_fail(k, d, r, err, errlen, "synchronising before reading a shape tensor");
     for (size_t i = 0; i < n_in && i < (size_t)p->n_in && !rc; i++) {
-        if (!p->in[i].host || !in[i].present || !dev[i]) continue;
+        if (!p->in[i].host || !in[i].present || !dev[i] || in[i].host) continue;
         int last = -1;   /* the highest element any shapev line reads */
         for (int j = 0; j < p->n_shapev; j++)
             if (p->shapev[j].input == (int)i && p->shapev[j].elem > last) last = p->shapev[j].elem;

@@ -47,7 +47,9 @@ int plus_kernel_run_staged(plus_kernel* k, const plus_driver* d, const plus_host
  * CUDA twin, the plugin EP's device mode): wait for `stream` (the producer's work is queued there; NULL:
  * synchronise ctx), copy the elements the plan reads into vals[] and point in[i].host at them. ctx:
  * as for plus_kernel_launch (NULL = the stream's, else the current one). dev[i] are the inputs'
- * device pointers. Nothing to do (returns 0 at once) when the plan has no `shapev` line. */
+ * device pointers. Inputs whose in[i].host is already set (CPU-resident, e.g. the leading inputs of a
+ * `FusedHost<n>` op) are left alone; nothing to do (returns 0 at once, no synchronisation) when no
+ * input needs a copy. */
 typedef struct { int64_t v[PLUS_MAX_SHAPEV][PLUS_SHAPEV_ELEMS]; } plus_host_values;
 int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUcontext ctx, CUstream stream,
                                   plus_tensor_desc* in,

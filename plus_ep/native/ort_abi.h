@@ -39,7 +39,7 @@ typedef struct OrtAllocator {
 enum { ORT_OK = 0, ORT_FAIL = 1, ORT_INVALID_ARGUMENT = 2 };
 enum { ORT_LOG_WARNING = 2 };
 enum { ORT_CHAR_REQUIRED = 0, ORT_CHAR_OPTIONAL = 1, ORT_CHAR_VARIADIC = 2 };
-enum { ORT_MEM_DEFAULT = 0 };
+enum { ORT_MEM_CPU_INPUT = -2, ORT_MEM_DEFAULT = 0 };   /* OrtMemType (sheet §4) */
 enum { ORT_TENSOR_UINT8 = 2 };
 enum { ORT_OP_ATTR_STRING = 5 };
 

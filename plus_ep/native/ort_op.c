@@ -1,4 +1,5 @@
-/* ONNX Runtime glue: RegisterCustomOps and the two `ai.plus_ep::Fused` custom ops.
+/* ONNX Runtime glue: RegisterCustomOps and the `ai.plus_ep` custom ops `Fused` and `FusedHost<n>`
+ * (whose first n inputs, shape tensors, are CPU-resident), each registered twice:
  *
  * - CUDA twin (GetExecutionProviderType = "CUDAExecutionProvider"): tensors are device memory;
  *   kernels go on the stream ORT hands the node; scratch comes from ORT's allocator.
@@ -10,6 +11,7 @@
  * device: ORT then inlines each Fused node's model-local function and runs the original subgraph.
  * Set PLUS_EP_VERBOSE=1 to print why nothing was registered. */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +23,19 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* Op types (kernels/CONTRACT.md §3): `Fused` takes every input in the EP's memory; `FusedHost<n>`
+ * (n = 1..PLUS_MAX_HOST_INPUTS) declares its first n inputs CPU-resident (OrtMemTypeCPUInput on the
+ * CUDA twin): the shape tensors its plan reads with `shapev`, which ORT then hands over in host
+ * memory, so a run needs no synchronisation. ORT keys an input's memory type by op type and input
+ * index, not by node, hence one op type per count. */
+#define PLUS_MAX_HOST_INPUTS PLUS_MAX_SHAPEV
+#define PLUS_N_OPS (PLUS_MAX_HOST_INPUTS + 1)
+
 typedef struct {
     OrtCustomOp op;
     int cpu;
+    int n_host;       /* leading inputs declared CPU-resident (0: the op type `Fused`) */
+    char name[16];    /* "Fused", "FusedHost3" */
 } plus_op;
 
 typedef struct {
@@ -31,6 +43,8 @@ typedef struct {
     const OrtApi* api;
     const plus_driver* drv;
     int cpu;
+    int n_host;            /* the op type's CPU-resident leading inputs */
+    int copy_shapes;       /* CUDA twin: a `shapev` input arrives in device memory (op type `Fused`) */
     OrtAllocator* alloc;   /* CUDA twin with scratch: the EP's default (device) allocator */
 } ort_kernel;
 
@@ -137,6 +151,38 @@ static OrtStatus* get_pack(const OrtApi* api, const OrtKernelInfo* info, const c
     return NULL;
 }
 
+static void log_warning(const OrtApi* api, const OrtKernelInfo* info, const char* msg) {
+    const OrtLogger* logger = NULL;
+    OrtStatus* ls = ORT_CALL(api, KernelInfo_GetLogger)(info, &logger);
+    if (!ls && logger) ls = ORT_CALL(api, Logger_LogMessage)(logger, ORT_LOG_WARNING, msg, __FILE__, __LINE__, __func__);
+    if (ls) ORT_CALL(api, ReleaseStatus)(ls);
+}
+
+/* The op type's CPU-resident inputs against the plan: each must be a shape tensor the plan reads on
+ * the host (a kernel must never get a host pointer); a `shapev` input past them (a model rewritten
+ * before `FusedHost<n>` existed) is copied from device memory on every run, with one warning. */
+static OrtStatus* check_host_inputs(const OrtApi* api, const OrtKernelInfo* info, const plus_op* pop,
+                                    ort_kernel* ok, const plus_plan* pl, const char* node) {
+    char msg[PLUS_ERR_LEN];
+    for (int i = 0; i < pop->n_host; i++)
+        if (!plus_plan_input_on_host(pl, i)) {
+            snprintf(msg, sizeof msg, "PlusEP node '%s': op type %s takes input %d in host memory, but the plan "
+                     "reads no shape tensor there (no `shapev` line names input %d)", node, pop->name, i, i);
+            return make_status(api, ORT_INVALID_ARGUMENT, msg);
+        }
+    int first = -1;
+    for (int i = pop->n_host; i < pl->n_in && first < 0; i++)
+        if (plus_plan_input_on_host(pl, i)) first = i;
+    if (ok->cpu || first < 0) return NULL;
+    ok->copy_shapes = 1;
+    snprintf(msg, sizeof msg, "PlusEP node '%s' (op type %s) reads the values of shape tensor input %d on the host, "
+             "but that input arrives in device memory: every run synchronises the stream and copies it (and "
+             "CUDA-graph capture is impossible). The model was rewritten before shape inputs were declared "
+             "CPU-resident; re-run `plus-ep rewrite` on the original model", node, pop->name, first);
+    log_warning(api, info, msg);
+    return NULL;
+}
+
 /* ---- CreateKernelV2 / KernelDestroy ---- */
 
 static void destroy_kernel(void* p) {
@@ -167,6 +213,7 @@ static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const 
     }
     ok->api = api;
     ok->cpu = pop->cpu;
+    ok->n_host = pop->n_host;
     ok->drv = plus_driver_get(&why);
     if (!ok->drv) {   /* not reached: nothing is registered without a driver */
         snprintf(err, sizeof err, "PlusEP node '%s': %s", node, why);
@@ -212,6 +259,7 @@ static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const 
         goto done;
     }
     const plus_plan* pl = plus_kernel_plan(ok->k);
+    if ((st = check_host_inputs(api, info, pop, ok, pl, node))) goto done;
     int scratch = 0;
     for (int s = 0; s < PLUS_MAX_SCRATCH; s++) scratch |= pl->has_scratch[s];
     if (!ok->cpu && scratch && (st = ORT_CALL(api, KernelInfoGetAllocator)(info, ORT_MEM_DEFAULT, &ok->alloc))) {
@@ -219,15 +267,10 @@ static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const 
         goto done;
     }
     if (ok->cpu) {
-        const OrtLogger* logger = NULL;
-        OrtStatus* ls = ORT_CALL(api, KernelInfo_GetLogger)(info, &logger);
-        if (!ls && logger) {
-            snprintf(err, sizeof err, "PlusEP node '%s' runs through host staging (copies to and from the GPU "
-                     "and synchronises on every run) because its session has no CUDA execution provider; add "
-                     "CUDAExecutionProvider to the session's providers", node);
-            ls = ORT_CALL(api, Logger_LogMessage)(logger, ORT_LOG_WARNING, err, __FILE__, __LINE__, __func__);
-        }
-        if (ls) ORT_CALL(api, ReleaseStatus)(ls);
+        snprintf(err, sizeof err, "PlusEP node '%s' runs through host staging (copies to and from the GPU "
+                 "and synchronises on every run) because its session has no CUDA execution provider; add "
+                 "CUDAExecutionProvider to the session's providers", node);
+        log_warning(api, info, err);
     }
     *out = ok;
     ok = NULL;
@@ -296,12 +339,13 @@ static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
         if (v && (st = describe(ok, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i],
                                 "reading an input")))
             return st;
-        /* Shape tensors the plan reads (`shapev`): host memory on the CPU twin; the CUDA twin copies
-         * them below (after its stream's queued work: one synchronisation per run of such a node). */
-        if (v && ok->cpu && plus_plan_input_on_host(plan, (int)i)) in.desc[i].host = in.data[i];
+        /* Shape tensors the plan reads (`shapev`): host memory on the CPU twin and in the CPU-resident
+         * inputs of a `FusedHost<n>` op; else (an old `Fused` node on the CUDA twin) copied below, after
+         * the stream's queued work: one synchronisation per run. */
+        if (v && plus_plan_input_on_host(plan, (int)i) && (ok->cpu || (int)i < ok->n_host)) in.desc[i].host = in.data[i];
     }
     plus_host_values hv;
-    if (!ok->cpu && plan->n_shapev) {
+    if (ok->copy_shapes) {
         void* stream = NULL;
         if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(ctx, &stream)))
             return wrap(api, st, node, "KernelContext_GetGPUComputeStream");
@@ -455,31 +499,50 @@ static OrtStatus* infer_shapes(const OrtCustomOp* op, OrtShapeInferContext* ctx)
 
 /* ---- the OrtCustomOp objects ---- */
 
-static const char* op_name(const OrtCustomOp* op) { (void)op; return "Fused"; }
+static const char* op_name(const OrtCustomOp* op) { return ((const plus_op*)op)->name; }
 static const char* op_ep(const OrtCustomOp* op) {   /* NULL = the CPU execution provider */
     return ((const plus_op*)op)->cpu ? NULL : "CUDAExecutionProvider";
 }
 static int op_type(const OrtCustomOp* op, size_t i) { (void)op, (void)i; return 0; /* any */ }
-static size_t op_count(const OrtCustomOp* op) { (void)op; return 1; }
-static int op_variadic(const OrtCustomOp* op, size_t i) { (void)op, (void)i; return ORT_CHAR_VARIADIC; }
-static int op_memtype(const OrtCustomOp* op, size_t i) { (void)op, (void)i; return ORT_MEM_DEFAULT; }
+static size_t op_in_count(const OrtCustomOp* op) { return (size_t)((const plus_op*)op)->n_host + 1; }
+static size_t op_out_count(const OrtCustomOp* op) { (void)op; return 1; }
+/* FusedHost<n>: n required inputs, then the variadic rest (only the last formal input may be variadic). */
+static int op_in_char(const OrtCustomOp* op, size_t i) {
+    return i < (size_t)((const plus_op*)op)->n_host ? ORT_CHAR_REQUIRED : ORT_CHAR_VARIADIC;
+}
+static int op_out_char(const OrtCustomOp* op, size_t i) { (void)op, (void)i; return ORT_CHAR_VARIADIC; }
+/* ORT asks per formal input and applies the answer to that node input index (the variadic formal's
+ * first node input and the ones after it stay in the EP's memory). The CPU twin's inputs are host
+ * memory anyway. */
+static int op_memtype(const OrtCustomOp* op, size_t i) {
+    const plus_op* p = (const plus_op*)op;
+    return !p->cpu && i < (size_t)p->n_host ? ORT_MEM_CPU_INPUT : ORT_MEM_DEFAULT;
+}
 static int op_min_arity(const OrtCustomOp* op) { (void)op; return 1; }
 static int op_heterogeneous(const OrtCustomOp* op) { (void)op; return 0; }
 
-#define PLUS_OP(is_cpu)                                                                                       \
-    {.op = {.version = PLUS_ORT_API_VERSION, .GetName = op_name, .GetExecutionProviderType = op_ep,             \
-            .GetInputType = op_type, .GetInputTypeCount = op_count, .GetOutputType = op_type,                   \
-            .GetOutputTypeCount = op_count, .KernelDestroy = destroy_kernel, .GetInputCharacteristic = op_variadic, \
-            .GetOutputCharacteristic = op_variadic, .GetInputMemoryType = op_memtype,                           \
-            .GetVariadicInputMinArity = op_min_arity, .GetVariadicInputHomogeneity = op_heterogeneous,          \
-            .GetVariadicOutputMinArity = op_min_arity, .GetVariadicOutputHomogeneity = op_heterogeneous,        \
-            .CreateKernelV2 = create_kernel, .KernelComputeV2 = compute,                 \
-            .InferOutputShapeFn = infer_shapes},                                  \
-     .cpu = is_cpu}
+/* Static: ORT requires the ops (and domains) to outlive every session using them. [0] is `Fused`. */
+static plus_op g_cuda_ops[PLUS_N_OPS], g_cpu_ops[PLUS_N_OPS];
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
 
-/* Static: ORT requires the ops (and domains) to outlive every session using them. */
-static plus_op g_cuda_op = PLUS_OP(0);
-static plus_op g_cpu_op = PLUS_OP(1);
+static void init_op(plus_op* p, int cpu, int n_host) {
+    p->op = (OrtCustomOp){.version = PLUS_ORT_API_VERSION, .GetName = op_name, .GetExecutionProviderType = op_ep,
+                          .GetInputType = op_type, .GetInputTypeCount = op_in_count, .GetOutputType = op_type,
+                          .GetOutputTypeCount = op_out_count, .KernelDestroy = destroy_kernel,
+                          .GetInputCharacteristic = op_in_char, .GetOutputCharacteristic = op_out_char,
+                          .GetInputMemoryType = op_memtype, .GetVariadicInputMinArity = op_min_arity,
+                          .GetVariadicInputHomogeneity = op_heterogeneous, .GetVariadicOutputMinArity = op_min_arity,
+                          .GetVariadicOutputHomogeneity = op_heterogeneous, .CreateKernelV2 = create_kernel,
+                          .KernelComputeV2 = compute, .InferOutputShapeFn = infer_shapes};
+    p->cpu = cpu;
+    p->n_host = n_host;
+    if (n_host) snprintf(p->name, sizeof p->name, "FusedHost%d", n_host);
+    else snprintf(p->name, sizeof p->name, "Fused");
+}
+
+static void init_ops(void) {
+    for (int n = 0; n < PLUS_N_OPS; n++) init_op(&g_cuda_ops[n], 0, n), init_op(&g_cpu_ops[n], 1, n);
+}
 
 EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     int verbose = getenv("PLUS_EP_VERBOSE") && strcmp(getenv("PLUS_EP_VERBOSE"), "0");
@@ -502,8 +565,11 @@ EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase
     atomic_store(&g_api, api);
     OrtCustomOpDomain* dom = NULL;   /* never released: it must outlive the sessions */
     OrtStatus* st = ORT_CALL(api, CreateCustomOpDomain)("ai.plus_ep", &dom);
-    if (!st) st = ORT_CALL(api, CustomOpDomain_Add)(dom, &g_cuda_op.op);
-    if (!st) st = ORT_CALL(api, CustomOpDomain_Add)(dom, &g_cpu_op.op);
+    pthread_once(&g_ops_once, init_ops);
+    for (int n = 0; n < PLUS_N_OPS && !st; n++) {
+        st = ORT_CALL(api, CustomOpDomain_Add)(dom, &g_cuda_ops[n].op);
+        if (!st) st = ORT_CALL(api, CustomOpDomain_Add)(dom, &g_cpu_ops[n].op);
+    }
     if (!st) st = ORT_CALL(api, AddCustomOpDomain)(options, dom);
     return st;
 }

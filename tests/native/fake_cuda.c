@@ -51,7 +51,7 @@ static int g_ndev, g_cc[MAX_DEV], g_optin, g_inited;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread fake_ctx* t_stack[32];
 static __thread int t_depth;
-static atomic_long g_live_allocs, g_launches, g_loads, g_unloads, g_syncs, g_attrs;
+static atomic_long g_live_allocs, g_launches, g_loads, g_unloads, g_syncs, g_attrs, g_dtoh;
 static PlusArgs g_last_args;
 
 static void logf_(const char* fmt, ...) {
@@ -284,6 +284,7 @@ CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void* src, size_t n) {
 }
 CUresult cuMemcpyDtoH_v2(void* dst, unsigned long long src, size_t n) {
     if (!current()) return E_INVALID_CONTEXT;
+    atomic_fetch_add(&g_dtoh, 1);
     memcpy(dst, (const void*)(size_t)src, n);
     return OK;
 }
@@ -297,6 +298,7 @@ long fake_cuda_count(const char* what) {
     if (!strcmp(what, "sync")) return atomic_load(&g_syncs);
     if (!strcmp(what, "attr")) return atomic_load(&g_attrs);
     if (!strcmp(what, "alloc")) return atomic_load(&g_live_allocs);
+    if (!strcmp(what, "dtoh")) return atomic_load(&g_dtoh);
     return -1;
 }
 void fake_cuda_last_args(PlusArgs* out) {

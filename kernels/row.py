@@ -19,7 +19,6 @@ import sympy
 
 from ..graph_rewrites import ops
 from . import dtypes, symdim
-from .pointwise import bounds
 from .cexpr import attr, lit
 from .pull import Emitter, RenderError, describe
 
@@ -227,7 +226,7 @@ class RowProgram:
         em.indent = saved_indent
         em.emit("}")
         inner = em.take()
-        return (f'extern "C" __global__ void {bounds(THREADS)} {self.entry}(const PlusArgs args) {{\n'
+        return (f'extern "C" __global__ void __launch_bounds__({THREADS}) {self.entry}(const PlusArgs args) {{\n'
                 f"  __shared__ float red[33];\n"
                 f"  const long long rows = {em.c(self.rows)};\n"
                 f"  const long long L = {em.c(self.length)};\n"

@@ -4,10 +4,11 @@ Every fused subgraph becomes one node::
 
     domain="ai.plus_ep", op_type="Fused", overload="<pattern>_<digest[:10]>"
 
-plus a model-local ``FunctionProto`` with the same ``(domain, name, overload)``
-whose body is the original subgraph (values renamed by position).  Without a
-custom-op library registered, ONNX Runtime inlines the function bodies, so the
-rewritten model computes exactly what the original did on any execution
+(op_type ``FusedHost<n>`` when the node's first n inputs are shape tensors its launch plan reads on
+the host: the launcher declares those inputs CPU-resident, kernels/CONTRACT.md §3), plus a
+model-local ``FunctionProto`` with the same ``(domain, name, overload)`` whose body is the original
+subgraph (values renamed by position).  Without a custom-op library registered, ONNX Runtime
+inlines the function bodies, so the rewritten model computes exactly what the original did on any execution
 provider.  Identical subgraphs (same ops, attributes, wiring and boundary
 dtypes/ranks) share one function and one overload.
 
@@ -38,6 +39,9 @@ from .index import GraphIndex, has_subgraph, topological_order
 __all__ = [
     "DOMAIN",
     "OP_TYPE",
+    "OP_TYPES",
+    "fused_op_type",
+    "is_fused",
     "FusedSubgraph",
     "boundary",
     "fuse",
@@ -46,6 +50,20 @@ __all__ = [
 
 DOMAIN = "ai.plus_ep"
 OP_TYPE = "Fused"
+MAX_HOST_INPUTS = 16  # FusedHost1..FusedHost16: the launcher's limit of `shapev` lines
+OP_TYPES = (OP_TYPE,) + tuple(f"FusedHost{n}" for n in range(1, MAX_HOST_INPUTS + 1))
+
+
+def fused_op_type(host_inputs: int = 0) -> str:
+    """The op type of a fused node whose first `host_inputs` inputs are CPU-resident shape tensors."""
+    if not 0 <= host_inputs <= MAX_HOST_INPUTS:
+        raise ValueError(f"{host_inputs} CPU-resident inputs (at most {MAX_HOST_INPUTS})")
+    return OP_TYPES[host_inputs]
+
+
+def is_fused(node) -> bool:
+    """A node (or FunctionProto) of one of the fused op types."""
+    return node.domain == DOMAIN and getattr(node, "op_type", getattr(node, "name", None)) in OP_TYPES
 DOMAIN_VERSION = 1
 MIN_IR_VERSION = 10  # function overloads need IR >= 10
 
@@ -56,6 +74,8 @@ class FusedSubgraph:
     nodes: tuple[int, ...]  # indices into model.graph.node
     pattern: str  # warehouse pattern name, e.g. "gemm_epilogue"
     attrs: Mapping[str, object] = field(default_factory=dict)  # extra node attributes
+    inputs: tuple[str, ...] | None = None  # the boundary inputs in the node's order (None: boundary order)
+    host_inputs: int = 0  # leading inputs the launcher takes in host memory (op type FusedHost<n>)
 
 
 # --------------------------------------------------------------------------- #
@@ -325,6 +345,12 @@ def build_functions(
     removed: set[str] = set()
     for s, (sg, pos) in enumerate(zip(subgraphs, members)):
         inputs, outputs = index.boundary(pos)
+        if sg.inputs is not None:
+            if sorted(sg.inputs) != sorted(inputs):
+                raise ValueError(f"subgraph {s} ({sg.pattern!r}): its input order {list(sg.inputs)} is not a "
+                                 f"permutation of its boundary inputs {list(inputs)}")
+            inputs = list(sg.inputs)
+        op_type = fused_op_type(sg.host_inputs)
         if not outputs:
             raise ValueError(
                 f"subgraph {s} ({sg.pattern!r}) produces no value used outside it (dead code)"
@@ -334,11 +360,11 @@ def build_functions(
         sig += "->" + ";".join(_type_sig(types.get(v)) for v in outputs)
         digest = hashlib.sha256(canon + b"\n" + sig.encode()).hexdigest()
         overload = f"{sg.pattern}_{digest[:10]}"
-        fkey = (DOMAIN, OP_TYPE, overload)
+        fkey = (DOMAIN, op_type, overload)
         if fkey not in funcs:
             domains = sorted({n.domain for n in body})
             func = helper.make_function(
-                DOMAIN, OP_TYPE, f_in, f_out, body,
+                DOMAIN, op_type, f_in, f_out, body,
                 [helper.make_opsetid(d, opset_versions.get(d, 1)) for d in domains],
                 doc_string=f"PlusEP fused subgraph, pattern {sg.pattern!r}",
                 overload=overload,
@@ -347,11 +373,11 @@ def build_functions(
                 deterministic=True
             ) != func.SerializeToString(deterministic=True):
                 raise ValueError(
-                    f"model already has a different function {DOMAIN}::{OP_TYPE}[{overload}]"
+                    f"model already has a different function {DOMAIN}::{op_type}[{overload}]"
                 )
             funcs[fkey] = func
         node = helper.make_node(
-            OP_TYPE, inputs, outputs, name=f"plus_ep/{sg.pattern}/{s}", domain=DOMAIN, overload=overload
+            op_type, inputs, outputs, name=f"plus_ep/{sg.pattern}/{s}", domain=DOMAIN, overload=overload
         )
         node.attribute.append(_make_attr("pattern", sg.pattern))
         for k in sorted(sg.attrs):
@@ -440,7 +466,7 @@ def inline_fused(model: onnx.ModelProto) -> onnx.ModelProto:
     inlined functions are removed, other model-local functions are kept, and
     the ``ai.plus_ep`` opset import is dropped when nothing uses it anymore.
     """
-    out = onnx.inliner.inline_selected_functions(model, [(DOMAIN, OP_TYPE)])
+    out = onnx.inliner.inline_selected_functions(model, [(DOMAIN, t) for t in OP_TYPES])
     still_used = _uses_domain(out.graph, DOMAIN) or any(
         f.domain == DOMAIN or any(n.domain == DOMAIN for n in f.node) for f in out.functions
     )

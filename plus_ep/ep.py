@@ -134,10 +134,11 @@ def plan_groups(path: str, opts: dict) -> list[dict]:
     if key in _memo:
         return _memo[key]
     import onnx
+    from .graph_rewrites.fuse import is_fused
     from .rewrite import load_model
     from .session import rewritten_model
     original = load_model(path)
-    if any(n.domain == "ai.plus_ep" and n.op_type == "Fused" for n in original.graph.node):
+    if any(is_fused(n) for n in original.graph.node):
         _memo[key] = []
         return []       # already rewritten: the EP claims its Fused nodes itself
     try:
@@ -170,14 +171,15 @@ def partition(original, rewritten) -> list[dict]:
     """Groups of `original`'s nodes that `rewritten`'s top-level Fused nodes (with plans) replace."""
     from onnx import numpy_helper
 
+    from .graph_rewrites.fuse import is_fused
     from .graph_rewrites.index import GraphIndex
-    if any(n.domain == "ai.plus_ep" and n.op_type == "Fused" for n in original.graph.node):
+    if any(is_fused(n) for n in original.graph.node):
         return []       # already rewritten: the EP claims its Fused nodes itself
     index = GraphIndex(original.graph)
     nodes, producer = index.nodes, index.producer
     groups = []
     for f in rewritten.graph.node:
-        if f.domain != "ai.plus_ep" or f.op_type != "Fused":
+        if not is_fused(f):
             continue
         attrs = {a.name: a for a in f.attribute}
         if "plus_plan" not in attrs:

@@ -3,6 +3,7 @@
     build = build_kernels(view, model, subgraphs, archs=["sm_80", "sm_90"])
     build.attrs[k]      # {"plus_plan": str, "plus_images_sm_80": TensorProto, ...} for subgraph k
     build.failures      # [(k, node name, reason)]: those subgraphs stay unfused
+    build.inputs[k]     # (input names in node order, n) when the first n are CPU-resident shape tensors
 
 A subgraph whose kernels cannot be rendered or compiled is left to ONNX Runtime (its original nodes)
 with a warning naming the node and the reason; nothing is fused without a kernel behind it.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -34,6 +36,7 @@ class KernelBuild:
     attrs: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)
     rendered: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)     # k -> (input order, host inputs), shapev nodes only
     compiled: int = 0
     cached: int = 0
     seconds: float = 0.0
@@ -62,11 +65,41 @@ def _config_name(variant_name: str) -> str:
     return variant_name.split("/")[0]          # "f16_128x128x32_w64x64_s3/splitk1" -> the config
 
 
-def _render_per_arch(view, sg, name, archs, fp32_math, excluded) -> list:
+def _render_per_arch(view, sg, name, archs, fp32_math, excluded):
+    """Render for each arch and group the archs whose kernels come out the same; returns the groups,
+    the node's input order and how many leading inputs are CPU-resident. A node whose plan reads shape
+    tensors on the host (`shapev`) takes them first (op type FusedHost<n>, kernels/CONTRACT.md §3),
+    unless a kernel also reads one of them in device memory (then the launcher copies them per run)."""
+    ins, outs = view.graph_index.boundary(sg.nodes)
+    groups = _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs)
+    host = sorted({i for _, i, _ in groups[0].rendered.plan.shapev})
+    if host and len(host) < len(ins):
+        order = [ins[i] for i in host] + [t for i, t in enumerate(ins) if i not in host]
+        try:
+            regrouped = _render_groups(view, sg, name, archs, fp32_math, excluded, order, outs)
+        except RenderError as exc:      # keep the order that rendered (its shapes are copied per run)
+            log.debug("%s: shape tensors first does not render: %s", name, exc)
+            regrouped = None
+        if regrouped is not None and _host_safe(regrouped, len(host)):
+            return regrouped, order, len(host)
+    return groups, list(ins), 0
+
+
+def _host_safe(groups, n: int) -> bool:
+    """The shapev inputs are exactly inputs 0..n-1 and no kernel dereferences them."""
+    device = re.compile(r"args\.in\[(\d+)\]")
+    for g in groups:
+        if {i for _, i, _ in g.rendered.plan.shapev} != set(range(n)):
+            return False
+        if any(int(m) < n for v in g.rendered.variants for m in device.findall(v.source)):
+            return False
+    return True
+
+
+def _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs) -> list:
     """Render for each arch (its routes, template choice and resource limits; configs that failed on
     that arch excluded) and group the archs whose kernels come out the same."""
     from .kernels import routes as route_model
-    ins, outs = view.graph_index.boundary(sg.nodes)
     groups: list = []
     for arch in archs:
         with route_model.excluding(excluded.get(arch, ())):
@@ -126,7 +159,8 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
         for k in pending:
             name = names[k]
             try:
-                groups = _render_per_arch(view, subgraphs[k], name, archs, fp32_math, excluded.get(k, {}))
+                groups, order, n_host = _render_per_arch(view, subgraphs[k], name, archs, fp32_math,
+                                                         excluded.get(k, {}))
                 plan = _merged_plan(groups, archs, name)
                 problem = plan_problem(plan.text())
                 if problem:
@@ -140,6 +174,9 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
                 out.failures.append((k, name, why))
                 continue
             plans[k], groups_of[k] = plan, groups
+            out.inputs.pop(k, None)
+            if n_host:
+                out.inputs[k] = (tuple(order), n_host)
             for g in groups:
                 rd = g.rendered
                 for v, variant in enumerate(rd.variants):

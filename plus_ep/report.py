@@ -5,10 +5,9 @@ from collections import Counter
 
 import onnx
 
+from .graph_rewrites.fuse import is_fused
 from .graph_rewrites.graph import GraphView
 from .graph_rewrites.ops import ALIAS_OPS, SHAPE_OPS
-
-FUSED = ("ai.plus_ep", "Fused")
 
 
 def data_kernels(model: onnx.ModelProto, view: GraphView | None = None) -> int:
@@ -17,7 +16,7 @@ def data_kernels(model: onnx.ModelProto, view: GraphView | None = None) -> int:
     view = view or GraphView.build(model, infer=False)
     count = 0
     for i, n in enumerate(view.nodes):
-        if (n.domain, n.op_type) == FUSED:
+        if is_fused(n):
             count += 1
         elif n.op_type not in ALIAS_OPS and n.op_type not in SHAPE_OPS and view.is_data_node(i):
             count += 1

@@ -5,12 +5,13 @@ from collections import Counter
 
 import onnx
 
-FUSED = ("ai.plus_ep", "Fused")
+from .graph_rewrites.fuse import is_fused
+
 TOP_OPS = 15
 
 
 def is_rewritten(model: onnx.ModelProto) -> bool:
-    return any((n.domain, n.op_type) == FUSED for n in model.graph.node)
+    return any(is_fused(n) for n in model.graph.node)
 
 
 def _attr(node, name, default=None):
@@ -26,13 +27,13 @@ def fused_report(model: onnx.ModelProto) -> dict:
     from .report import data_kernels, op_histogram
 
     fused = []
-    for k, n in enumerate(node for node in model.graph.node if (node.domain, node.op_type) == FUSED):
+    for k, n in enumerate(node for node in model.graph.node if is_fused(node)):
         fused.append({"id": k, "name": n.name, "pattern": _attr(n, "pattern", "?"),
                       "overload": n.overload, "inputs": list(n.input), "outputs": list(n.output),
                       "pgraph": _attr(n, "pgraph", ""), "hash": _attr(n, "pgraph_hash", "")})
     return {
         "rewritten": True, "nodes": len(model.graph.node), "fused_nodes": len(fused),
-        "functions": sum(1 for f in model.functions if (f.domain, f.name) == FUSED),
+        "functions": sum(1 for f in model.functions if is_fused(f)),
         "data_kernels": data_kernels(model),
         "patterns": dict(Counter(f["pattern"] for f in fused).most_common()),
         "ops": op_histogram(model), "subgraphs": fused,

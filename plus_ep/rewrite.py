@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from .graph_rewrites.fuse import FusedSubgraph, fuse
+from .graph_rewrites.fuse import FusedSubgraph, fuse, is_fused
 from .graph_rewrites.graph import GraphView, ModelError
 from .graph_rewrites.identify import Identifier
 from .kernels.gemm_configs import FP32_MATH_DEFAULT
@@ -58,6 +58,7 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
                               fp32_math=fp32_math)
         subgraphs = [sg for k, sg in enumerate(subgraphs) if k in built.attrs]
         kernel_attrs = [built.attrs[k] for k in sorted(built.attrs)]
+        kernel_inputs = [built.inputs.get(k, (None, 0)) for k in sorted(built.attrs)]
     specs = []
     for k, sg in enumerate(subgraphs):
         attrs = {"pgraph": sg.pgraph.render(), "pgraph_hash": sg.pgraph.structural_hash()}
@@ -65,7 +66,8 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
             attrs["template"] = sg.pattern.template
         if built is not None:
             attrs.update(kernel_attrs[k])
-        specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs))
+        order, host = kernel_inputs[k] if built is not None else (None, 0)
+        specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs, order, host))
     out = fuse(proto, specs, view.graph_index) if specs else proto
     if built is not None and built.failures and specs:
         _names_from_plans(out)
@@ -80,7 +82,7 @@ def _names_from_plans(model: onnx.ModelProto) -> None:
     launcher's errors would name another node, and the warning's "plus_ep/gemm/1 stays unfused" would
     name a fused node that exists."""
     for n in model.graph.node:
-        if n.domain == "ai.plus_ep" and n.op_type == "Fused":
+        if is_fused(n):
             plan = next((a.s for a in n.attribute if a.name == "plus_plan"), None)
             if plan is not None:
                 n.name = node_of(plan.decode("utf-8", "replace"))

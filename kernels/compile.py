@@ -11,12 +11,21 @@ node) does not count, so one kernel rendered for every layer compiles once. Each
 through `sources.prepare` first: written to PLUS_EP_DUMP_DIR, replaced from PLUS_EP_OVERRIDE_DIR. Every result is checked with
 `nvrtc.check_resources` against the job's dynamic shared memory; a spill or an over-limit block
 puts a ResourceError in that job's slot.
+
+Fallback for row and point-wise kernels: their launch bounds are `PLUS_BOUNDS(threads)`
+(plus_common.cuh), under which ptxas may cap registers for full occupancy and spill (t5's embedding
+gather on sm_80: 32 registers, 16 bytes spilled). When an entry declared that way spills, the job's
+source is compiled once more for that arch with RELAXED_BOUNDS (one resident block per SM: the whole
+register file), and that result is the job's (cached under its own key, so a warm start loads both).
+Kernels with their own bounds (the GEMM and attention templates) fall back by configuration instead
+(plus_ep/kernel_build.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -28,6 +37,19 @@ from .cache import KernelCache
 from .nvrtc import CompileError, CompileResult
 
 log = logging.getLogger("plus_ep.kernels")
+
+RELAXED_BOUNDS = ("-DPLUS_BOUNDS_MIN_BLOCKS=1",)
+_BOUNDED = re.compile(r"\bPLUS_BOUNDS\(\s*\d+\s*\)\s+(\w+)\s*\(")
+
+
+def bounded_entries(source: str | bytes) -> set:
+    """Entry functions of `source` whose launch bounds are PLUS_BOUNDS (row and point-wise kernels)."""
+    text = source.decode(errors="replace") if isinstance(source, bytes) else source
+    return set(_BOUNDED.findall(text))
+
+
+def spilling_entries(result: CompileResult) -> set:
+    return {fn for fn, r in result.resources.items() if r.spill_stores or r.spill_loads}
 
 
 @dataclass
@@ -113,13 +135,26 @@ def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | N
         unique.setdefault(ident, []).append(i)
         first_source.setdefault(ident, source)
 
+    def build(source, arch, options, name):
+        if cache is False:
+            return nvrtc.compile_cubin(source, arch, name=name, options=options)
+        return cache.build(source, arch, options=options, name=name)
+
     def run(ident: tuple, first: Job):
         _, arch, options = ident
         source = first_source[ident]
-        if cache is False:
-            return nvrtc.compile_cubin(source, arch, name=first.name, options=options)
-        return cache.build(source, arch, options=options, name=first.name)
+        result = build(source, arch, options, first.name)
+        spills = spilling_entries(result) & bounded_entries(source)
+        if not spills or set(RELAXED_BOUNDS) <= set(options):
+            return result
+        relaxed = build(source, arch, options + RELAXED_BOUNDS, first.name)
+        relaxed_idents.add(ident)
+        log.info("%s (%s): %s spilled under PLUS_BOUNDS; compiled again with one block per SM (%s): %s",
+                 first.name, arch, ", ".join(sorted(spills)), " ".join(RELAXED_BOUNDS),
+                 "no spill" if not spilling_entries(relaxed) else "still spills")
+        return relaxed
 
+    relaxed_idents: set = set()
     n_compiled = n_cached = 0
     if unique:
         with ThreadPoolExecutor(max_workers=min(workers, len(unique)), thread_name_prefix="plus-nvrtc") as pool:
@@ -135,7 +170,7 @@ def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | N
                         n_cached += outcome.cached
                         n_compiled += not outcome.cached
                     for i in idx:
-                        results[i] = _checked(jobs[i], outcome)
+                        results[i] = _checked(jobs[i], outcome, ident in relaxed_idents)
                         bar.step(ident[1])
             finally:
                 bar.close()
@@ -148,10 +183,12 @@ def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | N
     return results
 
 
-def _checked(job: Job, outcome):
+def _checked(job: Job, outcome, relaxed: bool = False):
     if isinstance(outcome, Exception):
         return outcome
     problems = nvrtc.check_resources(outcome, job.dynamic_smem)
     if problems:
+        if relaxed:
+            problems.append(f"compiled with {' '.join(RELAXED_BOUNDS)} after a spill under PLUS_BOUNDS")
         return ResourceError(job.name, outcome, problems)
     return outcome

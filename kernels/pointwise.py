@@ -11,6 +11,12 @@ THREADS = 256
 MAX_BLOCKS = 8192
 
 
+def bounds(threads: int) -> str:
+    """Launch bounds of a row or point-wise kernel of `threads` per block: PLUS_BOUNDS (plus_common.cuh),
+    which kernels/compile.py relaxes to one block per SM for a kernel that spills."""
+    return f"PLUS_BOUNDS({threads})"
+
+
 def render(em: Emitter, outputs: dict, entry: str) -> tuple[str, object]:
     """Kernel `entry` computing tensors `outputs` (name -> (pointer expr, dtype)), all of one shape.
     Returns (source, element count expression)."""
@@ -27,7 +33,7 @@ def render(em: Emitter, outputs: dict, entry: str) -> tuple[str, object]:
         val, ct = em.value(t, idx)
         em.emit(dtypes.store(dt, ptr, "q", dtypes.convert(val, ct, dtypes.compute(dt))))
     body = em.take()
-    src = (f'extern "C" __global__ void __launch_bounds__({THREADS}) {entry}(const PlusArgs args) {{\n'
+    src = (f'extern "C" __global__ void {bounds(THREADS)} {entry}(const PlusArgs args) {{\n'
            f"  const long long n = {em.c(n)};\n"
            f"  for (long long q = (long long)blockIdx.x * {THREADS} + threadIdx.x; q < n;\n"
            f"       q += (long long)gridDim.x * {THREADS}) {{\n{body}\n  }}\n}}\n")

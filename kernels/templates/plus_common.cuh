@@ -19,6 +19,16 @@ static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared with the C lau
 
 #define PLUS_DEV __device__ __forceinline__
 
+// Launch bounds of the generated row and point-wise kernels (kernels/row.py, kernels/pointwise.py): at
+// most `threads` per block. Alone, ptxas may cap registers for full occupancy and spill; a kernel that
+// spills is compiled again with -DPLUS_BOUNDS_MIN_BLOCKS=1 (kernels/compile.py), which asks for one
+// resident block per SM only, so the whole register file is available.
+#ifdef PLUS_BOUNDS_MIN_BLOCKS
+#define PLUS_BOUNDS(threads) __launch_bounds__(threads, PLUS_BOUNDS_MIN_BLOCKS)
+#else
+#define PLUS_BOUNDS(threads) __launch_bounds__(threads)
+#endif
+
 // Problem sizes returned by the generated shape hooks (declared here: hooks precede the templates).
 struct PlusGemmShape {
   long long batch, M, N, K;

@@ -12,7 +12,7 @@ import pytest
 from plus_ep.kernels.ptx import PtxError
 from plus_ep.kernels.ptx.build import compile_ptx
 from tests.support import ptx_harness as H
-from tests.support.ptx_cluster_sources import cluster_source, run_allreduce
+from tests.support.ptx_cluster_sources import cluster_source, run_allreduce, run_ring
 
 
 def _ok(res, out, ref):
@@ -140,3 +140,45 @@ def test_deleting_a_cluster_barrier_is_caught():
             continue
         wrong = not np.allclose(out, ref, rtol=1e-6, atol=1e-5)
         assert res.findings or wrong, f"deleting line {i + 1} ({lines[i].strip()}) went unnoticed"
+
+
+@pytest.mark.parametrize("sync", ["release", "relaxed_fence", "split_warps"])
+def test_remote_stores_ordered_by_the_cluster_barrier(sync):
+    """st.shared::cluster into the next rank, local ld.shared after the barrier: exact, no finding. The
+    fence.acq_rel.cluster makes a later arrive.relaxed release; split_warps arrives on two code paths
+    (non-.aligned, one warp parks at its wait while the other runs on)."""
+    res, out, ref = run_ring(sync=sync)
+    assert res.findings == [], [str(f) for f in res.findings]
+    np.testing.assert_array_equal(out, ref)
+    assert res.counters["dsmem_st"] == {"requests": 8 * 2, "bytes": 8 * 64 * 4}
+
+
+@pytest.mark.parametrize("sync", ["relaxed", "none"])
+def test_remote_store_racing_a_local_read_is_a_finding(sync):
+    res, out, ref = run_ring(sync=sync)
+    assert "DSMEM race" in {f.kind for f in res.findings}, [str(f) for f in res.findings]
+
+
+def test_cluster_instructions_without_a_cluster_shape():
+    """No __cluster_dims__: every CTA is a cluster of one (rank 0 of 1); the barrier still works."""
+    import struct
+    src = r"""
+extern "C" __global__ void k(unsigned* out) {
+    __shared__ unsigned s[32];
+    s[threadIdx.x] = threadIdx.x;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    unsigned* p = (unsigned*)__cluster_map_shared_rank(s, 0);
+    out[blockIdx.x * 32 + threadIdx.x] = p[31 - threadIdx.x] + 100 * __clusterRelativeBlockRank() +
+                                          1000 * __clusterSizeInBlocks() + 10000 * __clusterIdx().x;
+}
+"""
+    k = H.module(src, "sm_90a", "cluster_implicit").kernel("k")
+    assert k.cluster_dims == (1, 1, 1) and not k.explicit_cluster
+    dev = H.Device()
+    out = np.zeros((3, 32), np.uint32)
+    po = dev.upload(out, "out")
+    res = k.launch((3, 1, 1), (32, 1, 1), 0, struct.pack("<Q", po), dev.mem)
+    assert res.findings == []
+    want = 31 - np.arange(32)[None, :] + 1000 + 10000 * np.arange(3)[:, None]
+    np.testing.assert_array_equal(dev.download(po, out), want)

@@ -93,3 +93,63 @@ def run_allreduce(dims=(4, 1, 1), grid=None, threads=32, form="asm", checks=True
                 tot = xs[cz:cz + Z, cy:cy + Y, cx:cx + X].sum(axis=(0, 1, 2))
                 ref[cz:cz + Z, cy:cy + Y, cx:cx + X] = tot
     return res, out, ref.reshape(ncta, threads)
+
+
+# Ring exchange through remote stores: each CTA writes its row into the next rank's shared memory
+# (st.shared::cluster), then reads what the previous rank wrote there with a local ld.shared.
+# `sync`: "release" (arrive.release + wait), "relaxed_fence" (fence.acq_rel.cluster; arrive.relaxed),
+# "relaxed" (arrive.relaxed without a fence: no ordering), "none" (no barrier between the store and the read).
+# `split_warps`: the two warps arrive on different code paths (non-.aligned barrier, per-thread arrival).
+RING = HEADER + r"""
+__device__ __forceinline__ void plus_remote_st(float* p, unsigned rank, float v) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(r), "f"(v) : "memory");
+}
+extern "C" __global__ void __cluster_dims__(CX, 1, 1) k(const float* in, float* out) {
+    __shared__ float s[64];
+    const unsigned r = plus_rank(), n = plus_nrank();
+    const unsigned cta = blockIdx.x + gridDim.x * blockIdx.y;
+    plus_remote_st(s + threadIdx.x, (r + 1) % n, in[cta * 64 + threadIdx.x]);
+    SYNC
+    out[cta * 64 + threadIdx.x] = s[threadIdx.x];
+    asm volatile("barrier.cluster.arrive; barrier.cluster.wait;" ::: "memory");
+}
+"""
+RING_SYNC = {
+    "release": 'asm volatile("barrier.cluster.arrive.release; barrier.cluster.wait.acquire;" ::: "memory");',
+    "relaxed_fence": 'asm volatile("fence.acq_rel.cluster; barrier.cluster.arrive.relaxed; barrier.cluster.wait;" '
+                     '::: "memory");',
+    "relaxed": 'asm volatile("barrier.cluster.arrive.relaxed; barrier.cluster.wait;" ::: "memory");',
+    "none": "",
+    "split_warps": 'if (threadIdx.x < 32) { asm volatile("barrier.cluster.arrive; barrier.cluster.wait;" ::: "memory"); } '
+                   'else { if (in[threadIdx.x] > 1e30f) out[0] = 1.0f; '
+                   'asm volatile("barrier.cluster.arrive; barrier.cluster.wait;" ::: "memory"); }',
+}
+
+
+def ring_source(cx=4, sync="release") -> str:
+    return RING.replace("CX", str(cx)).replace("SYNC", RING_SYNC[sync])
+
+
+def run_ring(cx=4, grid=(4, 2, 1), sync="release"):
+    """(LaunchResult, output [ncta, 64], reference [ncta, 64]) of ring_source on the interpreter."""
+    import struct
+
+    import numpy as np
+
+    from tests.support import ptx_harness as H
+
+    mod = H.module(ring_source(cx, sync), "sm_90a", f"ring_{sync}")
+    ncta = grid[0] * grid[1]
+    x = np.random.default_rng(2).standard_normal((ncta, 64)).astype(np.float32)
+    dev = H.Device()
+    pi, po = dev.upload(x, "in"), dev.alloc(x.nbytes, "out", fill=0)
+    res = mod.kernel("k").launch(grid, (64, 1, 1), 0, struct.pack("<QQ", pi, po), dev.mem)
+    out = dev.download(po, x)
+    ref = np.empty_like(x)
+    for c in range(ncta):
+        gx, gy = c % grid[0], c // grid[0]
+        base, r = gx - gx % cx, gx % cx
+        ref[c] = x[gy * grid[0] + base + (r - 1) % cx]
+    return res, out, ref

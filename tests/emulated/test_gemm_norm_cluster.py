@@ -1,0 +1,64 @@
+"""One-kernel GEMM + residual + LayerNorm/RMSNorm on sm_90a (kernels/gemm_norm_render.py): the wgmma
+GEMM's CTAs along a row form a thread-block cluster and normalise whole rows through distributed shared
+memory. Each case renders a static-shape subgraph, runs its one launch on the CPU PTX interpreter
+(clusters interleaved, checkers on) and compares with float64 numpy; unwritten outputs would be NaN."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from tests.support.gemm_norm_cases import device_array, host_value, norm_model, reference, render_subgraph, run_route
+
+F16, BF16 = TensorProto.FLOAT16, TensorProto.BFLOAT16
+# max |Y - ref| / max |ref|: the output's rounding (half an ulp: 2^-11 f16, 2^-8 bf16) plus fp32 sums
+Y_TOL = {F16: 1e-3, BF16: 8e-3}
+
+
+def _run(M, N, K, dt, ptx_edit=None, **kw):
+    model, vals = norm_model(M, N, K, dt, **kw)
+    rd, ins, outs = render_subgraph(model)
+    like = [device_array(np.zeros((M, N)), dt) for _ in outs]
+    got, results = run_route(rd, 0, [device_array(vals[i], dt) for i in ins], like, ptx_edit=ptx_edit)
+    s, y = reference(vals, dt, rms=kw.get("rms", False), bias=kw.get("bias", True))
+    return rd, dict(zip(outs, [host_value(g, dt) for g in got])), {"S": s, "Y": y}, results
+
+
+def _check(out, ref, dt):
+    y, yr = out["Y"], ref["Y"]
+    assert np.isfinite(y).all()
+    assert np.abs(y - yr).max() / np.abs(yr).max() <= Y_TOL[dt], np.abs(y - yr).max()
+    if "S" in out:     # the residual sum, stored as the graph holds it (rounded to dt): within an ulp
+        ulp = 2.0 ** (-10 if dt == F16 else -7)
+        assert (np.abs(out["S"] - ref["S"]) <= ulp * np.abs(ref["S"]) + 1e-6).all()
+
+
+@pytest.mark.parametrize("M,N,K,dt,kw,clusters", [
+    (45, 200, 64, F16, {"sum_out": True}, (4, 1)),                      # ragged N (BN 64) and M, S also stored
+    (150, 768, 32, BF16, {"rms": True, "bias": False}, (6, 2)),         # BERT's N, two row tiles of clusters
+    (7, 48, 40, F16, {}, (1, 1)),                                        # one CTA per cluster
+])
+def test_one_launch_matches_float64(M, N, K, dt, kw, clusters):
+    rd, out, ref, results = _run(M, N, K, dt, **kw)
+    (launch,) = rd.plan.routes[0].launches
+    assert launch.entry == "plus_gemm" and launch.grid[0] == str(clusters[0]) and not rd.plan.scratch
+    assert f"#define PLUS_CLUSTER_X {clusters[0]}" in rd.variants[0].source
+    (res,) = results
+    assert res.findings == [], [str(f) for f in res.findings]
+    assert res.counters["cluster"]["dims"] == [clusters[0], 1, 1]
+    assert res.counters["cluster"]["clusters_run"] == clusters[1]
+    if clusters[0] > 1:        # partials of the other ranks read through DSMEM, never counted as DRAM
+        assert res.counters["dsmem_ld"]["requests"] > 0
+    _check(out, ref, dt)
+
+
+def test_missing_cluster_barrier_is_caught():
+    """Without the first cluster barrier (its arrive and wait) a CTA reads other ranks' partials before
+    they are published: the interpreter's DSMEM checker reports it (or the rows come out wrong)."""
+    def drop_first_barrier(ptx):
+        for form in ("barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;"):
+            assert form in ptx
+            ptx = ptx.replace(form, "", 1)
+        return ptx
+    rd, out, ref, (res,) = _run(45, 200, 64, F16, ptx_edit=drop_first_barrier, sum_out=True)
+    assert any("DSMEM" in str(f) for f in res.findings), [str(f) for f in res.findings]

@@ -1,0 +1,109 @@
+"""GEMM + residual + LayerNorm/RMSNorm subgraphs with static shapes, rendered for one arch, and their
+float64 numpy reference (tests/emulated/test_gemm_norm_cluster*.py)."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper
+
+NP = {TensorProto.FLOAT16: np.float16, TensorProto.FLOAT: np.float32}
+
+
+def norm_model(M, N, K, dt=TensorProto.FLOAT16, rms=False, bias=True, sum_out=False, seed=0):
+    """(model, inputs): Y = Norm(X @ W [+ B] + R) over the last axis (gamma g, LayerNorm beta bb), X [M, K],
+    R [M, N]; with sum_out the residual sum S is a graph output too. Weights are initializers."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("MatMul", ["X", "W"], ["mm"], name="mm")]
+    last = "mm"
+    if bias:
+        nodes.append(helper.make_node("Add", ["mm", "B"], ["mb"], name="bias"))
+        last = "mb"
+    nodes.append(helper.make_node("Add", [last, "R"], ["S"], name="residual"))
+    if rms:
+        nodes.append(helper.make_node("RMSNormalization", ["S", "g"], ["Y"], axis=-1, epsilon=1e-5, name="norm"))
+    else:
+        nodes.append(helper.make_node("LayerNormalization", ["S", "g", "bb"], ["Y"], axis=-1, epsilon=1e-5,
+                                      name="norm"))
+    w = {"W": rng.standard_normal((K, N)) / np.sqrt(K), "g": 1 + 0.5 * rng.standard_normal(N)}
+    if bias:
+        w["B"] = rng.standard_normal(N)
+    if not rms:
+        w["bb"] = rng.standard_normal(N)
+    w = {k: _round(v, dt) for k, v in w.items()}
+    vi = helper.make_tensor_value_info
+    outs = [vi("Y", dt, [M, N])] + ([vi("S", dt, [M, N])] if sum_out else [])
+    g = helper.make_graph(nodes, "gemm_norm", [vi("X", dt, [M, K]), vi("R", dt, [M, N])], outs,
+                          [helper.make_tensor(k, dt, v.shape, v.astype(np.float32).ravel().tolist())
+                           for k, v in w.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    inputs = {"X": _round(rng.standard_normal((M, K)), dt), "R": _round(rng.standard_normal((M, N)), dt)}
+    return model, {**w, **inputs}
+
+
+def _round(a, dt):
+    """float32 values exactly representable in dt (fp16, bf16 or fp32)."""
+    a = np.asarray(a, np.float32)
+    if dt == TensorProto.FLOAT16:
+        return a.astype(np.float16).astype(np.float32)
+    if dt == TensorProto.BFLOAT16:
+        u = a.view(np.uint32).astype(np.uint64)
+        return ((((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32)).view(np.float32)
+    return a
+
+
+def reference(values, dt, rms=False, bias=True, eps=1e-5):
+    """(S, Y) in float64 from the inputs' exact values; S rounded to dt first, as the graph holds it."""
+    v = {k: np.asarray(a, np.float64) for k, a in values.items()}
+    s = v["X"] @ v["W"] + (v["B"] if bias else 0.0) + v["R"]
+    s = _round(s, dt).astype(np.float64)
+    if rms:
+        y = s / np.sqrt((s * s).mean(-1, keepdims=True) + eps) * v["g"]
+    else:
+        c = s - s.mean(-1, keepdims=True)
+        y = c / np.sqrt((c * c).mean(-1, keepdims=True) + eps) * v["g"] + v["bb"]
+    return s, y
+
+
+def render_subgraph(model, arch="sm_90a", fp32_math="exact"):
+    """(Rendered, input names, output names) of the model's one GEMM + norm subgraph."""
+    from plus_ep.kernels.render import render
+    from plus_ep.rewrite import rewrite_detailed
+    r = rewrite_detailed(model)
+    (sg,) = [s for s in r.subgraphs if s.pattern.name in ("gemm_layernorm", "gemm_rmsnorm")]
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    return render(r.view, sg, ins, outs, arch=arch, node_name="gemm_norm", fp32_math=fp32_math), ins, outs
+
+
+def device_array(a, dt):
+    """The bytes a kernel reads for float32 values `a` of ONNX type dt (bf16 as uint16 bits)."""
+    if dt == TensorProto.BFLOAT16:
+        return (np.asarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return np.asarray(a, NP[dt])
+
+
+def host_value(raw, dt):
+    if dt == TensorProto.BFLOAT16:
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32)
+
+
+def run_route(rd, route: int, inputs: list, outputs: list, arch="sm_90a", ptx_edit=None):
+    """Launch every kernel of route `route` of a static-shape render on the CPU PTX interpreter (checkers
+    on); returns (outputs like the `outputs` arrays, [LaunchResult]). `ptx_edit(text) -> text` mutates the
+    PTX before it is parsed (mutation tests)."""
+    from plus_ep.kernels.ptx import Module
+    from plus_ep.kernels.ptx.build import compile_ptx
+    from tests.support.ptx_harness import Device, plus_args
+    from tests.support.run_rendered import static_value
+    assert not rd.plan.syms, "static shapes only"
+    dev = Device()
+    ins = [dev.upload(np.asarray(a)) for a in inputs]
+    outs = [dev.alloc(np.asarray(o).nbytes, fill=0xFF) for o in outputs]      # unwritten = NaN
+    results = []
+    for launch in rd.plan.routes[route].launches:
+        ptx = compile_ptx(rd.variants[launch.image].source, arch, name=f"gemm_norm_{launch.image}.cu")
+        kernel = Module.parse(ptx_edit(ptx) if ptx_edit else ptx, name="gemm_norm").kernel(launch.entry)
+        results.append(kernel.launch(grid=tuple(static_value(g) for g in launch.grid),
+                                     block=tuple(static_value(b) for b in launch.block),
+                                     shared_bytes=static_value(launch.smem), memory=dev.mem,
+                                     params=plus_args(ins=ins, outs=outs)))
+    return [dev.download(p, np.asarray(o)) for p, o in zip(outs, outputs)], results

@@ -169,7 +169,7 @@ class ClusterState:
                            kernel=M.name)
         return rank, a & OFFSET_MASK
 
-    def _remote(self, M, op, r, off, size, tids, write):
+    def _remote(self, M, op, r, off, size, tids, write, order=True):
         T = self.machines[r]
         if off.size and int((off + size).max()) > T.smem.size:
             k = int(np.flatnonzero(off + size > T.smem.size)[0])
@@ -189,7 +189,8 @@ class ClusterState:
                     M.checks.add("uninitialised DSMEM read", M, op.line, tids[k[0]],
                                  f"reads shared byte {int(idx[k[0], k[1]])} of CTA {T.ctaid} (cluster rank {r}), which "
                                  f"no thread of that CTA wrote (poison)")
-            self.order(M, op, r, idx, tids, write)
+            if order:
+                self.order(M, op, r, idx, tids, write)
         if M.counters is not None:
             M.counters.dsmem("st" if write else "ld", tids, size)
         return idx

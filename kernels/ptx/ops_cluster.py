@@ -137,3 +137,86 @@ def _own_only(M, op, addrs, tids):
 def generic_split(addrs):
     """Mask of generic addresses that fall in the shared window."""
     return np.asarray(addrs).astype(np.uint64) >= np.uint64(GENERIC_SHARED)
+
+
+# ------------------------------------------------------------------------------ atom / red (add)
+_ATOM_T = {"u32": np.uint32, "s32": np.int32, "f32": np.float32}
+
+
+@handler("atom", "red")
+def _atom(stmt):
+    """atom/red{.sem}{.scope}.{shared,shared::cta,shared::cluster}.add.{u32,s32,f32}: applied in thread order
+    (lowest thread first), so results are deterministic; atomics are exempt from the race checkers."""
+    mo = Mods(stmt)
+    mo.take("relaxed", "acquire", "release", "acq_rel")
+    mo.take("cta", "cluster", "gpu", "sys")
+    space = mo.take("shared", "shared::cta", "shared::cluster")
+    add = mo.flag("add")
+    ty = mo.type(tuple(_ATOM_T))
+    mo.done()
+    red = stmt.opcode.startswith("red")
+    ops = stmt.operands
+    if space is None or not add or len(ops) != (2 if red else 3) or ops[-2][0] != "mem":
+        raise unsupported(stmt, "only atom/red.add on shared / shared::cluster memory")
+    from .ops_mem import addr_getter
+    dt = np.dtype(_ATOM_T[ty])
+
+    def factory(M):
+        ag = addr_getter(M, ops[-2])
+        gv = M.rd(ops[-1], ty)
+        put = None if red else M.wr(ops[0], ty)
+        T = M.T
+
+        def run(m):
+            tids = A.active(m, T)
+            a = np.broadcast_to(ag(), (T,))[tids]
+            if space != "shared::cluster":
+                a = a.astype(np.int64) & OFFSET_MASK
+            v = np.broadcast_to(gv(), (T,))[tids].astype(dt)
+            old = atomic_add(M, op, a, v, tids)
+            if put is not None:
+                full = np.zeros(T, dt)
+                full[tids] = old
+                put(full, m)
+        return run
+    op = Op(stmt.line, stmt.opcode, "op", "cluster" if space == "shared::cluster" else "st.shared", factory)
+    return op
+
+
+def atomic_add(M, op, addrs, vals, tids):
+    """Old values of a thread-ordered sequence of adds of `vals` at shared::cluster `addrs`."""
+    dt = vals.dtype
+    size = dt.itemsize
+    a = np.asarray(addrs).astype(np.int64)
+    rank = (a >> RANK_SHIFT) - 1
+    rank = np.where(rank < 0, M.rank, rank)
+    cl = M.cluster
+    n = cl.n if cl is not None else 1
+    if ((rank < 0) | (rank >= n)).any():
+        k = int(np.flatnonzero((rank < 0) | (rank >= n))[0])
+        raise PtxError(f"atomic on shared::cluster address {int(a[k]):#x} (thread {int(tids[k])}) names cluster rank "
+                       f"{int(rank[k])}; the cluster has {n} CTAs", form=op.form, line=op.line, kernel=M.name)
+    off = a & OFFSET_MASK
+    old = np.empty(len(tids), dt)
+    for r in np.unique(rank).tolist():
+        sel = np.flatnonzero(rank == r)
+        target = M if r == M.rank else cl.machines[r]
+        o = off[sel]
+        if r == M.rank:
+            A.shared_bounds(M, op, o, size, tids[sel])
+        else:
+            cl._remote(M, op, r, o, size, tids[sel], True, order=False)   # bounds, exited CTA, counters
+        if target.checks is not None:
+            idx = o[:, None] + np.arange(size)
+            if not target.checks.written_sh[idx].all():
+                k = int(np.flatnonzero(~target.checks.written_sh[idx].all(1))[0])
+                M.checks.add("uninitialised shared read", M, op.line, tids[sel][k],
+                             f"atomic reads shared byte {int(o[k])} of CTA {target.ctaid}, never written (poison)")
+            target.checks.written_sh[idx] = True
+        mem = target.smem
+        for j, (adr, val) in enumerate(zip(o.tolist(), vals[sel])):   # thread order; few lanes per address
+            cur = mem[adr:adr + size].view(dt)
+            old[sel[j]] = cur[0]
+            with np.errstate(over="ignore"):
+                cur[0] = cur[0] + val
+    return old

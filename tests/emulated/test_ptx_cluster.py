@@ -12,7 +12,7 @@ import pytest
 from plus_ep.kernels.ptx import PtxError
 from plus_ep.kernels.ptx.build import compile_ptx
 from tests.support import ptx_harness as H
-from tests.support.ptx_cluster_sources import cluster_source, run_allreduce, run_ring
+from tests.support.ptx_cluster_sources import ATOMICS, cluster_source, run_allreduce, run_ring
 
 
 def _ok(res, out, ref):
@@ -182,3 +182,18 @@ extern "C" __global__ void k(unsigned* out) {
     assert res.findings == []
     want = 31 - np.arange(32)[None, :] + 1000 + 10000 * np.arange(3)[:, None]
     np.testing.assert_array_equal(dev.download(po, out), want)
+
+
+def test_cluster_atomics_into_rank_0():
+    import struct
+    mod = H.module(ATOMICS, "sm_90a", "cluster_atomics")
+    dev = H.Device()
+    out, fout = np.zeros(130, np.uint32), np.zeros(1, np.float32)
+    po, pf = dev.upload(out, "out"), dev.upload(fout, "fout")
+    res = mod.kernel("k").launch((4, 1, 1), (32, 1, 1), 0, struct.pack("<QQ", po, pf), dev.mem)
+    assert res.findings == []
+    got = dev.download(po, out)
+    assert sorted(got[:128].tolist()) == list(range(128))      # every old value of the counter once
+    assert got[128:].tolist() == [128, 32 * (0 + 1 + 2 + 3)]
+    assert dev.download(pf, fout)[0] == 64.0
+    assert res.counters["dsmem_st"]["requests"] == 3 * 3           # ranks 1..3, three atomics each

@@ -153,3 +153,24 @@ def run_ring(cx=4, grid=(4, 2, 1), sync="release"):
         base, r = gx - gx % cx, gx % cx
         ref[c] = x[gy * grid[0] + base + (r - 1) % cx]
     return res, out, ref
+
+
+# atom.shared::cluster.add.u32 (returning the old value), red.shared::cluster.add.f32 and
+# red.relaxed.cluster...add.u32 by every thread of a 4-CTA cluster into rank 0's counters.
+ATOMICS = r"""
+extern "C" __global__ void __cluster_dims__(4, 1, 1) k(unsigned* out, float* fout) {
+    __shared__ unsigned cnt[2]; __shared__ float f[1];
+    unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    if (threadIdx.x == 0) { cnt[0] = 0; cnt[1] = 0; f[0] = 0.0f; }
+    asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    unsigned a = (unsigned)__cvta_generic_to_shared(cnt), fa = (unsigned)__cvta_generic_to_shared(f), ra, rf, old;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(0u));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rf) : "r"(fa), "r"(0u));
+    asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(ra), "r"(1u) : "memory");
+    asm volatile("red.shared::cluster.add.f32 [%0], %1;" :: "r"(rf), "f"(0.5f) : "memory");
+    asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], %1;" :: "r"(ra + 4), "r"(r) : "memory");
+    asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    out[blockIdx.x * 32 + threadIdx.x] = old;
+    if (r == 0 && threadIdx.x == 0) { out[128] = cnt[0]; out[129] = cnt[1]; fout[0] = f[0]; }
+}
+"""

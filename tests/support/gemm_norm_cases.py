@@ -10,7 +10,8 @@ NP = {TensorProto.FLOAT16: np.float16, TensorProto.FLOAT: np.float32}
 
 def norm_model(M, N, K, dt=TensorProto.FLOAT16, rms=False, bias=True, sum_out=False, seed=0):
     """(model, inputs): Y = Norm(X @ W [+ B] + R) over the last axis (gamma g, LayerNorm beta bb), X [M, K],
-    R [M, N]; with sum_out the residual sum S is a graph output too. Weights are initializers."""
+    R [M, N]; with sum_out the residual sum S is a graph output too. Weights are initializers. M may be a
+    symbol name (then the inputs have 64 rows)."""
     rng = np.random.default_rng(seed)
     nodes = [helper.make_node("MatMul", ["X", "W"], ["mm"], name="mm")]
     last = "mm"
@@ -35,7 +36,8 @@ def norm_model(M, N, K, dt=TensorProto.FLOAT16, rms=False, bias=True, sum_out=Fa
                           [helper.make_tensor(k, dt, v.shape, v.astype(np.float32).ravel().tolist())
                            for k, v in w.items()])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
-    inputs = {"X": _round(rng.standard_normal((M, K)), dt), "R": _round(rng.standard_normal((M, N)), dt)}
+    rows = 64 if isinstance(M, str) else M
+    inputs = {"X": _round(rng.standard_normal((rows, K)), dt), "R": _round(rng.standard_normal((rows, N)), dt)}
     return model, {**w, **inputs}
 
 

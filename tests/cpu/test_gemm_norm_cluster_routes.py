@@ -1,0 +1,65 @@
+"""Which GEMM + LayerNorm/RMSNorm subgraphs get the one-kernel sm_90a route (kernels/gemm_norm_render.py)
+and which keep the two-kernel plan, and that every cluster tile compiles with NVRTC without spills."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from onnx import TensorProto
+
+from plus_ep.kernels import gemm_sm90a_configs as sm90a
+from plus_ep.kernels import nvrtc
+from tests.support.gemm_norm_cases import norm_model, render_subgraph
+
+
+@pytest.mark.parametrize("n,bn,c", [(48, 64, 1), (200, 64, 4), (512, 64, 8), (768, 128, 6), (1024, 128, 8),
+                                    (1536, 256, 6), (2048, 256, 8), (2049, None, None), (4096, None, None)])
+def test_tile_width_follows_n(n, bn, c):
+    assert sm90a.cluster_bn(n) == bn
+    if bn:
+        assert -(-n // bn) == c <= sm90a.CLUSTER_MAX
+
+
+def _entries(rd):
+    return [[launch.entry for launch in r.launches] for r in rd.plan.routes]
+
+
+def test_one_launch_per_route_on_sm90a():
+    rd, _, _ = render_subgraph(norm_model(256, 768, 64, TensorProto.FLOAT16, sum_out=True)[0])
+    assert _entries(rd) == [["plus_gemm"]] * len(rd.plan.routes) and not rd.plan.scratch
+    for v, r in zip(rd.variants, rd.plan.routes):
+        assert v.name.endswith("/cluster6") and r.launches[0].grid[0] == "6"
+        assert "#define PLUS_HAS_ROW_TILE 1" in v.source and "#define PLUS_CLUSTER_X 6" in v.source
+
+
+@pytest.mark.parametrize("n,dt,arch", [(2049, TensorProto.FLOAT16, "sm_90a"),     # more than 8 x 256 columns
+                                       (768, TensorProto.FLOAT16, "sm_80"),       # no clusters/wgmma there
+                                       (768, TensorProto.FLOAT16, "sm_90"),
+                                       (768, TensorProto.FLOAT, "sm_90a")])       # fp32: no wgmma template
+def test_two_kernel_plan_elsewhere(n, dt, arch):
+    rd, _, _ = render_subgraph(norm_model(64, n, 64, dt)[0], arch=arch)
+    assert all(e == ["plus_gemm", "plus_row"] for e in _entries(rd)) and rd.plan.scratch
+    assert not any("PLUS_HAS_ROW_TILE" in v.source for v in rd.variants)
+
+
+def test_cluster_tiles_compile_without_spills():
+    """The routes' configs of each tile width (plain and cluster-only; M symbolic), LayerNorm with the sum
+    stored: 0 spills, shared memory within the limit."""
+    seen = set()
+    for n in (512, 768, 2048):
+        rd, _, _ = render_subgraph(norm_model("M", n, 64, TensorProto.FLOAT16, sum_out=True)[0])
+        for v, r in zip(rd.variants, rd.plan.routes):
+            if v.name in seen:
+                continue
+            seen.add(v.name)
+            res = nvrtc.compile_cubin(v.source, "sm_90a", name="gemm_norm.cu")
+            assert nvrtc.check_resources(res, dynamic_smem=int(r.launches[0].smem), arch="sm_90a") == [], v.name
+    assert {name.split("/")[0] for name in seen} >= {c.name for c in sm90a.CLUSTER_CONFIGS}
+
+
+def test_ptx_declares_the_cluster():
+    from plus_ep.kernels.ptx.build import compile_ptx
+    rd, _, _ = render_subgraph(norm_model(64, 768, 64, TensorProto.FLOAT16)[0])
+    ptx = compile_ptx(rd.variants[0].source, "sm_90a", name="gemm_norm.cu")
+    assert ".explicitcluster" in ptx and re.search(r"\.reqnctapercluster 6, 1, 1", ptx)
+    assert "mapa.shared::cluster" in ptx and "ld.shared::cluster.f32" in ptx

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Union
 
 import numpy as np
@@ -36,17 +37,41 @@ def _guess_vocab(model: onnx.ModelProto, input_name: str) -> int | None:
     return None
 
 
+def _symbol(name: str, axis: int, batch: int, seq: int, dec_seq: int) -> int:
+    if name == "dec_seq":
+        return dec_seq
+    if name in _SEQ_DIMS or (axis == 1 and name != "batch"):
+        return seq
+    return batch
+
+
+_EXPR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\s*[*+\-/]\s*([A-Za-z_][A-Za-z0-9_]*|[0-9]+))+$")
+
+
+def _expression(text: str, axis: int, batch: int, seq: int, dec_seq: int) -> int | None:
+    """A dim_param that is arithmetic over symbols (`batch*seq`, `seq+1`, `2*seq` written `seq*2`), as
+    exporters and PlusEP's rewriter write them: each symbol gets its usual value, the result must be a
+    positive whole number."""
+    if not _EXPR.match(text.strip()):
+        return None
+    import sympy
+    expr = sympy.sympify(text)
+    values = {s: _symbol(str(s), -1, batch, seq, dec_seq) for s in expr.free_symbols}
+    v = expr.subs(values)
+    if not v.is_integer or int(v) < 1:
+        raise ValueError(f"dimension {text!r} (axis {axis}) evaluates to {v} with batch={batch}, seq={seq}; "
+                         "pass the inputs explicitly (--inputs)")
+    return int(v)
+
+
 def _shape(vi: onnx.ValueInfoProto, batch: int, seq: int, dec_seq: int) -> tuple[int, ...]:
     dims = []
     for i, d in enumerate(vi.type.tensor_type.shape.dim):
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
-        elif d.dim_param == "dec_seq":
-            dims.append(dec_seq)
-        elif d.dim_param in _SEQ_DIMS or (i == 1 and d.dim_param != "batch"):
-            dims.append(seq)
-        else:
-            dims.append(batch)
+            continue
+        value = _expression(d.dim_param, i, batch, seq, dec_seq) if d.dim_param else None
+        dims.append(value if value is not None else _symbol(d.dim_param, i, batch, seq, dec_seq))
     return tuple(dims)
 
 

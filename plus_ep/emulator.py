@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .kernels import arch as arch_table
 from .kernels import nvrtc
 from .kernels.pack import parse as parse_pack
 from .kernels.ptx import GlobalMemory, Module, PtxError
@@ -59,6 +60,15 @@ def library_path() -> str:
         raise FileNotFoundError(f"the emulated CUDA driver (plus_ep/_emucuda*.so) is not built in {_HERE}; "
                                 "build it with `pip install -e .` (needs a C compiler)")
     return str(found[0])
+
+
+def device_attributes(arch: str) -> tuple[int, int, int, int]:
+    """(major, minor, SMs, opt-in shared memory per block) the emulated driver reports for `arch`:
+    kernels/arch.py's row (for an arch newer than the table, its compute capability and the newest row's
+    figures)."""
+    digits = str(arch)[3:].rstrip("a")
+    row = arch_table.TABLE.get(str(arch)) or arch_table.TABLE[arch_table.ARCHS[-1]]
+    return int(digits[:-1]), int(digits[-1]), row.sms, row.smem_per_block
 
 
 def launcher_loaded() -> bool:
@@ -136,7 +146,7 @@ class Emulator:
         self.sample_ctas: int | None = None
         self.fail_on_findings = True
         self.progress = None                          # callable(record) after each launch
-        self.arch = "sm_90a"
+        self.set_arch("sm_90a")
         # keep the callbacks alive as long as the library can call them
         self._cbs = (_LOAD(self._cb_load), _GETFN(self._cb_getfn), _LAUNCH(self._cb_launch),
                      _UNLOAD(self._cb_unload))
@@ -158,11 +168,11 @@ class Emulator:
         return True
 
     def set_arch(self, arch: str) -> None:
-        """The emulated device's compute capability: that of `arch` (sm_90 and sm_90a are both 9.0,
-        where the launcher prefers an sm_90a pack)."""
+        """The emulated device: compute capability of `arch` (sm_90 and sm_90a are both 9.0, where the
+        launcher prefers an sm_90a pack), SM count and opt-in shared memory per block of its reference
+        part (kernels/arch.py). An arch newer than the table (sm_100, ...) gets the newest row's figures."""
         arch = nvrtc.parse_arch(arch) if not str(arch).startswith("sm_1") else str(arch)
-        digits = arch[3:].rstrip("a")
-        self.lib.plus_emucuda_set_cc(int(digits[:-1]), int(digits[-1]))
+        self.lib.plus_emucuda_set_device(*device_attributes(arch))
         self.arch = arch
 
     def register_pack(self, blob: bytes, node: str, arch: str) -> int:

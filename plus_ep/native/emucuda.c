@@ -9,8 +9,10 @@
  * - Modules, functions and launches are Python's: plus_emucuda_attach() registers callbacks (ctypes
  *   callbacks take the GIL, which serialises the interpreter across the launcher's threads). The
  *   loaded image is handed over with its size: an ELF cubin's size from its headers, PTX's strlen + 1.
- * - The device reports the compute capability set with plus_emucuda_set_cc (default 9.0), so the
- *   launcher picks that arch's image exactly as on a GPU.
+ * - The device reports what plus_emucuda_set_device sets: compute capability, SM count and opt-in shared
+ *   memory per block, which plus_ep/emulator.py (Emulator.set_arch) takes from kernels/arch.py's row of
+ *   the arch under test (its reference part: A100 108 SMs for sm_80, ..., H100 SXM5 132 for sm_90a), so
+ *   the launcher picks that arch's image and sizes exactly as on that GPU. Until then: 9.0, 132, 232448.
  * - A callback that fails stores a message for its thread; cuGetErrorName of that code then returns
  *   "CUDA_ERROR_X: <message>", which the launcher puts in the ORT error naming the node. */
 #define _GNU_SOURCE
@@ -43,7 +45,7 @@ typedef struct { unsigned magic; emu_mod* mod; long long handle; int max_dyn_sme
 
 static struct { load_cb load; getfn_cb getfn; launch_cb launch; unload_cb unload; } g_cb;
 static emu_ctx g_ctx = {CTX_MAGIC, 0};
-static int g_cc = 90, g_inited;
+static int g_cc = 90, g_sms = 132, g_smem_optin = 232448, g_inited;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread emu_ctx* t_stack[32];
 static __thread int t_depth;
@@ -100,7 +102,9 @@ EXPORT void plus_emucuda_attach(load_cb l, getfn_cb g, launch_cb la, unload_cb u
     g_cb.load = l, g_cb.getfn = g, g_cb.launch = la, g_cb.unload = u;
     pthread_mutex_unlock(&g_lock);
 }
-EXPORT void plus_emucuda_set_cc(int major, int minor) { g_cc = major * 10 + minor; }
+EXPORT void plus_emucuda_set_device(int major, int minor, int sms, int smem_optin) {
+    g_cc = major * 10 + minor, g_sms = sms, g_smem_optin = smem_optin;
+}
 EXPORT int plus_emucuda_get_cc(void) { return g_cc; }
 EXPORT void plus_emucuda_set_error(int code, const char* msg) {
     t_err_code = code;
@@ -187,8 +191,8 @@ EXPORT CUresult cuDeviceGetAttribute(int* v, int attr, int dev) {
     int cc = plus_emucuda_get_cc();
     if (attr == 75) *v = cc / 10;
     else if (attr == 76) *v = cc % 10;
-    else if (attr == 97) *v = cc >= 90 ? 232448 : cc == 80 || cc == 87 ? 166912 : 101376;   /* smem opt-in */
-    else if (attr == 16) *v = 132;             /* multiprocessors */
+    else if (attr == 97) *v = g_smem_optin;    /* max shared memory per block, opt-in */
+    else if (attr == 16) *v = g_sms;           /* multiprocessors */
     else if (attr == 1) *v = 1024;             /* max threads per block */
     else return E_INVALID_VALUE;
     return OK;

@@ -9,8 +9,9 @@
     res.counters, res.findings, res.raise_for_findings()
 
 A debugging and verification tool (like Triton's interpreter mode): one CTA at a time, vectorised over
-its threads; exact IEEE arithmetic where the ISA prescribes it; asynchronous copies and wgmma results
-land only at their waits; checkers for races, proxies, `.nc` and uninitialised shared memory; modelled
+its threads (the CTAs of a thread-block cluster interleaved at cluster barriers, see cluster.py);
+exact IEEE arithmetic where the ISA prescribes it; asynchronous copies and wgmma results land only at
+their waits; checkers for races, proxies, `.nc`, uninitialised shared memory and DSMEM; modelled
 (never measured) sector and bank-conflict counts.
 """
 from .errors import PtxError

@@ -4,7 +4,8 @@ Scheduling: every thread has a PC. While all live threads share one PC the CTA s
 None); after a divergent branch the threads with the lowest PC step first, which reconverges structured
 code as NVVM lays it out. `bar.sync` must be reached by every live thread of the CTA, and every
 warp-synchronous instruction by exactly the lanes it names; otherwise PtxError names the kernel, the
-PTX line and the threads.
+PTX line and the threads. A kernel with a cluster shape (or cluster instructions) is launched by
+cluster.launch_clusters, which runs each cluster's CTAs interleaved through the same _run_cta.
 """
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def broken(tmp_path_factory):
     model = build_bert(**CFG)
     plain = rewrite_detailed(model)                              # no kernels: the names the build uses
     names = [f"plus_ep/{sg.pattern.name}/{k}" for k, sg in enumerate(plain.subgraphs)]
-    gemms = [n for n in names if n.split("/")[1] == "gemm"]
+    gemms = [n for n in names if n.split("/")[1] in ("gemm", "gemm_group")]
     assert len(gemms) >= 2 and any("/attention/" in n for n in names), names
     bad_gemm = gemms[1]
 

@@ -79,7 +79,7 @@ def render_gemm(job):
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
-    if row_nodes:     # sm_90a, static N <= 2048: one kernel over a thread-block cluster (gemm_norm_render.py)
+    if row_nodes:     # sm_90a, static N <= 4096: one kernel over a thread-block cluster (gemm_norm_render.py)
         from .gemm_norm_render import cluster_variants
         one = cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, side,
                                (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt))
@@ -157,7 +157,13 @@ def render_gemm_group(job):
     epilogue = split + "  (void)args;\n" + "".join(branches)
     hooks = _hook_text(em0, epilogue, M, N, K, em0.c(nbatch * G), trans_b, dt, "plus_bg", a_ptr, b_ptr)
     extra = job.side_kernels([t for t in job.outputs if t not in covered])
-    return _variants(job, M, N, K, nbatch * G, dt, trans_b, hooks, all(m_fast), extra)
+    per_group = ""
+    if any(m_fast) and not all(m_fast):   # members disagree: the sm_90a epilogue picks its order per member
+        which = " || ".join(f"plus_g == {g}" for g, f in enumerate(m_fast) if f)
+        per_group = ("#define PLUS_HAS_EPI_M_FASTEST 1\n"
+                     "PLUS_DEV bool plus_epi_m_fastest(const PlusArgs& args, long long plus_bg) {\n"
+                     f"  const long long plus_g = plus_bg / {nb};\n  return {which};\n}}\n")
+    return _variants(job, M, N, K, nbatch * G, dt, trans_b, hooks, all(m_fast), extra, m_fastest_hook=per_group)
 
 
 def _bind_acc(em, seed) -> str:
@@ -178,8 +184,9 @@ def _bind_acc(em, seed) -> str:
     return cout
 
 
-def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=True):
-    """One variant per route: (name, prefix, kernels, condition)."""
+def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=True, m_fastest_hook=""):
+    """One variant per route: (name, prefix, kernels, condition). `m_fastest`: every store is contiguous
+    along m; `m_fastest_hook`: the source of plus_epi_m_fastest(args, b) when that holds per batch index."""
     out = []
     choices = routes.gemm_routes(M, N, K, nbatch, dt, job.arch, job.syms, job.fp32_math,
                                  allow_splitk=allow_splitk)
@@ -189,10 +196,14 @@ def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_
     aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     for cond, cfg, splitk in choices:
         defines = routes.gemm_defines(cfg, splitk, trans_b, aligned)
-        if m_fastest and splitk == 1 and routes.gemm_header(cfg) == "gemm_sm90a.cuh":
-            defines["PLUS_EPI_M_FASTEST"] = 1
+        per_batch = ""
+        if splitk == 1 and routes.gemm_header(cfg) == "gemm_sm90a.cuh":
+            if m_fastest:
+                defines["PLUS_EPI_M_FASTEST"] = 1
+            elif m_fastest_hook:
+                defines["PLUS_EPI_M_FASTEST"], per_batch = 2, m_fastest_hook
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
-        prefix += hooks + f'#include "{routes.gemm_header(cfg)}"\n'
+        prefix += hooks + per_batch + f'#include "{routes.gemm_header(cfg)}"\n'
         grid = (f"{job.syms.rpn(N)},{cfg.bn},cdiv", f"{job.syms.rpn(M)},{cfg.bm},cdiv",
                 f"{job.syms.rpn(nbatch)},{splitk},*")
         kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]

@@ -155,11 +155,15 @@ constexpr int MN_BLOCK_BYTES = BK * 128;       // MN-major B: one [64 k][64 n] c
 // Staged C tile (epilogue), fp32: [BM][BN + 8] (n fastest), or [BN][BM + 4] with PLUS_EPI_M_FASTEST (the
 // codegen sets it when every output is contiguous along m, e.g. a stored K^T).  The pads make the fragment
 // writes and the row/column reads conflict-free.
-constexpr bool M_FASTEST = PLUS_EPI_M_FASTEST;
+// PLUS_EPI_M_FASTEST 2: the order is chosen per batch index at run time by the generated hook
+// `bool plus_epi_m_fastest(const PlusArgs&, long long b)` (a horizontal GEMM group whose members disagree).
+constexpr bool M_FASTEST = PLUS_EPI_M_FASTEST == 1;
 constexpr int C_LD = M_FASTEST ? BM + 4 : BN + 8;
 static_assert((M_FASTEST ? BN : BM) * C_LD * 4 <= STAGES * STAGE_BYTES,
               "gemm_sm90a: the staged C tile must fit in the stage ring");
-PLUS_DEV plus_u32 c_offset(int r, int c) { return (plus_u32)(M_FASTEST ? c * C_LD + r : r * C_LD + c) * 4u; }
+static_assert(PLUS_EPI_M_FASTEST != 2 || BN * (BM + 4) * 4 <= STAGES * STAGE_BYTES,
+              "gemm_sm90a: the staged C tile must fit in the stage ring");
+PLUS_DEV plus_u32 c_offset(bool mf, int r, int c) { return (plus_u32)(mf ? c * (BM + 4) + r : r * (BN + 8) + c) * 4u; }
 
 PLUS_DEV void plus_st_shared_f2(plus_u32 dst, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(x), "f"(y) : "memory");
@@ -487,6 +491,11 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
   // (+1) -> acc[4j + 2h + e].  The C tile is fp32 [BM][BN + 8]: the 8-float pad puts the 8 rows of one
   // 64-bit store request in two 128-byte wavefronts (the minimum for 256 bytes).
   const plus_u32 c_tile = smem;
+#if PLUS_EPI_M_FASTEST == 2
+  const bool mf = plus_epi_m_fastest(args, b);
+#else
+  constexpr bool mf = M_FASTEST;
+#endif
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms) {
 #pragma unroll
@@ -495,11 +504,11 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
 #pragma unroll
       for (int j = 0; j < WN / 8; ++j) {
         const int c = wg_n * WN + j * 8 + (lane & 3) * 2;
-        if constexpr (M_FASTEST) {
-          plus_st_shared_f(c_tile + c_offset(r, c), acc[ms][4 * j + 2 * h]);
-          plus_st_shared_f(c_tile + c_offset(r, c + 1), acc[ms][4 * j + 2 * h + 1]);
+        if (mf) {
+          plus_st_shared_f(c_tile + c_offset(mf, r, c), acc[ms][4 * j + 2 * h]);
+          plus_st_shared_f(c_tile + c_offset(mf, r, c + 1), acc[ms][4 * j + 2 * h + 1]);
         } else {
-          plus_st_shared_f2(c_tile + c_offset(r, c), acc[ms][4 * j + 2 * h], acc[ms][4 * j + 2 * h + 1]);
+          plus_st_shared_f2(c_tile + c_offset(mf, r, c), acc[ms][4 * j + 2 * h], acc[ms][4 * j + 2 * h + 1]);
         }
       }
     }
@@ -512,10 +521,10 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
 #else
 #pragma unroll 2
   for (int idx = tid; idx < BM * BN; idx += THREADS) {
-    const int r = M_FASTEST ? idx % BM : idx / BN, c = M_FASTEST ? idx / BM : idx % BN;
+    const int r = mf ? idx % BM : idx / BN, c = mf ? idx / BM : idx % BN;
     const long long m = m0 + r, n = n0 + c;
     if (m >= M || n >= N) continue;
-    const float v = plus_ld_shared_f(c_tile + c_offset(r, c));
+    const float v = plus_ld_shared_f(c_tile + c_offset(mf, r, c));
 #if PLUS_SPLITK > 1
     // fp32 partials [SPLITK][batch][M][N] in scratch[0]
     ((float*)args.scratch[0])[(((long long)split * shape.batch + b) * M + m) * N + n] = v;

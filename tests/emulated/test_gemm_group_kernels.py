@@ -1,6 +1,7 @@
 """A horizontal GEMM group (Q, K, V projections reading one X, with bias and head Reshape/Transpose
 stores, K stored transposed) as one launch on every route: SIMT fp32 (exact), TF32 mma and f16 mma.sync
-on sm_80, f16 wgmma on sm_90a. `plus_ep.verify` runs the kernels' PTX on the CPU interpreter through the
+on sm_80, f16 wgmma on sm_90a (whose epilogue walks the K member's tile m-fastest and the others' n-fastest,
+PLUS_EPI_M_FASTEST 2 with the generated plus_epi_m_fastest hook). `plus_ep.verify` runs the kernels' PTX on the CPU interpreter through the
 launcher and compares every output with the node's function body on ORT."""
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _verify_group(model, fp32_math, math_defines):
     (TensorProto.FLOAT, "exact", {"sm_80": {"#define PLUS_MATH 0"}, "sm_90a": {"#define PLUS_MATH 0"}}),
     (TensorProto.FLOAT, "tf32", {"sm_80": {"#define PLUS_MATH 1"}, "sm_90a": {"#define PLUS_MATH 1"}}),
     (TensorProto.FLOAT16, "exact", {"sm_80": {"#define PLUS_MATH 2", '#include "gemm.cuh"'},
-                                    "sm_90a": {'#include "gemm_sm90a.cuh"'}}),
+                                    "sm_90a": {'#include "gemm_sm90a.cuh"', "#define PLUS_EPI_M_FASTEST 2"}}),
 ], ids=["fp32-simt", "fp32-tf32", "f16-mma-wgmma"])
 def test_qkv_group_with_bias_and_kt_store(dtype, math, defines):
     _verify_group(qkv_model(dtype), math, defines)

@@ -11,7 +11,7 @@ import pathlib
 import sys
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
-CASES = {"gemm_qk_transpose": ("gemm", "Transpose"), "gemm_bias_gelu": ("gemm", "Erf"),
+CASES = {"gemm_group_qkv": ("gemm_group", "Transpose"), "gemm_bias_gelu": ("gemm", "Erf"),
          "gemm_layernorm": ("gemm_layernorm", "LayerNormalization"), "attention": ("attention", "Softmax"),
          "layernorm_embed": ("layernorm", "Gather")}
 

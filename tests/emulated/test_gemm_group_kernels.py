@@ -52,3 +52,21 @@ def test_group_of_transposed_stores_walks_m_fastest_on_sm90a():
     """Every member stores transposed (contiguous along m): the wgmma epilogue walks its C tile m-fastest."""
     model = qkv_model(TensorProto.FLOAT16, projections=(("k", H, True), ("k2", H, True)), bias=False)
     _verify_group(model, "exact", {"sm_90a": {"#define PLUS_EPI_M_FASTEST 1"}})
+
+
+def test_bert_layer_is_five_kernels_and_verifies():
+    """A BERT-style layer (the demo builder, 1 layer): Q/K/V as one group, then attention, out-projection +
+    LayerNorm, FFN1 + GELU, FFN2 + LayerNorm: 5 fused nodes besides the embedding LayerNorm."""
+    import numpy as np
+
+    from plus_ep.demo_model import build_bert, sample_inputs
+    model = build_bert(layers=1, hidden=32, heads=2, intermediate=64, vocab=50, max_pos=16)
+    r = plus_ep.rewrite_detailed(model, archs=["sm_80", "sm_90a"])
+    assert not r.kernels.failures, r.kernels.failures
+    assert [s.pattern.name for s in r.subgraphs] == ["layernorm", "gemm_group", "attention", "gemm_layernorm",
+                                                     "gemm", "gemm_layernorm"]
+    feeds = {k: np.asarray(v) for k, v in sample_inputs(batch=1, seq=6, vocab=50).items()}
+    rep = plus_ep.verify(r.model, inputs=feeds)
+    assert rep["ok"], plus_ep.verify_text(rep)
+    assert all(row["executed"] and row["n_findings"] == 0 for row in rep["nodes"])
+    assert len(rep["nodes"]) == 12 and all(o["ok"] for o in rep["outputs"])

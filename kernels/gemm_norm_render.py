@@ -2,7 +2,7 @@
 
 The two-kernel plan (gemm_render.py: the GEMM epilogue writes the row program's input to fp32 scratch,
 a row program normalises the rows) costs a scratch round trip and a second launch. On sm_90a, when the
-row length N is static and cdiv(N, BN) <= 8 for some BN (gemm_sm90a_configs.cluster_bn: N <= 2048), the
+row length N is static and cdiv(N, BN) <= 8 for some BN (gemm_sm90a_configs.cluster_bn: N <= 4096), the
 CTAs of one row of C tiles form a thread-block cluster (`__cluster_dims__(C, 1, 1)`, grid.x = C), and
 the wgmma template's PLUS_HAS_ROW_TILE hook runs the subgraph's row program (row.py, tile mode) over
 each CTA's slice of the staged accumulator tile, with every row reduction made cluster-wide through

@@ -58,13 +58,16 @@ CLUSTER_CONFIGS = (
     _cfg("wg_64x64x64_w64x64_s4", 64, 64, 64, 64, 4),
     _cfg("wg_128x64x64_w64x64_s4", 128, 64, 64, 64, 4),
     _cfg("wg_64x256x64_w64x256_s4", 64, 256, 64, 256, 4),
+    # N up to 8 x 512 = 4096: two warpgroups side by side along N (64 x 256 each), 3 stages (218 KB).
+    _cfg("wg_64x512x64_w64x256_s3", 64, 512, 64, 256, 3),
 )
 
 
 def cluster_bn(n: int) -> int | None:
     """The tile width of the one-kernel GEMM + row normalisation for a static row length N: the narrowest
-    BN in 64, 128, 256 with cdiv(N, BN) <= CLUSTER_MAX (most CTAs per row); None above 8 x 256 = 2048."""
-    for bn in (64, 128, 256):
+    BN in 64, 128, 256, 512 with cdiv(N, BN) <= CLUSTER_MAX (most CTAs per row); None above 8 x 512 = 4096
+    (16-CTA clusters need the non-portable opt-in, cuFuncSetAttribute, which the launcher does not set)."""
+    for bn in (64, 128, 256, 512):
         if -(-n // bn) <= CLUSTER_MAX:
             return bn
     return None

@@ -13,7 +13,8 @@ from tests.support.gemm_norm_cases import norm_model, render_subgraph
 
 
 @pytest.mark.parametrize("n,bn,c", [(48, 64, 1), (200, 64, 4), (512, 64, 8), (768, 128, 6), (1024, 128, 8),
-                                    (1536, 256, 6), (2048, 256, 8), (2049, None, None), (4096, None, None)])
+                                    (1536, 256, 6), (2048, 256, 8), (2049, 512, 5), (4096, 512, 8),
+                                    (4097, None, None)])
 def test_tile_width_follows_n(n, bn, c):
     assert sm90a.cluster_bn(n) == bn
     if bn:
@@ -32,7 +33,7 @@ def test_one_launch_per_route_on_sm90a():
         assert "#define PLUS_HAS_ROW_TILE 1" in v.source and "#define PLUS_CLUSTER_X 6" in v.source
 
 
-@pytest.mark.parametrize("n,dt,arch", [(2049, TensorProto.FLOAT16, "sm_90a"),     # more than 8 x 256 columns
+@pytest.mark.parametrize("n,dt,arch", [(4097, TensorProto.FLOAT16, "sm_90a"),     # more than 8 x 512 columns
                                        (768, TensorProto.FLOAT16, "sm_80"),       # no clusters/wgmma there
                                        (768, TensorProto.FLOAT16, "sm_90"),
                                        (768, TensorProto.FLOAT, "sm_90a")])       # fp32: no wgmma template
@@ -43,10 +44,10 @@ def test_two_kernel_plan_elsewhere(n, dt, arch):
 
 
 def test_cluster_tiles_compile_without_spills():
-    """The routes' configs of each tile width (plain and cluster-only; M symbolic), LayerNorm with the sum
+    """The routes' configs of each tile width 64..512 (plain and cluster-only; M symbolic), LayerNorm with the sum
     stored: 0 spills, shared memory within the limit."""
     seen = set()
-    for n in (512, 768, 2048):
+    for n in (512, 768, 2048, 4096):
         rd, _, _ = render_subgraph(norm_model("M", n, 64, TensorProto.FLOAT16, sum_out=True)[0])
         for v, r in zip(rd.variants, rd.plan.routes):
             if v.name in seen:

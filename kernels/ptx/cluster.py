@@ -282,9 +282,28 @@ def local_checks(M, op, idx, tids, write):
 
 
 # ---------------------------------------------------------------------------------- launch
-def check_shape(kernel, grid):
-    dims = kernel.cluster_dims
+def cluster_shape(kernel, launch_dims):
+    """The launch's cluster shape: the compile-time one, or the launch-time one (not both different)."""
+    fixed = kernel.module.parsed.functions[kernel.name].cluster
+    if launch_dims is not None:
+        launch_dims = tuple(int(x) for x in (tuple(launch_dims) + (1, 1, 1))[:3])
+        if min(launch_dims) < 1:
+            raise PtxError(f"cluster shape {launch_dims} has a zero extent", kernel=kernel.name)
+        if fixed is not None and launch_dims != fixed:
+            raise PtxError(f"launch-time cluster shape {launch_dims} differs from the kernel's "
+                           f".reqnctapercluster {fixed}", kernel=kernel.name)
+        return launch_dims
+    if fixed is None and kernel.explicit_cluster:
+        raise PtxError("the kernel is .explicitcluster without .reqnctapercluster: it needs a launch-time cluster "
+                       "shape (launch(cluster=...))", kernel=kernel.name)
+    return kernel.cluster_dims
+
+
+def check_shape(kernel, grid, dims):
     n = dims[0] * dims[1] * dims[2]
+    if kernel.max_cluster_rank is not None and n > kernel.max_cluster_rank:
+        raise PtxError(f"cluster shape {dims} has {n} CTAs, more than the kernel's .maxclusterrank "
+                       f"{kernel.max_cluster_rank}", kernel=kernel.name)
     if n > MAX_CLUSTER:
         raise PtxError(f"cluster shape {dims} has {n} CTAs; at most {MAX_CLUSTER} per cluster", kernel=kernel.name)
     if any(g % d for g, d in zip(grid, dims)):
@@ -294,12 +313,12 @@ def check_shape(kernel, grid):
 
 
 def launch_clusters(kernel, grid, block, shared_bytes, params, memory, checks, approx, seed, sample_ctas,
-                    max_steps, cta_order, t0):
+                    max_steps, cta_order, t0, launch_dims=None):
     from .checks import Checks
     from .exec import _run_cta, select_ctas
 
-    dims = kernel.cluster_dims
-    n = check_shape(kernel, grid)
+    dims = cluster_shape(kernel, launch_dims)
+    n = check_shape(kernel, grid, dims)
     T = block[0] * block[1] * block[2]
     key = (T, block, approx, "cluster", n)
     cached = kernel._machines.pop(key, None)
@@ -318,7 +337,8 @@ def launch_clusters(kernel, grid, block, shared_bytes, params, memory, checks, a
     pairs = [(M, fns if fns is not None else kernel._bind(M)) for M, fns in pairs]
     cgrid = tuple(g // d for g, d in zip(grid, dims))
     nsample = None if sample_ctas is None else -(-int(sample_ctas) // n)
-    explicit = kernel.explicit_cluster or kernel.module.parsed.functions[kernel.name].cluster is not None
+    explicit = kernel.explicit_cluster or kernel.module.parsed.functions[kernel.name].cluster is not None or \
+        launch_dims is not None
     ctas = []
     for cid in select_ctas(cgrid, nsample, seed, cta_order):
         cl = ClusterState(kernel, dims, machines, checks)

@@ -18,7 +18,7 @@ HANDLERS: dict = {}
 # instruction classes for the counters
 CLASSES = ("int", "fp32", "fp64", "half", "conversion", "mufu", "logic", "move", "predicate", "control",
            "barrier", "ld.global", "st.global", "ld.shared", "st.shared", "ld.param", "cp.async",
-           "ldmatrix", "mma", "wgmma", "shfl", "fence", "other")
+           "ldmatrix", "mma", "wgmma", "shfl", "fence", "cluster", "other")
 
 
 @dataclass

@@ -93,7 +93,9 @@ class Kernel:
     # ------------------------------------------------------------------------------------ launch
     def launch(self, grid, block, shared_bytes: int = 0, params: bytes = b"", memory: GlobalMemory | None = None,
                checks: bool = True, approx: str = "exact", seed: int = 0, sample_ctas: int | None = None,
-               max_steps: int = MAX_STEPS, cta_order: str = "linear") -> LaunchResult:
+               max_steps: int = MAX_STEPS, cta_order: str = "linear", cluster=None) -> LaunchResult:
+        """`cluster`: a launch-time cluster shape (cuLaunchKernelEx's attribute), for kernels compiled
+        without .reqnctapercluster; None runs the compile-time shape (or none)."""
         t0 = time.perf_counter()
         grid = tuple(int(x) for x in (tuple(grid) + (1, 1, 1))[:3])
         block = tuple(int(x) for x in (tuple(block) + (1, 1, 1))[:3])
@@ -109,10 +111,10 @@ class Kernel:
             raise PtxError(f"{len(params)} parameter bytes given, the kernel's .param declarations take "
                            f"{self.param_bytes}", kernel=self.name)
         memory = memory if memory is not None else GlobalMemory()
-        if self.cluster_dims is not None:
+        if self.cluster_dims is not None or cluster is not None:
             from .cluster import launch_clusters
             return launch_clusters(self, grid, block, shared_bytes, params, memory, checks, approx, seed,
-                                   sample_ctas, max_steps, cta_order, t0)
+                                   sample_ctas, max_steps, cta_order, t0, cluster)
         key = (T, block, approx)
         M, fns = self._take_machine(key, T, block, seed)
         smem_size = self._prepare(M, grid, shared_bytes, params, memory, checks, approx, T)

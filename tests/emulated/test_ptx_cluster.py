@@ -87,6 +87,21 @@ def test_cluster_of_more_than_16_ctas_is_an_error():
     assert res.counters["cluster"]["non_portable"] is True
 
 
+def test_launch_time_cluster_shape():
+    """A kernel without .reqnctapercluster takes its shape at launch (cuLaunchKernelEx's attribute)."""
+    ptx = compile_ptx(cluster_source((4, 1, 1)), "sm_90a", name="cluster.cu")
+    free = ptx.replace(".reqnctapercluster 4, 1, 1", "")
+    res, out, ref = run_allreduce((4, 1, 1), (8, 1, 1), ptx=free, launch_cluster=(4, 1, 1))
+    _ok(res, out, ref)
+    with pytest.raises(PtxError, match="needs a launch-time cluster shape"):
+        run_allreduce((4, 1, 1), (8, 1, 1), ptx=free)
+    with pytest.raises(PtxError, match="differs from the kernel's .reqnctapercluster"):
+        run_allreduce((4, 1, 1), (8, 1, 1), ptx=ptx, launch_cluster=(2, 1, 1))
+    capped = ptx.replace(".reqnctapercluster 4, 1, 1", ".maxclusterrank 2")
+    with pytest.raises(PtxError, match="maxclusterrank 2"):
+        run_allreduce((4, 1, 1), (8, 1, 1), ptx=capped, launch_cluster=(4, 1, 1))
+
+
 def test_sample_ctas_runs_whole_clusters():
     res, out, ref = run_allreduce((4, 1, 1), (16, 2, 1), sample_ctas=5)
     assert res.findings == []

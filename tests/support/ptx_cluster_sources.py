@@ -63,9 +63,9 @@ extern "C" __global__ void __cluster_dims__({X}, {Y}, {Z}) k(const float* in, fl
 
 
 def run_allreduce(dims=(4, 1, 1), grid=None, threads=32, form="asm", checks=True, sample_ctas=None, ptx=None,
-                  **switches):
-    """Launch `cluster_source(dims, ...)` (or the PTX text `ptx`) on the interpreter; returns
-    (LaunchResult, output [ncta, threads], numpy reference [ncta, threads])."""
+                  launch_cluster=None, **switches):
+    """Launch `cluster_source(dims, ...)` (or the PTX text `ptx`; `launch_cluster`: a launch-time cluster
+    shape) on the interpreter; returns (LaunchResult, output [ncta, threads], numpy reference)."""
     import struct
 
     import numpy as np
@@ -82,7 +82,7 @@ def run_allreduce(dims=(4, 1, 1), grid=None, threads=32, form="asm", checks=True
     dev = H.Device()
     pi, po = dev.upload(x, "in"), dev.alloc(x.nbytes, "out", fill=0xFF)
     res = mod.kernel("k").launch(grid, (threads, 1, 1), 0, struct.pack("<QQ", pi, po), dev.mem, checks=checks,
-                                 sample_ctas=sample_ctas)
+                                 sample_ctas=sample_ctas, cluster=launch_cluster)
     out = dev.download(po, x)
     xs = x.astype(np.float64).reshape(gz, gy, gx, threads)
     X, Y, Z = dims

@@ -37,6 +37,7 @@ def _check(out, ref, dt):
     (45, 200, 64, F16, {"sum_out": True}, (4, 1)),                      # ragged N (BN 64) and M, S also stored
     (150, 768, 32, BF16, {"rms": True, "bias": False}, (6, 2)),         # BERT's N, two row tiles of clusters
     (7, 48, 40, F16, {}, (1, 1)),                                        # one CTA per cluster
+    (70, 300, 48, F16, {"gemm": True}, (5, 1)),                         # ONNX Gemm: transB=1, bias as C
     (20, 2500, 64, F16, {"sum_out": True}, (5, 1)),                     # BN 512 (N <= 4096): 2 warpgroups on N
 ])
 def test_one_launch_matches_float64(M, N, K, dt, kw, clusters):

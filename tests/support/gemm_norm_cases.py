@@ -8,14 +8,18 @@ from onnx import TensorProto, helper
 NP = {TensorProto.FLOAT16: np.float16, TensorProto.FLOAT: np.float32}
 
 
-def norm_model(M, N, K, dt=TensorProto.FLOAT16, rms=False, bias=True, sum_out=False, seed=0):
+def norm_model(M, N, K, dt=TensorProto.FLOAT16, rms=False, bias=True, sum_out=False, seed=0, gemm=False):
     """(model, inputs): Y = Norm(X @ W [+ B] + R) over the last axis (gamma g, LayerNorm beta bb), X [M, K],
     R [M, N]; with sum_out the residual sum S is a graph output too. Weights are initializers. M may be a
-    symbol name (then the inputs have 64 rows)."""
+    symbol name (then the inputs have 64 rows). gemm=True: one ONNX Gemm (transB=1, W stored [N, K], the
+    bias as its C input)."""
     rng = np.random.default_rng(seed)
-    nodes = [helper.make_node("MatMul", ["X", "W"], ["mm"], name="mm")]
-    last = "mm"
-    if bias:
+    if gemm:
+        nodes = [helper.make_node("Gemm", ["X", "Wt"] + (["B"] if bias else []), ["mb"], transB=1, name="mm")]
+    else:
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["mm"], name="mm")]
+    last = "mb" if gemm else "mm"
+    if bias and not gemm:
         nodes.append(helper.make_node("Add", ["mm", "B"], ["mb"], name="bias"))
         last = "mb"
     nodes.append(helper.make_node("Add", [last, "R"], ["S"], name="residual"))
@@ -30,6 +34,8 @@ def norm_model(M, N, K, dt=TensorProto.FLOAT16, rms=False, bias=True, sum_out=Fa
     if not rms:
         w["bb"] = rng.standard_normal(N)
     w = {k: _round(v, dt) for k, v in w.items()}
+    if gemm:
+        w["Wt"] = np.ascontiguousarray(w.pop("W").T)
     vi = helper.make_tensor_value_info
     outs = [vi("Y", dt, [M, N])] + ([vi("S", dt, [M, N])] if sum_out else [])
     g = helper.make_graph(nodes, "gemm_norm", [vi("X", dt, [M, K]), vi("R", dt, [M, N])], outs,
@@ -55,7 +61,8 @@ def _round(a, dt):
 def reference(values, dt, rms=False, bias=True, eps=1e-5):
     """(S, Y) in float64 from the inputs' exact values; S rounded to dt first, as the graph holds it."""
     v = {k: np.asarray(a, np.float64) for k, a in values.items()}
-    s = v["X"] @ v["W"] + (v["B"] if bias else 0.0) + v["R"]
+    w = v["W"] if "W" in v else v["Wt"].T
+    s = v["X"] @ w + (v["B"] if bias else 0.0) + v["R"]
     s = _round(s, dt).astype(np.float64)
     if rms:
         y = s / np.sqrt((s * s).mean(-1, keepdims=True) + eps) * v["g"]

@@ -20,6 +20,7 @@ import sympy
 from ..graph_rewrites import ops
 from . import dtypes, symdim
 from .cexpr import attr, lit
+from .pointwise import bounds
 from .pull import Emitter, RenderError, describe
 
 REDUCE_OPS = {name: op.reduce for name, op in ops.OPS.items() if op.reduce}   # op -> combine kind
@@ -226,7 +227,7 @@ class RowProgram:
         em.indent = saved_indent
         em.emit("}")
         inner = em.take()
-        return (f'extern "C" __global__ void __launch_bounds__({THREADS}) {self.entry}(const PlusArgs args) {{\n'
+        return (f'extern "C" __global__ void {bounds(THREADS)} {self.entry}(const PlusArgs args) {{\n'
                 f"  __shared__ float red[33];\n"
                 f"  const long long rows = {em.c(self.rows)};\n"
                 f"  const long long L = {em.c(self.length)};\n"

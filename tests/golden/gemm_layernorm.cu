@@ -52,7 +52,7 @@ PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long
 #include "gemm.cuh"
 
 
-extern "C" __global__ void __launch_bounds__(256) plus_row(const PlusArgs args) {
+extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
   const long long batch = args.v[0];
   const long long seq = args.v[1];
   __shared__ float red[33];

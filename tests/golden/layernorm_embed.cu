@@ -12,7 +12,7 @@
 //       loop4 [64, para, (div, mul, add)] {x12,x17,x5,x6}:{x20}
 #include "plus_common.cuh"
 
-extern "C" __global__ void __launch_bounds__(256) plus_row(const PlusArgs args) {
+extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
   const long long batch = args.v[0];
   const long long seq = args.v[1];
   __shared__ float red[33];

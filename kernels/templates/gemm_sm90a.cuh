@@ -33,7 +33,9 @@
 //   ring, reused as a [BM][BN + 8] fp32 tile), and each warp then handles 32 consecutive columns of one row:
 //   plus_epilogue (or the default store, or the split-K partial store to scratch[0] when PLUS_SPLITK > 1;
 //   plus_splitk_reduce then sums them and calls the epilogue) writes whole sectors whatever it does per
-//   element.
+//   element.  With PLUS_HAS_ROW_TILE the generated plus_row_tile hook takes over from the staged tile instead:
+//   a row program (LayerNorm/RMSNorm) over the CTA's column slice, rows reduced across a thread-block
+//   cluster of PLUS_CLUSTER_X CTAs (kernels/CONTRACT.md §2.1).
 //
 // This file only compiles for sm_90a (wgmma is an "arch-specific" feature); the route chooser uses
 // gemm.cuh (mma.sync) for every other architecture, plain sm_90 included.

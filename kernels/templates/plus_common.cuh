@@ -80,7 +80,8 @@ PLUS_DEV float plus_warp_prod(float x) {
   return x;
 }
 
-// Block-wide reduction; every thread gets the result. `red` is 33 floats of shared memory.
+// Block-wide reduction; every thread gets the result. `red` is 33 floats of shared memory. max/min skip
+// NaN (fmaxf/fminf); kernels/row.py applies onnxruntime's rule (NaN iff the row's first element is NaN).
 #define PLUS_BLOCK_REDUCE(NAME, WARP_OP, IDENT)                                  \
   PLUS_DEV float NAME(float x, float* red) {                                    \
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;                 \

@@ -105,7 +105,8 @@ class ClusterState:
         self.fenced[M.rank][A.active(m, M.T)] = True
 
     def try_wait(self, M, op, gm):
-        """"pass" (and record it), "block" (the whole CTA waits) or "park" (part of it waits)."""
+        """"pass" (and record it), "block" (the whole CTA waits), "park" (all of `gm` waits, other threads
+        of the CTA run on) or a mask of the threads of `gm` that wait (the others passed)."""
         r = M.rank
         tids = A.active(gm, M.T)
         aligned = "aligned" in op.form.split(".")
@@ -117,13 +118,18 @@ class ClusterState:
             raise PtxError(f"cluster deadlock: thread {t} of CTA {M.ctaid} (cluster rank {r}) waits at the cluster "
                            f"barrier without having arrived (barrier.cluster.arrive) since its last wait; the phase "
                            f"needs its own arrival and never completes", form=op.form, line=op.line, kernel=M.name)
-        need = int(a.max())
-        if not all(self.exited[q] or bool((self.arr[q][self.machines[q].alive] >= need).all())
-                   for q in range(self.n)):
+        # phase k is complete once every live thread of the cluster has arrived k times
+        done = min((int(self.arr[q][self.machines[q].alive].min()) for q in range(self.n)
+                    if not self.exited[q] and self.machines[q].alive.any()), default=_NEVER)
+        ok = a <= done
+        if not ok.all():
             self.blocked[r] = op
-            whole = gm is None or np.array_equal(gm, M.alive)
-            return "block" if whole else "park"
-        self.blocked.pop(r, None)
+            if not ok.any():
+                return "block" if gm is None or np.array_equal(gm, M.alive) else "park"
+            tids = tids[ok]               # threads on different phases: the ones whose phase is done pass
+        else:
+            self.blocked.pop(r, None)
+        need = int(self.arr[r][tids].max())
         self.waited[r][tids] = self.arr[r][tids]
         if M.checks is not None and need > self.ordered_phase[r]:
             # a cluster barrier also orders the CTA's own threads: one CTA epoch per completed phase, at
@@ -132,7 +138,11 @@ class ClusterState:
             self.ordered_phase[r] = need
             M.checks.barrier(M, op.line)
         self.progress += 1
-        return "pass"
+        if ok.all():
+            return "pass"
+        wait = np.zeros(M.T, bool)
+        wait[A.active(gm, M.T)[~ok]] = True
+        return wait                       # these threads park, the others go on
 
     def exit_cta(self, r):
         self.exited[r] = True

@@ -248,11 +248,12 @@ def _run_cta(M, ops, fns, max_steps):
     regs = M.regs
     thr, wrp = C.thread_counts, C.warp_counts
     W = M.W
+    dead = 3 * n + 3                   # pc of exited threads: above every parked pc (n + 2 + index)
     while True:
         if converged:
             p, m = cur, base
         else:
-            live = np.where(alive, pc, n + 1)
+            live = np.where(alive, pc, dead)
             p = int(live.min())
             m = alive & (pc == p)
             if np.array_equal(m, alive):
@@ -262,7 +263,7 @@ def _run_cta(M, ops, fns, max_steps):
         if p >= n:
             if p > n + 1:                      # every live thread is parked at a cluster wait
                 yield ops[p - n - 2]
-                pc[:] = np.where(pc > n + 1, pc - (n + 2), pc)
+                pc[:] = np.where(alive & (pc > n + 1), pc - (n + 2), pc)
                 converged = False
                 continue
             raise PtxError("threads ran past the last instruction", kernel=M.name)
@@ -325,7 +326,7 @@ def _run_cta(M, ops, fns, max_steps):
                     base = alive.copy()
                     cur = p + 1
                     continue
-                pc[:] = np.where(alive, pc, n + 1)
+                pc[:] = np.where(alive, pc, dead)
                 converged = False
                 continue
             pc[m & alive] = p + 1
@@ -342,18 +343,18 @@ def _run_cta(M, ops, fns, max_steps):
         elif kind == "cwait":
             cl = M.cluster
             state = cl.try_wait(M, op, gm)
-            if state == "park":                # part of the CTA waits: the others run on
+            while isinstance(state, str) and state == "block":   # the whole CTA waits: the cluster's
+                yield op                                         # other CTAs run
+                state = cl.try_wait(M, op, gm)
+            if not isinstance(state, str) or state == "park":   # some threads wait, the others run on
                 if converged:
-                    pc[:] = np.where(alive, p, n + 1)
+                    pc[:] = np.where(alive, p, dead)
                     converged = False
                 mm = alive if m is None else m
-                here = mm if gm is None else gm
+                here = (mm if gm is None else gm) if isinstance(state, str) else state
                 pc[here] = n + 2 + p
                 pc[mm & ~here] = p + 1
                 continue
-            while state == "block":            # the whole CTA waits: let the cluster's other CTAs run
-                yield op
-                state = cl.try_wait(M, op, gm)
         if converged:
             cur = p + 1
         else:

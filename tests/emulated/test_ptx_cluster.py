@@ -12,7 +12,7 @@ import pytest
 from plus_ep.kernels.ptx import PtxError
 from plus_ep.kernels.ptx.build import compile_ptx
 from tests.support import ptx_harness as H
-from tests.support.ptx_cluster_sources import ATOMICS, cluster_source, run_allreduce, run_ring
+from tests.support.ptx_cluster_sources import ATOMICS, PHASES, cluster_source, run_allreduce, run_ring
 
 
 def _ok(res, out, ref):
@@ -212,3 +212,28 @@ def test_cluster_atomics_into_rank_0():
     assert got[128:].tolist() == [128, 32 * (0 + 1 + 2 + 3)]
     assert dev.download(pf, fout)[0] == 64.0
     assert res.counters["dsmem_st"]["requests"] == 3 * 3           # ranks 1..3, three atomics each
+
+
+def test_threads_on_different_phases_at_one_wait():
+    import struct
+
+    from plus_ep.kernels.ptx import cluster as C
+    states = []
+    orig = C.ClusterState.try_wait
+
+    def spy(self, M, op, gm):
+        s = orig(self, M, op, gm)
+        states.append(s if isinstance(s, str) else "split")
+        return s
+    mod = H.module(PHASES, "sm_90a", "cluster_phases")
+    dev = H.Device()
+    out = np.zeros(4 * 64, np.uint32)
+    po = dev.upload(out, "out")
+    try:
+        C.ClusterState.try_wait = spy
+        res = mod.kernel("k").launch((4, 1, 1), (64, 1, 1), 0, struct.pack("<Q", po), dev.mem)
+    finally:
+        C.ClusterState.try_wait = orig
+    assert res.findings == []
+    assert "split" in states                  # one wait instruction, two phases: some threads passed
+    np.testing.assert_array_equal(dev.download(po, out).reshape(4, 64), np.repeat([[2] * 32 + [3] * 32], 4, 0))

@@ -174,3 +174,17 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) k(unsigned* out, float* fou
     if (r == 0 && threadIdx.x == 0) { out[128] = cnt[0]; out[129] = cnt[1]; fout[0] = f[0]; }
 }
 """
+
+
+# Warp 1 of every CTA takes one extra (non-.aligned) cluster barrier first, so at the common barrier
+# warp 0 waits on phase 1 and warp 1 on phase 2 at the same instruction: warp 0 passes once every
+# thread of the cluster has arrived once; warp 1 once the others have exited (exited threads count as
+# arrived). out[cta * 64 + t] = 1 + the number of barriers thread t passed.
+PHASES = r"""
+extern "C" __global__ void __cluster_dims__(2, 1, 1) k(unsigned* out) {
+    unsigned n = 1;
+    if (threadIdx.x >= 32) { asm volatile("barrier.cluster.arrive; barrier.cluster.wait;" ::: "memory"); ++n; }
+    asm volatile("barrier.cluster.arrive; barrier.cluster.wait;" ::: "memory");
+    out[blockIdx.x * 64 + threadIdx.x] = n + 1;
+}
+"""

@@ -12,7 +12,8 @@ import pytest
 from plus_ep.kernels.ptx import PtxError
 from plus_ep.kernels.ptx.build import compile_ptx
 from tests.support import ptx_harness as H
-from tests.support.ptx_cluster_sources import ATOMICS, PHASES, cluster_source, run_allreduce, run_ring
+from tests.support.ptx_cluster_sources import (ATOMICS, PHASES, REMOTE_AT, cluster_source, run_allreduce,
+                                               run_ring)
 
 
 def _ok(res, out, ref):
@@ -237,3 +238,22 @@ def test_threads_on_different_phases_at_one_wait():
     assert res.findings == []
     assert "split" in states                  # one wait instruction, two phases: some threads passed
     np.testing.assert_array_equal(dev.download(po, out).reshape(4, 64), np.repeat([[2] * 32 + [3] * 32], 4, 0))
+
+
+@pytest.mark.parametrize("off,rank,msg", [(0, "r ^ 1u", None),
+                                          (32, "r ^ 1u", r"out-of-bounds DSMEM access .* of CTA \(1, 0, 0\)"),
+                                          (0, "2u", "names cluster rank 2, the cluster has 2 CTAs|mapa to cluster rank 2")])
+def test_remote_access_outside_the_target_window_or_cluster(off, rank, msg):
+    import struct
+    src = REMOTE_AT.replace("OFF", str(off)).replace("RANK", rank)
+    mod = H.module(src, "sm_90a", "cluster_remote_at")
+    dev = H.Device()
+    out = np.zeros((2, 32), np.float32)
+    po = dev.upload(out, "out")
+    launch = lambda: mod.kernel("k").launch((2, 1, 1), (32, 1, 1), 0, struct.pack("<Q", po), dev.mem)  # noqa: E731
+    if msg is None:
+        assert launch().findings == []
+        np.testing.assert_array_equal(dev.download(po, out), np.tile(np.arange(32, dtype=np.float32), (2, 1)))
+    else:
+        with pytest.raises(PtxError, match=msg):
+            launch()

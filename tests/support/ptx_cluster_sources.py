@@ -188,3 +188,17 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) k(unsigned* out) {
     out[blockIdx.x * 64 + threadIdx.x] = n + 1;
 }
 """
+
+
+# A remote read at `s + OFF` floats in rank RANK's shared memory (s has 32 floats): OFF 32 is past the
+# target's window, RANK 2 is outside a cluster of 2.
+REMOTE_AT = HEADER + r"""
+extern "C" __global__ void __cluster_dims__(2, 1, 1) k(float* out) {
+    __shared__ float s[32];
+    const unsigned r = plus_rank();
+    s[threadIdx.x] = threadIdx.x;
+    plus_arrive(); plus_wait();
+    out[blockIdx.x * 32 + threadIdx.x] = plus_remote_ld(s + threadIdx.x + OFF, RANK);
+    plus_arrive(); plus_wait();
+}
+"""

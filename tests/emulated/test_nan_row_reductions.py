@@ -17,6 +17,7 @@ import types
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from plus_ep.kernels.render import render
@@ -28,15 +29,18 @@ R, L = 6, 40
 OUT = ("A", "B", "C", "D")
 
 
-def _model():
+def _model(axis):
+    """A = X - max, B = X - min, C = X - logsumexp, D = softmax, reducing `axis` of X ([R, L] for the last
+    axis, [L, R] for axis 0: a strided row)."""
     n = helper.make_node
+    shape = [R, L] if axis == -1 else [L, R]
     nodes = [n("ReduceMax", ["X", "ax"], ["mx"], keepdims=1), n("ReduceMin", ["X", "ax"], ["mn"], keepdims=1),
              n("ReduceLogSumExp", ["X", "ax"], ["lse"], keepdims=1),
              n("Sub", ["X", "mx"], ["A"]), n("Sub", ["X", "mn"], ["B"]), n("Sub", ["X", "lse"], ["C"]),
-             n("Softmax", ["X"], ["D"], axis=-1)]
-    g = helper.make_graph(nodes, "nan_rows", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [R, L])],
-                          [helper.make_tensor_value_info(t, TensorProto.FLOAT, [R, L]) for t in OUT],
-                          [numpy_helper.from_array(np.array([-1], np.int64), "ax")])
+             n("Softmax", ["X"], ["D"], axis=axis)]
+    g = helper.make_graph(nodes, "nan_rows", [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info(t, TensorProto.FLOAT, shape) for t in OUT],
+                          [numpy_helper.from_array(np.array([axis], np.int64), "ax")])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
 
 
@@ -50,8 +54,9 @@ def _rows() -> np.ndarray:
     return x                              # row 5: finite
 
 
-def test_row_reductions_follow_onnxruntime_on_nan_and_inf():
-    model = _model()
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_row_reductions_follow_onnxruntime_on_nan_and_inf(axis):
+    model = _model(axis)
     r = rewrite_detailed(model, archs=None)
     pattern = next(p for p in default_warehouse().patterns if p.name == "row_reduction")
     sg = types.SimpleNamespace(nodes=tuple(range(len(r.view.nodes))), pattern=pattern, pgraph=None, roles=None)
@@ -60,10 +65,11 @@ def test_row_reductions_follow_onnxruntime_on_nan_and_inf():
     rd = render(r.view, sg, ins, outs, arch="sm_80", node_name="nan_rows")
     assert [e for v in rd.variants for e in v.entries] == ["plus_row"]      # one row kernel computes all four
 
-    x = _rows()
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
-    got = dict(zip(OUT, run_rendered(rd, [x, np.array([-1], np.int64)], want, name="nan_rows")))
-    want = dict(zip(OUT, want))
+    x = _rows()                                     # row i is x[i] (axis -1) or x[:, i] (axis 0)
+    feed = x if axis == -1 else np.ascontiguousarray(x.T)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": feed})
+    got = run_rendered(rd, [feed, np.array([axis], np.int64)], want, name=f"nan_rows{axis}")
+    got, want = ({t: (a if axis == -1 else a.T) for t, a in zip(OUT, arrs)} for arrs in (got, want))
 
     # onnxruntime's well-defined rows: everything but A/B of row 1 (NaN inside the row)
     well_defined = {"A": [0, 2, 3, 4, 5], "B": [0, 2, 3, 4, 5], "C": range(R), "D": range(R)}

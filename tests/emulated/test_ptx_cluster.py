@@ -12,8 +12,8 @@ import pytest
 from plus_ep.kernels.ptx import PtxError
 from plus_ep.kernels.ptx.build import compile_ptx
 from tests.support import ptx_harness as H
-from tests.support.ptx_cluster_sources import (ATOMICS, PHASES, REMOTE_AT, cluster_source, run_allreduce,
-                                               run_ring)
+from tests.support.ptx_cluster_sources import (ATOMICS, PHASES, REMOTE_AT, VECTORS, cluster_source,
+                                               run_allreduce, run_ring)
 
 
 def _ok(res, out, ref):
@@ -257,3 +257,17 @@ def test_remote_access_outside_the_target_window_or_cluster(off, rank, msg):
     else:
         with pytest.raises(PtxError, match=msg):
             launch()
+
+
+def test_vector_dsmem_accesses():
+    import struct
+    mod = H.module(VECTORS, "sm_90a", "cluster_vectors")
+    assert "st.shared::cluster.v4.f32" in mod.text and "ld.shared::cluster.v2.b32" in mod.text
+    dev = H.Device()
+    x = np.random.default_rng(3).standard_normal((4, 32, 4)).astype(np.float32)
+    pi, po = dev.upload(x, "in"), dev.alloc(x.nbytes, "out", fill=0xFF)
+    res = mod.kernel("k").launch((4, 1, 1), (32, 1, 1), 0, struct.pack("<QQ", pi, po), dev.mem)
+    assert res.findings == [], [str(f) for f in res.findings]
+    np.testing.assert_array_equal(dev.download(po, x), x[[1, 0, 3, 2]])     # each CTA holds its partner's row
+    assert res.counters["dsmem_st"] == {"requests": 4, "bytes": 4 * 32 * 16}
+    assert "dsmem_ld" not in res.counters          # loads through the own rank's window are local shared loads

@@ -202,3 +202,26 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) k(float* out) {
     plus_arrive(); plus_wait();
 }
 """
+
+
+# Vector DSMEM accesses: each CTA stores a float4 per thread into the partner rank (st.shared::cluster.v4.f32),
+# then reads its own slots back as two .v2.b32 loads through shared::cluster addresses of its own rank.
+VECTORS = HEADER + r"""
+extern "C" __global__ void __cluster_dims__(2, 1, 1) k(const float4* in, float4* out) {
+    __shared__ __align__(16) float4 s[32];
+    const unsigned r = plus_rank(), cta = blockIdx.x;
+    unsigned a = (unsigned)__cvta_generic_to_shared(s + threadIdx.x), ra, own;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r ^ 1u));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(own) : "r"(a), "r"(r));
+    float4 v = in[cta * 32 + threadIdx.x];
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(ra), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+    plus_arrive(); plus_wait();
+    unsigned x, y, z, w;
+    asm volatile("ld.shared::cluster.v2.b32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "r"(own) : "memory");
+    asm volatile("ld.shared::cluster.v2.b32 {%0, %1}, [%2+8];" : "=r"(z), "=r"(w) : "r"(own) : "memory");
+    out[cta * 32 + threadIdx.x] = make_float4(__uint_as_float(x), __uint_as_float(y), __uint_as_float(z),
+                                              __uint_as_float(w));
+    plus_arrive(); plus_wait();
+}
+"""

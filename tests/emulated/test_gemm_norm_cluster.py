@@ -36,6 +36,7 @@ def _check(out, ref, dt):
 @pytest.mark.parametrize("M,N,K,dt,kw,clusters", [
     (45, 200, 64, F16, {"sum_out": True}, (4, 1)),                      # ragged N (BN 64) and M, S also stored
     (150, 768, 32, BF16, {"rms": True, "bias": False}, (6, 2)),         # BERT's N, two row tiles of clusters
+    (10, 512, 32, BF16, {"sum_out": True}, (8, 1)),                     # the largest portable cluster
     (7, 48, 40, F16, {}, (1, 1)),                                        # one CTA per cluster
     (70, 300, 48, F16, {"gemm": True}, (5, 1)),                         # ONNX Gemm: transB=1, bias as C
     (20, 2500, 64, F16, {"sum_out": True}, (5, 1)),                     # BN 512 (N <= 4096): 2 warpgroups on N

@@ -25,8 +25,10 @@ addresses of shared memory (`cvta.shared`, generic `mapa`, generic `ld`/`st`) ar
 GENERIC_SHARED (above every host address, so never a global buffer).
 
 Checker model (launch(checks=True)): per thread, the number of cluster arrives and of completed
-waits; an arrive releases (default, or `.relaxed` after a `fence.acq_rel/sc.cluster` by the thread),
-every wait acquires. A byte written by one CTA and read or written by another is ordered only when
+waits; an arrive releases (default, or `.relaxed` after a `fence.acq_rel/sc.cluster` by the thread;
+which arrives released is kept per CTA, not per thread), every wait acquires. Arriving twice without
+waiting, or waiting without having arrived (the phase would need the waiting thread itself: a deadlock
+on a GPU) are errors. A byte written by one CTA and read or written by another is ordered only when
 the writer released at an arrive after the write and the other thread has since waited on that phase.
 Findings: DSMEM races (either direction, local vs remote included; the last reader of a byte is
 remembered, not all of them), remote reads of bytes the target CTA never had written, and DSMEM

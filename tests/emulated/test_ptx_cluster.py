@@ -51,6 +51,9 @@ extern "C" __global__ void __cluster_dims__(2, 2, 1) k(unsigned* out) {
         o[0] = ci.x; o[1] = ci.y; o[2] = ci.z; o[3] = cd.x; o[4] = cd.y; o[5] = cd.z; o[6] = cg.x; o[7] = cg.y;
         o[8] = cg.z; o[9] = cb.x; o[10] = cb.y; o[11] = cb.z; o[12] = __clusterRelativeBlockRank();
         o[13] = __clusterSizeInBlocks();
+        unsigned e;
+        asm volatile("{ .reg .pred p; mov.pred p, %%is_explicit_cluster; selp.u32 %0, 1, 0, p; }" : "=r"(e));
+        o[14] = e;
     }
 }
 """
@@ -68,7 +71,7 @@ extern "C" __global__ void __cluster_dims__(2, 2, 1) k(unsigned* out) {
             for x in range(4):
                 row = got[x + 4 * (y + 2 * z)]
                 cx, cy = x % 2, y % 2
-                assert list(row[:14]) == [x // 2, y // 2, z, 2, 2, 1, 2, 1, 3, cx, cy, 0, cx + 2 * cy, 4], (x, y, z)
+                assert list(row[:15]) == [x // 2, y // 2, z, 2, 2, 1, 2, 1, 3, cx, cy, 0, cx + 2 * cy, 4, 1], (x, y, z)
 
 
 def test_grid_not_a_multiple_of_the_cluster_shape():

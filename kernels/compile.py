@@ -178,8 +178,9 @@ def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | N
         bar.close()
 
     n_failed = sum(isinstance(r, Exception) for r in results)
-    log.info("kernels: %d jobs, %d compiled, %d cached, %d failed in %.1fs",
-             len(jobs), n_compiled, n_cached, n_failed, time.perf_counter() - t0)
+    log.info("kernels: %d jobs, %d compiled, %d cached, %d failed, %d compiled again with one block per SM "
+             "after a spill, in %.1fs", len(jobs), n_compiled, n_cached, n_failed, len(relaxed_idents),
+             time.perf_counter() - t0)
     return results
 
 

@@ -56,6 +56,14 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         from .kernel_build import build_kernels
         built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
                               fp32_math=fp32_math)
+        split = {k for k, _, _ in built.failures if getattr(subgraphs[k], "parts", None)}
+        if split:     # a horizontal group whose kernels failed: build its members one by one instead
+            for k, name, _ in built.failures:
+                if k in split:
+                    log.warning("%s: building its %d members as separate nodes", name, len(subgraphs[k].parts))
+            subgraphs = [p for k, sg in enumerate(subgraphs) for p in (sg.parts if k in split else [sg])]
+            built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
+                                  fp32_math=fp32_math)
         subgraphs = [sg for k, sg in enumerate(subgraphs) if k in built.attrs]
         kernel_attrs = [built.attrs[k] for k in sorted(built.attrs)]
         kernel_inputs = [built.inputs.get(k, (None, 0)) for k in sorted(built.attrs)]

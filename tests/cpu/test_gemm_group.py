@@ -75,3 +75,17 @@ def test_explain_prints_groups_and_refusals(tmp_path):
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert "grouped (2 members, A 'X'): MatMul node 'k/MatMul', MatMul node 'v/MatMul'" in out
     assert "refused (A 'X'): no sibling with the same N, K, dtype and B layout (N=32" in out
+
+
+def test_group_whose_kernels_fail_falls_back_to_its_members(monkeypatch):
+    """A group that cannot be rendered is not left unfused: its members are built as separate nodes."""
+    from plus_ep.kernels import render as render_mod
+    from plus_ep.kernels.pull import RenderError
+
+    def boom(job):
+        raise RenderError(f"{job.node_name}: forced failure")
+    monkeypatch.setitem(render_mod.TEMPLATES, "gemm_group", boom)
+    r = plus_ep.rewrite_detailed(qkv_model(), archs=["sm_80"], fp32_math="exact")
+    assert [s.pattern.name for s in r.subgraphs] == ["gemm"] * 3 and not r.kernels.failures
+    fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
+    assert len(fused) == 3 and all(any(a.name == "plus_images_sm_80" for a in n.attribute) for n in fused)

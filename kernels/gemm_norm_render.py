@@ -55,7 +55,15 @@ def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out
     size = cluster_size(N, job.arch, dt, nbatch)
     if size is None:
         return None
-    bn, csize = size
+    choices = None           # before anything is emitted into `em`: the caller may still render two kernels
+    for bn in (b for b in sm90a.CLUSTER_WIDTHS if b >= size[0]):
+        try:                 # the narrowest width whose tiles did not fail to compile (routes.excluding)
+            choices, csize = _routes(M, N, K, job.arch, job.syms, sm90a.cluster_menu(bn)), -(-int(N) // bn)
+            break
+        except routes.NoConfig:
+            continue
+    if choices is None:
+        return None
     try:
         x_fn, tile = _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N)
     except RenderError:
@@ -64,7 +72,7 @@ def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out
     extra = job.side_kernels(side)
     aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     out = []
-    for cond, cfg in _routes(M, N, K, job.arch, job.syms, sm90a.cluster_menu(bn)):
+    for cond, cfg in choices:
         defines = {**routes.gemm_defines(cfg, 1, trans_b, aligned), "PLUS_CLUSTER_X": csize}
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
         prefix += hooks + x_fn + tile + f'#include "{routes.gemm_header(cfg)}"\n'

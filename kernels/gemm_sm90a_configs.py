@@ -54,6 +54,7 @@ CONFIGS = (
 # of C = cdiv(N, BN) tiles, C <= CLUSTER_MAX (the portable cluster size), so BN follows N (cluster_bn) and
 # BM follows M. These tiles serve only that route; the plain GEMM menu above is unchanged.
 CLUSTER_MAX = 8
+CLUSTER_WIDTHS = (64, 128, 256, 512)
 CLUSTER_CONFIGS = (
     _cfg("wg_64x64x64_w64x64_s4", 64, 64, 64, 64, 4),
     _cfg("wg_128x64x64_w64x64_s4", 128, 64, 64, 64, 4),
@@ -67,7 +68,7 @@ def cluster_bn(n: int) -> int | None:
     """The tile width of the one-kernel GEMM + row normalisation for a static row length N: the narrowest
     BN in 64, 128, 256, 512 with cdiv(N, BN) <= CLUSTER_MAX (most CTAs per row); None above 8 x 512 = 4096
     (16-CTA clusters need the non-portable opt-in, cuFuncSetAttribute, which the launcher does not set)."""
-    for bn in (64, 128, 256, 512):
+    for bn in CLUSTER_WIDTHS:
         if -(-n // bn) <= CLUSTER_MAX:
             return bn
     return None
@@ -88,5 +89,5 @@ def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int 
     return _defines(cfg, b_trans=b_trans, aligned=aligned, splitk=splitk)
 
 
-__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CONFIGS", "GemmConfig", "MATH_F16", "WARPGROUP",
+__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "MATH_F16", "WARPGROUP",
            "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "reduce_grid"]

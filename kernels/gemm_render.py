@@ -238,7 +238,7 @@ def _frontier(job, em, cout, row_nodes, dep_c, dep_row) -> list:
     keep = list(frontier)
     for f in reversed(frontier):
         others = [k for k in keep if k != f]
-        if f in em.producer and all(covered(i, others) for i in em.producer[f].input if i):
+        if f != cout and f in em.producer and all(covered(i, others) for i in em.producer[f].input if i):
             keep.remove(f)
     if len(keep) > 4:
         raise RenderError(f"{job.node_name}: the row normalisation needs {len(keep)} GEMM-side tensors (max 4)")

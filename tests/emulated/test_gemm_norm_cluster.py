@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from tests.support.gemm_norm_cases import device_array, host_value, norm_model, reference, render_subgraph, run_route
+from plus_ep.warehouse import load_warehouse
+from tests.support.gemm_norm_cases import (SOFTMAX_PATTERN, device_array, host_value, norm_model, reference,
+                                           render_subgraph, run_route, softmax_model)
 
 F16, BF16 = TensorProto.FLOAT16, TensorProto.BFLOAT16
 # max |Y - ref| / max |ref|: the output's rounding (half an ulp: 2^-11 f16, 2^-8 bf16) plus fp32 sums
@@ -65,3 +67,24 @@ def test_missing_cluster_barrier_is_caught():
         return ptx
     rd, out, ref, (res,) = _run(45, 200, 64, F16, ptx_edit=drop_first_barrier, sum_out=True)
     assert any("DSMEM" in str(f) for f in res.findings), [str(f) for f in res.findings]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_gemm_softmax_user_pattern(arch, tmp_path):
+    """The README's gemm_softmax pattern (template gemm_rownorm): a max and a sum pass, cluster-wide on
+    sm_90a, where the logits are the GEMM output itself; the two-kernel plan on sm_80 reads them from
+    scratch (before: the row program's input was dropped from the scratch tensors and rendering failed).
+    sm_90a rounds the logits to f16 as the graph holds them; the scratch keeps them in fp32."""
+    (tmp_path / "gemm_softmax.py").write_text(SOFTMAX_PATTERN)
+    model, vals = softmax_model(37, 300, 64)
+    rd, ins, _ = render_subgraph(model, arch=arch, warehouse=load_warehouse(tmp_path, plugins=False),
+                                 patterns=("gemm_softmax",))
+    got, results = run_route(rd, 0, [device_array(vals[i], F16) for i in ins], [np.zeros((37, 300), np.float16)],
+                             arch=arch)
+    assert len(results) == (1 if arch == "sm_90a" else 2) and all(r.findings == [] for r in results)
+    logits = vals["X"].astype(np.float64) @ vals["W"].astype(np.float64)
+    if arch == "sm_90a":
+        logits = logits.astype(np.float16).astype(np.float64)
+    ref = np.exp(logits - logits.max(-1, keepdims=True))
+    ref /= ref.sum(-1, keepdims=True)
+    assert np.abs(got[0].astype(np.float64) - ref).max() <= 1e-3

@@ -72,12 +72,34 @@ def reference(values, dt, rms=False, bias=True, eps=1e-5):
     return s, y
 
 
-def render_subgraph(model, arch="sm_90a", fp32_math="exact"):
+SOFTMAX_PATTERN = '''from plus_ep.warehouse import pattern
+
+
+@pattern("gemm_softmax", before="gemm", template="gemm_rownorm")
+def gemm_softmax(b):
+    """GEMM with a softmax over N in its epilogue (the README's user pattern)."""
+    return b.Softmax(b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"])), axis=-1)
+'''
+
+
+def softmax_model(M, N, K, seed=0):
+    """(model, inputs): Y = Softmax(X @ W) over N in f16, W an initializer (needs SOFTMAX_PATTERN)."""
+    rng = np.random.default_rng(seed)
+    w, x = _round(rng.standard_normal((K, N)), TensorProto.FLOAT16), _round(rng.standard_normal((M, K)), TensorProto.FLOAT16)
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["mm"]), helper.make_node("Softmax", ["mm"], ["Y"])],
+                          "gemm_softmax", [vi("X", TensorProto.FLOAT16, [M, K])], [vi("Y", TensorProto.FLOAT16, [M, N])],
+                          [helper.make_tensor("W", TensorProto.FLOAT16, w.shape, w.ravel().tolist())])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), {"X": x, "W": w}
+
+
+def render_subgraph(model, arch="sm_90a", fp32_math="exact", warehouse=None,
+                    patterns=("gemm_layernorm", "gemm_rmsnorm")):
     """(Rendered, input names, output names) of the model's one GEMM + norm subgraph."""
     from plus_ep.kernels.render import render
     from plus_ep.rewrite import rewrite_detailed
-    r = rewrite_detailed(model)
-    (sg,) = [s for s in r.subgraphs if s.pattern.name in ("gemm_layernorm", "gemm_rmsnorm")]
+    r = rewrite_detailed(model, warehouse=warehouse)
+    (sg,) = [s for s in r.subgraphs if s.pattern.name in patterns]
     ins, outs = r.view.graph_index.boundary(sg.nodes)
     return render(r.view, sg, ins, outs, arch=arch, node_name="gemm_norm", fp32_math=fp32_math), ins, outs
 
@@ -107,6 +129,7 @@ def run_route(rd, route: int, inputs: list, outputs: list, arch="sm_90a", ptx_ed
     dev = Device()
     ins = [dev.upload(np.asarray(a)) for a in inputs]
     outs = [dev.alloc(np.asarray(o).nbytes, fill=0xFF) for o in outputs]      # unwritten = NaN
+    scratch = [dev.alloc(static_value(e), fill=0xFF) for e in rd.plan.scratch]   # the two-kernel plan's
     results = []
     for launch in rd.plan.routes[route].launches:
         ptx = compile_ptx(rd.variants[launch.image].source, arch, name=f"gemm_norm_{launch.image}.cu")
@@ -114,5 +137,5 @@ def run_route(rd, route: int, inputs: list, outputs: list, arch="sm_90a", ptx_ed
         results.append(kernel.launch(grid=tuple(static_value(g) for g in launch.grid),
                                      block=tuple(static_value(b) for b in launch.block),
                                      shared_bytes=static_value(launch.smem), memory=dev.mem,
-                                     params=plus_args(ins=ins, outs=outs)))
+                                     params=plus_args(ins=ins, outs=outs, scratch=scratch)))
     return [dev.download(p, np.asarray(o)) for p, o in zip(outs, outputs)], results

@@ -12,30 +12,36 @@ large query tiles for long sequences (more reuse of each K/V tile), small ones w
 short prompts) or when B * H * cdiv(Sq, BQ) would leave SMs idle. `suggest()` is a simple version of that
 rule.
 
-Math paths: 0 = exact fp32 SIMT (fp32 models), 2 = f16/bf16 tensor cores (`plus_qkv_t` half or bf16).
-Register use and spills of every config are checked by tests/cpu/test_template_attention_compile.py.
+Math paths: 0 = exact fp32 SIMT (fp32 models with `fp32_math=exact`), 1 = TF32 tensor cores (fp32 models,
+the default `fp32_math=tf32`), 2 = f16/bf16 tensor cores (`plus_qkv_t` half or bf16). Head dims 32, 64, 80,
+96, 128 and 256 have menus; others are padded to a multiple of 16 by the route chooser and get the default
+entries (kernels/routes.py). Every menu config fits the 99 KB opt-in shared memory of sm_86 / sm_89 (a
+config whose tiles would not is given smaller key tiles, `_fit`), and compiles without spills on every arch
+of kernels/arch.py (tests/cpu/test_attention_menu_spills.py; registers: tests/cpu/test_template_attention_compile.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-HEAD_DIMS = (64, 80, 96, 128)
-MATHS = (0, 2)
+HEAD_DIMS = (32, 64, 80, 96, 128, 256)
+MATHS = (0, 1, 2)
+MATH_SIMT, MATH_TF32, MATH_F16 = 0, 1, 2
 
 # Mirrors of the padding constants in attention.cuh.
-_TC_PAD = 8          # PLUS_ATTN_TC_PAD: halves added to each shared row (MATH 2)
+_TC_PAD_BYTES = 16   # PLUS_ATTN_TC_PAD_BYTES: bytes added to each shared row (MATH 1 and 2)
 _SIMT_KPAD = 4       # PLUS_ATTN_SIMT_KPAD: floats added to each K row (MATH 0)
+_FIT_LIMIT = 101376 - 1024   # sm_86 / sm_89 opt-in shared memory per block less the system reservation
 
 
 def attn_smem_bytes(math: int, head_dim: int, bq: int, bkv: int) -> int:
     """Dynamic shared memory of one block: the Python mirror of PLUS_ATTN_SMEM_BYTES."""
-    if math == 2:
-        return (bq + 2 * bkv) * (head_dim + _TC_PAD) * 2
+    if math in (1, 2):
+        return (bq + 2 * bkv) * (head_dim * (4 if math == 1 else 2) + _TC_PAD_BYTES)
     if math == 0:
         pstr = bkv + (16 if bkv % 32 == 0 else 0)  # PLUS_ATTN_SIMT_PSTR
         return 4 * (bq * head_dim + bkv * (head_dim + _SIMT_KPAD) + bkv * head_dim + bq * pstr)
-    raise ValueError(f"attention has math paths 0 (fp32 SIMT) and 2 (f16/bf16 mma), not {math}")
+    raise ValueError(f"attention has math paths 0 (fp32 SIMT), 1 (tf32 mma) and 2 (f16/bf16 mma), not {math}")
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,8 @@ def _check(math: int, head_dim: int, bq: int, bkv: int, warps: int) -> None:
         raise ValueError(f"bkv must be a positive multiple of 16, got {bkv}")
     if not 1 <= warps <= 16:
         raise ValueError(f"warps must be 1..16, got {warps}")
-    if math == 2 and bq != 16 * warps:
-        raise ValueError(f"math 2: each warp owns 16 query rows, bq must be 16 * warps ({16 * warps}), got {bq}")
+    if math in (1, 2) and bq != 16 * warps:
+        raise ValueError(f"math {math}: each warp owns 16 query rows, bq must be 16 * warps ({16 * warps}), got {bq}")
     if math == 0 and bq % (2 * warps):
         raise ValueError(f"math 0: bq must be a multiple of 2 * warps ({2 * warps}), got {bq}")
 
@@ -76,13 +82,14 @@ def _check(math: int, head_dim: int, bq: int, bkv: int, warps: int) -> None:
 def make_config(math: int, head_dim: int, bq: int, bkv: int, warps: int, name: str | None = None) -> AttnConfig:
     """A config outside the menu (checked like the template checks it)."""
     _check(math, head_dim, bq, bkv, warps)
-    prefix = "tc" if math == 2 else "simt"
+    prefix = {0: "simt", 1: "tf32", 2: "tc"}[math]
     return AttnConfig(name or f"{prefix}_d{head_dim}_q{bq}_kv{bkv}_w{warps}", math, head_dim, bq, bkv, warps,
                       attn_smem_bytes(math, head_dim, bq, bkv))
 
 
-# (bq, bkv, warps) per math path, largest query tile first. Every entry fits the 99 KB opt-in limit of
-# sm_86 / sm_89 as well as sm_80 / sm_90, and compiles without spills (see the test).
+# (bq, bkv, warps) per math path, largest query tile first. `_fit` halves the key tile of an entry whose
+# shared memory would exceed the 99 KB opt-in limit of sm_86 / sm_89 (D = 256, tf32 D >= 128); every
+# config compiles without spills on every arch (see the tests).
 _MENU = {
     # Tensor cores: one warp per 16 query rows.
     #   q128: long prefill sequences (K/V reuse over 128 rows, 8 warps)
@@ -96,14 +103,49 @@ _MENU = {
     #   64, the mask hooks of BERT-base's later layers (D = 64) spilled 8 bytes on sm_90 and every such
     #   attention stayed unfused (found by `python -m bench.fusion --size real --compile-arch sm_90`).
     0: ((64, 32, 4), (32, 32, 4), (16, 32, 4)),
+    # TF32 tensor cores: the f16 schedule with fp32 tiles (twice the shared memory per row).
+    1: ((128, 64, 8), (64, 64, 4), (32, 64, 2), (16, 32, 1)),
 }
+# Per (math, head dim) replacements of the default entries where registers decide:
+#   f16/bf16 D = 256: 128 fp32 accumulators per thread for O; Q is reloaded from shared memory per k-step
+#   (attention.cuh, Q_REGS) and the key tiles are 32 (64 spilled at 255 registers); q128 would need 8 warps
+#   x (128 + 2 x 32) rows of 528 bytes, over sm_86's limit, so the menu tops out at q64.
+#   SIMT D = 256: o[RL][16] per lane; RL = 2 rows with 4 warps at q32 (q64 spilled), and q16.
+#   SIMT D = 32: q32 with 2 warps (4 warps spilled 12 bytes on sm_80 under PLUS_CAUSAL at 72 registers).
+#   Tensor cores D = 32: 32-key tiles (with 64, ptxas put 8 bytes on a stack frame at 80-128 registers in
+#   some (arch, causal, cp.async) combinations, f16 and tf32 alike).
+_MENU_BY_DIM = {
+    (0, 32): ((64, 32, 4), (32, 32, 2), (16, 32, 4)),
+    (1, 32): ((128, 32, 8), (64, 32, 4), (32, 32, 2), (16, 32, 1)),
+    (2, 32): ((128, 32, 8), (64, 32, 4), (32, 32, 2), (16, 32, 1)),
+    (2, 256): ((64, 32, 4), (32, 32, 2), (16, 16, 1)),
+    (1, 256): ((64, 16, 4), (32, 32, 2), (16, 16, 1)),
+    (0, 256): ((32, 32, 4), (16, 32, 4), (16, 16, 2)),
+}
+
+
+def _fit(math: int, head_dim: int, bq: int, bkv: int) -> int:
+    """The largest key tile <= bkv (halving, at least 16) whose block fits sm_86's shared memory."""
+    while bkv > 16 and attn_smem_bytes(math, head_dim, bq, bkv) > _FIT_LIMIT:
+        bkv //= 2
+    return bkv
+
+
+def entries(math: int, head_dim: int) -> tuple[tuple[int, int, int], ...]:
+    """(bq, bkv, warps) of the menu of (math, head_dim), largest query tile first, without duplicates."""
+    out = []
+    for bq, bkv, w in _MENU_BY_DIM.get((math, head_dim), _MENU[math]):
+        e = (bq, _fit(math, head_dim, bq, bkv), w)
+        if e not in out and attn_smem_bytes(math, head_dim, e[0], e[1]) <= _FIT_LIMIT:
+            out.append(e)
+    return tuple(out)
 
 
 def _menu() -> dict[tuple[int, int], tuple[AttnConfig, ...]]:
     out = {}
-    for math, entries in _MENU.items():
+    for math in _MENU:
         for d in HEAD_DIMS:
-            out[(math, d)] = tuple(make_config(math, d, bq, bkv, w, None) for bq, bkv, w in entries)
+            out[(math, d)] = tuple(make_config(math, d, bq, bkv, w, None) for bq, bkv, w in entries(math, d))
     return out
 
 

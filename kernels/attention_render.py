@@ -7,8 +7,6 @@ the PV MatMul only what the role finder accepted sits: Identity, Cast to a float
 inference, and the NaN guard, which decides what a fully masked row gives (0, else NaN)."""
 from __future__ import annotations
 
-from onnx import TensorProto
-
 from . import dtypes, routes, symdim
 from .forward import bind_forward, emit_stores, forward_map
 from .pull import RenderError, describe
@@ -52,9 +50,10 @@ def render_attention(job):
         body = em.take()
         return body, val if ct == "float" else f"(float)({val})"
 
-    # f16/bf16 Q, K and V: the tensor-core path (mma.sync m16n8k16, fp32 accumulation and softmax)
+    # f16/bf16 Q, K and V: the tensor-core path (mma.sync m16n8k16, fp32 accumulation and softmax); fp32 ones:
+    # TF32 tensor cores (m16n8k8) under fp32_math "tf32", the GEMMs' default, else the exact SIMT path
     qkv_types = {em.dtype(t) for t in (q, kt, v)}
-    math_ = 2 if len(qkv_types) == 1 and qkv_types <= {TensorProto.FLOAT16, TensorProto.BFLOAT16} else 0
+    math_ = routes.attention_math(qkv_types, job.fp32_math)
     qkv_t = dtypes.storage(qkv_types.pop()) if math_ == 2 else "float"
     hooks = [f"typedef {qkv_t} plus_qkv_t;\n#define PLUS_HAS_ATTN_SHAPE 1\n"
              "PLUS_DEV PlusAttnShape plus_attn_shape(const PlusArgs& args) {\n"
@@ -69,9 +68,9 @@ def render_attention(job):
                      f"PLUS_DEV float plus_{name}(const PlusArgs& args, long long b, long long h, long long {pos}, int d) {{\n"
                      f"  if (d >= {D}) return 0.0f;\n{body}\n  return {val};\n}}\n")
     # Q and V stored contiguously as [B, H, S, D] (the projections' GEMMs materialise them): the
-    # tensor-core path copies their tiles with 16-byte cp.async instead of calling the element hooks.
+    # tensor-core paths copy their tiles with 16-byte cp.async instead of calling the element hooks.
     strided = {}
-    if math_ == 2 and rank == 4 and D % 16 == 0:
+    if math_ != 0 and rank == 4 and D % 16 == 0:
         for name, tensor, rows in (("q", q, Sq), ("v", v, Skv)):
             if tensor in job.inputs and list(em.shape(tensor)) == [B, H, rows, symdim.parse(D)]:
                 strided[name] = job.inputs.index(tensor)
@@ -108,7 +107,7 @@ def render_attention(job):
     out_variants = []
     for cond, cfg in routes.attention_routes(B, H, Sq, Skv, D, job.arch, job.syms, math_=math_):
         defines = routes.attention_defines(cfg, D)
-        if math_ == 2 and kt in job.inputs:      # a materialised Kᵀ: keys are contiguous in memory
+        if math_ != 0 and kt in job.inputs:      # a materialised Kᵀ: keys are contiguous in memory
             defines["PLUS_K_KEY_MAJOR"] = 1
         for name in strided:
             defines[f"PLUS_{name.upper()}_STRIDED"] = 1

@@ -165,19 +165,34 @@ def _static(expr, default=GUESS) -> int:
 
 
 # ---- attention ----------------------------------------------------------------------------------
+def attention_math(dtypes, fp32_math) -> int:
+    """PLUS_MATH of an attention whose Q, K and V have these ONNX dtypes: one 16-bit float type -> f16/bf16
+    tensor cores (2); fp32 -> TF32 tensor cores (1) under fp32_math "tf32" (the default, as the GEMMs), else
+    exact SIMT (0); mixed types -> SIMT."""
+    from onnx import TensorProto
+
+    from . import attention_configs as ac
+    dtypes = set(dtypes)
+    if len(dtypes) == 1 and dtypes <= {TensorProto.FLOAT16, TensorProto.BFLOAT16}:
+        return ac.MATH_F16
+    if dtypes == {TensorProto.FLOAT} and fp32_math == "tf32":
+        return ac.MATH_TF32
+    return ac.MATH_SIMT
+
+
 def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
     from . import attention_configs as ac
     dp = _padded(D)
     def menu_of(m):
-        return list(ac.CONFIGS.get((m, dp)) or [ac.make_config(m, dp, bq, bkv, w) for bq, bkv, w in ac._MENU[m]])
+        return list(ac.CONFIGS.get((m, dp)) or [ac.make_config(m, dp, bq, bkv, w) for bq, bkv, w in ac.entries(m, dp)])
     try:
         menu = _usable(menu_of(math_), arch, f"attention (head dim {D})")
     except NoConfig:
-        if math_ != 2:
+        if math_ == ac.MATH_SIMT:
             raise
-        # every tensor-core config spilled or does not fit (head dim 256 at 255 registers): the SIMT
-        # fp32 path reads the same hooks (plus_qkv_t is then unused) and needs fewer registers per row
-        menu = _usable(menu_of(0), arch, f"attention (head dim {D}, SIMT)")
+        # every tensor-core config spilled or does not fit: the SIMT fp32 path reads the same hooks
+        # (plus_qkv_t is then unused) and needs other registers, so the subgraph keeps a kernel
+        menu = _usable(menu_of(ac.MATH_SIMT), arch, f"attention (head dim {D}, SIMT)")
     b, h = _static(B, 1), _static(H, 1)
     Sq = symdim.parse(Sq)
 
@@ -210,4 +225,4 @@ def attention_defines(cfg, D) -> dict:
     return ac.defines(cfg)
 
 
-__all__ = ["ALWAYS", "attention_defines", "attention_routes", "gemm_defines", "gemm_header", "gemm_routes"]
+__all__ = ["ALWAYS", "attention_defines", "attention_math", "attention_routes", "gemm_defines", "gemm_header", "gemm_routes"]

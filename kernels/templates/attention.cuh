@@ -7,29 +7,36 @@
 // new key tile raises the maximum, the partial output and l are rescaled by exp(m_old - m_new) ("online
 // softmax"). The score matrix is never stored beyond one tile.
 //
-// Two math paths, chosen by PLUS_MATH:
+// Three math paths, chosen by PLUS_MATH:
 //   0  exact fp32 SIMT. Operands are staged in shared memory as fp32; every lane owns a few query rows and
 //      a strided set of key columns (for S = Q K^T) and of output columns (for O += P V).
+//   1  TF32 tensor cores for fp32 operands (plus_qkv_t is float): mma.sync m16n8k8 .tf32 with fp32
+//      accumulators; Q, K, V and P are rounded to tf32 by cvt.rna.tf32.f32 as their fragments are loaded;
+//      the softmax and the output stay fp32. Same schedule as 2.
 //   2  f16/bf16 tensor cores (plus_qkv_t is half or __nv_bfloat16): mma.sync m16n8k16 with fp32
 //      accumulators, operands fed by ldmatrix. Each warp owns 16 query rows; S stays in registers and is
 //      turned in place into the A operand of the P V product (P rounded to f16/bf16).
+//   On the tensor-core paths the warp's Q fragments stay in registers for the whole key loop when they take
+//   at most 32 registers (f16/bf16 D <= 128, tf32 D <= 64); otherwise (D = 256, tf32 D > 64) they are
+//   reloaded from the shared Q tile at every k-step, which keeps D = 256 within 255 registers without spills.
 //
 // Generated source layout: plus_common.cuh, the PLUS_* defines, `typedef ... plus_qkv_t;`, optional hooks,
 // then this file. Parameters:
-//   PLUS_HEAD_DIM   D, a multiple of 16 (64, 80, 96, 128 are the tuned ones)
-//   PLUS_BQ         query rows per block; MATH 2: PLUS_BQ == 16 * PLUS_WARPS; MATH 0: multiple of 2*PLUS_WARPS
+//   PLUS_HEAD_DIM   D, a multiple of 16 (32, 64, 80, 96, 128, 256 are the menu's)
+//   PLUS_BQ         query rows per block; MATH 1/2: PLUS_BQ == 16 * PLUS_WARPS; MATH 0: multiple of 2*PLUS_WARPS
 //   PLUS_BKV        key/value rows per tile, a multiple of 16
 //   PLUS_WARPS      warps per block
-//   PLUS_MATH       0 or 2 (above)
+//   PLUS_MATH       0, 1 or 2 (above)
+//   PLUS_ATTN_Q_REGS  MATH 1/2: 1 keeps the Q fragments in registers, 0 reloads them per k-step (default above)
 //   PLUS_CAUSAL     1: key j is masked for query i when j > i + (Skv - Sq) (bottom-right aligned, as
 //                   torch's is_causal for Sq == Skv and the usual KV-cache decode); fully masked tiles are
 //                   skipped. The score hook is not called for masked pairs.
 //   PLUS_QKV_STRIDED / PLUS_Q_STRIDED / PLUS_K_STRIDED / PLUS_V_STRIDED
-//                   1: the MATH 2 path reads that operand straight from memory through the pointer hooks
+//                   1: the MATH 1/2 paths read that operand straight from memory through the pointer hooks
 //                   (plus_q_ptr / plus_q_ld, ...) with cp.async instead of calling the element hook.
 //                   Requirements the codegen must guarantee: the operand is a plain (possibly transposed)
 //                   read of a plus_qkv_t tensor, element d of a row is at offset d (unit stride), and every
-//                   row start is 16-byte aligned (pointer aligned, ld a multiple of 8 elements).
+//                   row start is 16-byte aligned (pointer aligned, ld a multiple of 16 bytes).
 //                   PLUS_QKV_STRIDED sets the default of the three others. Ignored by MATH 0.
 //   PLUS_ATTN_OUT_T element type the default output hook stores (default plus_qkv_t)
 //
@@ -53,7 +60,7 @@
 // ------------------------------------------------------------------------------------------ parameters
 
 #ifndef PLUS_HEAD_DIM
-#error "attention.cuh: define PLUS_HEAD_DIM (64, 80, 96 or 128)"
+#error "attention.cuh: define PLUS_HEAD_DIM (a multiple of 16, at most 256)"
 #endif
 #ifndef PLUS_MATH
 #define PLUS_MATH 0
@@ -62,7 +69,7 @@
 #define PLUS_WARPS 4
 #endif
 #ifndef PLUS_BQ
-#define PLUS_BQ (PLUS_MATH == 2 ? 16 * PLUS_WARPS : 64)
+#define PLUS_BQ (PLUS_MATH != 0 ? 16 * PLUS_WARPS : 64)
 #endif
 #ifndef PLUS_BKV
 #define PLUS_BKV 64
@@ -71,7 +78,7 @@
 #define PLUS_CAUSAL 0
 #endif
 #ifndef PLUS_K_KEY_MAJOR
-#define PLUS_K_KEY_MAJOR 0  // MATH 2, element hooks: plus_k reads a tensor with the key index contiguous
+#define PLUS_K_KEY_MAJOR 0  // MATH 1/2, element hooks: plus_k reads a tensor with the key index contiguous
 #endif
 #ifndef PLUS_MASKED_ROW_NAN
 #define PLUS_MASKED_ROW_NAN 0
@@ -93,23 +100,27 @@
 #define PLUS_ATTN_OUT_T plus_qkv_t
 #endif
 
-#if PLUS_MATH != 0 && PLUS_MATH != 2
-#error "attention.cuh: PLUS_MATH must be 0 (fp32 SIMT) or 2 (f16/bf16 tensor cores)"
+#if PLUS_MATH != 0 && PLUS_MATH != 1 && PLUS_MATH != 2
+#error "attention.cuh: PLUS_MATH must be 0 (fp32 SIMT), 1 (TF32 tensor cores) or 2 (f16/bf16 tensor cores)"
 #endif
 
 // Shared-memory row paddings (elements), chosen so that the access patterns below are bank-conflict free:
-//   MATH 2: +8 halves per row makes consecutive rows start 16 bytes apart modulo 128, so the 8 row addresses
-//           of one ldmatrix phase hit 8 distinct 16-byte bank groups (holds for D = 64, 80, 96, 128).
+//   MATH 1/2: +16 bytes per row (8 halves, 4 floats) makes consecutive rows start 16 bytes apart modulo
+//           128, so the 8 row addresses of one ldmatrix phase hit 8 distinct 16-byte bank groups (holds for
+//           every D that is a multiple of 16). MATH 1 reads V by 32-bit loads of rows 2q, 2q + 1 and column
+//           g of a lane (see tc()); with a row stride of 4 or 20 floats mod 32 those 32 words are in 32 banks.
 //   MATH 0: K rows get +4 floats (8 lanes reading float4 from 8 different rows cover all 32 banks once);
 //           P rows are padded to 16 mod 32 floats so the two half-warps, which write neighbouring rows,
 //           use disjoint banks.
-#define PLUS_ATTN_TC_PAD 8
+#define PLUS_ATTN_TC_PAD_BYTES 16
 #define PLUS_ATTN_SIMT_KPAD 4
 #define PLUS_ATTN_SIMT_PSTR (PLUS_BKV + ((PLUS_BKV % 32) == 0 ? 16 : 0))
 
-#if PLUS_MATH == 2
-// Q tile, K tile, V tile; each [rows][D + 8] of plus_qkv_t (2 bytes).
-#define PLUS_ATTN_SMEM_BYTES ((PLUS_BQ + 2 * PLUS_BKV) * (PLUS_HEAD_DIM + PLUS_ATTN_TC_PAD) * 2)
+#if PLUS_MATH != 0
+// Q tile, K tile, V tile; each [rows][D * element bytes + 16 bytes] of plus_qkv_t (2 bytes, tf32: 4).
+#define PLUS_ATTN_ELEM_BYTES (PLUS_MATH == 1 ? 4 : 2)
+#define PLUS_ATTN_SMEM_BYTES \
+  ((PLUS_BQ + 2 * PLUS_BKV) * (PLUS_HEAD_DIM * PLUS_ATTN_ELEM_BYTES + PLUS_ATTN_TC_PAD_BYTES))
 #else
 // fp32: Q [BQ][D], K [BKV][D + 4], V [BKV][D], P [BQ][PSTR].
 #define PLUS_ATTN_SMEM_BYTES                                                                        \
@@ -121,8 +132,8 @@ static_assert(PLUS_HEAD_DIM % 16 == 0 && PLUS_HEAD_DIM >= 16 && PLUS_HEAD_DIM <=
               "PLUS_HEAD_DIM must be a multiple of 16 (at most 256)");
 static_assert(PLUS_BKV % 16 == 0 && PLUS_BKV >= 16, "PLUS_BKV must be a multiple of 16");
 static_assert(PLUS_WARPS >= 1 && PLUS_WARPS <= 16, "PLUS_WARPS must be 1..16");
-#if PLUS_MATH == 2
-static_assert(PLUS_BQ == 16 * PLUS_WARPS, "MATH 2: each warp owns 16 query rows, PLUS_BQ == 16 * PLUS_WARPS");
+#if PLUS_MATH != 0
+static_assert(PLUS_BQ == 16 * PLUS_WARPS, "MATH 1/2: each warp owns 16 query rows, PLUS_BQ == 16 * PLUS_WARPS");
 #else
 static_assert(PLUS_BQ % (2 * PLUS_WARPS) == 0, "MATH 0: PLUS_BQ must be a multiple of 2 * PLUS_WARPS");
 #endif
@@ -446,7 +457,7 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
 
 }  // namespace plus_attn
 
-// ================================================================================ MATH 2: tensor cores
+// ======================================================================= MATH 1 / 2: tensor cores
 #else
 
 namespace plus_attn {
@@ -454,21 +465,42 @@ namespace plus_attn {
 template <typename T> struct is_16bit { static constexpr bool value = false; };
 template <> struct is_16bit<__half> { static constexpr bool value = true; };
 template <> struct is_16bit<__nv_bfloat16> { static constexpr bool value = true; };
-static_assert(is_16bit<plus_qkv_t>::value, "MATH 2 needs plus_qkv_t = half or __nv_bfloat16");
+template <typename T> struct is_f32 { static constexpr bool value = false; };
+template <> struct is_f32<float> { static constexpr bool value = true; };
 
 typedef plus_qkv_t T;
-constexpr int TSTR = D + PLUS_ATTN_TC_PAD;  // shared row stride in elements (16-byte multiple)
-constexpr int NKT = BKV / 8;                // n8 tiles of S per warp
-constexpr int NDT = D / 8;                  // n8 tiles of O per warp
-constexpr int KD = D / 16;                  // k16 steps of Q K^T
-constexpr int KKV = BKV / 16;               // k16 steps of P V
-constexpr int OSTR = D + 8;                 // fp32 row stride of the staged output tile
+#if PLUS_MATH == 1
+static_assert(is_f32<plus_qkv_t>::value, "MATH 1 (TF32) needs plus_qkv_t = float");
+// m16n8k8 .tf32: operands are fp32 bits rounded by cvt.rna.tf32.f32 (plus_ptx.cuh).
+constexpr int KS = 8;  // k extent of one mma
+PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { plus_mma_m16n8k8_tf32(d, a, b0, b1); }
+PLUS_DEV unsigned operand(unsigned x) { return plus_to_tf32(x); }
+#else
+static_assert(is_16bit<plus_qkv_t>::value, "MATH 2 needs plus_qkv_t = half or __nv_bfloat16");
+constexpr int KS = 16;
+PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { PlusMma16<T>::run(d, a, b0, b1); }
+PLUS_DEV unsigned operand(unsigned x) { return x; }
+#endif
+
+constexpr int CH = 16 / (int)sizeof(T);        // elements per 16-byte chunk (8 halves, 4 floats)
+constexpr int TSTR = D + CH;                   // shared row stride in elements (a 16-byte multiple + 16)
+constexpr int NKT = BKV / 8;                   // n8 tiles of S per warp
+constexpr int NDT = D / 8;                     // n8 tiles of O per warp
+constexpr int KD = D / KS;                     // k-steps of Q K^T
+constexpr int KKV = BKV / KS;                  // k-steps of P V
+constexpr int OSTR = D + 8;                    // fp32 row stride of the staged output tile
 // The output is staged through shared memory when the fp32 [BQ][OSTR] tile fits in the Q/K/V tiles.
-constexpr bool O_STAGED = BQ * OSTR * 4 <= (BQ + 2 * BKV) * TSTR * 2;
+constexpr bool O_STAGED = BQ * OSTR * 4 <= (BQ + 2 * BKV) * TSTR * (int)sizeof(T);
+// Q fragments held in registers across the key loop (4 per k-step) when they take at most 32 registers.
+#ifdef PLUS_ATTN_Q_REGS
+constexpr bool Q_REGS = PLUS_ATTN_Q_REGS;
+#else
+constexpr bool Q_REGS = KD * 4 <= 32;
+#endif
 
 // ---- PTX wrappers: plus_ptx.cuh (shared by every template) ----
 
-template <typename E> using Mma = PlusMma16<E>;  // run(c, a, b0, b1) and pack(x, y)
+template <typename E> using Mma = PlusMma16<E>;  // pack(x, y) of the 16-bit types
 PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) { plus_cp_async16(plus_smem_u32(dst), src, src_bytes); }
 
 // ---- tile loads: either cp.async from a strided tensor or element hooks ----
@@ -476,7 +508,7 @@ PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) { plus_cp_as
 // ROWS rows of D elements starting at row `row0` of the [S][ld] matrix at `src`; rows >= S become zeros.
 template <int ROWS>
 PLUS_DEV void load_async(T* dst, const T* src, long long ld, int row0, int S) {
-  constexpr int CPR = D / 8;  // 16-byte chunks per row
+  constexpr int CPR = D / CH;  // 16-byte chunks per row
   constexpr int N = ROWS * CPR;
   // Not unrolled on purpose: fully unrolled, the compiler keeps one 64-bit pointer per chunk alive across
   // the whole key loop (strength reduction), which costs dozens of registers; recomputing is cheap.
@@ -484,7 +516,7 @@ PLUS_DEV void load_async(T* dst, const T* src, long long ld, int row0, int S) {
   const int rows = S - row0;  // rows of the tile that exist
 #pragma unroll 1
   for (int c = threadIdx.x; c < N; c += NT) {
-    const int r = c / CPR, col = (c % CPR) * 8;
+    const int r = c / CPR, col = (c % CPR) * CH;
     const bool ok = r < rows;
     cp_async16(dst + r * TSTR + col, ok ? src + r * ld + col : src, ok ? 16 : 0);
   }
@@ -505,18 +537,22 @@ PLUS_DEV void load_k(const PlusArgs& args, const Tile& t, T* sK, int kv0) {
   load_async<BKV>(sK, plus_k_ptr(args, t.b, t.hkv), plus_k_ld(args), kv0, t.Skv);
 #elif PLUS_K_KEY_MAJOR
   // The hook reads a tensor whose key index j is contiguous (a materialised K^T): lanes take consecutive
-  // keys, each gathers 8 d values (8 coalesced hook loads) and writes one 16-byte shared chunk; the 8 rows
-  // of a 16-byte store phase are TSTR apart, i.e. in 8 distinct 16-byte bank groups.
-  constexpr int CPR = D / 8, N = BKV * CPR;
+  // keys, each gathers CH d values (CH coalesced hook loads) and writes one 16-byte shared chunk; the 8
+  // rows of a 16-byte store phase are TSTR apart, i.e. in 8 distinct 16-byte bank groups.
+  constexpr int CPR = D / CH, N = BKV * CPR;
 #pragma unroll 1
   for (int c = threadIdx.x; c < N; c += NT) {
-    const int r = c % BKV, d0 = (c / BKV) * 8, j = kv0 + r;
+    const int r = c % BKV, d0 = (c / BKV) * CH, j = kv0 + r;
     plus_u32 w[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
+#if PLUS_MATH == 1
+      w[e] = __float_as_uint(j < t.Skv ? plus_k(args, t.b, t.hkv, j, d0 + e) : 0.0f);
+#else
       const float x0 = j < t.Skv ? plus_k(args, t.b, t.hkv, j, d0 + 2 * e) : 0.0f;
       const float x1 = j < t.Skv ? plus_k(args, t.b, t.hkv, j, d0 + 2 * e + 1) : 0.0f;
       w[e] = Mma<T>::pack(x0, x1);
+#endif
     }
     plus_st_shared16(plus_smem_u32(sK + r * TSTR + d0), w[0], w[1], w[2], w[3]);
   }
@@ -546,6 +582,12 @@ PLUS_DEV void load_v(const PlusArgs& args, const Tile& t, T* sV, int kv0) {
 // The A fragment of a 16x16 tile is {A[g][2q..], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]}: the
 // accumulators of two neighbouring n8 tiles of S, packed to b16 pairs, are exactly the A fragment of the
 // corresponding k16 slice of P.
+// m16n8k8 .tf32 (MATH 1) has the same accumulator layout; its A fragment is {A[g][q], A[g+8][q], A[g][q+4],
+// A[g+8][q+4]} and its B fragment {B[q][g], B[q+4][g]}. An 8x8 b16 ldmatrix of 32-bit data hands lane l the
+// word (row l / 4, column l % 4) of an 8x4 block, so Q and K fragments load exactly as for 16-bit types with
+// 16-byte chunks of 4 floats. For P V the accumulators of one n8 tile of S (keys 2q, 2q+1 of rows g, g + 8)
+// become the A fragment with k index q standing for key 2q and q + 4 for key 2q + 1; the B fragment is read
+// with the same key order (rows 2q and 2q + 1 of the V tile), which leaves the sum over keys unchanged.
 //
 // Schedule per key tile n (one K and one V buffer, as FlashAttention-2):
 //   wait K(n); sync | issue V(n) | S = Q K(n)^T; softmax | wait V(n); sync | issue K(n+1) | O += P V(n)
@@ -568,7 +610,15 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
   for (int n = 0; n < NDT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float l[2] = {0.0f, 0.0f};
-  unsigned qf[KD][4];  // the warp's Q rows as A fragments, loaded once
+  unsigned qf[Q_REGS ? KD : 1][4];  // the warp's Q rows as A fragments, loaded once (Q_REGS)
+  // Row (lane % 8) + 8 * ((lane / 8) % 2), column CH * (lane / 16) of each 16 x KS block: matrices
+  // (rows 0-7, k low half), (rows 8-15, k low), (rows 0-7, k high), (rows 8-15, k high) = a0..a3.
+  const T* qbase = sQ + (wrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * TSTR + (lane >> 4) * CH;
+  auto q_frag = [&](unsigned (&a)[4], int kk) {
+    plus_ldmatrix_x4(a, qbase + kk * KS);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[e] = operand(a[e]);
+  };
 
   if (t.n_tiles > 0) {
     load_q(args, t, sQ);
@@ -580,32 +630,36 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     const int kv0 = kt * BKV;
     plus_cp_async_wait<0>();
     __syncthreads();  // K(kt) (and Q) visible to all; every warp is done reading V(kt - 1)
-    if (kt == 0) {
-      // Row (lane % 8) + 8 * ((lane / 8) % 2), column 8 * (lane / 16) of each 16x16 block: matrices
-      // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) = a0..a3.
-      const T* base = sQ + (wrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * TSTR + (lane >> 4) * 8;
+    if (Q_REGS && kt == 0) {
 #pragma unroll
-      for (int kk = 0; kk < KD; ++kk) plus_ldmatrix_x4(qf[kk], base + kk * 16);
+      for (int kk = 0; kk < KD; ++kk) q_frag(qf[Q_REGS ? kk : 0], kk);
     }
     load_v(args, t, sV, kv0);
     plus_cp_async_commit();
 
-    // ---- S = Q K^T: per k16 step, one ldmatrix.x4 gives the B fragments of two n8 tiles ----
+    // ---- S = Q K^T: per k-step, one ldmatrix.x4 gives the B fragments of two n8 tiles ----
     float s[NKT][4];
 #pragma unroll
     for (int n = 0; n < NKT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
     {
-      // K is stored [key][d] = B^T, i.e. B column-major: no transpose. Matrices (keys 0-7, d 0-7),
-      // (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) = b0, b1 of tile 0, b0, b1 of tile 1.
-      const T* base = sK + ((lane & 7) + (lane >> 4) * 8) * TSTR + ((lane >> 3) & 1) * 8;
+      // K is stored [key][d] = B^T, i.e. B column-major: no transpose. Matrices (keys 0-7, k low half),
+      // (keys 0-7, k high), (keys 8-15, k low), (keys 8-15, k high) = b0, b1 of tile 0, b0, b1 of tile 1.
+      const T* base = sK + ((lane & 7) + (lane >> 4) * 8) * TSTR + ((lane >> 3) & 1) * CH;
 #pragma unroll
       for (int kk = 0; kk < KD; ++kk) {
+        unsigned a[4];
+        if (Q_REGS) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[e] = qf[Q_REGS ? kk : 0][e];
+        } else {
+          q_frag(a, kk);
+        }
 #pragma unroll
         for (int np = 0; np < NKT / 2; ++np) {
           unsigned bf[4];
-          plus_ldmatrix_x4(bf, base + np * 16 * TSTR + kk * 16);
-          Mma<T>::run(s[2 * np], qf[kk], bf[0], bf[1]);
-          Mma<T>::run(s[2 * np + 1], qf[kk], bf[2], bf[3]);
+          plus_ldmatrix_x4(bf, base + np * 16 * TSTR + kk * KS);
+          mma(s[2 * np], a, operand(bf[0]), operand(bf[1]));
+          mma(s[2 * np + 1], a, operand(bf[2]), operand(bf[3]));
         }
       }
     }
@@ -656,7 +710,25 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
       plus_cp_async_commit();
     }
 
-    // ---- O += P V: P from registers, V by ldmatrix.trans ----
+    // ---- O += P V: P from registers, V by ldmatrix.trans (tf32: 32-bit shared loads) ----
+#if PLUS_MATH == 1
+    {
+      // k-step kk is the n8 tile kk of S; its keys 2q, 2q + 1 are rows 2q, 2q + 1 of that 8-key slice of V.
+      const float* vrow = sV + (2 * q) * TSTR + g;
+#pragma unroll
+      for (int kk = 0; kk < KKV; ++kk) {
+        unsigned a[4];
+        a[0] = operand(__float_as_uint(s[kk][0]));
+        a[1] = operand(__float_as_uint(s[kk][2]));
+        a[2] = operand(__float_as_uint(s[kk][1]));
+        a[3] = operand(__float_as_uint(s[kk][3]));
+        const float* vk = vrow + kk * 8 * TSTR;
+#pragma unroll
+        for (int n = 0; n < NDT; ++n)
+          mma(o[n], a, operand(__float_as_uint(vk[n * 8])), operand(__float_as_uint(vk[TSTR + n * 8])));
+      }
+    }
+#else
     {
       // V is stored [key][d] = B row-major: transpose while loading. Matrices (keys 0-7, d 0-7),
       // (keys 8-15, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 8-15) = b0, b1 of d tile 0, b0, b1 of d tile 1.
@@ -672,11 +744,12 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
         for (int dp = 0; dp < NDT / 2; ++dp) {
           unsigned bf[4];
           plus_ldmatrix_x4_trans(bf, base + kk * 16 * TSTR + dp * 16);
-          Mma<T>::run(o[2 * dp], a, bf[0], bf[1]);
-          Mma<T>::run(o[2 * dp + 1], a, bf[2], bf[3]);
+          mma(o[2 * dp], a, bf[0], bf[1]);
+          mma(o[2 * dp + 1], a, bf[2], bf[3]);
         }
       }
     }
+#endif
   }
 
   // ---- normalise and store; l == 0: the row saw no key (all masked), its output is 0 (or NaN) ----
@@ -730,7 +803,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 
 extern "C" __global__ void __launch_bounds__(PLUS_WARPS * 32) plus_attention(const PlusArgs args) {
   extern __shared__ __align__(16) unsigned char plus_attn_smem[];
-#if PLUS_MATH == 2
+#if PLUS_MATH != 0
   plus_attn::tc(args, reinterpret_cast<plus_qkv_t*>(plus_attn_smem));
 #else
   plus_attn::simt(args, reinterpret_cast<float*>(plus_attn_smem));

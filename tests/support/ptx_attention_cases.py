@@ -1,8 +1,10 @@
-"""Attention template (attention.cuh: SIMT fp32 and f16/bf16 mma.sync) executed by the PTX interpreter
-against a float64 numpy reference: every config x dtype, head dims 64/80/96/128, causal (bottom-right),
-GQA, strided loads, the BSHD hooks with a key-padding mask and a fully masked row. Tolerance: output
-rounding plus the P rounding of the mma path (P is rounded to the element type before P.V) and fp32
-accumulation; 0 checker findings."""
+"""Attention template (attention.cuh: SIMT fp32, TF32 mma.sync and f16/bf16 mma.sync) executed by the PTX
+interpreter against a float64 numpy reference: every config x dtype of head dims 64/80/96/128 (SIMT and
+f16/bf16), and selected configs of the newer menu entries (EXTRA_CASES: head dims 32 and 256 in f16/bf16,
+TF32 at 64 and 128, SIMT at 32 and 256) with ragged Sq/Skv; causal (bottom-right), GQA, strided loads, the
+BSHD hooks with a key-padding mask and a fully masked row. Tolerance by math mode (`_bound`): output
+rounding, the P rounding of the mma paths (P is rounded to the element type, tf32 for MATH 1, before P.V),
+for TF32 also the rounding of Q and K in the scores, and fp32 accumulation; 0 checker findings."""
 from __future__ import annotations
 
 import zlib
@@ -14,7 +16,8 @@ from plus_ep.kernels import attention_configs as ac
 from tests.support import ptx_harness as H
 from tests.support.ptx_sources import _attn_hooks
 
-DTYPES = {2: ("half", "__nv_bfloat16"), 0: ("float",)}
+DTYPES = {2: ("half", "__nv_bfloat16"), 1: ("float",), 0: ("float",)}
+TF32_UNIT = 2.0 ** -11     # cvt.rna.tf32.f32: 10 stored mantissa bits, round to nearest
 
 
 def reference(q, k, v, causal, mask=None, scale=1.0):
@@ -37,17 +40,31 @@ def reference(q, k, v, causal, mask=None, scale=1.0):
     return np.where(dead, 0.0, out), np.einsum("bhij,bhjd->bhid", p / np.where(den == 0, 1, den), np.abs(v))
 
 
-def _bound(ref, mag, dtype, D):
+def score_error(q, k, scale=1.0):
+    """Per query row, the largest error TF32 operands can put in a score: |round(q).round(k) - q.k| <=
+    (2u + u^2) sum_d |q_d||k_d| (times the score scale), over the row's keys."""
+    hh, hkv = q.shape[1], k.shape[1]
+    sabs = np.einsum("bhid,bhjd->bhij", np.abs(q), np.repeat(np.abs(k), hh // hkv, axis=1)) * abs(scale)
+    return (2 * TF32_UNIT + TF32_UNIT ** 2) * sabs.max(-1, keepdims=True)
+
+
+def _bound(ref, mag, dtype, D, math=None, serr=None):
     u = H.UNIT[dtype]
+    exact = 1e-5 * (mag + np.abs(ref)) + 1e-6
+    if math == 1:
+        # scores off by at most serr: each softmax weight by a factor within exp(+-2 serr); P and V are
+        # rounded to tf32 (u each, on the magnitude sum p|v|); plus the exact path's fp32 slack
+        return mag * (np.expm1(2 * serr) + 2.5 * TF32_UNIT) + exact
     if dtype == "float":
-        return 1e-5 * (mag + np.abs(ref)) + 1e-6
+        return exact
     # P (in [0,1]) and the output are rounded to the element type: relative u each, on the magnitude
     return 2.5 * u * mag + u * np.abs(ref) + 1e-4
 
 
 def _cases():
     out = []
-    for i, cfg in enumerate(ac.all_configs()):
+    tuned = [c for c in ac.all_configs() if c.math in (0, 2) and c.head_dim in (64, 80, 96, 128)]
+    for i, cfg in enumerate(tuned):
         for j, dtype in enumerate(DTYPES[cfg.math]):
             causal = (i + j) % 2
             strided = (i // 2 + j) % 2 if cfg.math == 2 else 0
@@ -58,8 +75,24 @@ def _cases():
 
 CASES = _cases()
 
+# (config, dtype, causal, strided, gqa, Sq, Skv): the menu entries beyond the tuned head dims, small
+# problems with ragged Sq / Skv (not multiples of the tiles; Sq > Skv once, so that causal rows see nothing).
+EXTRA_CASES = [
+    ("tc_d32_q64_kv32_w4", "half", 1, 1, True, 37, 75),
+    ("tc_d32_q16_kv32_w1", "__nv_bfloat16", 0, 0, False, 5, 41),
+    ("tc_d256_q16_kv16_w1", "half", 1, 0, True, 13, 23),
+    ("tc_d256_q32_kv32_w2", "__nv_bfloat16", 0, 1, False, 19, 37),
+    ("tf32_d64_q64_kv64_w4", "float", 1, 1, True, 45, 70),
+    ("tf32_d64_q16_kv32_w1", "float", 0, 0, False, 7, 33),
+    ("tf32_d128_q32_kv64_w2", "float", 1, 0, True, 29, 21),
+    ("tf32_d128_q16_kv32_w1", "float", 0, 1, False, 11, 45),
+    ("simt_d32_q32_kv32_w2", "float", 1, 0, True, 23, 40),
+    ("simt_d256_q16_kv32_w4", "float", 0, 0, False, 9, 35),
+]
+
 
 def run_attention(cfg, dtype, causal, strided, gqa, arch="sm_80", Sq=None, Skv=None, mutate=None, seed=0):
+    """Launch `cfg` on the interpreter with random Q/K/V ([B, H, S, D]); (got, ref, bound, launch result)."""
     B, Hh, Hkv = (1, 2, 1) if gqa else (1, 2, 2)
     Sq = Sq or cfg.bq - 3
     Skv = Skv or cfg.bkv + 7
@@ -80,7 +113,7 @@ def run_attention(cfg, dtype, causal, strided, gqa, arch="sm_80", Sq=None, Skv=N
                                             dev.mem, checks=True)
     got = H.decode(dev.download(pout, out_like), dtype)
     ref, mag = reference(qv, kv, vv, causal)
-    return got, ref, _bound(ref, mag, dtype, D), r
+    return got, ref, _bound(ref, mag, dtype, D, cfg.math, score_error(qv, kv)), r
 
 
 @pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c)) for c in CASES])
@@ -92,7 +125,19 @@ def test_attention_on_interpreter(case):
     assert (err <= bound).all(), f"max err {err.max()} (bound there {bound.flat[np.argmax(err - bound)]})"
 
 
-@pytest.mark.parametrize("math,dtype", [(2, "half"), (2, "__nv_bfloat16"), (0, "float")])
+@pytest.mark.parametrize("case", EXTRA_CASES, ids=["-".join(map(str, c)) for c in EXTRA_CASES])
+def test_attention_menu_extra_on_interpreter(case):
+    name, dtype, causal, strided, gqa, sq, skv = case
+    got, ref, bound, r = run_attention(ac.by_name(name), dtype, causal, strided, gqa, Sq=sq, Skv=skv)
+    assert not r.findings, "\n".join(map(str, r.findings))
+    err = np.abs(got - ref)
+    assert (err <= bound).all(), f"max err {err.max()} (bound there {bound.flat[np.argmax(err - bound)]})"
+    if ac.by_name(name).math == 1:
+        # TF32: about 1e-3 of the output's scale (exact fp32 would be ~1e-6, f16 ~1e-3, bf16 ~1e-2)
+        assert err.max() <= 2e-3 * np.abs(ref).max(), err.max() / np.abs(ref).max()
+
+
+@pytest.mark.parametrize("math,dtype", [(2, "half"), (2, "__nv_bfloat16"), (1, "float"), (0, "float")])
 def test_attention_bshd_hooks_mask_on_interpreter(math, dtype):
     """[B, S, H, D] strided operands, Q hook (x0.5), scaled additive key-padding mask with a fully
     masked row (-> 0), output hook, GQA (H=4, Hkv=2) — the GPU test's hooks, on sm_90 PTX."""
@@ -123,5 +168,6 @@ def test_attention_bshd_hooks_mask_on_interpreter(math, dtype):
     got = H.decode(dev.download(pout, out_like), dtype).transpose(0, 2, 1, 3)
     t = lambda x: x.transpose(0, 2, 1, 3)
     ref, mag = reference(t(qv) * 0.5, t(kv), t(vv), False, mask=mask.astype(np.float64), scale=scale)
-    assert (np.abs(got - ref) <= _bound(ref, mag, dtype, D)).all(), np.abs(got - ref).max()
+    bound = _bound(ref, mag, dtype, D, math, score_error(t(qv) * 0.5, t(kv), scale))
+    assert (np.abs(got - ref) <= bound).all(), np.abs(got - ref).max()
     assert (got[:, :, 3, :] == 0).all()

@@ -1,0 +1,90 @@
+"""Every attention menu entry (kernels/attention_configs.py: head dims 32, 64, 80, 96, 128, 256; SIMT fp32,
+TF32 and f16/bf16 tensor cores) compiles with NVRTC for every arch of kernels/arch.py without register
+spills, without a stack frame, and within the arch's shared memory.
+
+Default run: for every (math, head dim, element type, arch) one config of the menu, rotating over the
+menu across archs so that every config is compiled on at least one arch (and every config of the SIMT and
+tensor-core paths whose key tile was shrunk to fit, `_fit`, on some arch); causal and the strided
+(cp.async) loads alternate. About 120 compiles through the session's kernel cache (tests/conftest.py), so
+a repeated source compiles once. PLUS_ATTN_FULL=1 (as for tests/cpu/test_template_attention_compile.py)
+compiles every config x element type x arch x (causal, strided).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from plus_ep.kernels import arch as arch_table
+from plus_ep.kernels import attention_configs as ac
+from plus_ep.kernels import nvrtc
+from plus_ep.kernels.cache import KernelCache
+
+ENTRY = "plus_attention"
+DTYPES = {0: ("float",), 1: ("float",), 2: ("half", "__nv_bfloat16")}
+FULL = os.environ.get("PLUS_ATTN_FULL", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _jobs():
+    """(cfg, dtype, causal, strided, arch) to compile."""
+    jobs = []
+    for (math, d), menu in sorted(ac.CONFIGS.items()):
+        for a, arch in enumerate(arch_table.ARCHS):
+            for t, dtype in enumerate(DTYPES[math]):
+                if FULL:
+                    for cfg, causal, strided in itertools.product(menu, (0, 1), (0, 1) if math else (0,)):
+                        jobs.append((cfg, dtype, causal, strided, arch))
+                    continue
+                cfg = menu[(a + t) % len(menu)]
+                jobs.append((cfg, dtype, (a + t) % 2, (a // 2 + t) % 2 if math else 0, arch))
+    return jobs
+
+
+JOBS = _jobs()
+
+
+def _job_id(job):
+    cfg, dtype, causal, strided, arch = job
+    return f"{cfg.name}-{dtype.strip('_')}-c{causal}-s{strided}-{arch}"
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """All jobs on two threads (NVRTC releases the GIL), through the run's kernel cache."""
+    cache = KernelCache()
+
+    def one(job):
+        cfg, dtype, causal, strided, arch = job
+        try:
+            return cache.build(ac.source(cfg, dtype, causal=causal, strided=strided), arch, name=f"{_job_id(job)}.cu")
+        except Exception as e:  # reported by the test of that job
+            return e
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        return dict(zip(map(_job_id, JOBS), ex.map(one, JOBS)))
+
+
+def test_every_config_and_arch_is_covered():
+    covered = {(job[0].name, job[1]) for job in JOBS}
+    for cfg in ac.all_configs():
+        assert any((cfg.name, dt) in covered for dt in DTYPES[cfg.math]), cfg.name
+    for (math, d) in ac.CONFIGS:
+        for arch in arch_table.ARCHS:
+            for dt in DTYPES[math]:
+                assert any(j[0].math == math and j[0].head_dim == d and j[1] == dt and j[4] == arch for j in JOBS)
+    assert set(ac.HEAD_DIMS) >= {32, 64, 80, 96, 128, 256}
+    assert {m for m, _ in ac.CONFIGS} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("job", JOBS, ids=_job_id)
+def test_menu_config_compiles_without_spills(compiled, job):
+    cfg, dtype, causal, strided, arch = job
+    r = compiled[_job_id(job)]
+    if isinstance(r, Exception):
+        raise r
+    res = r.resources[ENTRY]
+    assert res.spill_stores == 0 and res.spill_loads == 0, f"{_job_id(job)} spills: {res}"
+    assert res.stack == 0, f"{_job_id(job)} uses a stack frame: {res}"
+    assert not nvrtc.check_resources(r, dynamic_smem=cfg.smem_bytes, arch=arch)
+    assert res.smem_static + cfg.smem_bytes <= nvrtc.smem_limit(arch) - arch_table.RESERVED_SMEM_PER_BLOCK

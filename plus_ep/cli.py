@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "'auto' (default): the local GPU, else sm_80,sm_90; 'none': no kernels "
                          "(portable functions only)")
     rw.add_argument("--fp32-math", choices=FP32_MATHS, default=FP32_MATH_DEFAULT,
-                    help=f"fp32 GEMMs: TF32 tensor cores ('tf32') or exact SIMT ('exact'); default "
-                         f"{FP32_MATH_DEFAULT!r}, as ONNX Runtime's CUDA EP (use_tf32=1)")
+                    help=f"fp32 GEMMs and attention: TF32 tensor cores ('tf32') or exact SIMT ('exact'); "
+                         f"default {FP32_MATH_DEFAULT!r}, as ONNX Runtime's CUDA EP (use_tf32=1)")
     rw.set_defaults(func=cmd_rewrite)
 
     dm = sub.add_parser("demo", parents=[common], help="build a small BERT, rewrite and compile it, compare",
@@ -439,9 +439,9 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-_FP32_MATH_NOTE = {"tf32": "TF32 tensor cores for fp32 GEMMs, as ONNX Runtime's CUDA EP by default (use_tf32=1); "
-                           "plus-ep rewrite --fp32-math exact for exact fp32",
-                   "exact": "exact fp32 SIMT GEMMs"}
+_FP32_MATH_NOTE = {"tf32": "TF32 tensor cores for fp32 GEMMs and attention, as ONNX Runtime's CUDA EP by default "
+                           "(use_tf32=1); plus-ep rewrite --fp32-math exact for exact fp32",
+                   "exact": "exact fp32 SIMT GEMMs and attention"}
 
 
 def cmd_explain(args) -> int:

@@ -98,21 +98,43 @@ def _routes(M, N, K, arch, syms, menu) -> list:
     return out
 
 
+def _in_gemm_order(em, fwd, cout, x, N) -> bool:
+    """x is the GEMM result pushed forward through element-wise ops, Casts and the Reshape family only (no
+    Transpose, Slice or Split, no condition), with rows of length N: its element (row, j) in row-major order
+    is C[m = row, n = j], so a CTA's C tile holds x's rows m0.., columns n0.."""
+    if x not in fwd or fwd[x][1] or symdim.parse(em.shape(x)[-1]) != symdim.parse(N):
+        return False
+    todo, seen = [x], set()
+    while todo:
+        t = todo.pop()
+        if t == cout or t in seen:
+            continue
+        seen.add(t)
+        node = em.producer.get(t)
+        if node is None or node.op_type in ("Transpose", "Slice", "Split"):
+            return False
+        todo += [i for i in node.input if i in fwd]
+    return True
+
+
 def _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N) -> tuple:
     """(plus_row_x, plus_row_tile) sources; raises RenderError when the row tile cannot express the
     subgraph (then nothing was emitted into `em` that the caller keeps)."""
     keep = _frontier(job, em, cout, row_nodes, dep_c, dep_row)
-    if len(keep) != 1 or keep[0] not in fwd or fwd[keep[0]][1] or fwd[keep[0]][0] != fwd[cout][0]:
-        raise RenderError(f"{job.node_name}: the row tile reads one GEMM-side tensor indexed like the GEMM")
+    if len(keep) != 1 or not _in_gemm_order(em, fwd, cout, keep[0], N):
+        raise RenderError(f"{job.node_name}: the row tile reads one GEMM-side tensor in the GEMM's element order")
     x = keep[0]
     rows = job.emitter()
     n_c = rows.c(symdim.parse(N))
     want = f"(row) * {n_c} + j"
 
     def tile_x(idx):
-        if rows.linear(idx, rows.shape(x)) != want:
-            raise RenderError(f"{job.node_name}: the row program reads '{x}' at {idx}, not at its own row and column")
-        return rows.tmp("tile[r * ld + c]", "float", "x"), "float"
+        lin = rows.linear(idx, rows.shape(x))
+        if lin == want:     # the element of this row and column (the passes; plain stores)
+            return rows.tmp("tile[r * ld + c]", "float", "x"), "float"
+        # pulled through a view (e.g. an output reshaped to [rows, N] in another shape): the same element
+        # of the CTA's rows and columns, located from its row-major offset
+        return rows.tmp(f"tile[(({lin}) / {n_c} - m0) * ld + (({lin}) % {n_c} - n0)]", "float", "x"), "float"
     rows.bound[x] = tile_x
     prog = RowProgram(rows, row_nodes)
     if not prog.trailing or symdim.parse(prog.length) != symdim.parse(N):

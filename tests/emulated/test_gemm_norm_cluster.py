@@ -10,7 +10,7 @@ from onnx import TensorProto
 
 from plus_ep.warehouse import load_warehouse
 from tests.support.gemm_norm_cases import (SOFTMAX_PATTERN, device_array, host_value, norm_model, reference,
-                                           render_subgraph, run_route, softmax_model)
+                                           render_subgraph, reshaped_model, run_route, softmax_model)
 
 F16, BF16 = TensorProto.FLOAT16, TensorProto.BFLOAT16
 # max |Y - ref| / max |ref|: the output's rounding (half an ulp: 2^-11 f16, 2^-8 bf16) plus fp32 sums
@@ -67,6 +67,25 @@ def test_missing_cluster_barrier_is_caught():
         return ptx
     rd, out, ref, (res,) = _run(45, 200, 64, F16, ptx_edit=drop_first_barrier, sum_out=True)
     assert any("DSMEM" in str(f) for f in res.findings), [str(f) for f in res.findings]
+
+
+def test_gemm_on_flattened_rows_with_reshaped_output():
+    """GPT-2's layout: the GEMM runs on [B*S, K] and its result is reshaped to [B, S, N] before the residual
+    add; the LayerNorm's output is reshaped back to [B*S, N]. The C tile still holds x's rows in order, so
+    the cluster kernel applies (before: the two-kernel plan), and the reshaped store finds its element."""
+    B, S, N, K = 3, 7, 160, 64
+    model, vals = reshaped_model(B, S, N, K)
+    rd, ins, outs = render_subgraph(model)
+    assert rd.variants[0].name.endswith("/cluster3") and len(rd.plan.routes[0].launches) == 1
+    like = {"Y": np.zeros((B * S, N), np.float16), "S": np.zeros((B, S, N), np.float16)}
+    arrays = {**vals, "x2": vals["X"].reshape(B * S, K)}      # the input Reshape stays outside the subgraph
+    got, (res,) = run_route(rd, 0, [a if a.dtype == np.int64 else a.astype(np.float16) for a in (arrays[i] for i in ins)],
+                            [like[o] for o in outs])
+    assert res.findings == [], [str(f) for f in res.findings]
+    ref = {"X": vals["X"].reshape(B * S, K), "R": vals["R"].reshape(B * S, N), **{k: vals[k] for k in ("W", "B", "g", "bb")}}
+    s_ref, y_ref = reference(ref, F16)
+    out = dict(zip(outs, got))
+    _check({"Y": out["Y"].astype(np.float32), "S": out["S"].reshape(B * S, N).astype(np.float32)}, {"S": s_ref, "Y": y_ref}, F16)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])

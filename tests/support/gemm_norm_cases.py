@@ -47,6 +47,29 @@ def norm_model(M, N, K, dt=TensorProto.FLOAT16, rms=False, bias=True, sum_out=Fa
     return model, {**w, **inputs}
 
 
+def reshaped_model(B, S, N, K, seed=0):
+    """(model, inputs), f16, GPT-2's layout: X [B, S, K] reshaped to [B*S, K], Gemm with bias, reshaped back
+    to [B, S, N], + R, LayerNorm, its output reshaped to [B*S, N] (Y); the residual sum (S) is an output too."""
+    rng = np.random.default_rng(seed)
+    dt = TensorProto.FLOAT16
+    w = {"W": rng.standard_normal((K, N)) / np.sqrt(K), "B": rng.standard_normal(N), "g": 1 + 0.5 * rng.standard_normal(N),
+         "bb": rng.standard_normal(N)}
+    w = {k: _round(v, dt) for k, v in w.items()}
+    shapes = {"s2k": [B * S, K], "s3": [B, S, N], "s2n": [B * S, N]}
+    nodes = [helper.make_node("Reshape", ["X", "s2k"], ["x2"]), helper.make_node("Gemm", ["x2", "W", "B"], ["mb"]),
+             helper.make_node("Reshape", ["mb", "s3"], ["m3"]), helper.make_node("Add", ["m3", "R"], ["S"]),
+             helper.make_node("LayerNormalization", ["S", "g", "bb"], ["y3"], axis=-1, epsilon=1e-5),
+             helper.make_node("Reshape", ["y3", "s2n"], ["Y"])]
+    vi = helper.make_tensor_value_info
+    inits = [helper.make_tensor(k, dt, v.shape, v.ravel().tolist()) for k, v in w.items()]
+    inits += [helper.make_tensor(k, TensorProto.INT64, [len(v)], v) for k, v in shapes.items()]
+    g = helper.make_graph(nodes, "gemm_norm_reshaped", [vi("X", dt, [B, S, K]), vi("R", dt, [B, S, N])],
+                          [vi("Y", dt, [B * S, N]), vi("S", dt, [B, S, N])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    inputs = {"X": _round(rng.standard_normal((B, S, K)), dt), "R": _round(rng.standard_normal((B, S, N)), dt)}
+    return model, {**w, **inputs, **{k: np.array(v, np.int64) for k, v in shapes.items()}}
+
+
 def _round(a, dt):
     """float32 values exactly representable in dt (fp16, bf16 or fp32)."""
     a = np.asarray(a, np.float32)

@@ -58,7 +58,9 @@ def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out
     choices = None           # before anything is emitted into `em`: the caller may still render two kernels
     for bn in (b for b in sm90a.CLUSTER_WIDTHS if b >= size[0]):
         try:                 # the narrowest width whose tiles did not fail to compile (routes.excluding)
-            choices, csize = _routes(M, N, K, job.arch, job.syms, sm90a.cluster_menu(bn)), -(-int(N) // bn)
+            choices = routes.gemm_routes(M, N, K, nbatch, dt, job.arch, job.syms, allow_splitk=False,
+                                         menu=sm90a.cluster_menu(bn))
+            csize = -(-int(symdim.parse(N)) // bn)
             break
         except routes.NoConfig:
             continue
@@ -72,29 +74,13 @@ def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out
     extra = job.side_kernels(side)
     aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     out = []
-    for cond, cfg in choices:
+    for cond, cfg, _ in choices:
         defines = {**routes.gemm_defines(cfg, 1, trans_b, aligned), "PLUS_CLUSTER_X": csize}
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
         prefix += hooks + x_fn + tile + f'#include "{routes.gemm_header(cfg)}"\n'
         grid = (str(csize), f"{job.syms.rpn(M)},{cfg.bm},cdiv", "1")
         kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
         out.append((f"{cfg.name}/cluster{csize}", prefix, kernels + extra, cond))
-    return out
-
-
-def _routes(M, N, K, arch, syms, menu) -> list:
-    """[(condition, config)]: routes.gemm_routes' sampling of M over the cluster menu (no split-K).
-    TODO(B2): call routes.gemm_routes(..., menu=menu) once routes.py takes a menu."""
-    n, k = int(symdim.parse(N)), routes._static(K)
-    M = symdim.parse(M)
-    if M.is_Integer:
-        return [(routes.ALWAYS, routes.best_gemm(int(M), n, k, 1, menu, arch, False)[0])]
-    picks = [(s, routes.best_gemm(routes._value(M, s), n, k, 1, menu, arch, False)[0]) for s in routes.SAMPLES]
-    out = []
-    for i, (s, cfg) in enumerate(picks):
-        if i + 1 < len(picks) and picks[i + 1][1] == cfg:
-            continue
-        out.append((routes.ALWAYS if i + 1 == len(picks) else f"{syms.rpn(M)},{routes._value(M, s)},<=", cfg))
     return out
 
 

@@ -119,9 +119,10 @@ def best_gemm(m, n, k, batch, menu, arch, allow_splitk=True):
     return cfg, split
 
 
-def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_splitk=True):
-    """[(condition rpn, config, split-K)] in order; the last condition is ALWAYS."""
-    menu = gemm_menu(gemm_math(dtype, fp32_math), arch)
+def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_splitk=True, menu=None):
+    """[(condition rpn, config, split-K)] in order; the last condition is ALWAYS. `menu`: the configs to
+    choose from (default: the arch's menu for the math; gemm_norm_render passes its cluster tiles)."""
+    menu = gemm_menu(gemm_math(dtype, fp32_math), arch) if menu is None else menu
     n, k = _static(N), _static(K)
     b = _static(batch, 1)
     M = symdim.parse(M)

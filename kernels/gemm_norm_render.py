@@ -16,8 +16,10 @@ distributed shared memory. Each CTA:
   3. stores the row program's outputs; a trailing cluster barrier keeps its partials alive until
      every rank has read them.
 
-Anything else (other archs, symbolic or longer N, batched GEMMs, fp32 operands, a row program that needs
-more than one GEMM-side tensor) keeps the two-kernel plan: `cluster_variants` returns None.
+The same holds for any row program of template gemm_rownorm (e.g. a user's GEMM + Softmax). Anything else
+(other archs, symbolic or longer N, batched GEMMs, fp32 operands, a row program that needs more than one
+GEMM-side tensor or reads it transposed or sliced) keeps the two-kernel plan: `cluster_variants` returns
+None.
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def test_fast_path_sources(model):
     r = rewrite_detailed(model)
     seen = {"aligned": 0, "m_fastest": 0, "key_major": 0}
     for sg in r.subgraphs:
-        if sg.pattern.name not in ("gemm", "gemm_layernorm", "attention"):
+        if sg.pattern.name not in ("gemm", "gemm_group", "gemm_layernorm", "attention"):
             continue
         ins, outs = boundary(r.view.model, [r.view.index[i] for i in sg.nodes])
         src = render(r.view, sg, ins, outs, arch="sm_90a", node_name="n").variants[0].source
@@ -37,8 +37,9 @@ def test_fast_path_sources(model):
         else:
             assert '#include "gemm_sm90a.cuh"' in src and "#define PLUS_ALIGNED 1\n" in src
             seen["aligned"] += 1
-            seen["m_fastest"] += "#define PLUS_EPI_M_FASTEST 1\n" in src
-    assert seen == {"aligned": 6, "m_fastest": 1, "key_major": 1}, seen
+            # the Q/K/V group walks the stored Kᵀ member m-fastest, the others n-fastest (chosen per member)
+            seen["m_fastest"] += "#define PLUS_EPI_M_FASTEST 2\n" in src and "plus_epi_m_fastest" in src
+    assert seen == {"aligned": 4, "m_fastest": 1, "key_major": 1}, seen
 
 
 def test_fast_path_verifies_on_the_interpreter(model, tmp_path):

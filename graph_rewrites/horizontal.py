@@ -1,0 +1,147 @@
+"""The horizontal step of identification: after the greedy vertical growth, sibling gemm subgraphs that read
+the same A tensor with equal N, K, dtype and B layout (a layer's Q, K and V projections) merge into one
+subgraph of a horizontal warehouse pattern (warehouse/patterns/gemm_group.py) when the union matches it
+member by member, stays convex, fits one kernel's inputs and outputs and keeps the partition acyclic.
+``ident.groups`` records every group formed and every sibling refused, with the reason (`plus-ep explain`).
+"""
+from __future__ import annotations
+
+from onnx import TensorProto
+
+from . import match, ops
+from .fuse import contract_units, order_units
+from .identify import Subgraph
+from ..kernels.plan import MAX_IN, MAX_OUT
+
+
+def group_horizontal(ident, subgraphs: list) -> list:
+    """Merge sibling gemm subgraphs reading the same A into the warehouse's horizontal patterns
+    (first pattern that accepts wins). Groups replace their members at the first member's place."""
+    patterns = [p for p in ident.warehouse if p.horizontal]
+    if not patterns:
+        return subgraphs
+    by_a: dict = {}
+    for k, sg in enumerate(subgraphs):
+        if sg.pattern.template == "gemm" and sg.roles and "a" in sg.roles:
+            by_a.setdefault(sg.roles["a"], []).append(k)
+    merged: dict = {}                # first member's index -> group Subgraph
+    gone: set = set()
+    for a, ks in by_a.items():
+        if len(ks) < 2:
+            continue
+        for p in patterns:
+            ks = [k for k in ks if k not in gone]
+            for group in _groups_of(ident, p, a, ks, subgraphs, merged, gone):
+                merged[group[0]] = group[1]
+                gone.update(group[2])
+    out = []
+    for k, sg in enumerate(subgraphs):
+        if k in merged:
+            out.append(merged[k])
+        elif k not in gone:
+            out.append(sg)
+    return out
+
+
+def _signature(ident, sg):
+    """(N, K, dtype, trans_b) of a gemm subgraph, or the reason it cannot join a group."""
+    node = ident.view.nodes[sg.roles["gemm"]]
+    sb = ident.view.shape(sg.roles["b"])
+    if sb is None or len(sb) != 2:
+        return f"B '{sg.roles['b']}' is not a 2-D weight (shape {sb})"
+    tb = node.op_type == "Gemm" and bool(ops.attr(node, "transB", 0))
+    if node.op_type == "Gemm" and ops.attr(node, "transA", 0):
+        return "transA=1"
+    n, k = (sb[0], sb[1]) if tb else (sb[1], sb[0])
+    dts = {ident.view.dtypes.get(sg.roles["a"]), ident.view.dtypes.get(sg.roles["b"])}
+    dt = "/".join(sorted(TensorProto.DataType.Name(d) if d else "?" for d in dts))
+    return (str(n), str(k), dt, tb)
+
+
+def _groups_of(ident, p, a, ks, subgraphs, merged, gone):
+    """Greedy groups of pattern `p` among subgraphs `ks` reading A; yields (first k, group, members)."""
+    label = lambda k: ident.view.node_label(subgraphs[k].roles["gemm"])   # noqa: E731
+    sigs = {k: _signature(ident, subgraphs[k]) for k in ks}
+    classes: dict = {}
+    for k in ks:
+        if isinstance(sigs[k], str):
+            ident.groups.append({"pattern": p.name, "a": a, "members": [label(k)], "status": "refused",
+                                "reason": sigs[k]})
+        else:
+            classes.setdefault(sigs[k], []).append(k)
+    if len(classes) > 1:
+        for sig, members in classes.items():
+            if len(members) == 1:
+                others = [s for s in classes if s != sig]
+                ident.groups.append({"pattern": p.name, "a": a, "members": [label(members[0])],
+                                    "status": "refused", "reason": "no sibling with the same N, K, dtype "
+                                    f"and B layout (N={sig[0]}, K={sig[1]}, dtype {sig[2]}, trans_b {sig[3]}; "
+                                    f"others: {', '.join(f'N={o[0]} K={o[1]} dtype {o[2]} trans_b {o[3]}' for o in others)})"})
+    for members in classes.values():
+        rest = list(members)
+        while len(rest) >= 2:
+            group, left = [rest[0]], []
+            for k in rest[1:]:
+                why = _try_group(ident, p, [subgraphs[j] for j in group + [k]], subgraphs, merged, gone,
+                                      group + [k], MAX_IN, MAX_OUT)
+                if why is None:
+                    group.append(k)
+                else:
+                    left.append(k)
+                    ident.groups.append({"pattern": p.name, "a": a, "members": [label(j) for j in group + [k]],
+                                        "status": "refused", "reason": f"{label(k)} not added: {why}"})
+            if len(group) >= 2:
+                sg = _group_subgraph(ident, p, [subgraphs[j] for j in group])
+                ident.groups.append({"pattern": p.name, "a": a, "members": [label(j) for j in group],
+                                    "status": "grouped", "reason": None})
+                yield group[0], sg, group
+            rest = left if len(group) >= 2 else rest[1:]
+
+
+def _try_group(ident, p, sgs, subgraphs, merged, gone, ks, max_in, max_out) -> str | None:
+    nodes = sorted(set().union(*(sg.nodes for sg in sgs)))
+    if not ident.acyclic_with(nodes):
+        w = ident.index.convexity_witness(nodes)
+        return (f"not convex: {ident.view.node_label(w[0])} lies on a path from "
+                f"{ident.view.node_label(w[1])} back into the group")
+    ins, outs = ident.index.boundary(nodes)
+    if len(ins) > max_in or len(outs) > max_out:
+        return f"too many inputs/outputs for one kernel ({len(ins)}/{len(outs)}; limits {max_in}/{max_out})"
+    g = ident.pgraph(nodes).canonical(strict=False)
+    why = _match_members(p, g)
+    if why is not None:
+        return f"+Graph does not match '{p.name}' member by member: {why}"
+    if p.roles is not None:
+        got = p.roles(ident.view, nodes)
+        if isinstance(got, str):
+            return got
+    units = [sorted(nodes)] + [sorted(s.nodes) for k, s in enumerate(subgraphs)
+                               if k not in ks and k not in gone]
+    units += [sorted(s.nodes) for s in merged.values()]
+    cu, preds = contract_units(ident.index, units)
+    try:
+        order_units(cu, preds, lambda u: str(u))
+    except ValueError:
+        return "merging would put a cycle between fused subgraphs"
+    return None
+
+
+def _group_subgraph(ident, p, sgs) -> Subgraph:
+    nodes = tuple(sorted(set().union(*(sg.nodes for sg in sgs))))
+    roles = p.roles(ident.view, list(nodes)) if p.roles is not None else None
+    return Subgraph(nodes, p, ident.pgraph(nodes).canonical(), sgs[0].seed, outputs=ident.outputs_of(nodes),
+                    roles=roles, parts=list(sgs))
+
+
+def _match_members(p, g) -> str | None:
+    """Exact match of every top-level loop of `g` against the first member of the horizontal pattern
+    `p` (one binding for all: equal sizes)."""
+    first = p.match_graph.loops()[:1]
+    loops = g.loops()
+    if len(loops) < 2:
+        return f"{len(loops)} top-level loop (a group has at least two)"
+
+    class _Members:
+        def loops(self):
+            return first * len(loops)
+    return match.exact(_Members(), g)

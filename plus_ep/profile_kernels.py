@@ -11,6 +11,7 @@ total CTAs / CTAs run):
   dram_bytes         unique 32-byte sectors the kernels touched x 32 (an infinite-L2 lower bound)
   ld/st sectors per request vs ideal   global-memory coalescing (ideal: active lanes x bytes / 32)
   smem wavefronts per request vs ideal bank conflicts (32 banks of 4 bytes)
+  dsmem_bytes        bytes moved through distributed shared memory (thread-block clusters; never DRAM)
   tensor_core_share  tensor-core FLOPs / all FLOPs
   roofline           a bound for an H100 SXM: time >= max(flops / peak, dram_bytes / 3.35 TB/s), peak
                      989 TFLOP/s dense fp16/bf16 tensor cores, 494.5 tf32 tensor cores, 67 fp32 SIMT
@@ -48,6 +49,8 @@ def node_profile(row: dict, gpu=H100_SXM) -> dict:
     ld, ld_ideal, _ = _sum_mem(cs, "global_ld", "sectors")
     st, st_ideal, _ = _sum_mem(cs, "global_st", "sectors")
     sm, sm_ideal, _ = _sum_mem(cs, "shared", "wavefronts")
+    dsmem = sum(d.get("bytes", 0) * _scale(c) for c in cs for k, d in c.items()
+                if k.startswith("dsmem") and isinstance(d, dict))
     peak = gpu["peak_flops"][row["math"]]
     t_compute, t_mem = flops / peak, dram / gpu["dram_bytes_per_s"]
     return {"node": row["node"], "pattern": row["pattern"], "arch": row["arch"], "math": row["math"],
@@ -57,6 +60,7 @@ def node_profile(row: dict, gpu=H100_SXM) -> dict:
             "ld_sectors_per_request": round(ld, 2), "ld_sectors_ideal": round(ld_ideal, 2),
             "st_sectors_per_request": round(st, 2), "st_sectors_ideal": round(st_ideal, 2),
             "smem_wavefronts_per_request": round(sm, 2), "smem_wavefronts_ideal": round(sm_ideal, 2),
+            "dsmem_bytes": int(dsmem),
             "tensor_core_share": round(tc / flops, 3) if flops else 0.0,
             "roofline_us": round(max(t_compute, t_mem) * 1e6, 3),
             "bound": "compute" if t_compute >= t_mem else "memory",
@@ -101,6 +105,8 @@ def profile_text(rep: dict) -> str:
                    f"{r['st_sectors_per_request']:>5.2f}/{r['st_sectors_ideal']:<5.2f} "
                    f"{r['smem_wavefronts_per_request']:>5.2f}/{r['smem_wavefronts_ideal']:<5.2f} "
                    f"{r['tensor_core_share']:>5.2f} {r['roofline_us'] * 1e3:>8.1f}ns {r['bound']}")
+        if r.get("dsmem_bytes"):
+            out.append(f"    {_si(r['dsmem_bytes'])}B through distributed shared memory (thread-block clusters; not DRAM)")
         for e in r["errors"]:
             out.append(f"    error: {e[:300]}")
     for e in rep["errors"]:

@@ -101,8 +101,12 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
                             str(tmp / "result.json")], env=env, timeout=timeout, check=False,
                            stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE, text=True)
         if r.returncode != 0 or not (tmp / "result.json").exists():
-            tail = (r.stderr or "")[-3000:]
-            raise RuntimeError(f"the verification process failed (exit {r.returncode}):\n{tail}")
+            parts = [(name, (text or "").strip()[-3000:]) for name, text in (("stderr", r.stderr), ("stdout", r.stdout))]
+            shown = "\n".join(f"--- its {name} (last 3000 characters):\n{text}" for name, text in parts if text)
+            why = (f"killed by signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}")
+            raise RuntimeError(f"the verification process failed ({why}"
+                               f"{'' if (tmp / 'result.json').exists() else ', no result written'}):\n"
+                               f"{shown or '(it printed nothing; with progress on, its stderr went to the terminal)'}")
         result = json.loads((tmp / "result.json").read_text())
     result["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()}
     names = [n.name for n in fused]

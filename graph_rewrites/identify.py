@@ -30,6 +30,7 @@ log = logging.getLogger("plus_ep.identify")
 @dataclass
 class Verdict:
     exact: object = None                 # the Pattern matched exactly, or None
+    exacts: list = field(default_factory=list)    # every exact match, in warehouse priority order
     partial: list = field(default_factory=list)
     reasons: dict = field(default_factory=dict)   # pattern name -> why it refused
     raw: object = None                            # the +Graph before Primitive 4
@@ -124,24 +125,26 @@ class Identifier:
         cached = self._verdicts.get(key)
         if cached is None:
             cached = self._verdicts[key] = self._match(g, prologue, epilogue)
-        verdict = Verdict(cached.exact, list(cached.partial), dict(cached.reasons))
+        verdict = Verdict(cached.exact, list(cached.exacts), list(cached.partial), dict(cached.reasons))
         verdict.raw = full
         self._find_roles(verdict, nodes)
         return verdict
 
     def _find_roles(self, verdict: Verdict, nodes):
-        """Role finding on the nodes of an exact match: the roles go to the verdict, or the match
-        is refused (neither exact nor partial for that pattern) with the role finder's reason."""
-        p = verdict.exact
-        if p is None or getattr(p, "roles", None) is None:
-            return
-        got = p.roles(self.view, sorted(nodes))
-        if isinstance(got, dict):
-            verdict.roles = got
-            return
+        """Role finding on the nodes of an exact match, pattern by pattern in priority order: the first
+        exact pattern without a role finder, or whose role finder accepts, wins (its roles go to the
+        verdict); each one refused before it is neither exact nor partial, with the finder's reason."""
         verdict.exact = None
-        verdict.partial = [q for q in verdict.partial if q is not p]
-        verdict.reasons[p.name] = f"matched, but refused: {got}"
+        for p in verdict.exacts:
+            if getattr(p, "roles", None) is None:
+                verdict.exact = p
+                return
+            got = p.roles(self.view, sorted(nodes))
+            if isinstance(got, dict):
+                verdict.exact, verdict.roles = p, got
+                return
+            verdict.partial = [q for q in verdict.partial if q is not p]
+            verdict.reasons[p.name] = f"matched, but refused: {got}"
 
     def _match(self, g, prologue, epilogue) -> Verdict:
         """Match conditions against every pattern (memoised by skeleton: repeated layers hit)."""
@@ -158,16 +161,17 @@ class Identifier:
             if p.any_parallel:
                 bad = [l for _, l in g.walk() if not l.para or l.key_ops]
                 why = f"has non-parallel loop {bad[0].size} {bad[0].key_ops}" if bad else None
-                if why is None and verdict.exact is None:
-                    verdict.exact = p
+                if why is None:
+                    verdict.exacts.append(p)
+                    verdict.exact = verdict.exact or p
                 verdict.reasons.setdefault(p.name, why)
                 continue
             why = match.exact(p.match_graph, g)
             if why is None and p.check is not None:
                 why = p.check(g)
             if why is None:
-                if verdict.exact is None:
-                    verdict.exact = p
+                verdict.exacts.append(p)
+                verdict.exact = verdict.exact or p
                 continue
             partial_why = match.partial(p.match_graph, g)
             if partial_why is None:

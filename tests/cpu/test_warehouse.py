@@ -105,3 +105,33 @@ def test_check_refusal_reason_is_reported():
             loop.size = "D"
             break
     assert "not a compile-time integer" in p.check(g)
+
+
+PICKY_PATTERN = USER_PATTERN + '''
+
+def _picky_roles(view, members):
+    return "the picky finder wants a bias"
+
+
+@pattern("gemm_softmax_picky", before="gemm_softmax", template="gemm_rownorm", roles=_picky_roles)
+def gemm_softmax_picky(b):
+    """The same +Graph as gemm_softmax, ahead of it, with a role finder that refuses."""
+    return b.Softmax(b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"])), axis=-1)
+'''
+
+
+def test_a_refused_exact_match_falls_through_to_the_next_pattern(tmp_path):
+    (tmp_path / "mine.py").write_text(textwrap.dedent(PICKY_PATTERN))
+    wh = warehouse.load_warehouse(tmp_path, plugins=False)
+    names = [p.name for p in wh]
+    assert names.index("gemm_softmax_picky") < names.index("gemm_softmax")
+    res = rewrite_detailed(gemm_softmax_model(), warehouse=wh)
+    assert [sg.pattern.name for sg in res.subgraphs] == ["gemm_softmax"]
+    # the refusal is kept as the picky pattern's reason (plus-ep explain prints these)
+    from plus_ep.graph_rewrites.identify import Identifier
+    from plus_ep.graph_rewrites.graph import GraphView
+    view = GraphView.build(gemm_softmax_model())
+    ident = Identifier(view, wh)
+    verdict = ident.evaluate(tuple(range(len(view.nodes))), 0)
+    assert verdict.exact.name == "gemm_softmax"
+    assert verdict.reasons["gemm_softmax_picky"] == "matched, but refused: the picky finder wants a bias"

@@ -214,16 +214,47 @@ class RowProgram:
             em.emit(dtypes.store(dt, ptr, em.linear(idx, em.shape(t)),
                                  dtypes.convert(val, ct, dtypes.compute(dt))))
 
+    def per_row_index(self, t, row="row"):
+        """Index of `t` at `row` when `t` holds one value per row (a reduction's own output, keepdims 0 or
+        1, or an element-wise function of such outputs): its non-unit dims are the rows' outer dims."""
+        shp = self.em.shape(t)
+        mine = [d for d in shp if sympy.simplify(d - 1) != 0]
+        outer = [d for d in self.outer if sympy.simplify(d - 1) != 0]
+        if len(mine) == len(outer) and all(sympy.simplify(a - b) == 0 for a, b in zip(mine, outer)):
+            return self.em.delinear(row, shp)
+        return None
+
     def body(self, stores: dict) -> str:
-        """The kernel; `stores` maps output tensor -> (pointer expr, dtype)."""
+        """The kernel; `stores` maps output tensor -> (pointer expr, dtype). Row-shaped outputs are stored
+        by every thread over the row; per-row outputs (a reduction's result) once, by thread 0."""
         em = self.em
         em.reset()
         em.indent = "    "
         self._bind_all()
+        per_row, row_shaped = {}, {}
+        for t, where in stores.items():
+            try:
+                self.index_of(t)
+                row_shaped[t] = where
+            except RenderError:
+                if self.per_row_index(t) is None:
+                    raise
+                per_row[t] = where
+        if per_row:
+            em.emit("if (threadIdx.x == 0) {")
+            saved_indent, saved_memo = em.indent, dict(em.memo)
+            em.indent += "  "
+            for t, (ptr, dt) in per_row.items():
+                idx = self.per_row_index(t)
+                val, ct = em.value(t, idx)
+                em.emit(dtypes.store(dt, ptr, em.linear(idx, em.shape(t)),
+                                     dtypes.convert(val, ct, dtypes.compute(dt))))
+            em.indent, em.memo = saved_indent, saved_memo
+            em.emit("}")
         em.emit("for (long long j = threadIdx.x; j < L; j += blockDim.x) {")
         saved_indent = em.indent
         em.indent += "  "
-        self._stores(stores)
+        self._stores(row_shaped)
         em.indent = saved_indent
         em.emit("}")
         inner = em.take()

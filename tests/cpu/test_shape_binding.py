@@ -3,36 +3,21 @@ of shape tensors (`shapev` plan records), Flatten dims are inferred instead of i
 take more than 32 inputs. The plans are checked by the launcher's own parser and binder (C harness)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from plus_ep.graph_rewrites import graph as G
 from plus_ep.graph_rewrites.graph import GraphView
 from plus_ep.kernels import plan as P
 from plus_ep.kernels import shapevals
 
 from plus_ep.rewrite import rewrite_detailed
+from tests.support import shapev_models
 
 
 def _gpt2_like(width=64):
     """X2 is [batch*seq, C] (the flattened rows GPT-2's TorchScript Conv1D multiplies); batch and seq
     reach the Reshape after the GEMM only through Shape(mask)->Concat, as in the export."""
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((width, 3 * width)).astype(np.float32), "W")
-    b = numpy_helper.from_array(np.zeros(3 * width, np.float32), "B")
-    c = numpy_helper.from_array(np.array([3 * width], np.int64), "C3")
-    nodes = [
-        helper.make_node("Shape", ["mask"], ["mshape"]),
-        helper.make_node("Concat", ["mshape", "C3"], ["shape"], axis=0),
-        helper.make_node("MatMul", ["X2", "W"], ["mm"]),
-        helper.make_node("Add", ["mm", "B"], ["biased"]),
-        helper.make_node("Reshape", ["biased", "shape"], ["Y"]),
-    ]
-    g = helper.make_graph(
-        nodes, "gpt2_like",
-        [helper.make_tensor_value_info("X2", TensorProto.FLOAT, ["batch*seq", width]),
-         helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], [w, b, c])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return shapev_models.gpt2_like(width)
 
 
 def test_shape_tensor_values_are_followed():

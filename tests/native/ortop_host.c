@@ -18,9 +18,8 @@
 #include <string.h>
 
 #include "ort_abi.h"
+#include "host_util.h"
 
-#define CHECK(c, ...) do { if (!(c)) { printf("CHECK FAILED %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); \
-                                       printf("\n"); exit(2); } } while (0)
 
 OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base);
 
@@ -175,20 +174,6 @@ static void fill_table(void) {
     SET(KernelContext_GetOutputCount); SET(KernelContext_GetInput); SET(KernelContext_GetOutput);
     SET(KernelContext_GetGPUComputeStream);
 #undef SET
-}
-
-static char* slurp(const char* path, size_t* n) {
-    FILE* f = fopen(path, "rb");
-    CHECK(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char* s = malloc((size_t)len + 1);
-    CHECK(fread(s, 1, (size_t)len, f) == (size_t)len, "short read %s", path);
-    s[len] = 0;
-    fclose(f);
-    if (n) *n = (size_t)len;
-    return s;
 }
 
 static void parse_spec(const char* spec, value* v) {

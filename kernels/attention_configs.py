@@ -53,6 +53,7 @@ class AttnConfig:
     bkv: int           # PLUS_BKV: key/value rows per tile
     warps: int         # PLUS_WARPS
     smem_bytes: int    # dynamic shared memory of the launch (PLUS_ATTN_SMEM_BYTES)
+    min_blocks: int = 0  # PLUS_ATTN_MIN_BLOCKS for __launch_bounds__ (0: not given, ptxas's own register target)
 
     @property
     def threads(self) -> int:
@@ -79,15 +80,17 @@ def _check(math: int, head_dim: int, bq: int, bkv: int, warps: int) -> None:
         raise ValueError(f"math 0: bq must be a multiple of 2 * warps ({2 * warps}), got {bq}")
 
 
-def make_config(math: int, head_dim: int, bq: int, bkv: int, warps: int, name: str | None = None) -> AttnConfig:
+def make_config(math: int, head_dim: int, bq: int, bkv: int, warps: int, name: str | None = None,
+                min_blocks: int = 0) -> AttnConfig:
     """A config outside the menu (checked like the template checks it)."""
     _check(math, head_dim, bq, bkv, warps)
     prefix = {0: "simt", 1: "tf32", 2: "tc"}[math]
-    return AttnConfig(name or f"{prefix}_d{head_dim}_q{bq}_kv{bkv}_w{warps}", math, head_dim, bq, bkv, warps,
-                      attn_smem_bytes(math, head_dim, bq, bkv))
+    suffix = f"_b{min_blocks}" if min_blocks else ""
+    return AttnConfig(name or f"{prefix}_d{head_dim}_q{bq}_kv{bkv}_w{warps}{suffix}", math, head_dim, bq, bkv, warps,
+                      attn_smem_bytes(math, head_dim, bq, bkv), min_blocks)
 
 
-# (bq, bkv, warps) per math path, largest query tile first. `_fit` halves the key tile of an entry whose
+# (bq, bkv, warps[, min_blocks]) per math path, largest query tile first. `_fit` halves the key tile of an entry whose
 # shared memory would exceed the 99 KB opt-in limit of sm_86 / sm_89 (D = 256, tf32 D >= 128); every
 # config compiles without spills on every arch (see the tests).
 _MENU = {
@@ -107,20 +110,31 @@ _MENU = {
     1: ((128, 64, 8), (64, 64, 4), (32, 64, 2), (16, 32, 1)),
 }
 # Per (math, head dim) replacements of the default entries where registers decide:
-#   f16/bf16 D = 256: 128 fp32 accumulators per thread for O; Q is reloaded from shared memory per k-step
-#   (attention.cuh, Q_REGS) and the key tiles are 32 (64 spilled at 255 registers); q128 would need 8 warps
-#   x (128 + 2 x 32) rows of 528 bytes, over sm_86's limit, so the menu tops out at q64.
-#   SIMT D = 256: o[RL][16] per lane; RL = 2 rows with 4 warps at q32 (q64 spilled), and q16.
+#   D = 256 on tensor cores (f16/bf16 and tf32): 128 fp32 accumulators per thread for O; Q is reloaded from
+#   shared memory per k-step (attention.cuh, Q_REGS) and the key tiles are 16: with 32, a score hook (scale
+#   + mask) took the f16 path to 255 registers and 72-108 spilled bytes (tf32: 44-56) on sm_80 and sm_90.
+#   SIMT D = 256: o[RL][16] per lane, so few rows per lane (8 warps at q32); q64 does not fit 99 KB.
 #   SIMT D = 32: q32 with 2 warps (4 warps spilled 12 bytes on sm_80 under PLUS_CAUSAL at 72 registers).
+#   SIMT D = 80: 8 warps at q64 and q32 (with 4 warps ptxas spilled 4-12 bytes at 72 or 128 registers on
+#   sm_80/86/89 or sm_90/90a with the hooks on; 2 warps at q32 too).
+#   TF32 D = 64, 80 at q16 (one warp): PLUS_ATTN_MIN_BLOCKS 12 (a 170-register budget); ptxas's own target
+#   (96-128 registers) spilled 16-20 bytes on sm_90 / sm_90a.
+#   TF32 D = 80, 96, 128: no q128 (8 warps of q128 spilled 8-20 bytes at 128 registers on sm_80/86/89 at
+#   D = 128, hooks on).
 #   Tensor cores D = 32: 32-key tiles (with 64, ptxas put 8 bytes on a stack frame at 80-128 registers in
 #   some (arch, causal, cp.async) combinations, f16 and tf32 alike).
 _MENU_BY_DIM = {
     (0, 32): ((64, 32, 4), (32, 32, 2), (16, 32, 4)),
     (1, 32): ((128, 32, 8), (64, 32, 4), (32, 32, 2), (16, 32, 1)),
     (2, 32): ((128, 32, 8), (64, 32, 4), (32, 32, 2), (16, 32, 1)),
-    (2, 256): ((64, 32, 4), (32, 32, 2), (16, 16, 1)),
-    (1, 256): ((64, 16, 4), (32, 32, 2), (16, 16, 1)),
-    (0, 256): ((32, 32, 4), (16, 32, 4), (16, 16, 2)),
+    (2, 256): ((64, 16, 4), (32, 16, 2), (16, 16, 1)),
+    (1, 256): ((64, 16, 4), (32, 16, 2), (16, 16, 1)),
+    (0, 256): ((32, 16, 8), (16, 32, 4)),
+    (0, 80): ((64, 32, 8), (32, 32, 8), (16, 32, 4)),
+    (1, 64): ((128, 64, 8), (64, 64, 4), (32, 64, 2), (16, 32, 1, 12)),
+    (1, 80): ((64, 64, 4), (32, 64, 2), (16, 32, 1, 12)),
+    (1, 96): ((64, 64, 4), (32, 64, 2), (16, 32, 1)),
+    (1, 128): ((64, 64, 4), (32, 64, 2), (16, 32, 1)),
 }
 
 
@@ -131,11 +145,12 @@ def _fit(math: int, head_dim: int, bq: int, bkv: int) -> int:
     return bkv
 
 
-def entries(math: int, head_dim: int) -> tuple[tuple[int, int, int], ...]:
-    """(bq, bkv, warps) of the menu of (math, head_dim), largest query tile first, without duplicates."""
+def entries(math: int, head_dim: int) -> tuple[tuple[int, ...], ...]:
+    """(bq, bkv, warps[, min_blocks]) of the menu of (math, head_dim), largest query tile first, without
+    duplicates."""
     out = []
-    for bq, bkv, w in _MENU_BY_DIM.get((math, head_dim), _MENU[math]):
-        e = (bq, _fit(math, head_dim, bq, bkv), w)
+    for bq, bkv, w, *mb in _MENU_BY_DIM.get((math, head_dim), _MENU[math]):
+        e = (bq, _fit(math, head_dim, bq, bkv), w, *mb)
         if e not in out and attn_smem_bytes(math, head_dim, e[0], e[1]) <= _FIT_LIMIT:
             out.append(e)
     return tuple(out)
@@ -145,7 +160,7 @@ def _menu() -> dict[tuple[int, int], tuple[AttnConfig, ...]]:
     out = {}
     for math in _MENU:
         for d in HEAD_DIMS:
-            out[(math, d)] = tuple(make_config(math, d, bq, bkv, w, None) for bq, bkv, w in entries(math, d))
+            out[(math, d)] = tuple(make_config(math, d, *e[:3], None, *e[3:]) for e in entries(math, d))
     return out
 
 
@@ -175,13 +190,16 @@ def by_name(name: str) -> AttnConfig:
 
 def defines(cfg: AttnConfig) -> dict[str, int]:
     """The PLUS_* macros of a config, in the order the codegen writes them."""
-    return {
+    out = {
         "PLUS_HEAD_DIM": cfg.head_dim,
         "PLUS_BQ": cfg.bq,
         "PLUS_BKV": cfg.bkv,
         "PLUS_WARPS": cfg.warps,
         "PLUS_MATH": cfg.math,
     }
+    if cfg.min_blocks:
+        out["PLUS_ATTN_MIN_BLOCKS"] = cfg.min_blocks
+    return out
 
 
 def suggest(math: int, head_dim: int, batch: int, heads: int, seq_q: int, sm_count: int = 132,

@@ -185,7 +185,7 @@ def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
     from . import attention_configs as ac
     dp = _padded(D)
     def menu_of(m):
-        return list(ac.CONFIGS.get((m, dp)) or [ac.make_config(m, dp, bq, bkv, w) for bq, bkv, w in ac.entries(m, dp)])
+        return list(ac.CONFIGS.get((m, dp)) or [ac.make_config(m, dp, *e[:3], None, *e[3:]) for e in ac.entries(m, dp)])
     try:
         menu = _usable(menu_of(math_), arch, f"attention (head dim {D})")
     except NoConfig:

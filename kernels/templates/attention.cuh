@@ -801,7 +801,14 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 
 // ------------------------------------------------------------------------------------------ entry
 
-extern "C" __global__ void __launch_bounds__(PLUS_WARPS * 32) plus_attention(const PlusArgs args) {
+// PLUS_ATTN_MIN_BLOCKS (optional, a config's): the minimum resident blocks per SM given to ptxas. Without
+// it ptxas picks its own register target, which for a few configs is low enough to spill a few bytes.
+#if defined(PLUS_ATTN_MIN_BLOCKS) && PLUS_ATTN_MIN_BLOCKS > 0
+#define PLUS_ATTN_BOUNDS __launch_bounds__(PLUS_WARPS * 32, PLUS_ATTN_MIN_BLOCKS)
+#else
+#define PLUS_ATTN_BOUNDS __launch_bounds__(PLUS_WARPS * 32)
+#endif
+extern "C" __global__ void PLUS_ATTN_BOUNDS plus_attention(const PlusArgs args) {
   extern __shared__ __align__(16) unsigned char plus_attn_smem[];
 #if PLUS_MATH != 0
   plus_attn::tc(args, reinterpret_cast<plus_qkv_t*>(plus_attn_smem));

@@ -2,12 +2,18 @@
 TF32 and f16/bf16 tensor cores) compiles with NVRTC for every arch of kernels/arch.py without register
 spills, without a stack frame, and within the arch's shared memory.
 
+The sources carry hooks in the shape the codegen writes them (tests/support/template_attention_cases.py
+HOOKS_BSHD: a Q element hook, a score hook adding a mask read from an input, an output hook, [B, S, H, D]
+pointer hooks), since a score hook costs registers the default hooks do not: with them D = 256 spilled
+at 32-key tiles where the hook-free source did not. Two load layouts alternate: K and V by cp.async with Q
+through its hook, and Q and V by cp.async with K gathered key-major (a materialised Kᵀ, as rendered for
+the zoo's BERT).
+
 Default run: for every (math, head dim, element type, arch) one config of the menu, rotating over the
-menu across archs so that every config is compiled on at least one arch (and every config of the SIMT and
-tensor-core paths whose key tile was shrunk to fit, `_fit`, on some arch); causal and the strided
-(cp.async) loads alternate. About 120 compiles through the session's kernel cache (tests/conftest.py), so
-a repeated source compiles once. PLUS_ATTN_FULL=1 (as for tests/cpu/test_template_attention_compile.py)
-compiles every config x element type x arch x (causal, strided).
+menu across archs so that every config is compiled on at least one arch; causal and the two layouts
+alternate. 120 compiles through the session's kernel cache (tests/conftest.py), so a repeated source
+compiles once. PLUS_ATTN_FULL=1 (as for tests/cpu/test_template_attention_compile.py) compiles every
+config x element type x arch x causal x layout.
 """
 from __future__ import annotations
 
@@ -21,21 +27,24 @@ from plus_ep.kernels import arch as arch_table
 from plus_ep.kernels import attention_configs as ac
 from plus_ep.kernels import nvrtc
 from plus_ep.kernels.cache import KernelCache
+from tests.support.template_attention_cases import HOOKS_BSHD, HOOKS_BSHD_DEFINES
 
 ENTRY = "plus_attention"
 DTYPES = {0: ("float",), 1: ("float",), 2: ("half", "__nv_bfloat16")}
 FULL = os.environ.get("PLUS_ATTN_FULL", "").strip().lower() in ("1", "true", "yes", "on")
+# the two load layouts of the tensor-core paths (ignored by SIMT)
+LAYOUTS = (HOOKS_BSHD_DEFINES, {"PLUS_Q_STRIDED": 1, "PLUS_K_STRIDED": 0, "PLUS_K_KEY_MAJOR": 1, "PLUS_V_STRIDED": 1})
 
 
 def _jobs():
-    """(cfg, dtype, causal, strided, arch) to compile."""
+    """(cfg, dtype, causal, layout, arch) to compile."""
     jobs = []
     for (math, d), menu in sorted(ac.CONFIGS.items()):
         for a, arch in enumerate(arch_table.ARCHS):
             for t, dtype in enumerate(DTYPES[math]):
                 if FULL:
-                    for cfg, causal, strided in itertools.product(menu, (0, 1), (0, 1) if math else (0,)):
-                        jobs.append((cfg, dtype, causal, strided, arch))
+                    for cfg, causal, layout in itertools.product(menu, (0, 1), (0, 1) if math else (0,)):
+                        jobs.append((cfg, dtype, causal, layout, arch))
                     continue
                 cfg = menu[(a + t) % len(menu)]
                 jobs.append((cfg, dtype, (a + t) % 2, (a // 2 + t) % 2 if math else 0, arch))
@@ -46,8 +55,8 @@ JOBS = _jobs()
 
 
 def _job_id(job):
-    cfg, dtype, causal, strided, arch = job
-    return f"{cfg.name}-{dtype.strip('_')}-c{causal}-s{strided}-{arch}"
+    cfg, dtype, causal, layout, arch = job
+    return f"{cfg.name}-{dtype.strip('_')}-c{causal}-l{layout}-{arch}"
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +65,10 @@ def compiled():
     cache = KernelCache()
 
     def one(job):
-        cfg, dtype, causal, strided, arch = job
+        cfg, dtype, causal, layout, arch = job
         try:
-            return cache.build(ac.source(cfg, dtype, causal=causal, strided=strided), arch, name=f"{_job_id(job)}.cu")
+            src = ac.source(cfg, dtype, causal=causal, hooks=HOOKS_BSHD, extra_defines=LAYOUTS[layout])
+            return cache.build(src, arch, name=f"{_job_id(job)}.cu")
         except Exception as e:  # reported by the test of that job
             return e
     with ThreadPoolExecutor(max_workers=2) as ex:
@@ -79,7 +89,7 @@ def test_every_config_and_arch_is_covered():
 
 @pytest.mark.parametrize("job", JOBS, ids=_job_id)
 def test_menu_config_compiles_without_spills(compiled, job):
-    cfg, dtype, causal, strided, arch = job
+    cfg, dtype, causal, layout, arch = job
     r = compiled[_job_id(job)]
     if isinstance(r, Exception):
         raise r

@@ -108,7 +108,8 @@ def test_menu_shape():
                 assert c.smem_bytes <= nvrtc.smem_limit("sm_86") - 1024, c  # fits every supported arch
                 defs = ac.defines(c)
                 assert defs == {"PLUS_HEAD_DIM": d, "PLUS_BQ": c.bq, "PLUS_BKV": c.bkv,
-                                "PLUS_WARPS": c.warps, "PLUS_MATH": math}
+                                "PLUS_WARPS": c.warps, "PLUS_MATH": math,
+                                **({"PLUS_ATTN_MIN_BLOCKS": c.min_blocks} if c.min_blocks else {})}
                 assert ac.by_name(c.name) is c
     with pytest.raises(ValueError):
         ac.make_config(2, 64, 64, 64, 2)  # bq != 16 * warps

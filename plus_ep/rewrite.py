@@ -28,7 +28,7 @@ class RewriteResult:
     identifier: Identifier | None = None
     seconds: float = 0.0
     kernels: object = None                               # kernel_build.KernelBuild when archs given
-    fp32_math: str = FP32_MATH_DEFAULT                   # fp32 GEMM math the kernels use ("tf32" | "exact")
+    fp32_math: str = FP32_MATH_DEFAULT                   # fp32 GEMM/attention math of the kernels ("tf32" | "exact")
 
 
 def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, progress=None,

@@ -1,0 +1,37 @@
+"""A fused fp32 attention rendered with fp32_math="tf32" (the TF32 tensor-core path of attention.cuh:
+cp.async Q/V, K through its hook, scale and key-padding mask in the score hook), compiled by NVRTC and
+executed on the CPU PTX interpreter, against onnxruntime on the original graph: TF32-sized error (about
+1e-3 of the output's scale, not the exact path's 1e-6) and fully masked rows as ORT gives them (NaN
+without the graph's NaN guard, 0 with it)."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from plus_ep.kernels.render import render
+from plus_ep.rewrite import rewrite_detailed
+from tests.support.attention_models import GUARD, NONE, attention_model
+from tests.support.run_rendered import run_rendered
+
+
+@pytest.mark.parametrize("variant", [GUARD, NONE])
+def test_tf32_attention_matches_ort(variant):
+    model, feeds = attention_model(variant)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    r = rewrite_detailed(model)
+    (sg,) = r.subgraphs
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    rd = render(r.view, sg, ins, outs, arch="sm_80", node_name=f"attention_tf32_{variant}", fp32_math="tf32")
+    src = rd.variants[0].source
+    assert "#define PLUS_MATH 1\n" in src and "typedef float plus_qkv_t;" in src
+    inputs = [feeds[t] if t in feeds else np.asarray(r.view.const(t)) for t in ins]
+    (got,) = run_rendered(rd, inputs, [want], name=f"attention_tf32_{variant}")
+    masked = np.isnan(want)
+    assert np.array_equal(np.isnan(got), masked)
+    err = np.abs(got[~masked].astype(np.float64) - want[~masked])
+    scale = np.abs(want[~masked]).max()
+    assert err.max() <= 2e-3 * scale, err.max() / scale
+    assert err.max() >= 1e-6 * scale, "no TF32 rounding visible: the exact path ran?"
+    if variant == GUARD:
+        assert not np.any(got[1])          # batch 1 is fully masked: 0 through the guard

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import arch as arch_table
+
 HEAD_DIMS = (32, 64, 80, 96, 128, 256)
 MATHS = (0, 1, 2)
 MATH_SIMT, MATH_TF32, MATH_F16 = 0, 1, 2
@@ -31,7 +33,10 @@ MATH_SIMT, MATH_TF32, MATH_F16 = 0, 1, 2
 # Mirrors of the padding constants in attention.cuh.
 _TC_PAD_BYTES = 16   # PLUS_ATTN_TC_PAD_BYTES: bytes added to each shared row (MATH 1 and 2)
 _SIMT_KPAD = 4       # PLUS_ATTN_SIMT_KPAD: floats added to each K row (MATH 0)
-_FIT_LIMIT = 101376 - 1024   # sm_86 / sm_89 opt-in shared memory per block less the system reservation
+# the smallest opt-in shared memory per block of the archs we build for (sm_86 / sm_89), less the system
+# reservation, as routes.py counts it
+_FIT_LIMIT = (min(a.smem_per_block for a in arch_table.TABLE.values())
+              - arch_table.RESERVED_SMEM_PER_BLOCK)
 
 
 def attn_smem_bytes(math: int, head_dim: int, bq: int, bkv: int) -> int:

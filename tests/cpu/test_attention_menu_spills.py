@@ -18,8 +18,6 @@ config x element type x arch x causal x layout.
 from __future__ import annotations
 
 import itertools
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -27,11 +25,9 @@ from plus_ep.kernels import arch as arch_table
 from plus_ep.kernels import attention_configs as ac
 from plus_ep.kernels import nvrtc
 from plus_ep.kernels.cache import KernelCache
-from tests.support.template_attention_cases import HOOKS_BSHD, HOOKS_BSHD_DEFINES
+from tests.support.parallel import run_jobs
+from tests.support.template_attention_cases import DTYPES, ENTRY, FULL, HOOKS_BSHD, HOOKS_BSHD_DEFINES
 
-ENTRY = "plus_attention"
-DTYPES = {0: ("float",), 1: ("float",), 2: ("half", "__nv_bfloat16")}
-FULL = os.environ.get("PLUS_ATTN_FULL", "").strip().lower() in ("1", "true", "yes", "on")
 # the two load layouts of the tensor-core paths (ignored by SIMT)
 LAYOUTS = (HOOKS_BSHD_DEFINES, {"PLUS_Q_STRIDED": 1, "PLUS_K_STRIDED": 0, "PLUS_K_KEY_MAJOR": 1, "PLUS_V_STRIDED": 1})
 
@@ -66,13 +62,9 @@ def compiled():
 
     def one(job):
         cfg, dtype, causal, layout, arch = job
-        try:
-            src = ac.source(cfg, dtype, causal=causal, hooks=HOOKS_BSHD, extra_defines=LAYOUTS[layout])
-            return cache.build(src, arch, name=f"{_job_id(job)}.cu")
-        except Exception as e:  # reported by the test of that job
-            return e
-    with ThreadPoolExecutor(max_workers=2) as ex:
-        return dict(zip(map(_job_id, JOBS), ex.map(one, JOBS)))
+        src = ac.source(cfg, dtype, causal=causal, hooks=HOOKS_BSHD, extra_defines=LAYOUTS[layout])
+        return cache.build(src, arch, name=f"{_job_id(job)}.cu")
+    return run_jobs(JOBS, _job_id, one)
 
 
 def test_every_config_and_arch_is_covered():

@@ -18,13 +18,13 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from plus_ep.kernels import attention_configs as ac
 from plus_ep.kernels import nvrtc
+from tests.support.parallel import run_jobs
 
 ARCHS = ("sm_80", "sm_90")
 ENTRY = "plus_attention"
@@ -73,12 +73,8 @@ def compiled():
     """All compile jobs at once on two threads (NVRTC releases the GIL)."""
     def one(job):
         cfg, dt, causal, st, arch = job
-        try:
-            return nvrtc.compile_cubin(_source(cfg, dt, causal, st), arch, name=f"{_job_id(job)}.cu")
-        except Exception as e:  # reported by the test of that job
-            return e
-    with ThreadPoolExecutor(max_workers=2) as ex:
-        return dict(zip(map(_job_id, JOBS), ex.map(one, JOBS)))
+        return nvrtc.compile_cubin(_source(cfg, dt, causal, st), arch, name=f"{_job_id(job)}.cu")
+    return run_jobs(JOBS, _job_id, one)
 
 
 @pytest.mark.parametrize("job", JOBS, ids=_job_id)

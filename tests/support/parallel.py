@@ -2,6 +2,7 @@
 result so that the test of that job reports it."""
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -14,3 +15,19 @@ def run_jobs(jobs, job_id, fn, workers: int = 2) -> dict:
             return e
     with ThreadPoolExecutor(max_workers=workers) as ex:
         return dict(zip(map(job_id, jobs), ex.map(one, jobs)))
+
+
+def submit_selected(request, param: str, fn):
+    """Generator body of a module-scoped fixture: `fn(value)` submitted on a few threads for each distinct
+    value of the parametrize argument `param` among the tests of this module the session selected;
+    yields {value: Future}, and shuts the pool down (pending jobs cancelled) at teardown."""
+    wanted = []
+    for item in request.session.items:
+        cs = getattr(item, "callspec", None)
+        if item.module is request.module and cs is not None and param in cs.params:
+            wanted.append(cs.params[param])
+    pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
+    try:
+        yield {v: pool.submit(fn, v) for v in dict.fromkeys(wanted)}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

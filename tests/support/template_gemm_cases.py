@@ -8,9 +8,7 @@ and hooked variants compile. With a GPU (`gpu` marker): launches against a host 
 
 from __future__ import annotations
 
-import os
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -18,7 +16,9 @@ import pytest
 from plus_ep.kernels import gemm_configs as gc
 from plus_ep.kernels import nvrtc
 from tests.support import gemm_variants
+from tests.support.parallel import submit_selected
 from tests.support.gemm_variants import Problem, Variant, round_up
+from tests.support.ptx_harness import bf16_value, encode, tf32
 
 DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
 
@@ -58,15 +58,7 @@ def _compile(case):
 @pytest.fixture(scope="module")
 def compiled(request):
     """Compile every selected case up front on a few threads (NVRTC releases the GIL)."""
-    wanted = []
-    for item in request.session.items:
-        cs = getattr(item, "callspec", None)
-        if item.module is request.module and cs is not None and "case" in cs.params:
-            wanted.append(cs.params["case"])
-    pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
-    futures = {c: pool.submit(_compile, c) for c in dict.fromkeys(wanted)}
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+    yield from submit_selected(request, "case", _compile)
 
 
 def test_menu_is_small_and_consistent():
@@ -134,32 +126,10 @@ def _gpu_problems() -> list[Problem]:
 GPU_PROBLEMS = _gpu_problems()
 
 
-def _bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns (round to nearest even)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def _bf16_value(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def _tf32(x: np.ndarray) -> np.ndarray:
-    """float32 rounded to TF32 as cvt.rna.tf32.f32 does (nearest, ties away from zero)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
-
-
 def _encode(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """(device bytes, the float32 values the kernel sees)."""
-    if dtype == "half":
-        h = x.astype(np.float16)
-        return h, h.astype(np.float32)
-    if dtype == "__nv_bfloat16":
-        b = _bf16_bits(x)
-        return b, _bf16_value(b)
-    f = x.astype(np.float32)
-    return f, f
+    dev, seen = encode(x, dtype)
+    return dev, seen.astype(np.float32)
 
 
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -292,7 +262,7 @@ def test_gemm_matches_reference(prob, gpu):
         if cfg.math == gc.MATH_F16:  # the template stores the prologue result back as plus_ab_t
             a_val = _encode(a_val, v.dtype)[1]
     if cfg.math == gc.MATH_TF32:
-        a_val, b_val = _tf32(a_val), _tf32(b_val)
+        a_val, b_val = tf32(a_val), tf32(b_val)
     b_kn = np.transpose(b_val, (0, 2, 1)) if v.b_trans else b_val
     ref = _matmul(np.array(a_val, dtype=np.float32), np.array(np.broadcast_to(b_kn, (batch, K, N)), dtype=np.float32))
 
@@ -325,7 +295,7 @@ def test_gemm_matches_reference(prob, gpu):
         gpu.free_all()
 
     if v.dtype == "__nv_bfloat16" and v.hooks != "fused":
-        got = _bf16_value(got)
+        got = bf16_value(got)
     got = got.astype(np.float32)
     tol = 1e-4 if cfg.math == gc.MATH_SIMT else 1e-2
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)

@@ -10,15 +10,14 @@ API on odd shapes and compares with torch.matmul.
 
 from __future__ import annotations
 
-import os
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from plus_ep.kernels import gemm_sm90a_configs as gc
 from plus_ep.kernels import nvrtc
 from tests.support import gemm_variants
+from tests.support.parallel import submit_selected
 from tests.support.gemm_variants import Problem, Variant, round_up
 
 ARCH = "sm_90a"
@@ -42,19 +41,14 @@ COMPILE_CASES += [
 ]
 
 
+def _compile(v):
+    return nvrtc.compile_cubin(source(v), ARCH, f"gemm_sm90a_{v.id}.cu")
+
+
 @pytest.fixture(scope="module")
 def compiled(request):
     """Compile every selected case up front on a few threads (NVRTC releases the GIL)."""
-    wanted = []
-    for item in request.session.items:
-        cs = getattr(item, "callspec", None)
-        if item.module is request.module and cs is not None and "variant" in cs.params:
-            wanted.append(cs.params["variant"])
-    pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
-    futures = {v: pool.submit(nvrtc.compile_cubin, source(v), ARCH, f"gemm_sm90a_{v.id}.cu")
-               for v in dict.fromkeys(wanted)}
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+    yield from submit_selected(request, "variant", _compile)
 
 
 def test_menu_is_consistent():

@@ -206,10 +206,11 @@ class RowProgram:
             else:
                 self._bind_norm(node, k)
 
-    def _stores(self, stores: dict):
+    def _stores(self, stores: dict, index=None):
+        """Store each output at its index (index_of: row-shaped, at (row, j); or `index`, e.g. per_row_index)."""
         em = self.em
         for t, (ptr, dt) in stores.items():
-            idx = self.index_of(t)
+            idx = (index or self.index_of)(t)
             val, ct = em.value(t, idx)
             em.emit(dtypes.store(dt, ptr, em.linear(idx, em.shape(t)),
                                  dtypes.convert(val, ct, dtypes.compute(dt))))
@@ -244,11 +245,7 @@ class RowProgram:
             em.emit("if (threadIdx.x == 0) {")
             saved_indent, saved_memo = em.indent, dict(em.memo)
             em.indent += "  "
-            for t, (ptr, dt) in per_row.items():
-                idx = self.per_row_index(t)
-                val, ct = em.value(t, idx)
-                em.emit(dtypes.store(dt, ptr, em.linear(idx, em.shape(t)),
-                                     dtypes.convert(val, ct, dtypes.compute(dt))))
+            self._stores(per_row, self.per_row_index)
             em.indent, em.memo = saved_indent, saved_memo
             em.emit("}")
         em.emit("for (long long j = threadIdx.x; j < L; j += blockDim.x) {")

@@ -2,12 +2,15 @@
 with their function under the same op type, so ORT without the launcher still runs the original graph."""
 from __future__ import annotations
 
+import pathlib
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
-from plus_ep.graph_rewrites.fuse import FusedSubgraph, fuse, fused_op_type, inline_fused, is_fused
+from plus_ep.graph_rewrites.fuse import MAX_HOST_INPUTS, FusedSubgraph, fuse, fused_op_type, inline_fused, is_fused
 from tests.support.shapev_models import feeds, gpt2_like
 
 GEMM = (2, 3, 4)          # MatMul, Add, Reshape of gpt2_like
@@ -42,3 +45,14 @@ def test_input_order_must_be_a_permutation_of_the_boundary():
         fuse(gpt2_like(), [FusedSubgraph(GEMM, "gemm", {}, ("shape", "X2", "W"), 1)])
     with pytest.raises(ValueError, match="at most 16"):
         fused_op_type(17)
+
+
+def test_host_input_limit_is_the_launchers():
+    """FusedHost1..FusedHost<n>: the rewriter's n is the launcher's shapev limit, which ort_op.c registers."""
+    native = pathlib.Path(__file__).resolve().parents[2] / "plus_ep" / "native"
+    limit = int(re.search(r"#define PLUS_MAX_SHAPEV (\d+)", (native / "plan.h").read_text()).group(1))
+    assert MAX_HOST_INPUTS == limit
+    assert re.search(r"#define PLUS_MAX_HOST_INPUTS PLUS_MAX_SHAPEV\b", (native / "ort_op.c").read_text())
+    assert fused_op_type(limit) == f"FusedHost{limit}"
+    with pytest.raises(ValueError):
+        fused_op_type(limit + 1)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
+from plus_ep.kernels import routes
 from plus_ep.warehouse import load_warehouse
 from tests.support.gemm_norm_cases import (SOFTMAX_PATTERN, device_array, host_value, norm_model, reference,
                                            render_subgraph, reshaped_model, run_route, softmax_model)
@@ -42,6 +43,7 @@ def _check(out, ref, dt):
     (7, 48, 40, F16, {}, (1, 1)),                                        # one CTA per cluster
     (70, 300, 48, F16, {"gemm": True}, (5, 1)),                         # ONNX Gemm: transB=1, bias as C
     (20, 2500, 64, F16, {"sum_out": True}, (5, 1)),                     # BN 512 (N <= 4096): 2 warpgroups on N
+    (12, 1100, 32, F16, {}, (5, 1)),                                     # BN 256 (1024 < N <= 2048)
 ])
 def test_one_launch_matches_float64(M, N, K, dt, kw, clusters):
     rd, out, ref, results = _run(M, N, K, dt, **kw)
@@ -55,6 +57,16 @@ def test_one_launch_matches_float64(M, N, K, dt, kw, clusters):
     if clusters[0] > 1:        # partials of the other ranks read through DSMEM, never counted as DRAM
         assert res.counters["dsmem_ld"]["requests"] > 0
     _check(out, ref, dt)
+
+
+def test_fallback_tile_of_the_narrowest_width():
+    """wg_64x64 (cluster-only) serves BN 64 when wg_128x64 is excluded (spilled or too big at build time)."""
+    with routes.excluding(["wg_128x64x64_w64x64_s4"]):
+        rd, out, ref, (res,) = _run(45, 200, 64, F16, sum_out=True)
+    assert [v.name for v in rd.variants] == ["wg_64x64x64_w64x64_s4/cluster4"]
+    assert res.findings == [], [str(f) for f in res.findings]
+    assert res.counters["cluster"]["clusters_run"] == 1
+    _check(out, ref, F16)
 
 
 def test_missing_cluster_barrier_is_caught():

@@ -1,7 +1,7 @@
 """Attention template (attention.cuh: SIMT fp32, TF32 mma.sync and f16/bf16 mma.sync) executed by the PTX
 interpreter against a float64 numpy reference: every config x dtype of head dims 64/80/96/128 (SIMT and
-f16/bf16), and selected configs of the newer menu entries (EXTRA_CASES: head dims 32 and 256 in f16/bf16,
-TF32 at 64 and 128, SIMT at 32 and 256) with ragged Sq/Skv; causal (bottom-right), GQA, strided loads, the
+f16/bf16), and every config of the newer menu entries (EXTRA_CASES: head dims 32 and 256 in SIMT and
+f16/bf16, TF32 at every head dim) with ragged Sq/Skv; causal (bottom-right), GQA, strided loads, the
 BSHD hooks with a key-padding mask and a fully masked row. Tolerance by math mode (`_bound`): output
 rounding, the P rounding of the mma paths (P is rounded to the element type, tf32 for MATH 1, before P.V),
 for TF32 also the rounding of Q and K in the scores, and fp32 accumulation; 0 checker findings."""
@@ -89,6 +89,23 @@ EXTRA_CASES = [
     ("simt_d32_q32_kv32_w2", "float", 1, 0, True, 23, 40),
     ("simt_d256_q16_kv32_w4", "float", 0, 0, False, 9, 35),
 ]
+
+
+def _rest_of_new_menus():
+    """Every other config of the menus added after the tuned head dims (TF32 at every head dim; SIMT and
+    f16/bf16 at D = 32 and 256), once each: one query tile plus a ragged one, a key tile plus 7, causal,
+    strided and GQA rotating, so that no config of the menu goes unexecuted."""
+    named = {c[0] for c in EXTRA_CASES}
+    rest = [c for c in ac.all_configs() if c.name not in named and (c.math == 1 or c.head_dim in (32, 256))]
+    out = []
+    for i, cfg in enumerate(rest):
+        dtype = DTYPES[cfg.math][i % len(DTYPES[cfg.math])]
+        strided = i % 2 if cfg.math else 0
+        out.append((cfg.name, dtype, (i // 2) % 2, strided, i % 3 == 0, cfg.bq + 5, cfg.bkv + 7))
+    return out
+
+
+EXTRA_CASES += _rest_of_new_menus()
 
 
 def run_attention(cfg, dtype, causal, strided, gqa, arch="sm_80", Sq=None, Skv=None, mutate=None, seed=0):

@@ -29,7 +29,7 @@ from . import arch as arch_table
 from . import dtypes, routes, symdim
 from . import gemm_sm90a_configs as sm90a
 from .forward import emit_stores
-from .gemm_render import _frontier, _hooks
+from .gemm_hooks import frontier, gemm_hooks
 from .pull import RenderError
 from .row import RowProgram
 
@@ -72,7 +72,7 @@ def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out
         x_fn, tile = _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N)
     except RenderError:
         return None          # e.g. two GEMM-side tensors feed the rows: the two-kernel plan handles it
-    hooks = _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)   # plus_epilogue stays empty
+    hooks = gemm_hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)   # plus_epilogue stays empty
     extra = job.side_kernels(side)
     aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     out = []
@@ -108,7 +108,7 @@ def _in_gemm_order(em, fwd, cout, x, N) -> bool:
 def _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N) -> tuple:
     """(plus_row_x, plus_row_tile) sources; raises RenderError when the row tile cannot express the
     subgraph (then nothing was emitted into `em` that the caller keeps)."""
-    keep = _frontier(job, em, cout, row_nodes, dep_c, dep_row)
+    keep = frontier(job, em, cout, row_nodes, dep_c, dep_row)
     if len(keep) != 1 or not _in_gemm_order(em, fwd, cout, keep[0], N):
         raise RenderError(f"{job.node_name}: the row tile reads one GEMM-side tensor in the GEMM's element order")
     x = keep[0]

@@ -8,6 +8,8 @@ import re
 from . import dtypes, routes, symdim
 from .cexpr import attr, lit
 from .forward import bind_forward, emit_stores, forward_map
+from .gemm_hooks import frontier, gemm_hooks, hook_text
+from .gemm_norm_render import cluster_variants
 from .pull import RenderError, describe
 from .row import ROW_OPS
 
@@ -80,7 +82,6 @@ def render_gemm(job):
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
     if row_nodes:     # sm_90a, static N <= 4096: one kernel over a thread-block cluster (gemm_norm_render.py)
-        from .gemm_norm_render import cluster_variants
         one = cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, side,
                                (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt))
         if one:
@@ -88,7 +89,7 @@ def render_gemm(job):
     extra = []
     to_scratch = {}       # GEMM-side tensors the row program reads; stored besides any output store of them
     if row_nodes:
-        keep = _frontier(job, em, cout, row_nodes, dep_c, dep_row)
+        keep = frontier(job, em, cout, row_nodes, dep_c, dep_row)
         for k, x in enumerate(keep):
             if x not in fwd:
                 raise RenderError(f"{describe(em.producer.get(x, seed))}: '{x}' feeds the row normalisation "
@@ -105,7 +106,7 @@ def render_gemm(job):
     m_fastest = _m_fastest(fwd, {**epi, **to_scratch})
     emit_stores(em, fwd, epi)     # every subgraph output, including one the row program also reads
     emit_stores(em, fwd, to_scratch)
-    hooks = _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)
+    hooks = gemm_hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)
     extra += job.side_kernels(side)
     return _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=not row_nodes)
 
@@ -155,7 +156,7 @@ def render_gemm_group(job):
         cond = f" (plus_g == {g})" if g < G - 1 else ""
         branches.append(f"{head}{cond} {{\n{body}\n  }}")
     epilogue = split + "  (void)args;\n" + "".join(branches)
-    hooks = _hook_text(em0, epilogue, M, N, K, em0.c(nbatch * G), trans_b, dt, "plus_bg", a_ptr, b_ptr)
+    hooks = hook_text(em0, epilogue, M, N, K, em0.c(nbatch * G), trans_b, dt, "plus_bg", a_ptr, b_ptr)
     extra = job.side_kernels([t for t in job.outputs if t not in covered])
     per_group = ""
     if any(m_fast) and not all(m_fast):   # members disagree: the sm_90a epilogue picks its order per member
@@ -219,57 +220,3 @@ def _m_fastest(fwd, targets) -> bool:
     sm_90a template then walks its staged C tile with m fastest, so each warp stores consecutive addresses."""
     lasts = [str(fwd[t][0][-1]) for t in targets if t in fwd]
     return bool(lasts) and all(re.search(r"\bm\b", x) and not re.search(r"\bn\b", x) for x in lasts)
-
-
-def _frontier(job, em, cout, row_nodes, dep_c, dep_row) -> list:
-    """GEMM-side tensors the row program reads, minus those it can recompute from the others."""
-    row_ids = {id(n) for n in row_nodes}
-    frontier = []
-    for n in job.nodes:
-        if id(n) in row_ids or any(o in dep_row for o in n.output):
-            frontier += [i for i in n.input if i and i in dep_c and i not in dep_row and i not in frontier]
-
-    def covered(t, keep):
-        if t in keep or t not in dep_c:
-            return True
-        if t == cout or t not in em.producer:
-            return False
-        return all(covered(i, keep) for i in em.producer[t].input if i)
-    keep = list(frontier)
-    for f in reversed(frontier):
-        others = [k for k in keep if k != f]
-        if f != cout and f in em.producer and all(covered(i, others) for i in em.producer[f].input if i):
-            keep.remove(f)
-    if len(keep) > 4:
-        raise RenderError(f"{job.node_name}: the row normalisation needs {len(keep)} GEMM-side tensors (max 4)")
-    return keep
-
-
-def _hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) -> str:
-    return _hook_text(em, em.take(), M, N, K, em.c(nbatch), trans_b, dt, "b",
-                      f"  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n",
-                      f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')};\n")
-
-
-def _hook_text(em, epilogue, M, N, K, batch_c, trans_b, dt, bvar, a_ptr, b_ptr) -> str:
-    """The gemm template's hooks; `bvar` names their batch parameter, `a_ptr`/`b_ptr`/`epilogue` are bodies."""
-    st = dtypes.storage(dt)
-    ab = st if st != "float" else "float"
-    return (
-        f"typedef {ab} plus_ab_t;\n"
-        "#define PLUS_HAS_GEMM_SHAPE 1\n"
-        "PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {\n"
-        f"  return PlusGemmShape{{{batch_c}, {em.c(M)}, {em.c(N)}, {em.c(K)}}};\n}}\n"
-        "#define PLUS_HAS_A_PTR 1\n"
-        f"PLUS_DEV const plus_ab_t* plus_a_ptr(const PlusArgs& args, long long {bvar}) {{\n"
-        f"{a_ptr}}}\n"
-        "#define PLUS_HAS_LDA 1\n"
-        f"PLUS_DEV long long plus_lda(const PlusArgs& args) {{ return {em.c(K)}; }}\n"
-        "#define PLUS_HAS_B_PTR 1\n"
-        f"PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long {bvar}) {{\n"
-        f"{b_ptr}}}\n"
-        "#define PLUS_HAS_LDB 1\n"
-        f"PLUS_DEV long long plus_ldb(const PlusArgs& args) {{ return {em.c(K if trans_b else N)}; }}\n"
-        "#define PLUS_HAS_EPILOGUE 1\n"
-        f"PLUS_DEV void plus_epilogue(const PlusArgs& args, long long {bvar}, long long m, long long n, float acc) {{\n"
-        f"{epilogue}\n}}\n")

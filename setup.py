@@ -32,7 +32,7 @@ launcher = Extension(
 )
 
 # The emulated CUDA driver (PLUS_EP_CUDA_LIBRARY=<it>): the launcher's driver entry points on the CPU,
-# kernels executed by the PTX interpreter through callbacks plus_ep/emulator.py registers.
+# kernels executed by the PTX interpreter through callbacks plus_ep/verification/emulator.py registers.
 emucuda = Extension(
     "plus_ep._emucuda",
     sources=[str(NATIVE / "emucuda.c")],

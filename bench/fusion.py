@@ -108,7 +108,7 @@ def _plus_ep(model, blocks, repeat):
 def _compile(model, blocks, arch):
     """Rewrite with kernels into an empty cache (cold), then again (warm). `compiles` counts NVRTC
     runs (identical kernels compile once), `images` the kernel images the fused nodes carry."""
-    from plus_ep.kernels.cache import KernelCache
+    from plus_ep.kernels.build.cache import KernelCache
     from plus_ep.rewrite import rewrite_detailed
 
     with tempfile.TemporaryDirectory(prefix="plus_ep_bench_kernels_") as tmp:
@@ -233,7 +233,7 @@ def parse_args(argv):
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
     if args.compile_arch != "none":
-        from plus_ep.kernels import nvrtc
+        from plus_ep.kernels.build import nvrtc
         try:
             nvrtc.parse_arch(args.compile_arch)
         except ValueError as exc:

@@ -1,6 +1,6 @@
 """Issue 15 acceptance on a CPU: BERT-base fp16 (bench/bert_fp16.py, batch 8, seq 128) rewritten for
 sm_90a, every fused node's kernels run on the PTX interpreter through `plus-ep profile --emulate`
-(plus_ep.profile_kernels), and the emulator-modelled counters checked against the issue's criteria:
+(plus_ep.verification.profile), and the emulator-modelled counters checked against the issue's criteria:
 
   * GEMM and attention kernels: global load/store sectors per request <= 1.1 x ideal, shared-memory
     wavefronts per request <= 1.1 x ideal, emulated DRAM bytes <= 1.3 x compulsory;
@@ -24,7 +24,7 @@ import onnx
 from bench.bert_fp16 import to_fp16
 from bench.env_info import env_info
 from plus_ep.demo_model import build_bert
-from plus_ep.profile_kernels import profile
+from plus_ep.verification.profile import profile
 from plus_ep.rewrite import rewrite_detailed
 
 CRITERIA = {"sectors": 1.1, "wavefronts": 1.1, "dram": 1.3, "kernels_per_layer": 5}

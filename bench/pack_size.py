@@ -10,7 +10,7 @@ import sys
 
 import onnx
 from onnx import numpy_helper
-from plus_ep.kernels import pack
+from plus_ep.kernels.wire import pack
 
 
 def pack_sizes(path: str) -> dict:

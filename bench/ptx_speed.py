@@ -25,9 +25,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.env_info import env_info  # noqa: E402
-from plus_ep.kernels import attention_configs as ac  # noqa: E402
-from plus_ep.kernels import gemm_configs as gc  # noqa: E402
-from plus_ep.kernels import gemm_sm90a_configs as gc90  # noqa: E402
+from plus_ep.kernels.attention import configs as ac  # noqa: E402
+from plus_ep.kernels.gemm import configs as gc  # noqa: E402
+from plus_ep.kernels.gemm import sm90a_configs as gc90  # noqa: E402
 from tests.support import ptx_harness as H  # noqa: E402
 from tests.support.ptx_sources import gemm_source, wgmma_source  # noqa: E402
 from tests.support.gemm_variants import Variant  # noqa: E402

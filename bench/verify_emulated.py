@@ -74,7 +74,7 @@ def merge(paths, out: pathlib.Path, note: str = "") -> dict:
 def main(argv=None) -> int:
     from plus_ep import zoo
     from plus_ep.rewrite import rewrite_detailed
-    from plus_ep.verify_kernels import verify
+    from plus_ep.verification.check import verify
     ap = argparse.ArgumentParser()
     default = ["demo"] + [f"{f}-{e}" for f in zoo.FAMILIES for e in zoo.EXPORTERS]
     ap.add_argument("--models", default=",".join(default))

@@ -1,6 +1,6 @@
 """Symbolic dims of the +Loop world: an int, or a string product of ints and symbols ("batch*seq",
 "4*seq"); one set of helpers for lowering, the +Graph builder, the loop tree and the interpreter.
-(The codegen's dims are sympy expressions: kernels/symdim.py.)"""
+(The codegen's dims are sympy expressions: kernels/codegen/symdim.py.)"""
 from __future__ import annotations
 
 import re

@@ -11,7 +11,7 @@ from onnx import TensorProto
 from . import match, ops
 from .fuse import contract_units, order_units
 from .identify import Subgraph
-from ..kernels.plan import MAX_IN, MAX_OUT
+from ..kernels.wire.plan import MAX_IN, MAX_OUT
 
 
 def group_horizontal(ident, subgraphs: list) -> list:

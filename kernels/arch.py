@@ -11,7 +11,7 @@ the CLI). The C launcher knows arch *names* only (`KNOWN_ARCHS` in plus_ep/nativ
 plan has no `archs` line) and asks the driver for limits; tests/cpu/test_arch.py checks that every arch
 here is one it probes. Figures are CUDA's documented per-compute-capability limits; `sms` is the SM count
 of the arch's reference part (`part`: A100 108, A40 84, GeForce RTX 4090 128, H100 SXM5 132), which the
-route model plans waves for and the emulated CUDA driver reports (plus_ep/emulator.py).
+route model plans waves for and the emulated CUDA driver reports (plus_ep/verification/emulator.py).
 """
 from __future__ import annotations
 

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from . import pointwise, routes, shapevals, sources, symdim
-from .attention_render import render_attention
-from .gemm_render import render_gemm, render_gemm_group
-from .plan import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM, Launch, Plan, Route, check_bound, input_tokens
-from .pull import Emitter, RenderError
-from .row import ROW_OPS, RowProgram
+from .codegen import pointwise, shapevals, symdim
+from . import routes
+from .build import sources
+from .attention.render import render_attention
+from .gemm.render import render_gemm, render_gemm_group
+from .wire.plan import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM, Launch, Plan, Route, check_bound, input_tokens
+from .codegen.pull import Emitter, RenderError
+from .codegen.row import ROW_OPS, RowProgram
 from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
 
 HEADER = '#include "plus_common.cuh"\n'
@@ -196,7 +198,7 @@ def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math
 
 
 def _finish_sources(job: Job, variants: list) -> None:
-    """Each variant's source gets its comment header and named symbols (kernels/sources.py)."""
+    """Each variant's source gets its comment header and named symbols (kernels/build/sources.py)."""
     pgraph = getattr(job.sg, "pgraph", None)
     pgraph = pgraph.render() if pgraph is not None else None
     for v, variant in enumerate(variants):

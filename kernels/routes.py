@@ -14,8 +14,9 @@ import contextvars
 import math
 
 from . import arch as arch_table
-from . import gemm_configs, symdim
-from .pull import RenderError
+from .gemm import configs as gemm_configs
+from .codegen import symdim
+from .codegen.pull import RenderError
 
 ALWAYS = "1"
 EPSILON = 0.25
@@ -79,7 +80,7 @@ def gemm_math(dtype, fp32_math) -> int:
 
 def gemm_menu(math_, arch):
     if math_ == gemm_configs.MATH_F16 and arch_table.get(arch).wgmma:
-        from . import gemm_sm90a_configs
+        from .gemm import sm90a_configs as gemm_sm90a_configs
         return gemm_sm90a_configs.CONFIGS
     return gemm_configs.configs(math_)
 
@@ -121,7 +122,7 @@ def best_gemm(m, n, k, batch, menu, arch, allow_splitk=True):
 
 def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_splitk=True, menu=None):
     """[(condition rpn, config, split-K)] in order; the last condition is ALWAYS. `menu`: the configs to
-    choose from (default: the arch's menu for the math; gemm_norm_render passes its cluster tiles)."""
+    choose from (default: the arch's menu for the math; gemm/norm_render.py passes its cluster tiles)."""
     menu = gemm_menu(gemm_math(dtype, fp32_math), arch) if menu is None else menu
     n, k = _static(N), _static(K)
     b = _static(batch, 1)
@@ -144,7 +145,7 @@ def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_spli
 
 def gemm_defines(cfg, splitk, trans_b, aligned=False) -> dict:
     if _is_sm90a(cfg):
-        from . import gemm_sm90a_configs as mod
+        from .gemm import sm90a_configs as mod
     else:
         mod = gemm_configs
     return mod.defines(cfg, b_trans=int(trans_b), aligned=int(bool(aligned)), splitk=splitk)
@@ -172,7 +173,7 @@ def attention_math(dtypes, fp32_math) -> int:
     exact SIMT (0); mixed types -> SIMT."""
     from onnx import TensorProto
 
-    from . import attention_configs as ac
+    from .attention import configs as ac
     dtypes = set(dtypes)
     if len(dtypes) == 1 and dtypes <= {TensorProto.FLOAT16, TensorProto.BFLOAT16}:
         return ac.MATH_F16
@@ -182,7 +183,7 @@ def attention_math(dtypes, fp32_math) -> int:
 
 
 def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
-    from . import attention_configs as ac
+    from .attention import configs as ac
     dp = _padded(D)
     def menu_of(m):
         return list(ac.CONFIGS.get((m, dp)) or [ac.make_config(m, dp, *e[:3], None, *e[3:]) for e in ac.entries(m, dp)])
@@ -222,7 +223,7 @@ def _padded(d) -> int:
 
 
 def attention_defines(cfg, D) -> dict:
-    from . import attention_configs as ac
+    from .attention import configs as ac
     return ac.defines(cfg)
 
 

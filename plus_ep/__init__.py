@@ -22,14 +22,14 @@ from . import ep as _ep  # noqa: E402
 
 def verify(model, **kwargs) -> dict:
     """Run a rewritten model's kernels on the CPU PTX interpreter through the launcher and check them
-    (`plus-ep verify`); see plus_ep.verify_kernels.verify. Returns the report; report["ok"] is the verdict."""
-    from .verify_kernels import verify as _verify
+    (`plus-ep verify`); see plus_ep.verification.check.verify. Returns the report; report["ok"] is the verdict."""
+    from .verification.check import verify as _verify
     return _verify(model, **kwargs)
 
 
 def verify_text(report: dict) -> str:
     """The table `plus-ep verify` prints for a report of plus_ep.verify."""
-    from .verify_kernels import verify_text as _text
+    from .verification.check import verify_text as _text
     return _text(report)
 
 

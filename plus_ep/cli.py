@@ -22,7 +22,7 @@ import onnx
 
 from .explain import explain, format_explanation, format_pattern_list
 from .kernels.arch import ARCHS
-from .kernels.gemm_configs import FP32_MATH_DEFAULT, FP32_MATHS
+from .kernels.gemm.configs import FP32_MATH_DEFAULT, FP32_MATHS
 from .report_text import format_fused_report, format_rewrite_report, fused_report, is_rewritten
 
 log = logging.getLogger("plus_ep")
@@ -290,7 +290,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .verify_kernels import verify, verify_text
+    from .verification.check import verify, verify_text
     archs = resolve_archs(args.arch) if args.arch else None
     if args.batch < 1 or args.seq < 1:
         raise UsageError("--batch and --seq must be at least 1")
@@ -303,7 +303,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    from .profile_kernels import profile, profile_text
+    from .verification.profile import profile, profile_text
     if not args.emulate:
         raise UsageError("profile needs --emulate (kernels run on the CPU PTX interpreter; GPU profiling is "
                          "Nsight Compute's job)")
@@ -316,7 +316,7 @@ def cmd_profile(args) -> int:
 
 def resolve_archs(spec: str) -> list:
     """--arch: 'auto' = the local GPU's arch, else sm_80 and sm_90; 'none' = no kernels."""
-    from .kernels import nvrtc
+    from .kernels.build import nvrtc
     spec = (spec or "auto").strip().lower()
     if spec == "none":
         return []

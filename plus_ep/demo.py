@@ -31,7 +31,7 @@ def _diff(a, b) -> float:
 
 def run(layers=1, batch=2, seq=128, archs=None, out=print, verify_kernels=True, verify_batch=1,
         verify_seq=8) -> dict:
-    from .kernels import nvrtc
+    from .kernels.build import nvrtc
     model = demo_model.build_bert(layers=layers)
     local = nvrtc.local_arch()
     archs = archs or ([local] if local in nvrtc.ARCHS else ["sm_80"])
@@ -45,7 +45,7 @@ def run(layers=1, batch=2, seq=128, archs=None, out=print, verify_kernels=True, 
         f"{k.seconds:.1f}s), {len(k.failures)} left unfused")
     summary = {"archs": archs}
     if verify_kernels:
-        from .verify_kernels import verify, verify_text
+        from .verification.check import verify, verify_text
         out(f"Kernel check on the CPU: the rewritten model on ORT CPU through the launcher, every kernel's PTX "
             f"executed on PlusEP's PTX interpreter (emulated CUDA driver, checkers on); each fused node's "
             f"outputs vs its function body on the same inputs, the model's outputs vs the original graph; "

@@ -10,7 +10,7 @@ graph without `ai.plus_ep::Fused` nodes that was loaded from a file, it calls ba
 path; the planner rewrites the model as ONNX Runtime hands it to GetCapability (after its basic
 optimizations, `ort_basic_graph`; rewrite and kernels cached on disk, `plus_ep.session.rewritten_model`)
 and hands the EP each fused node's original nodes, plan and image packs, which the EP claims and compiles.
-In a process that runs the emulated CUDA driver (`plus_ep.emulator.Emulator`), the planner also hands
+In a process that runs the emulated CUDA driver (`plus_ep.verification.emulator.Emulator`), the planner also hands
 the emulator those packs, so their cubins resolve to the PTX the interpreter runs.
 Models loaded from bytes cannot be planned (the EP sees no path): they run unfused, with one warning
 (`plus_ep.InferenceSession` rewrites bytes itself). Processes without Python have no planner: there the
@@ -110,7 +110,7 @@ def devices() -> list[dict]:
 
 def arch_for(opts: dict) -> str:
     """The arch kernels are built for: the `arch` option, else the device's ("9.0" -> sm_90a)."""
-    from .kernels import nvrtc
+    from .kernels.build import nvrtc
     if opts.get("arch"):
         return nvrtc.parse_arch(opts["arch"])
     cc = opts.get("cc") or ""
@@ -126,7 +126,7 @@ def plan_groups(path: str, opts: dict) -> list[dict]:
     """The node groups PlusEP should claim in the model at `path`: one per Fused node of its rewrite,
     with the original nodes it replaces (by first output name), its inputs and outputs in plan order,
     its plan and its image packs (arch -> bytes)."""
-    from .kernels.gemm_configs import FP32_MATH_DEFAULT
+    from .kernels.gemm.configs import FP32_MATH_DEFAULT
     st = os.stat(path)
     arch = arch_for(opts)
     key = (os.path.abspath(path), st.st_mtime_ns, st.st_size, arch, opts.get("disable", ""),
@@ -307,10 +307,10 @@ def _planner(path_b, opts_b, request) -> int:
 
 
 def _register_with_emulator(groups: list[dict]) -> None:
-    """When this process runs the emulated CUDA driver (plus_ep.emulator.Emulator exists), hand it the
+    """When this process runs the emulated CUDA driver (plus_ep.verification.emulator.Emulator exists), hand it the
     planned groups' packs: it maps each cubin the launcher loads to the PTX beside it in its pack."""
     import sys
-    mod = sys.modules.get("plus_ep.emulator")
+    mod = sys.modules.get("plus_ep.verification.emulator")
     emu = getattr(getattr(mod, "Emulator", None), "_instance", None)
     if emu is None:
         return

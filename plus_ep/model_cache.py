@@ -18,7 +18,7 @@ import logging
 import os
 
 from . import config
-from .kernels.cache import package_version, write_atomic
+from .kernels.build.cache import package_version, write_atomic
 
 log = logging.getLogger("plus_ep")
 

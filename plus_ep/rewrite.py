@@ -11,8 +11,8 @@ import onnx
 from .graph_rewrites.fuse import FusedSubgraph, fuse, is_fused
 from .graph_rewrites.graph import GraphView, ModelError
 from .graph_rewrites.identify import Identifier
-from .kernels.gemm_configs import FP32_MATH_DEFAULT
-from .kernels.plan import node_of
+from .kernels.gemm.configs import FP32_MATH_DEFAULT
+from .kernels.wire.plan import node_of
 from .warehouse import default_warehouse
 
 from .model_check import check_model, fusable_opset, load_model  # noqa: F401  (load_model: public API)
@@ -27,7 +27,7 @@ class RewriteResult:
     view: GraphView | None = None
     identifier: Identifier | None = None
     seconds: float = 0.0
-    kernels: object = None                               # kernel_build.KernelBuild when archs given
+    kernels: object = None                               # kernels.build.stage.KernelBuild when archs given
     fp32_math: str = FP32_MATH_DEFAULT                   # fp32 GEMM/attention math of the kernels ("tf32" | "exact")
 
 
@@ -53,7 +53,7 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
     subgraphs = ident.run() if fusable_opset(proto) else []
     built = None
     if archs:
-        from .kernel_build import build_kernels
+        from .kernels.build.stage import build_kernels
         built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
                               fp32_math=fp32_math)
         split = {k for k, _, _ in built.failures if getattr(subgraphs[k], "parts", None)}

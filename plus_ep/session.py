@@ -24,7 +24,7 @@ import warnings
 import onnx
 import onnxruntime as ort
 
-from .kernels.gemm_configs import FP32_MATH_DEFAULT
+from .kernels.gemm.configs import FP32_MATH_DEFAULT
 
 
 log = logging.getLogger("plus_ep")
@@ -63,7 +63,7 @@ def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
     $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep: see plus_ep/config.py). A cache folder that cannot be
     written (read only, disk full) warns once and the model is built without being stored."""
     from . import config, model_cache
-    from .kernels.cache import KernelCache
+    from .kernels.build.cache import KernelCache
     from .rewrite import rewrite_detailed
     from .warehouse import default_warehouse
     disable = tuple(sorted(p for p in opts.get("disable", "").split(",") if p))
@@ -100,7 +100,7 @@ class InferenceSession(ort.InferenceSession):
             super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
             return
         from . import ep
-        from .kernels import nvrtc
+        from .kernels.build import nvrtc
         ep.register()                       # the plugin EP (raises on onnxruntime < 1.25)
         gpu = nvrtc.local_arch()
         arch = nvrtc.parse_arch(plus["arch"]) if plus.get("arch") else gpu

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import pathlib
 
-from .. import nvrtc
-from ..cache import KernelCache, cache_key, write_atomic
+from ..build import nvrtc
+from ..build.cache import KernelCache, cache_key, write_atomic
 
 
 def _root(cache_dir=None) -> pathlib.Path:

@@ -52,7 +52,7 @@
 // PlusAttnShape comes from plus_common.cuh (hooks precede this file).
 //
 // Entry: plus_attention, grid (cdiv(Sq, PLUS_BQ), H, B), block PLUS_WARPS*32, dynamic shared memory
-// PLUS_ATTN_SMEM_BYTES (kernels/attention_configs.py mirrors the formula). A query row whose keys are all
+// PLUS_ATTN_SMEM_BYTES (kernels/attention/configs.py mirrors the formula). A query row whose keys are all
 // masked produces 0, or NaN with PLUS_MASKED_ROW_NAN 1 (the graph's softmax over all -inf without the
 // Where(IsNaN(p), 0, p) guard).
 #pragma once

@@ -52,7 +52,7 @@
 //             and the 8-row ldmatrix reads of such rows. The B stage is sized for the larger of the two
 //             layouts so PLUS_SMEM_BYTES ignores B_TRANS.
 //   MATH 0    A stage [BK][BM + 4] (transposed), B stage [BK][BN + 4], always 2 stages, float.
-// kernels/gemm_configs.py mirrors PLUS_THREADS and PLUS_SMEM_BYTES; keep the two in step.
+// kernels/gemm/configs.py mirrors PLUS_THREADS and PLUS_SMEM_BYTES; keep the two in step.
 #pragma once
 
 // ------------------------------------------------------------------------------------ parameters

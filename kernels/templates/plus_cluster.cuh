@@ -1,4 +1,4 @@
-// plus_cluster.cuh: cluster-wide row reductions of the row program that kernels/row.py renders into the sm_90a
+// plus_cluster.cuh: cluster-wide row reductions of the row program that kernels/codegen/row.py renders into the sm_90a
 // GEMM's epilogue (PLUS_HAS_ROW_TILE, kernels/CONTRACT.md §2.1). The CTAs of one thread-block cluster own
 // column slices of the same rows: each writes its per-row partial to a shared array, a cluster barrier
 // (release/acquire) publishes them, and every CTA then combines all C ranks' partials of a row through

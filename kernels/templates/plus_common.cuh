@@ -19,9 +19,9 @@ static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared with the C lau
 
 #define PLUS_DEV __device__ __forceinline__
 
-// Launch bounds of the generated row and point-wise kernels (kernels/row.py, kernels/pointwise.py): at
+// Launch bounds of the generated row and point-wise kernels (kernels/codegen/row.py, kernels/codegen/pointwise.py): at
 // most `threads` per block. Alone, ptxas may cap registers for full occupancy and spill; a kernel that
-// spills is compiled again with -DPLUS_BOUNDS_MIN_BLOCKS=1 (kernels/compile.py), which asks for one
+// spills is compiled again with -DPLUS_BOUNDS_MIN_BLOCKS=1 (kernels/build/compile.py), which asks for one
 // resident block per SM only, so the whole register file is available.
 #ifdef PLUS_BOUNDS_MIN_BLOCKS
 #define PLUS_BOUNDS(threads) __launch_bounds__(threads, PLUS_BOUNDS_MIN_BLOCKS)
@@ -81,7 +81,7 @@ PLUS_DEV float plus_warp_prod(float x) {
 }
 
 // Block-wide reduction; every thread gets the result. `red` is 33 floats of shared memory. max/min skip
-// NaN (fmaxf/fminf); kernels/row.py applies onnxruntime's rule (NaN iff the row's first element is NaN).
+// NaN (fmaxf/fminf); kernels/codegen/row.py applies onnxruntime's rule (NaN iff the row's first element is NaN).
 #define PLUS_BLOCK_REDUCE(NAME, WARP_OP, IDENT)                                  \
   PLUS_DEV float NAME(float x, float* red) {                                    \
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;                 \

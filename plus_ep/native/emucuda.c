@@ -1,6 +1,6 @@
 /* The emulated CUDA driver (plus_ep/_emucuda*.so): the driver entry points the launcher resolves
  * (driver.c) plus the optional ones the plugin EP looks up, for one emulated device on the CPU.
- * Load it with PLUS_EP_CUDA_LIBRARY=<path>; plus_ep/emulator.py attaches the PTX interpreter.
+ * Load it with PLUS_EP_CUDA_LIBRARY=<path>; plus_ep/verification/emulator.py attaches the PTX interpreter.
  *
  * - Device memory is host memory: cuMemAlloc is a 256-byte aligned malloc filled with 0xFF bytes (NaN
  *   in every float width, so an output no kernel writes is NaN, never stale data from an earlier
@@ -10,7 +10,7 @@
  *   callbacks take the GIL, which serialises the interpreter across the launcher's threads). The
  *   loaded image is handed over with its size: an ELF cubin's size from its headers, PTX's strlen + 1.
  * - The device reports what plus_emucuda_set_device sets: compute capability, SM count and opt-in shared
- *   memory per block, which plus_ep/emulator.py (Emulator.set_arch) takes from kernels/arch.py's row of
+ *   memory per block, which plus_ep/verification/emulator.py (Emulator.set_arch) takes from kernels/arch.py's row of
  *   the arch under test (its reference part: A100 108 SMs for sm_80, ..., H100 SXM5 132 for sm_90a), so
  *   the launcher picks that arch's image and sizes exactly as on that GPU. Until then: 9.0, 132, 232448.
  * - A callback that fails stores a message for its thread; cuGetErrorName of that code then returns
@@ -96,7 +96,7 @@ static int alloc_remove(uintptr_t base) {
     return found;
 }
 
-/* ---- exported for plus_ep/emulator.py ---- */
+/* ---- exported for plus_ep/verification/emulator.py ---- */
 EXPORT void plus_emucuda_attach(load_cb l, getfn_cb g, launch_cb la, unload_cb u) {
     pthread_mutex_lock(&g_lock);
     g_cb.load = l, g_cb.getfn = g, g_cb.launch = la, g_cb.unload = u;
@@ -268,7 +268,7 @@ EXPORT CUresult cuModuleLoadData(emu_mod** out, const void* image) {
     if (!image || !out) return E_INVALID_VALUE;
     if (!g_cb.load)
         return fail(E_NOT_INITIALIZED, "no PTX interpreter is attached to the emulated CUDA driver "
-                                       "(use plus_ep.emulator.Emulator, e.g. through `plus-ep verify`)");
+                                       "(use plus_ep.verification.emulator.Emulator, e.g. through `plus-ep verify`)");
     const unsigned char* d = image;
     int is_ptx = memcmp(d, "\x7f" "ELF", 4) != 0;
     size_t size = is_ptx ? strlen(image) + 1 : elf_size(d);

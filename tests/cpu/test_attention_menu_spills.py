@@ -1,4 +1,4 @@
-"""Every attention menu entry (kernels/attention_configs.py: head dims 32, 64, 80, 96, 128, 256; SIMT fp32,
+"""Every attention menu entry (kernels/attention/configs.py: head dims 32, 64, 80, 96, 128, 256; SIMT fp32,
 TF32 and f16/bf16 tensor cores) compiles with NVRTC for every arch of kernels/arch.py without register
 spills, without a stack frame, and within the arch's shared memory.
 
@@ -22,9 +22,9 @@ import itertools
 import pytest
 
 from plus_ep.kernels import arch as arch_table
-from plus_ep.kernels import attention_configs as ac
-from plus_ep.kernels import nvrtc
-from plus_ep.kernels.cache import KernelCache
+from plus_ep.kernels.attention import configs as ac
+from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.build.cache import KernelCache
 from tests.support.parallel import run_jobs
 from tests.support.template_attention_cases import DTYPES, ENTRY, FULL, HOOKS_BSHD, HOOKS_BSHD_DEFINES
 

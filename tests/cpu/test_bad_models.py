@@ -232,7 +232,7 @@ def test_large_but_valid_dim_rewrites():
 def test_plan_guard_refuses_int64_overflow_and_negative_dims():
     """Defence behind check_model: a rendered plan with a literal beyond int64, or a negative literal
     dim, leaves its subgraph unfused (kernel_build) instead of reaching the launcher."""
-    from plus_ep.kernels.plan import problem as plan_problem
+    from plus_ep.kernels.wire.plan import problem as plan_problem
     good = "plusplan 1\nnode n/0\nin 0 1 2 s0 8\nout 0 1 2 s0 8\nval 0 s0\nroute 0 1\n" \
            "kernel 0 0 k s0,256,cdiv 1 1 256 1 1 0\nend\n"
     assert plan_problem(good) is None
@@ -283,7 +283,7 @@ def plus_ep_path(monkeypatch, tmp_path):
     """InferenceSession's PlusEP path (rewrite, then a CUDA session) on this machine: pretend there
     is a GPU. A bad model must fail in the rewrite, before any session exists."""
     ort = pytest.importorskip("onnxruntime")
-    from plus_ep.kernels import nvrtc
+    from plus_ep.kernels.build import nvrtc
     monkeypatch.setattr(nvrtc, "local_arch", lambda device=0: "sm_90a")
     monkeypatch.setattr(ort, "get_available_providers",
                         lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
@@ -341,7 +341,7 @@ print(json.dumps(out))
 def test_session_fallback_bad_models_raise_not_crash(tmp_path):
     """Without a GPU, PlusEP hands the original model to ONNX Runtime: every bad model is ORT's own
     exception (or loads, where ORT is lenient), never a crash, a hang or a MemoryError."""
-    from plus_ep.kernels import nvrtc
+    from plus_ep.kernels.build import nvrtc
     if nvrtc.local_arch() is not None:
         pytest.skip("this machine has a GPU: the PlusEP path is tested above")
     paths = []

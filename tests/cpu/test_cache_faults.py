@@ -18,11 +18,11 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from plus_ep.kernels import cache as kcache  # noqa: E402
-from plus_ep.kernels import nvrtc  # noqa: E402
-from plus_ep.kernels.cache import KernelCache  # noqa: E402
-from plus_ep.kernels.compile import Job, compile_all  # noqa: E402
-from plus_ep.kernels.nvrtc import CompileResult  # noqa: E402
+from plus_ep.kernels.build import cache as kcache  # noqa: E402
+from plus_ep.kernels.build import nvrtc  # noqa: E402
+from plus_ep.kernels.build.cache import KernelCache  # noqa: E402
+from plus_ep.kernels.build.compile import Job, compile_all  # noqa: E402
+from plus_ep.kernels.build.nvrtc import CompileResult  # noqa: E402
 from tests.support.faults import HalfWriter, freeze_templates, src  # noqa: E402
 
 @pytest.fixture(autouse=True)
@@ -344,7 +344,7 @@ def small_model():
 def session_cache(tmp_path, monkeypatch):
     """The session's cache under tmp, with the kernel folder shared with the test run (warm)."""
     from plus_ep import session
-    monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", pathlib.Path(kcache.__file__).parent / "templates")
+    monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", pathlib.Path(kcache.__file__).parents[1] / "templates")
     session._warned.clear()
     return tmp_path / "plus_ep"
 

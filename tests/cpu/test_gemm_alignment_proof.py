@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from onnx import TensorProto
 
-from plus_ep.kernels import gemm_configs, gemm_sm90a_configs, routes
+from plus_ep.kernels.gemm import configs as gemm_configs, sm90a_configs as gemm_sm90a_configs
+from plus_ep.kernels import routes
 
 
 @pytest.mark.parametrize("K,ldb,dtype,want", [

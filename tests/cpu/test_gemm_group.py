@@ -80,7 +80,7 @@ def test_explain_prints_groups_and_refusals(tmp_path):
 def test_group_whose_kernels_fail_falls_back_to_its_members(monkeypatch):
     """A group that cannot be rendered is not left unfused: its members are built as separate nodes."""
     from plus_ep.kernels import render as render_mod
-    from plus_ep.kernels.pull import RenderError
+    from plus_ep.kernels.codegen.pull import RenderError
 
     def boom(job):
         raise RenderError(f"{job.node_name}: forced failure")

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from plus_ep.kernels import nvrtc  # noqa: E402
-from plus_ep.kernels.nvrtc import CompileError, CompileResult, Resources  # noqa: E402
+from plus_ep.kernels.build import nvrtc  # noqa: E402
+from plus_ep.kernels.build.nvrtc import CompileError, CompileResult, Resources  # noqa: E402
 
 TINY = r'''
 #include "plus_common.cuh"

@@ -13,7 +13,7 @@ from plus_ep.graph_rewrites import ops
 from plus_ep.graph_rewrites.graph import GraphView
 from plus_ep.graph_rewrites.identify import Identifier
 from plus_ep.graph_rewrites.lowering import known_ops
-from plus_ep.kernels import cexpr, pull, row
+from plus_ep.kernels.codegen import cexpr, pull, row
 from plus_ep.warehouse import default_warehouse
 
 

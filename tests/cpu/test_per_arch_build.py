@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from plus_ep.kernels import arch as arch_table
-from plus_ep.kernels import plan as P
-from plus_ep.kernels.compile import ResourceError
-from plus_ep.kernels.nvrtc import CompileResult
-from plus_ep.kernels.pack import parse as read_pack
+from plus_ep.kernels.wire import plan as P
+from plus_ep.kernels.build.compile import ResourceError
+from plus_ep.kernels.build.nvrtc import CompileResult
+from plus_ep.kernels.wire.pack import parse as read_pack
 
-from plus_ep import kernel_build
+from plus_ep.kernels.build import stage as kernel_build
 from plus_ep.rewrite import rewrite_detailed
 
 
@@ -111,7 +111,7 @@ def test_spilling_variant_falls_back_to_a_smaller_config(monkeypatch):
 
 
 def test_every_config_spilling_leaves_the_subgraph_with_the_reason(monkeypatch):
-    from plus_ep.kernels import gemm_configs
+    from plus_ep.kernels.gemm import configs as gemm_configs
     cfgs = {c.name for c in gemm_configs.configs(gemm_configs.MATH_F16)}
     res = _build(monkeypatch, _fp16_gemm(), ["sm_80"], FakeNvrtc(spill={(c, "sm_80") for c in cfgs}))
     assert res.kernels.failures
@@ -121,7 +121,8 @@ def test_every_config_spilling_leaves_the_subgraph_with_the_reason(monkeypatch):
 
 @pytest.mark.parametrize("head_dim", [32, 64, 80, 96, 128, 256])
 def test_attention_menus_exist_for_head_dims(head_dim):
-    from plus_ep.kernels import routes, symdim
+    from plus_ep.kernels import routes
+    from plus_ep.kernels.codegen import symdim
     for arch in ("sm_80", "sm_86", "sm_90a"):
         for math_ in (0, 2):
             rts = routes.attention_routes(2, 12, "seq", "seq", head_dim, arch, symdim.Symbols(), math_=math_)
@@ -133,8 +134,9 @@ def test_attention_menus_exist_for_head_dims(head_dim):
 def test_tensor_core_attention_falls_back_to_simt_when_every_config_spills():
     """Head dim 256 in f16 with every tensor-core config excluded (as the kernel build excludes a config that
     spilled or does not fit the arch): the route model picks the SIMT configs instead of losing the subgraph."""
-    from plus_ep.kernels import attention_configs as ac
-    from plus_ep.kernels import routes, symdim
+    from plus_ep.kernels.attention import configs as ac
+    from plus_ep.kernels import routes
+    from plus_ep.kernels.codegen import symdim
     tc = {c.name for c in ac.configs_for(2, 256)}
     with routes.excluding(tc):
         rts = routes.attention_routes(2, 8, "seq", "seq", 256, "sm_80", symdim.Symbols(), math_=2)

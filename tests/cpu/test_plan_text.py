@@ -1,4 +1,4 @@
-"""kernels/plan.py is the one Python writer and reader of the launch-plan text (CONTRACT.md §3)."""
+"""kernels/wire/plan.py is the one Python writer and reader of the launch-plan text (CONTRACT.md §3)."""
 from __future__ import annotations
 
 import pathlib
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from plus_ep.kernels import plan as P
+from plus_ep.kernels.wire import plan as P
 from tests.support.imports import PACKAGE_DIRS, ROOT
 
 GOLDEN = sorted((ROOT / "tests" / "golden").glob("*.plan"))
@@ -80,7 +80,7 @@ def test_problem_reads_through_the_same_reader():
 
 
 def test_no_other_python_reads_plan_text():
-    """Reading the plan's records (`startswith("node ")`, splitting plan lines) happens in kernels/plan.py
+    """Reading the plan's records (`startswith("node ")`, splitting plan lines) happens in kernels/wire/plan.py
     only; tests and the bench go through parse()."""
     records = "(?:node|sym|in|out|val|route|kernel|archs|scratch|shapev)"
     reader = re.compile(rf"""startswith\(\s*\(?\s*["']{records} ["']|\bin\s+\(\s*["']{records}["']\s*,\s*["']{records}["']""")

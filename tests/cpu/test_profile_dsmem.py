@@ -1,6 +1,6 @@
 """plus-ep profile: distributed-shared-memory traffic of cluster kernels is reported apart from DRAM,
 scaled like every count when CTAs are sampled."""
-from plus_ep.profile_kernels import node_profile, profile_text
+from plus_ep.verification.profile import node_profile, profile_text
 
 
 def _row(ctas_run):

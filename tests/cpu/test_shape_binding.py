@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 from plus_ep.graph_rewrites import graph as G
 from plus_ep.graph_rewrites.graph import GraphView
-from plus_ep.kernels import plan as P
-from plus_ep.kernels import shapevals
+from plus_ep.kernels.wire import plan as P
+from plus_ep.kernels.codegen import shapevals
 
 from plus_ep.rewrite import rewrite_detailed
 from tests.support import shapev_models

@@ -21,7 +21,7 @@ from tests.support.shapev_models import feeds, gpt2_like  # noqa: E402
 RUNNER = r"""
 import json, sys
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 emu = Emulator.get()
 import plus_ep
 path, feeds_path = sys.argv[1], sys.argv[2]

@@ -1,4 +1,4 @@
-"""The emulated CUDA driver (plus_ep/_emucuda, plus_ep/emulator.py) under the real launcher in ORT CPU
+"""The emulated CUDA driver (plus_ep/_emucuda, plus_ep/verification/emulator.py) under the real launcher in ORT CPU
 sessions: NVRTC-compiled kernels (real cubins, their PTX in PLUSIMG2 packs) run on the PTX interpreter.
 
 Each case runs in a child process: the launcher reads PLUS_EP_CUDA_LIBRARY once per process (and
@@ -12,7 +12,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from plus_ep.kernels import nvrtc, pack
+from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.wire import pack
 
 from tests.support.emulated_models import run_child
 from tests.support.launcher_models import PLAN, function, fused_node, model
@@ -42,7 +43,7 @@ extern "C" __global__ void plus_uninit(const PlusArgs args) {       // reads sha
 RUNNER = r"""
 import json, sys, threading
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 from plus_ep.library import get_library_path
 path, mode, arch = sys.argv[1], sys.argv[2], sys.argv[3]
 emu = Emulator.get()

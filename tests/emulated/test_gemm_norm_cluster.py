@@ -1,4 +1,4 @@
-"""One-kernel GEMM + residual + LayerNorm/RMSNorm on sm_90a (kernels/gemm_norm_render.py): the wgmma
+"""One-kernel GEMM + residual + LayerNorm/RMSNorm on sm_90a (kernels/gemm/norm_render.py): the wgmma
 GEMM's CTAs along a row form a thread-block cluster and normalise whole rows through distributed shared
 memory. Each case renders a static-shape subgraph, runs its one launch on the CPU PTX interpreter
 (clusters interleaved, checkers on) and compares with float64 numpy; unwritten outputs would be NaN."""

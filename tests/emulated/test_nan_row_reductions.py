@@ -1,4 +1,4 @@
-"""NaN and infinity in row kernels (kernels/row.py) against onnxruntime 1.31 CPU, on the CPU PTX interpreter.
+"""NaN and infinity in row kernels (kernels/codegen/row.py) against onnxruntime 1.31 CPU, on the CPU PTX interpreter.
 
 What onnxruntime does with a row [.., NaN, ..] (checked for every position of rows of 8 to 1000, reducing
 the last, first, middle and several axes):

@@ -12,7 +12,7 @@ raw model the planner hands the emulator the packs of the groups it plans (plus_
 Checked per session: PlusEP first in get_providers(); get_provider_graph_assignment_info() puts the
 Fused nodes (rewritten model) or the planned groups (raw model) on PlusEP; every claimed node launched
 at least one kernel on the interpreter, with no interpreter error or checker finding; the outputs
-match the original model on ORT CPU within plus_ep/verify_tol.py's model tolerance for the math the
+match the original model on ORT CPU within plus_ep/verification/tolerances.py's model tolerance for the math the
 launched kernels use (exact fp32: 1e-4; tf32 GEMMs, PlusEP's default like the CUDA EP's: 2e-2). Tiny shapes
 (one layer, hidden 32, batch 1, seq 8) keep the interpreter's share to seconds."""
 from __future__ import annotations
@@ -34,10 +34,10 @@ RUNNER = r"""
 import json, sys
 spec = json.loads(sys.argv[1])
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 emu = Emulator.get()                 # the driver the EP loads (PLUS_EP_CUDA_LIBRARY), interpreter attached
 import plus_ep                       # registers "PlusEP" with onnxruntime
-from plus_ep.verify_tol import compare, node_math, tolerance
+from plus_ep.verification.tolerances import compare, node_math, tolerance
 emu.set_arch(spec.get("arch", "sm_90a"))
 model = onnx.load(spec["model"])
 registered = emu.register_model(model)          # a rewritten model's packs (0 for a raw model)

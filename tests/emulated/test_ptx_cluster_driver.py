@@ -1,5 +1,5 @@
 """A thread-block-cluster kernel under the real launcher on the emulated CUDA driver (ORT CPU session,
-cuLaunchKernel -> plus_ep/emulator.py -> Kernel.launch): the cluster shape comes from the PTX
+cuLaunchKernel -> plus_ep/verification/emulator.py -> Kernel.launch): the cluster shape comes from the PTX
 (__cluster_dims__), the plan's grid is a multiple of it, and DSMEM stores between the two CTAs of each
 cluster give the element-wise result; a grid that is not a multiple is an ORT error naming the node."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 
 import onnx
 import pytest
-from plus_ep.kernels import nvrtc, pack
+from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.wire import pack
 
 from tests.support.emulated_models import run_child
 from tests.support.launcher_models import function, fused_node, model
@@ -46,7 +47,7 @@ end
 RUNNER = r"""
 import json, sys
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 from plus_ep.library import get_library_path
 path = sys.argv[1]
 emu = Emulator.get()

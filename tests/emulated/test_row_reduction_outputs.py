@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from plus_ep.rewrite import rewrite_detailed
-from plus_ep.verify_kernels import verify
+from plus_ep.verification.check import verify
 
 
 def _model(axis):

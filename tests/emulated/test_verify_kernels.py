@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 import plus_ep
-from plus_ep.profile_kernels import profile, profile_text
+from plus_ep.verification.profile import profile, profile_text
 from tests.support.emulated_models import (
     ROOT,
     corrupt_ptx,
@@ -89,7 +89,7 @@ def test_profile_reports_counts_per_node(tiny):
 RELIABILITY = r"""
 import json, sys, threading
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 from plus_ep.library import get_library_path
 path, mode = sys.argv[1], sys.argv[2]
 emu = Emulator.get(); emu.register_model(onnx.load(path)); emu.set_arch("sm_80")

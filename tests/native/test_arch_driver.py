@@ -16,7 +16,7 @@ CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 
 @pytest.fixture(scope="module")
 def emucuda():
-    from plus_ep.emulator import library_path
+    from plus_ep.verification.emulator import library_path
     try:
         lib = ctypes.CDLL(library_path())
     except (FileNotFoundError, OSError) as exc:
@@ -37,7 +37,7 @@ def _attr(lib, attr: int) -> int:
 
 @pytest.mark.parametrize("name", arch.ARCHS)
 def test_emulated_driver_agrees_with_the_arch_table(emucuda, name):
-    from plus_ep.emulator import device_attributes
+    from plus_ep.verification.emulator import device_attributes
     a = arch.get(name)
     emucuda.plus_emucuda_set_device(*device_attributes(name))
     assert (_attr(emucuda, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
@@ -49,7 +49,7 @@ def test_emulated_driver_agrees_with_the_arch_table(emucuda, name):
 def test_emulator_set_arch_reports_the_reference_part():
     """Emulator.set_arch (what verify and profile call) sets the device of the arch under test; it used to
     report 132 SMs for every arch."""
-    from plus_ep.emulator import Emulator
+    from plus_ep.verification.emulator import Emulator
     try:
         emu = Emulator.get()
     except (FileNotFoundError, OSError) as exc:

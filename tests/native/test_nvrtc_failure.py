@@ -20,10 +20,10 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-import plus_ep.kernel_build as kernel_build  # noqa: E402
-from plus_ep.kernels import nvrtc  # noqa: E402
-from plus_ep.kernels import plan as plan_text  # noqa: E402
-from plus_ep.kernels.nvrtc import CompileError, CompileResult  # noqa: E402
+import plus_ep.kernels.build.stage as kernel_build  # noqa: E402
+from plus_ep.kernels.build import nvrtc  # noqa: E402
+from plus_ep.kernels.wire import plan as plan_text  # noqa: E402
+from plus_ep.kernels.build.nvrtc import CompileError, CompileResult  # noqa: E402
 from plus_ep import cli  # noqa: E402
 from plus_ep.demo_model import build_bert, sample_inputs  # noqa: E402
 from plus_ep.rewrite import rewrite_detailed  # noqa: E402

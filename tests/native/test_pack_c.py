@@ -1,6 +1,6 @@
 """pack.c on format-2 image packs (PTX beside each cubin), under ASan/UBSan: parse, PTX lookup, the
 PTX choice for a device newer than every pack (never an sm_XXa PTX), malformed PTX entries. The packs
-come from the one writer, plus_ep.kernels.pack."""
+come from the one writer, plus_ep.kernels.wire.pack."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from plus_ep.kernels import pack
+from plus_ep.kernels.wire import pack
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"

@@ -319,7 +319,7 @@ def test_c_host_on_the_emulated_driver_is_a_clear_error(tmp_path):
     a crash, never outputs that no kernel computed. C hosts run real kernels on a GPU only."""
     pytest.importorskip("cuda.bindings")
     import plus_ep
-    from plus_ep.emulator import library_path
+    from plus_ep.verification.emulator import library_path
     try:
         emu = library_path()
     except FileNotFoundError as e:

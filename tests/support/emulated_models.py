@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from plus_ep.kernels import pack
+from plus_ep.kernels.wire import pack
 
 ROOT = Path(__file__).resolve().parents[2]
 H = 32
@@ -72,7 +72,7 @@ def corrupt_ptx(model: onnx.ModelProto, node_name: str, arch: str, old: str, new
 
 def child_env(extra=None) -> dict:
     """A child's environment with the emulated driver as the launcher's CUDA library."""
-    from plus_ep.emulator import library_path
+    from plus_ep.verification.emulator import library_path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_CUDA"))}
     env["PLUS_EP_CUDA_LIBRARY"] = library_path()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)

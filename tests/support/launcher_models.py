@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from plus_ep.kernels.pack import write as write_pack
+from plus_ep.kernels.wire.pack import write as write_pack
 
 # n <= 1024: fake_add_marker (x + y + 1000); larger: fake_fill (every element = v1 = 7).
 PLAN = """plusplan 1

@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 import pytest
 
-from plus_ep.kernels import attention_configs as ac
+from plus_ep.kernels.attention import configs as ac
 from tests.support import ptx_harness as H
 from tests.support.ptx_sources import _attn_hooks
 

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from plus_ep.kernels.nvrtc import TEMPLATES_DIR
+from plus_ep.kernels.build.nvrtc import TEMPLATES_DIR
 from plus_ep.kernels.ptx import GlobalMemory, Module
 from plus_ep.kernels.ptx.build import compile_ptx
 

@@ -22,8 +22,8 @@ import os
 import numpy as np
 import pytest
 
-from plus_ep.kernels import attention_configs as ac
-from plus_ep.kernels import nvrtc
+from plus_ep.kernels.attention import configs as ac
+from plus_ep.kernels.build import nvrtc
 from tests.support.parallel import run_jobs
 
 ARCHS = ("sm_80", "sm_90")

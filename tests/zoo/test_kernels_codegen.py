@@ -7,10 +7,10 @@ import onnxruntime as ort
 import pytest
 
 from tests.support import golden
-from plus_ep.kernels import plan as plan_text
-from plus_ep.kernels.cache import KernelCache
+from plus_ep.kernels.wire import plan as plan_text
+from plus_ep.kernels.build.cache import KernelCache
 from plus_ep import zoo
-from plus_ep.kernel_build import pack_images, unpack_images
+from plus_ep.kernels.build.stage import pack_images, unpack_images
 from plus_ep.rewrite import rewrite_detailed
 
 pytestmark = pytest.mark.zoo
@@ -68,7 +68,7 @@ def test_golden_sources():
 
 
 def test_image_pack_round_trip():
-    from plus_ep.kernels import pack as packfmt
+    from plus_ep.kernels.wire import pack as packfmt
     blobs = [b"\x7fELF" + bytes(range(7)), b"y" * 3, b"x" * 1000]
     ptx = ["// a\n.version 9.0\n", None, ".version 9.0\n" * 50]
     blob = pack_images(blobs, ptx)

@@ -1,6 +1,6 @@
 """Horizontal GEMM groups: sibling GEMM subgraphs that read the same A (a transformer layer's Q, K and V
 projections, each with its bias and head reshape/transpose store) run as one launch. The gemm template
-sees the group index as an outer batch index (kernels/gemm_render.py, render_gemm_group).
+sees the group index as an outer batch index (kernels/gemm/render.py, render_gemm_group).
 
 Not grown from a seed: identification (graph_rewrites/identify.py, Identifier.group_horizontal) merges
 the gemm subgraphs the greedy growth found when their union matches, member by member, this pattern's

@@ -10,7 +10,7 @@ once per process, and `import plus_ep` already loads the launcher). For each arc
    node's function body side by side on the very inputs its kernel got: per-node error;
 3. the same plain session kind runs the whole rewritten model: the model outputs' reference.
 
-    python -m plus_ep.verify_run REQUEST.json RESULT.json
+    python -m plus_ep.verification.run REQUEST.json RESULT.json
 """
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ import onnx
 from onnx import helper
 
 from .emulator import Emulator
-from .verify_tol import compare, node_math, tolerance
+from .tolerances import compare, node_math, tolerance
 
 FUSED_DOMAIN = "ai.plus_ep"
 
 
 def _plan_types(plan: str) -> tuple[dict, dict]:
-    """{input index: ONNX dtype}, {output index: ONNX dtype} from the node's plan (kernels/plan.py reads it)."""
-    from .kernels.plan import parse
+    """{input index: ONNX dtype}, {output index: ONNX dtype} from the node's plan (kernels/wire/plan.py reads it)."""
+    from ..kernels.wire.plan import parse
     p = parse(plan)
     return dict(enumerate(dt for dt, _ in p.inputs)), dict(enumerate(dt for dt, _ in p.outputs))
 
@@ -107,7 +107,7 @@ def _initializers(model) -> dict:
 def run(request: dict) -> dict:
     import onnxruntime as ort
 
-    from .library import get_library_path
+    from ..library import get_library_path
 
     model = onnx.load(request["model"])
     feeds = {k: v for k, v in np.load(request["inputs"]).items()}
@@ -232,7 +232,7 @@ def _expected_loads(node, arch: str) -> list:
 
     from onnx import numpy_helper
 
-    from .kernels.pack import parse as parse_pack
+    from ..kernels.wire.pack import parse as parse_pack
     blob = next((numpy_helper.to_array(a.t).tobytes() for a in node.attribute
                  if a.name == f"plus_images_{arch}"), None)
     if blob is None:

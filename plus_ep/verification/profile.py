@@ -1,7 +1,7 @@
 """`plus-ep profile MODEL --emulate`: per fused node, what its kernels do, from the PTX interpreter's
 counters — a model of the hardware, never a measurement.
 
-    from plus_ep.profile_kernels import profile, profile_text
+    from plus_ep.verification.profile import profile, profile_text
     rep = profile("bert.plus.onnx", arch="sm_90a", batch=1, seq=8, sample_ctas=None)
 
 Per node (summed over its launches; with sample_ctas, counts of the CTAs run are scaled by
@@ -18,7 +18,7 @@ total CTAs / CTAs run):
 """
 from __future__ import annotations
 
-from .verify_kernels import pack_archs, run_emulated
+from .check import pack_archs, run_emulated
 
 H100_SXM = {"name": "H100 SXM (model)", "dram_bytes_per_s": 3.35e12,
             "peak_flops": {"fp16": 989e12, "bf16": 989e12, "tf32": 494.5e12, "exact": 67e12}}

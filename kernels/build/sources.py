@@ -27,7 +27,7 @@ import logging
 import pathlib
 import re
 
-from .. import config
+from ... import config
 
 log = logging.getLogger("plus_ep.kernels")
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import numpy_helper
 
-from .kernels import nvrtc
-from .kernels.compile import Job, ResourceError, compile_all
-from .kernels.pack import Image, pack_images, unpack_images  # noqa: F401  (the pack format lives there)
-from .kernels.pack import write as write_pack
-from .kernels.plan import problem as plan_problem
-from .kernels.pull import RenderError
-from .kernels.render import render
+from . import nvrtc
+from .compile import Job, ResourceError, compile_all
+from ..wire.pack import Image, pack_images, unpack_images  # noqa: F401  (the pack format lives there)
+from ..wire.pack import write as write_pack
+from ..wire.plan import problem as plan_problem
+from ..codegen.pull import RenderError
+from ..render import render
 
 log = logging.getLogger("plus_ep")
 
@@ -99,7 +99,7 @@ def _host_safe(groups, n: int) -> bool:
 def _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs) -> list:
     """Render for each arch (its routes, template choice and resource limits; configs that failed on
     that arch excluded) and group the archs whose kernels come out the same."""
-    from .kernels import routes as route_model
+    from .. import routes as route_model
     groups: list = []
     for arch in archs:
         with route_model.excluding(excluded.get(arch, ())):

@@ -1,6 +1,6 @@
 """GEMM + residual + LayerNorm/RMSNorm as one kernel on sm_90a (thread-block clusters).
 
-The two-kernel plan (gemm_render.py: the GEMM epilogue writes the row program's input to fp32 scratch,
+The two-kernel plan (render.py: the GEMM epilogue writes the row program's input to fp32 scratch,
 a row program normalises the rows) costs a scratch round trip and a second launch. On sm_90a, when the
 row length N is static and cdiv(N, BN) <= 8 for some BN (gemm_sm90a_configs.cluster_bn: N <= 4096), the
 CTAs of one row of C tiles form a thread-block cluster (`__cluster_dims__(C, 1, 1)`, grid.x = C), and
@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from . import arch as arch_table
-from . import dtypes, routes, symdim
-from . import gemm_sm90a_configs as sm90a
-from .forward import emit_stores
-from .gemm_hooks import frontier, gemm_hooks
-from .pull import RenderError
-from .row import RowProgram
+from .. import arch as arch_table
+from ..codegen import dtypes, symdim
+from .. import routes
+from . import sm90a_configs as sm90a
+from ..codegen.forward import emit_stores
+from .hooks import frontier, gemm_hooks
+from ..codegen.pull import RenderError
+from ..codegen.row import RowProgram
 
 X_FN = "plus_row_x"
 
@@ -52,7 +53,7 @@ def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out
     subgraph, or None (the caller renders the two-kernel plan). `em` holds the GEMM epilogue so far,
     `fwd` the forward map of the accumulator `cout`; `epi` the GEMM-side outputs to store, `row_out`
     the row program's outputs, `side` the outputs no template computes; `problem` is
-    (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) as gemm_render computed it."""
+    (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) as render.py computed it."""
     M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt = problem
     size = cluster_size(N, job.arch, dt, nbatch)
     if size is None:

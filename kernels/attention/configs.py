@@ -1,6 +1,6 @@
 """Named tile configurations of the fused attention template (`templates/attention.cuh`, CONTRACT §2.2).
 
-    from plus_ep.kernels.attention_configs import configs_for, defines
+    from plus_ep.kernels.attention.configs import configs_for, defines
     for cfg in configs_for(math=2, head_dim=64):      # largest query tile first
         print(cfg.name, cfg.bq, cfg.smem_bytes)
     defs = defines(cfg)                               # {"PLUS_HEAD_DIM": 64, "PLUS_BQ": 128, ...}
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import arch as arch_table
+from .. import arch as arch_table
 
 HEAD_DIMS = (32, 64, 80, 96, 128, 256)
 MATHS = (0, 1, 2)

@@ -11,7 +11,7 @@ on a GPU, and each launch executes the kernel's PTX (the text its cubin was asse
 the image pack) on the PTX interpreter, with its checkers on. Each fused node's outputs are compared
 with its function body run by ORT CPU on the same inputs, and the model's outputs with the rewritten
 model run by plain ORT CPU (function bodies inlined: the original graph's computation). Tolerances by
-math mode: plus_ep/verify_tol.py. The run happens in a child process: the launcher reads
+math mode: plus_ep/verification/tolerances.py. The run happens in a child process: the launcher reads
 PLUS_EP_CUDA_LIBRARY once per process, and `import plus_ep` loads it.
 
 It fails (report["ok"] False) on a node whose kernels did not execute, any output beyond tolerance, any
@@ -48,7 +48,7 @@ def pack_archs(model: onnx.ModelProto) -> list[str]:
 
 def _feeds(model: onnx.ModelProto, inputs, batch: int, seq: int, seed: int) -> dict:
     if inputs is None:
-        from .zoo.inputs import sample_inputs
+        from ..zoo.inputs import sample_inputs
         return sample_inputs(model, batch=batch, seq=seq, seed=seed)
     if isinstance(inputs, (str, os.PathLike)):
         with np.load(inputs) as z:
@@ -95,9 +95,9 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
                    **(extra or {})}
         (tmp / "request.json").write_text(json.dumps(request))
         env = dict(os.environ, PLUS_EP_CUDA_LIBRARY=library_path())
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])   # the folder holding plus_ep/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        r = subprocess.run([sys.executable, "-m", "plus_ep.verify_run", str(tmp / "request.json"),
+        r = subprocess.run([sys.executable, "-m", "plus_ep.verification.run", str(tmp / "request.json"),
                             str(tmp / "result.json")], env=env, timeout=timeout, check=False,
                            stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE, text=True)
         if r.returncode != 0 or not (tmp / "result.json").exists():

@@ -13,8 +13,8 @@ import numpy as np
 import sympy
 from onnx import TensorProto
 
-from ..graph_rewrites import ops
-from ..graph_rewrites.index import describe_node
+from ...graph_rewrites import ops
+from ...graph_rewrites.index import describe_node
 from . import cexpr, dtypes, symdim
 from .cexpr import attr
 

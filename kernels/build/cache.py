@@ -6,7 +6,7 @@
 
 The key hashes every input of the binary: the cache schema, the PlusEP version, the NVRTC version
 (and its wheel's patch level), the arch, the rendered source (its code: the `//` comment header that
-names the node is left out, kernels/sources.py), the contents of every header it can
+names the node is left out, kernels/build/sources.py), the contents of every header it can
 include (`nvrtc.header_digest`) and the options. An entry is a folder
 
     <root>/<key[:2]>/<key>/kernel.cubin   the image
@@ -41,7 +41,7 @@ import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from .. import config
+from ... import config
 from . import nvrtc, sources
 from .nvrtc import CompileResult, Resources
 

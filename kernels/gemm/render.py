@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 
-from . import dtypes, routes, symdim
-from .cexpr import attr, lit
-from .forward import bind_forward, emit_stores, forward_map
-from .gemm_hooks import frontier, gemm_hooks, hook_text
-from .gemm_norm_render import cluster_variants
-from .pull import RenderError, describe
-from .row import ROW_OPS
+from ..codegen import dtypes, symdim
+from .. import routes
+from ..codegen.cexpr import attr, lit
+from ..codegen.forward import bind_forward, emit_stores, forward_map
+from .hooks import frontier, gemm_hooks, hook_text
+from .norm_render import cluster_variants
+from ..codegen.pull import RenderError, describe
+from ..codegen.row import ROW_OPS
 
 HOOKS = "gemm"
 
@@ -81,7 +82,7 @@ def render_gemm(job):
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
-    if row_nodes:     # sm_90a, static N <= 4096: one kernel over a thread-block cluster (gemm_norm_render.py)
+    if row_nodes:     # sm_90a, static N <= 4096: one kernel over a thread-block cluster (norm_render.py)
         one = cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, side,
                                (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt))
         if one:

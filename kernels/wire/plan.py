@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from . import symdim
-from .pull import RenderError
+from ..codegen import symdim
+from ..codegen.pull import RenderError
 
 VERSION = 1
 # The launcher's limits (plus_ep/native/plan.h; PlusArgs in kernels/templates/plus_common.cuh).

@@ -10,14 +10,14 @@ tests/cpu/test_template_gemm_sm90a_compile.py checks them with static_asserts in
 needs more than 48 KB of dynamic shared memory, so the launcher must raise
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES before launching.
 
-`GemmConfig`, `grid` and `reduce_grid` are the sm80 menu's (kernels/gemm_configs.py); here WM x WN
+`GemmConfig`, `grid` and `reduce_grid` are the sm80 menu's (kernels/gemm/configs.py); here WM x WN
 is a warpgroup's tile, not a warp's.
 """
 
 from __future__ import annotations
 
-from .gemm_configs import MATH_F16, GemmConfig, grid, reduce_grid
-from .gemm_configs import defines as _defines
+from .configs import MATH_F16, GemmConfig, grid, reduce_grid
+from .configs import defines as _defines
 
 WARPGROUP = 128
 BK = 64
@@ -50,7 +50,7 @@ CONFIGS = (
     _cfg("wg_64x128x64_w64x128_s4", 64, 128, 64, 128, 4),
 )
 
-# GEMM + LayerNorm/RMSNorm in one kernel (kernels/gemm_norm_render.py): a thread-block cluster spans one row
+# GEMM + LayerNorm/RMSNorm in one kernel (kernels/gemm/norm_render.py): a thread-block cluster spans one row
 # of C = cdiv(N, BN) tiles, C <= CLUSTER_MAX (the portable cluster size), so BN follows N (cluster_bn) and
 # BM follows M. These tiles serve only that route; the plain GEMM menu above is unchanged.
 CLUSTER_MAX = 8

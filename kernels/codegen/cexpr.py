@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..graph_rewrites import ops
+from ...graph_rewrites import ops
 
 F, I, B = "float", "long long", "bool"
 

@@ -1,7 +1,7 @@
 """The emulated CUDA driver's Python side: kernels launched by the real C launcher run on the PTX
 interpreter (plus_ep.kernels.ptx) on the CPU.
 
-    from plus_ep.emulator import Emulator
+    from plus_ep.verification.emulator import Emulator
     emu = Emulator.get()                # loads plus_ep/_emucuda*.so and attaches the interpreter
     emu.register_model(model)           # cubin digest -> PTX, from every Fused node's image packs
     emu.set_arch("sm_90a")              # the device's compute capability (9.0: the launcher takes sm_90a)
@@ -33,15 +33,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .kernels import arch as arch_table
-from .kernels import nvrtc
-from .kernels.pack import parse as parse_pack
-from .kernels.ptx import GlobalMemory, Module, PtxError
+from ..kernels import arch as arch_table
+from ..kernels.build import nvrtc
+from ..kernels.wire.pack import parse as parse_pack
+from ..kernels.ptx import GlobalMemory, Module, PtxError
 
 __all__ = ["Emulator", "LaunchRecord", "launcher_loaded", "library_path"]
 
 log = logging.getLogger("plus_ep")
-_HERE = Path(__file__).resolve().parent
+_HERE = Path(__file__).resolve().parents[1]   # plus_ep/, where the native libraries are built
 CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_PTX = 200, 218
 CUDA_ERROR_NOT_FOUND, CUDA_ERROR_LAUNCH_FAILED = 500, 719
 
@@ -77,7 +77,7 @@ def launcher_loaded() -> bool:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return True   # cannot tell: assume the worst
-    from .library import get_library_path
+    from ..library import get_library_path
     try:
         return os.path.realpath(get_library_path()) in maps
     except FileNotFoundError:
@@ -159,7 +159,7 @@ class Emulator:
     def use_in_this_process(self) -> bool:
         """Point this process's launcher at the emulated driver; False when the launcher was already
         loaded with another driver (then run in a child process)."""
-        from . import config  # the owner of every PLUS_EP_* variable
+        from .. import config  # the owner of every PLUS_EP_* variable
         if config.get("PLUS_EP_CUDA_LIBRARY") == self.path:
             return True
         if launcher_loaded():

@@ -1,6 +1,6 @@
 """NVRTC compilation of generated kernel sources to SASS cubins, and what the cubins cost.
 
-    from plus_ep.kernels import nvrtc
+    from plus_ep.kernels.build import nvrtc
     r = nvrtc.compile_cubin(source, "sm_90a", name="gemm_k1.cu")
     r.cubin                      # bytes, loadable with cuModuleLoadData
     r.resources["plus_gemm"]     # Resources(registers=..., spill_stores=0, ..., smem_static=...)
@@ -27,14 +27,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .. import config
-from . import arch as arch_table
+from ... import config
+from .. import arch as arch_table
 
 log = logging.getLogger("plus_ep.kernels")
 
 ARCHS = arch_table.ARCHS                 # the one arch table: kernels/arch.py
 
-TEMPLATES_DIR = pathlib.Path(__file__).resolve().parent / "templates"
+TEMPLATES_DIR = pathlib.Path(__file__).resolve().parents[1] / "templates"
 """Folder of the CUDA templates (`plus_common.cuh`, ...): first on the include path, hashed into cache keys."""
 
 HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".inc")

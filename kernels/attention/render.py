@@ -7,9 +7,10 @@ the PV MatMul only what the role finder accepted sits: Identity, Cast to a float
 inference, and the NaN guard, which decides what a fully masked row gives (0, else NaN)."""
 from __future__ import annotations
 
-from . import dtypes, routes, symdim
-from .forward import bind_forward, emit_stores, forward_map
-from .pull import RenderError, describe
+from ..codegen import dtypes, symdim
+from .. import routes
+from ..codegen.forward import bind_forward, emit_stores, forward_map
+from ..codegen.pull import RenderError, describe
 
 
 def _structure(job):

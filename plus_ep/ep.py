@@ -269,7 +269,7 @@ def _verify_rewrite(original: bytes, rewritten: bytes, path: str) -> None:
     import numpy as np
     import onnx
     import onnxruntime as ort
-    from .zoo.inputs import sample_inputs
+    from .feeds import sample_inputs
     feeds = sample_inputs(onnx.load_model_from_string(original), batch=2, seq=16)
     want = ort.InferenceSession(original, providers=["CPUExecutionProvider"]).run(None, feeds)
     got = ort.InferenceSession(rewritten, providers=["CPUExecutionProvider"]).run(None, feeds)

@@ -129,7 +129,7 @@ class InferenceSession(ort.InferenceSession):
 
     def _verify(self, original: bytes, providers):
         import numpy as np
-        from .zoo.inputs import sample_inputs
+        from .feeds import sample_inputs
         plain = ort.InferenceSession(original, providers=providers)
         feeds = sample_inputs(onnx.load_model_from_string(original), batch=2, seq=16)
         want, got = plain.run(None, feeds), self.run(None, feeds)

@@ -48,7 +48,7 @@ def pack_archs(model: onnx.ModelProto) -> list[str]:
 
 def _feeds(model: onnx.ModelProto, inputs, batch: int, seq: int, seed: int) -> dict:
     if inputs is None:
-        from ..zoo.inputs import sample_inputs
+        from ..feeds import sample_inputs
         return sample_inputs(model, batch=batch, seq=seq, seed=seed)
     if isinstance(inputs, (str, os.PathLike)):
         with np.load(inputs) as z:

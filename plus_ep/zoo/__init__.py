@@ -31,7 +31,7 @@ from .cache import cache_dir
 from .configs import ATTN_IMPLEMENTATION, EXPORTERS, FAMILIES, SIZES, config
 from .exporters import OPSET, compare_with_torch
 from .exporters import export as _export
-from .inputs import metadata, sample_inputs
+from ..feeds import metadata, sample_inputs
 from ._deps import MissingModelsExtra
 
 __all__ = [

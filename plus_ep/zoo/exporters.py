@@ -13,7 +13,7 @@ import onnx
 
 from . import _deps, cache
 from .configs import check_args, config as make_config, resolve_layers
-from .inputs import META_PREFIX, random_feeds, sample_inputs
+from ..feeds import META_PREFIX, random_feeds, sample_inputs
 from . import models
 
 OPSET = {"torchscript": 17, "dynamo": 18}

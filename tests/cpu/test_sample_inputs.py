@@ -2,7 +2,7 @@
 import pytest
 from onnx import TensorProto, helper
 
-from plus_ep.zoo.inputs import sample_inputs
+from plus_ep.feeds import sample_inputs
 
 
 def _model(*inputs):

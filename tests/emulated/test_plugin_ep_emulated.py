@@ -192,7 +192,7 @@ def test_zoo_bert_rewritten_and_raw_exact(tmp_path):
     pytest.importorskip("torch")
     import plus_ep
     from plus_ep import zoo
-    from plus_ep.zoo.inputs import sample_inputs
+    from plus_ep.feeds import sample_inputs
     raw = zoo.export("bert", "torchscript", "small", layers=2)
     r = plus_ep.rewrite_detailed(str(raw), archs=["sm_90a"], fp32_math="exact")
     assert not r.kernels.failures, r.kernels.failures

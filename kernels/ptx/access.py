@@ -7,6 +7,12 @@ import numpy as np
 from .errors import PtxError
 from .memory import _Oob, oob_error
 
+# The shared::cluster address window (32 bits, cluster.py): `(rank + 1) << RANK_SHIFT | offset`; generic
+# addresses of shared memory are that window plus GENERIC_SHARED (above every host address).
+RANK_SHIFT = 24
+OFFSET_MASK = (1 << RANK_SHIFT) - 1
+GENERIC_SHARED = 0xFE00_0000_0000_0000
+
 
 def _tids(M, m):
     return M.tid_linear if m is None else np.flatnonzero(m)
@@ -91,3 +97,21 @@ def param_read(M, op, addrs, size, tids):
                        f"{int(tids[k])} (the kernel's parameters are {M.params.size} bytes)",
                        form=op.form, line=op.line, kernel=M.name)
     return M.params[a[:, None] + np.arange(size)]
+
+
+def addr_getter(M, memop):
+    """callable -> uint64 addresses (array over threads or scalar) of a ("mem", base, offset) operand."""
+    _, base, off = memop
+    if base is None:
+        return lambda: np.uint64(off & (2**64 - 1))
+    if base[0] == "sym":
+        a = np.uint64((M.symbol_address(base[1]) + off) & (2**64 - 1))
+        return lambda: a
+    if base[0] == "reg":
+        w = M.width(base[1])
+        g = M.rd(base, "u64" if w == 64 else "u32")
+        o = np.uint64(off & (2**64 - 1))
+        if w == 64:
+            return (lambda: g() + o) if off else g
+        return lambda: g().astype(np.uint64) + o
+    raise ValueError(base)

@@ -13,7 +13,8 @@ import hashlib
 import pathlib
 
 from ..build import nvrtc
-from ..build.cache import KernelCache, cache_key, write_atomic
+from ..build.cache import KernelCache, cache_key
+from ..build.files import write_atomic
 
 
 def _root(cache_dir=None) -> pathlib.Path:

@@ -235,11 +235,16 @@ class ClusterChecks(Checks):
 
     def shared_read(self, M, op, idx, tids, proxy):
         super().shared_read(M, op, idx, tids, proxy)
-        local_checks(M, op, idx, tids, False)
+        _cluster_order(M, op, idx, tids, False)
 
     def shared_write(self, M, op, idx, tids):
         super().shared_write(M, op, idx, tids)
-        local_checks(M, op, idx, tids, True)
+        _cluster_order(M, op, idx, tids, True)
 
 
-from .cluster import local_checks  # noqa: E402  (cluster.py imports this module's users)
+def _cluster_order(M, op, idx, tids, write):
+    """The CTA's own shared accesses in a cluster launch feed the cluster's ordering model
+    (cluster.ClusterState.order), when the launch checks DSMEM."""
+    cl = M.cluster
+    if cl is not None and cl.shadow is not None:
+        cl.order(M, op, M.rank, idx, tids, write)

@@ -39,12 +39,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import access as A
+from .access import GENERIC_SHARED, OFFSET_MASK, RANK_SHIFT  # noqa: F401  (the address encoding)
+from .checks import Checks
+from .cta import run_cta, select_ctas
 from .errors import PtxError
 from .ops_warp import _lanes
 
-RANK_SHIFT = 24
-OFFSET_MASK = (1 << RANK_SHIFT) - 1
-GENERIC_SHARED = 0xFE00_0000_0000_0000
 MAX_CLUSTER = 16          # CTAs per cluster (16 needs the non-portable opt-in on a GPU; 8 is portable)
 _NEVER = 1 << 62
 
@@ -286,13 +286,6 @@ def _all_live(M, op, m, what):
                        f"{M.ctaid}; absent: threads {_lanes(absent)}", form=op.form, line=op.line, kernel=M.name)
 
 
-def local_checks(M, op, idx, tids, write):
-    """Hook of the CTA's own shared accesses in a cluster launch (checks.py calls it)."""
-    cl = M.cluster
-    if cl is not None and cl.shadow is not None:
-        cl.order(M, op, M.rank, idx, tids, write)
-
-
 # ---------------------------------------------------------------------------------- launch
 def cluster_shape(kernel, launch_dims):
     """The launch's cluster shape: the compile-time one, or the launch-time one (not both different)."""
@@ -326,9 +319,6 @@ def check_shape(kernel, grid, dims):
 
 def launch_clusters(kernel, grid, block, shared_bytes, params, memory, checks, approx, seed, sample_ctas,
                     max_steps, cta_order, t0, launch_dims=None):
-    from .checks import Checks
-    from .exec import _run_cta, select_ctas
-
     dims = cluster_shape(kernel, launch_dims)
     n = check_shape(kernel, grid, dims)
     T = block[0] * block[1] * block[2]
@@ -377,7 +367,7 @@ def launch_clusters(kernel, grid, block, shared_bytes, params, memory, checks, a
             M.wg.reset()
             if M.checks is not None:
                 M.checks.begin_cta(M, sizes[r])
-            gens.append(_run_cta(M, kernel.ops, fns, max_steps))
+            gens.append(run_cta(M, kernel.ops, fns, max_steps))
         _schedule(cl, gens)
     res = kernel._result(machines[0], grid, block, ctas, t0)
     res.counters["cluster"] = {"dims": list(dims), "ctas": n, "non_portable": n > 8,

@@ -5,7 +5,7 @@ None); after a divergent branch the threads with the lowest PC step first, which
 code as NVVM lays it out. `bar.sync` must be reached by every live thread of the CTA, and every
 warp-synchronous instruction by exactly the lanes it names; otherwise PtxError names the kernel, the
 PTX line and the threads. A kernel with a cluster shape (or cluster instructions) is launched by
-cluster.launch_clusters, which runs each cluster's CTAs interleaved through the same _run_cta.
+cluster.launch_clusters, which runs each cluster's CTAs interleaved through the same cta.run_cta.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import numpy as np
 from . import ops_alu, ops_cluster, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
 from .asyncops import CpAsyncState, WgmmaState
 from .checks import Checks
+from .cluster import launch_clusters
+from .cta import run_cta, select_ctas
 from .counters import Counters
 from .decode import Op, decode
 from .errors import PtxError
@@ -112,7 +114,6 @@ class Kernel:
                            f"{self.param_bytes}", kernel=self.name)
         memory = memory if memory is not None else GlobalMemory()
         if self.cluster_dims is not None or cluster is not None:
-            from .cluster import launch_clusters
             return launch_clusters(self, grid, block, shared_bytes, params, memory, checks, approx, seed,
                                    sample_ctas, max_steps, cta_order, t0, cluster)
         key = (T, block, approx)
@@ -130,7 +131,7 @@ class Kernel:
             M.wg.reset()
             if M.checks is not None:
                 M.checks.begin_cta(M, smem_size)
-            for _ in _run_cta(M, self.ops, fns, max_steps):
+            for _ in run_cta(M, self.ops, fns, max_steps):
                 raise PtxError("a CTA blocked outside a cluster launch", kernel=self.name)
             if M.checks is not None:
                 M.checks.end_cta(M)
@@ -208,157 +209,6 @@ def _collect_syms(ops, names, used):
             _collect_syms(o[1], names, used)
         elif o[0] == "mem" and o[1] is not None:
             _collect_syms((o[1],), names, used)
-
-
-def select_ctas(grid, sample, seed, order="linear"):
-    gx, gy, gz = grid
-    total = gx * gy * gz
-    allc = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
-    if sample is None or sample >= total:
-        if order == "random":
-            rng = np.random.default_rng(seed)
-            return [allc[i] for i in rng.permutation(total)]
-        return allc
-    corners = []
-    for z in (0, gz - 1):
-        for y in (0, gy - 1):
-            for x in (0, gx - 1):
-                if (x, y, z) not in corners:
-                    corners.append((x, y, z))
-    rng = np.random.default_rng(seed)
-    rest = [c for c in allc if c not in corners]
-    k = max(0, int(sample) - len(corners))
-    pick = [rest[i] for i in sorted(rng.choice(len(rest), size=min(k, len(rest)), replace=False))] if rest else []
-    return corners[:max(int(sample), 1)] + pick
-
-
-def _run_cta(M, ops, fns, max_steps):
-    """Run one CTA; a generator that yields the op it is blocked at (a cluster barrier wait) and ends
-    when every thread has exited. Threads parked at a non-.aligned cluster wait while others of the
-    CTA still run hold pc = n + 2 + (their wait's index)."""
-    T = M.T
-    n = len(ops)
-    alive = np.ones(T, bool)
-    M.alive = alive
-    pc = np.zeros(T, np.int64)
-    converged, cur = True, 0
-    base = None                        # mask of the converged group (None: every thread)
-    steps = 0
-    C = M.counters
-    regs = M.regs
-    thr, wrp = C.thread_counts, C.warp_counts
-    W = M.W
-    dead = 3 * n + 3                   # pc of exited threads: above every parked pc (n + 2 + index)
-    while True:
-        if converged:
-            p, m = cur, base
-        else:
-            live = np.where(alive, pc, dead)
-            p = int(live.min())
-            m = alive & (pc == p)
-            if np.array_equal(m, alive):
-                converged, cur = True, p
-                base = None if alive.all() else alive.copy()
-                m = base
-        if p >= n:
-            if p > n + 1:                      # every live thread is parked at a cluster wait
-                yield ops[p - n - 2]
-                pc[:] = np.where(alive & (pc > n + 1), pc - (n + 2), pc)
-                converged = False
-                continue
-            raise PtxError("threads ran past the last instruction", kernel=M.name)
-        steps += 1
-        if steps > max_steps:
-            raise PtxError(f"more than {max_steps} CTA steps (an endless loop?) at PTX line {ops[p].line}",
-                           kernel=M.name)
-        op = ops[p]
-        gm = m
-        if op.guard is not None:
-            g = regs.get(op.guard[0])
-            if g is None:
-                g = M.reg(op.guard[0])
-            g = ~g if op.guard[1] else g.copy()
-            gm = g if m is None else (g & m)
-        # counters: warps issuing, threads executing (predicated-off threads excluded)
-        if m is None:
-            wrp[p] += W
-        else:
-            wrp[p] += int(m.reshape(W, 32).any(1).sum()) if T % 32 == 0 else int(np.unique(np.flatnonzero(m) // 32).size)
-        thr[p] += T if gm is None else int(gm.sum())
-        kind = op.kind
-        if kind == "op":
-            if gm is None or gm.any():
-                fns[p](gm)
-        elif kind == "bra":
-            t = op.target_index
-            if converged:
-                if gm is None:
-                    cur = t
-                    continue
-                act = gm if m is None else gm
-                nt = int(act.sum())
-                na = T if m is None else int(m.sum())
-                if nt == na:
-                    cur = t
-                elif nt == 0:
-                    cur = p + 1
-                else:
-                    if op.uni:
-                        raise PtxError("bra.uni diverges: threads disagree on the branch", form=op.form,
-                                       line=op.line, kernel=M.name)
-                    mm = np.ones(T, bool) if m is None else m
-                    pc[mm] = np.where(gm[mm], t, p + 1)
-                    converged = False
-                continue
-            taken = m if gm is None else gm
-            pc[m] = np.where(taken[m], t, p + 1)
-            continue
-        elif kind == "ret":
-            ex = np.ones(T, bool) if gm is None else gm
-            if M.checks is not None:
-                M.checks.exit(M, op, ex)
-            alive &= ~ex
-            if not alive.any():
-                return steps
-            if converged:
-                mm = np.ones(T, bool) if m is None else m
-                if (mm & alive).any():
-                    base = alive.copy()
-                    cur = p + 1
-                    continue
-                pc[:] = np.where(alive, pc, dead)
-                converged = False
-                continue
-            pc[m & alive] = p + 1
-            continue
-        elif kind == "bar":
-            here = np.ones(T, bool) if gm is None else gm
-            if not np.array_equal(here, alive):
-                absent = np.flatnonzero(alive & ~here)
-                raise PtxError(f"bar.sync reached by {int(here.sum())} of the {int(alive.sum())} live threads of "
-                               f"CTA {M.ctaid}; absent: threads {ops_warp._lanes(absent)}", form=op.form,
-                               line=op.line, kernel=M.name)
-            if M.checks is not None:
-                M.checks.barrier(M, op.line)
-        elif kind == "cwait":
-            cl = M.cluster
-            state = cl.try_wait(M, op, gm)
-            while isinstance(state, str) and state == "block":   # the whole CTA waits: the cluster's
-                yield op                                         # other CTAs run
-                state = cl.try_wait(M, op, gm)
-            if not isinstance(state, str) or state == "park":   # some threads wait, the others run on
-                if converged:
-                    pc[:] = np.where(alive, p, dead)
-                    converged = False
-                mm = alive if m is None else m
-                here = (mm if gm is None else gm) if isinstance(state, str) else state
-                pc[here] = n + 2 + p
-                pc[mm & ~here] = p + 1
-                continue
-        if converged:
-            cur = p + 1
-        else:
-            pc[m] = p + 1
 
 
 class Module:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import semantics as S
+from .access import GENERIC_SHARED
 from .decode import Mods, Op, handler, unsupported
 
 INT_T = ("s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64")
@@ -473,8 +474,7 @@ def _cvta(stmt):
             return lambda m: put(get(), m)
         return Op(stmt.line, stmt.opcode, "op", "move", factory)
     if space in ("shared", "shared::cta") and ty == "u64":
-        from .cluster import GENERIC_SHARED          # generic = the shared window + GENERIC_SHARED
-        base = np.uint64(GENERIC_SHARED)
+        base = np.uint64(GENERIC_SHARED)             # generic = the shared window + GENERIC_SHARED
 
         def factory(M):
             put, get = M.wr(ops[0], ty), M.rd(ops[1], ty)

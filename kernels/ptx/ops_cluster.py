@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import access as A
-from .cluster import GENERIC_SHARED, OFFSET_MASK, RANK_SHIFT
+from .access import GENERIC_SHARED, OFFSET_MASK, RANK_SHIFT, addr_getter
 from .decode import Mods, Op, handler, unsupported
 from .errors import PtxError
 
@@ -158,7 +158,6 @@ def _atom(stmt):
     ops = stmt.operands
     if space is None or not add or len(ops) != (2 if red else 3) or ops[-2][0] != "mem":
         raise unsupported(stmt, "only atom/red.add on shared / shared::cluster memory")
-    from .ops_mem import addr_getter
     dt = np.dtype(_ATOM_T[ty])
 
     def factory(M):

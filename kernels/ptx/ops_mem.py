@@ -6,6 +6,7 @@ import numpy as np
 from . import access as A
 from . import ops_cluster as C
 from .decode import Mods, Op, handler, unsupported
+from .access import addr_getter
 from .semantics import np_dtype
 
 _CACHE = ("ca", "cg", "cs", "lu", "cv", "wb", "wt", "weak", "volatile", "relaxed", "acquire", "release",
@@ -14,24 +15,6 @@ _CACHE = ("ca", "cg", "cs", "lu", "cv", "wb", "wt", "weak", "volatile", "relaxed
           "sys")
 LDST_T = ("b8", "u8", "s8", "b16", "u16", "s16", "f16", "bf16", "b32", "u32", "s32", "f32", "b64", "u64",
           "s64", "f64")
-
-
-def addr_getter(M, memop):
-    """callable -> uint64 addresses (array over threads or scalar) of a ("mem", base, offset) operand."""
-    _, base, off = memop
-    if base is None:
-        return lambda: np.uint64(off & (2**64 - 1))
-    if base[0] == "sym":
-        a = np.uint64((M.symbol_address(base[1]) + off) & (2**64 - 1))
-        return lambda: a
-    if base[0] == "reg":
-        w = M.width(base[1])
-        g = M.rd(base, "u64" if w == 64 else "u32")
-        o = np.uint64(off & (2**64 - 1))
-        if w == 64:
-            return (lambda: g() + o) if off else g
-        return lambda: g().astype(np.uint64) + o
-    raise ValueError(base)
 
 
 def _space(mo, stmt):
@@ -45,7 +28,7 @@ def _space(mo, stmt):
 
 
 def _generic_read(M, op, a, size, tids, nc):
-    """Generic addresses: the shared window (cluster.GENERIC_SHARED) or global memory."""
+    """Generic addresses: the shared window (access.GENERIC_SHARED) or global memory."""
     sh = C.generic_split(a)
     if not sh.any():
         return A.global_read(M, op, a, size, tids, nc=nc)

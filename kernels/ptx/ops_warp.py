@@ -6,6 +6,7 @@ import numpy as np
 
 from .decode import Mods, Op, handler, unsupported
 from .errors import PtxError
+from .ops_cluster import barrier_cluster
 
 
 def _lanes(ids) -> str:
@@ -79,7 +80,6 @@ def _bar(stmt):
     p = stmt.opcode.split(".")
     rest = p[1:]
     if p[0] == "barrier" and rest[:1] == ["cluster"]:
-        from .ops_cluster import barrier_cluster
         return barrier_cluster(stmt)
     if rest in (["sync"], ["cta", "sync"], ["aligned"], ["cta", "sync", "aligned"], ["sync", "aligned"]) or \
             (p[0] == "barrier" and rest in (["sync"], ["sync", "aligned"])):

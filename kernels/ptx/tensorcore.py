@@ -26,6 +26,7 @@ from . import access as A
 from . import semantics as S
 from .decode import Mods, Op, handler, unsupported
 from .errors import PtxError
+from .access import addr_getter
 from .ops_warp import whole_warps
 
 _lane = np.arange(32)
@@ -136,7 +137,6 @@ def _ldmatrix(stmt):
     op = Op(stmt.line, stmt.opcode, "op", "ldmatrix")
 
     def factory(M):
-        from .ops_mem import addr_getter
         ag = addr_getter(M, src)
         puts = [M.wr(x, "b32") for x in dsts]
         T, W = M.T, M.W

@@ -15,16 +15,13 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .errors import ModelError  # noqa: F401  (graph.ModelError: where the API and tests import it)
 from .index import GraphIndex
 from .ops import SHAPE_OPS
 
 log = logging.getLogger("plus_ep.graph")
 
 SMALL_CONST = 4096            # elements: initializers up to this size are kept by value
-
-
-class ModelError(ValueError):
-    """A model the compiler cannot read; the message names the node or value and the fix."""
 
 
 @dataclass

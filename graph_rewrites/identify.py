@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 
 from . import match, ops
 from .build import build
+from .fuse import contract_units, order_units
 from .graph import GraphView
 from .lowering import lower_all
+from .horizontal import group_horizontal
 from .ploop import PGraph
+from .subgraph import Subgraph  # noqa: F401  (identify.Subgraph: where callers import it)
 
 log = logging.getLogger("plus_ep.identify")
 
@@ -44,17 +47,6 @@ class Verdict:
     @property
     def ok(self):
         return self.exact is not None or bool(self.partial)
-
-
-@dataclass
-class Subgraph:
-    nodes: tuple                         # indices into GraphView.nodes, topological order
-    pattern: object                      # warehouse Pattern
-    pgraph: PGraph                       # canonical +Graph
-    seed: int                            # the skeleton / root node it grew from
-    outputs: list = field(default_factory=list)
-    roles: dict | None = None            # what the template reads where (the pattern's roles())
-    parts: list = field(default_factory=list)   # a horizontal group's member Subgraphs (else empty)
 
 
 @dataclass
@@ -282,7 +274,6 @@ class Identifier:
 
     def group_horizontal(self, subgraphs: list) -> list:
         """The horizontal step (graph_rewrites/horizontal.py)."""
-        from .horizontal import group_horizontal
         return group_horizontal(self, subgraphs)
 
 
@@ -297,7 +288,6 @@ def check_partition(ident: Identifier, subgraphs) -> None:
         if not ident.acyclic_with(sg.nodes):
             raise AssertionError(f"subgraph {k} ({sg.pattern.name}) is not convex")
     # contracted graph: edges between subgraphs (and unfused nodes) must not form a cycle
-    from .fuse import contract_units, order_units
     units, preds = contract_units(ident.index, [sorted(sg.nodes) for sg in subgraphs])
     try:
         order_units(units, preds, lambda u: f"subgraph {u}" if u < len(subgraphs) else ident.view.node_label(min(units[u])))

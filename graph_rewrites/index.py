@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 import onnx
 
+from .errors import ModelError
+
 __all__ = ["GraphIndex", "topological_order", "implicit_inputs", "has_subgraph", "describe_node"]
 
 _GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
@@ -95,7 +97,6 @@ class GraphIndex:
                  for rs in reads]
         self.order, stuck = topological_order(preds)
         if stuck:
-            from .graph import ModelError
             raise ModelError(f"graph has a cycle through {describe_node(raw[min(stuck)])}; an ONNX graph "
                              "must be acyclic (re-export the model)")
         self.position: dict[int, int] = {i: p for p, i in enumerate(self.order)}

@@ -6,8 +6,38 @@ Not grown from a seed: identification (graph_rewrites/identify.py, Identifier.gr
 the gemm subgraphs the greedy growth found when their union matches, member by member, this pattern's
 first GEMM (equal M, N and K), has one dtype and B layout, stays convex and fits one kernel's inputs and
 outputs."""
+from ...graph_rewrites.index import describe_node
 from ..registry import pattern
-from ..roles import gemm_group_roles
+from ..roles import descendants
+
+
+def gemm_group_roles(view, members):
+    """A horizontal GEMM group: the shared A and, per member GEMM (topological order), its node and
+    operands; each member's epilogue is what follows its GEMM inside the group."""
+    dots = [p for p in members if view.nodes[p].op_type in ("MatMul", "Gemm")]
+    if len(dots) < 2:
+        return f"a gemm group has at least two MatMul or Gemm nodes (found {len(dots)})"
+    ms = set(members)
+    inputs = view.graph_index.boundary(members)[0]
+    parts, seen = [], set()
+    for d in dots:
+        own = descendants(view, ms, d)
+        if own & seen:
+            return (f"{describe_node(view.nodes[min(own & seen)])} reads the results of two GEMMs of the group; "
+                    "each member's epilogue reads only its own")
+        seen |= own
+        node = view.nodes[d]
+        if any(q != d and q in descendants(view, ms, d) for q in dots):
+            return f"{describe_node(node)} feeds another GEMM of the group; group members are siblings"
+        a, b = node.input[0], node.input[1]
+        for role, t in (("A", a), ("B", b)):
+            if t not in inputs:
+                return (f"{describe_node(node)}: operand {role} '{t}' is computed inside the group; the gemm "
+                        "template reads its operands from memory")
+        parts.append({"gemm": d, "a": a, "b": b})
+    if len({p["a"] for p in parts}) != 1:
+        return f"the GEMMs read different A tensors ({sorted({p['a'] for p in parts})})"
+    return {"a": parts[0]["a"], "members": parts}
 
 
 @pattern("gemm_group", template="gemm_group", roles=gemm_group_roles, horizontal=True)

@@ -13,6 +13,7 @@ NATIVE = Path("plus_ep") / "native"
 SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "ort_tensor.c", "ort_op.c",
            "ep_factory.c", "ep.c", "ep_memory.c"]
 HEADERS = ["plus_plan.h", "plan.h", "bind.h", "pack.h", "driver.h", "kernel.h", "ort_abi.h", "ort_tensor.h", "ep_abi.h", "ep.h"]
+ABI = Path("kernels") / "templates" / "plus_abi.h"   # PlusArgs and the limits, shared with the kernels (plan.h)
 
 
 class BuildLauncher(build_ext):
@@ -25,7 +26,7 @@ class BuildLauncher(build_ext):
 launcher = Extension(
     "plus_ep._launcher",
     sources=[str(NATIVE / s) for s in SOURCES],
-    depends=[str(NATIVE / h) for h in HEADERS],
+    depends=[str(NATIVE / h) for h in HEADERS] + [str(ABI)],
     extra_compile_args=["-std=c11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra"],
     extra_link_args=["-Wl,--no-undefined"],
     libraries=["dl", "pthread"],

@@ -34,6 +34,7 @@ import onnx
 import onnx.inliner
 from onnx import AttributeProto, helper
 
+from ..limits import MAX_SHAPEV
 from .index import GraphIndex, has_subgraph, topological_order
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "fused_op_type",
     "is_fused",
     "FusedSubgraph",
+    "node_name",
     "boundary",
     "fuse",
     "inline_fused",
@@ -50,7 +52,7 @@ __all__ = [
 
 DOMAIN = "ai.plus_ep"
 OP_TYPE = "Fused"
-MAX_HOST_INPUTS = 16  # FusedHost1..FusedHost16: the launcher's limit of `shapev` lines
+MAX_HOST_INPUTS = MAX_SHAPEV  # FusedHost1..FusedHost16: the launcher's limit of `shapev` lines
 OP_TYPES = (OP_TYPE,) + tuple(f"FusedHost{n}" for n in range(1, MAX_HOST_INPUTS + 1))
 
 
@@ -76,6 +78,13 @@ class FusedSubgraph:
     attrs: Mapping[str, object] = field(default_factory=dict)  # extra node attributes
     inputs: tuple[str, ...] | None = None  # the boundary inputs in the node's order (None: boundary order)
     host_inputs: int = 0  # leading inputs the launcher takes in host memory (op type FusedHost<n>)
+    name: str | None = None  # the node's name (None: node_name(pattern, its index in the list given to fuse))
+
+
+def node_name(pattern: str, k: int) -> str:
+    """The name of the fused node of subgraph k (of every subgraph found, fused or not): the rewriter
+    decides it once and hands it to the kernel build (plan, warnings) and to fuse()."""
+    return f"plus_ep/{pattern}/{k}"
 
 
 # --------------------------------------------------------------------------- #
@@ -377,7 +386,7 @@ def build_functions(
                 )
             funcs[fkey] = func
         node = helper.make_node(
-            op_type, inputs, outputs, name=f"plus_ep/{sg.pattern}/{s}", domain=DOMAIN, overload=overload
+            op_type, inputs, outputs, name=sg.name or node_name(sg.pattern, s), domain=DOMAIN, overload=overload
         )
         node.attribute.append(_make_attr("pattern", sg.pattern))
         for k in sorted(sg.attrs):

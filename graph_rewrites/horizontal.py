@@ -10,8 +10,8 @@ from onnx import TensorProto
 
 from . import match, ops
 from .fuse import contract_units, order_units
-from .identify import Subgraph
-from ..kernels.wire.plan import MAX_IN, MAX_OUT
+from .subgraph import Subgraph
+from ..limits import MAX_IN, MAX_OUT
 
 
 def group_horizontal(ident, subgraphs: list) -> list:

@@ -1,6 +1,6 @@
 """Render a fused subgraph into CUDA sources (one per route variant) and its launch plan.
 
-    rendered = render(view, subgraph, inputs, outputs, arch="sm_90")
+    rendered = render(view, subgraph, inputs, outputs, Target("sm_90", fp32_math="exact"))
     rendered.plan.text()          # the node's `plus_plan` attribute
     rendered.variants             # [Variant(name, source, entries)], compiled per arch
 
@@ -19,7 +19,9 @@ from . import routes
 from .build import sources
 from .attention.render import render_attention
 from .gemm.render import render_gemm, render_gemm_group
-from .wire.plan import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM, Launch, Plan, Route, check_bound, input_tokens
+from .target import Target
+from .wire.plan import Launch, Plan, Route, check_bound, input_tokens
+from ..limits import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
 from .codegen.pull import Emitter, RenderError
 from .codegen.row import ROW_OPS, RowProgram
 from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
@@ -44,12 +46,12 @@ class Rendered:
 class Job:
     """Everything a template renderer needs about one subgraph."""
 
-    def __init__(self, view, sg, inputs, outputs, arch, node_name, fp32_math="exact"):
-        self.view, self.sg, self.arch, self.node_name = view, sg, arch, node_name
+    def __init__(self, view, sg, inputs, outputs, target: Target, node_name):
+        self.view, self.sg, self.target, self.node_name = view, sg, target, node_name
+        self.arch, self.fp32_math = target.arch, target.fp32_math
         self.inputs, self.outputs = list(inputs), list(outputs)
         self.nodes = [view.nodes[i] for i in sg.nodes]
         self.syms = symdim.Symbols()
-        self.fp32_math = fp32_math
         self.plan = Plan(node=node_name)
         self.subs = self._composite_dims()
         self.roles = self._roles()
@@ -173,8 +175,9 @@ for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce
     register_renderer(_name, _fn)
 
 
-def render(view, sg, inputs, outputs, arch="sm_90", node_name="fused", fp32_math="exact") -> Rendered:
-    job = Job(view, sg, inputs, outputs, arch, node_name, fp32_math)
+def render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Rendered:
+    """The kernels of subgraph `sg` (its boundary `inputs` and `outputs`, in node order) for `target`."""
+    job = Job(view, sg, inputs, outputs, target, node_name)
     template = sg.pattern.template
     if template not in TEMPLATES:
         raise RenderError(f"{node_name}: pattern {sg.pattern.name!r} names template {template!r}, "

@@ -9,8 +9,6 @@ two; neighbouring samples with the same choice form one route `M <= bound`, the 
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 
 from . import arch as arch_table
@@ -23,27 +21,15 @@ EPSILON = 0.25
 SAMPLES = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536]
 GUESS = 512                       # a symbolic N/K (rare) is assumed to be this large
 
-# Config names not to use (e.g. they spilled or exceeded the arch's resources when compiled for it):
-# the kernel build renders again without them, so a smaller configuration replaces a failed one.
-_EXCLUDED: contextvars.ContextVar = contextvars.ContextVar("plus_ep_excluded_configs", default=frozenset())
-
-
-@contextlib.contextmanager
-def excluding(names):
-    """Within the block, the route model never picks a config named in `names`."""
-    token = _EXCLUDED.set(frozenset(_EXCLUDED.get()) | frozenset(names))
-    try:
-        yield
-    finally:
-        _EXCLUDED.reset(token)
-
-
 class NoConfig(RenderError):
     """Every config of a menu is excluded or does not fit the arch."""
 
 
-def _usable(menu, arch, what):
-    excluded = _EXCLUDED.get()
+def _usable(menu, target, what):
+    """The configs of `menu` the target allows: not excluded (the kernel build excludes configs that
+    spilled or exceeded the arch's resources when compiled, so a smaller one replaces them) and
+    fitting the arch's shared memory."""
+    arch, excluded = target.arch, target.excluded
     room = arch_table.get(arch).smem_per_block - arch_table.RESERVED_SMEM_PER_BLOCK
     out = [c for c in menu if c.name not in excluded and c.smem_bytes <= room]
     if not out:
@@ -110,8 +96,9 @@ def gemm_time(cfg, m, n, k, batch, splitk, arch) -> float:
     return work + reduce
 
 
-def best_gemm(m, n, k, batch, menu, arch, allow_splitk=True):
-    fits = _usable(menu, arch, "GEMM")
+def best_gemm(m, n, k, batch, menu, target, allow_splitk=True):
+    arch = target.arch
+    fits = _usable(menu, target, "GEMM")
     ok = [c for c in fits if padding_waste(c, m, n) <= EPSILON] or fits
     splits = [1, 2, 4] if allow_splitk and k >= 1024 else [1]
     cands = [(gemm_time(c, m, n, k, batch, s, arch), c.bm * c.bn, c, s) for c in ok for s in splits
@@ -120,17 +107,18 @@ def best_gemm(m, n, k, batch, menu, arch, allow_splitk=True):
     return cfg, split
 
 
-def gemm_routes(M, N, K, batch, dtype, arch, syms, fp32_math="exact", allow_splitk=True, menu=None):
+def gemm_routes(M, N, K, batch, dtype, target, syms, allow_splitk=True, menu=None):
     """[(condition rpn, config, split-K)] in order; the last condition is ALWAYS. `menu`: the configs to
     choose from (default: the arch's menu for the math; gemm/norm_render.py passes its cluster tiles)."""
-    menu = gemm_menu(gemm_math(dtype, fp32_math), arch) if menu is None else menu
+    arch = target.arch
+    menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch) if menu is None else menu
     n, k = _static(N), _static(K)
     b = _static(batch, 1)
     M = symdim.parse(M)
     if M.is_Integer:
-        cfg, split = best_gemm(int(M), n, k, b, menu, arch, allow_splitk)
+        cfg, split = best_gemm(int(M), n, k, b, menu, target, allow_splitk)
         return [(ALWAYS, cfg, split)]
-    picks = [(s, *best_gemm(_value(M, s), n, k, b, menu, arch, allow_splitk)) for s in SAMPLES]
+    picks = [(s, *best_gemm(_value(M, s), n, k, b, menu, target, allow_splitk)) for s in SAMPLES]
     routes = []
     for i, (s, cfg, split) in enumerate(picks):
         last = i == len(picks) - 1
@@ -182,19 +170,20 @@ def attention_math(dtypes, fp32_math) -> int:
     return ac.MATH_SIMT
 
 
-def attention_routes(B, H, Sq, Skv, D, arch, syms, math_=0):
+def attention_routes(B, H, Sq, Skv, D, target, syms, math_=0):
     from .attention import configs as ac
+    arch = target.arch
     dp = _padded(D)
     def menu_of(m):
         return list(ac.CONFIGS.get((m, dp)) or [ac.make_config(m, dp, *e[:3], None, *e[3:]) for e in ac.entries(m, dp)])
     try:
-        menu = _usable(menu_of(math_), arch, f"attention (head dim {D})")
+        menu = _usable(menu_of(math_), target, f"attention (head dim {D})")
     except NoConfig:
         if math_ == ac.MATH_SIMT:
             raise
         # every tensor-core config spilled or does not fit: the SIMT fp32 path reads the same hooks
         # (plus_qkv_t is then unused) and needs other registers, so the subgraph keeps a kernel
-        menu = _usable(menu_of(ac.MATH_SIMT), arch, f"attention (head dim {D}, SIMT)")
+        menu = _usable(menu_of(ac.MATH_SIMT), target, f"attention (head dim {D}, SIMT)")
     b, h = _static(B, 1), _static(H, 1)
     Sq = symdim.parse(Sq)
 

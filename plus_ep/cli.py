@@ -22,7 +22,7 @@ import onnx
 
 from .explain import explain, format_explanation, format_pattern_list
 from .kernels.arch import ARCHS
-from .kernels.gemm.configs import FP32_MATH_DEFAULT, FP32_MATHS
+from .options import FP32_MATH_DEFAULT, FP32_MATHS, cli_archs
 from .report_text import format_fused_report, format_rewrite_report, fused_report, is_rewritten
 
 log = logging.getLogger("plus_ep")
@@ -315,16 +315,9 @@ def cmd_profile(args) -> int:
 
 
 def resolve_archs(spec: str) -> list:
-    """--arch: 'auto' = the local GPU's arch, else sm_80 and sm_90; 'none' = no kernels."""
-    from .kernels.build import nvrtc
-    spec = (spec or "auto").strip().lower()
-    if spec == "none":
-        return []
-    if spec == "auto":
-        local = nvrtc.local_arch()
-        return [local] if local in nvrtc.ARCHS else ["sm_80", "sm_90"]
+    """--arch: 'auto' = the local GPU's arch, else sm_80 and sm_90; 'none' = no kernels (options.cli_archs)."""
     try:
-        return [nvrtc.parse_arch(a) for a in spec.split(",") if a.strip()]
+        return cli_archs(spec)
     except ValueError as exc:
         raise UsageError(f"--arch: {exc}") from None
 

@@ -8,7 +8,7 @@
 (idempotent) and installs the Python rewriter as the EP's *planner*: when the EP's GetCapability sees a
 graph without `ai.plus_ep::Fused` nodes that was loaded from a file, it calls back here with the model
 path; the planner rewrites the model as ONNX Runtime hands it to GetCapability (after its basic
-optimizations, `ort_basic_graph`; rewrite and kernels cached on disk, `plus_ep.session.rewritten_model`)
+optimizations, `ort_basic_graph`; rewrite and kernels cached on disk, `plus_ep.model_cache.rewritten_model`)
 and hands the EP each fused node's original nodes, plan and image packs, which the EP claims and compiles.
 In a process that runs the emulated CUDA driver (`plus_ep.verification.emulator.Emulator`), the planner also hands
 the emulator those packs, so their cubins resolve to the PTX the interpreter runs.
@@ -27,9 +27,10 @@ import os
 import threading
 import warnings
 
-NAME = "PlusEP"
+from . import options
+from .options import NAME
+
 MIN_ORT = (1, 25)
-OPTIONS = ("arch", "cache_dir", "disable", "fp32_math", "verify")
 log = logging.getLogger("plus_ep")
 
 _lock = threading.Lock()
@@ -108,17 +109,6 @@ def devices() -> list[dict]:
     return out
 
 
-def arch_for(opts: dict) -> str:
-    """The arch kernels are built for: the `arch` option, else the device's ("9.0" -> sm_90a)."""
-    from .kernels.build import nvrtc
-    if opts.get("arch"):
-        return nvrtc.parse_arch(opts["arch"])
-    cc = opts.get("cc") or ""
-    major, _, minor = cc.partition(".")
-    from .kernels.arch import for_device        # the arch table's choice: 9.0 -> sm_90a
-    return nvrtc.parse_arch(for_device(int(major), int(minor or 0)))
-
-
 # ------------------------------------------------------------------------------------------ planner
 
 
@@ -126,17 +116,18 @@ def plan_groups(path: str, opts: dict) -> list[dict]:
     """The node groups PlusEP should claim in the model at `path`: one per Fused node of its rewrite,
     with the original nodes it replaces (by first output name), its inputs and outputs in plan order,
     its plan and its image packs (arch -> bytes)."""
-    from .kernels.gemm.configs import FP32_MATH_DEFAULT
     st = os.stat(path)
-    arch = arch_for(opts)
-    key = (os.path.abspath(path), st.st_mtime_ns, st.st_size, arch, opts.get("disable", ""),
-           opts.get("fp32_math", FP32_MATH_DEFAULT), opts.get("cache_dir", ""))
+    arch = options.arch_for(opts, opts.get("cc"))     # the `arch` option, else the device's (ep.c sends "cc")
+    if arch is None:
+        raise ValueError("PlusEP planner: neither an `arch` option nor the device's compute capability")
+    key = (os.path.abspath(path), st.st_mtime_ns, st.st_size, arch, options.disabled(opts),
+           options.fp32_math(opts), opts.get("cache_dir", ""))
     if key in _memo:
         return _memo[key]
     import onnx
     from .graph_rewrites.fuse import is_fused
     from .rewrite import load_model
-    from .session import rewritten_model
+    from .model_cache import rewritten_model
     original = load_model(path)
     if any(is_fused(n) for n in original.graph.node):
         _memo[key] = []
@@ -152,7 +143,7 @@ def plan_groups(path: str, opts: dict) -> list[dict]:
     groups = partition(graph, rewritten)
     if graph is not original:
         _add_original_names(groups, graph, original)
-    if opts.get("verify") in ("1", 1, True):
+    if options.verify(opts):
         _verify_rewrite(original.SerializeToString(), rewritten.SerializeToString(), path)
     log.info("PlusEP planner: %s -> %d node groups for %s", path, len(groups), arch)
     _memo[key] = groups

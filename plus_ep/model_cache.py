@@ -16,14 +16,18 @@ import hashlib
 import json
 import logging
 import os
+import warnings
 
 from . import config
-from .kernels.build.cache import package_version, write_atomic
+from .kernels.build.cache import package_version
+from .kernels.build.files import write_atomic
+from .kernels.target import FP32_MATH_DEFAULT
 
 log = logging.getLogger("plus_ep")
+_warned: set = set()
 
 
-def model_key(model_bytes: bytes, arch: str, disable=(), fp32_math: str = "tf32", warehouse=None) -> str:
+def model_key(model_bytes: bytes, arch: str, disable=(), fp32_math: str = FP32_MATH_DEFAULT, warehouse=None) -> str:
     """sha256 naming the rewritten model. `warehouse`: the loaded Warehouse (default_warehouse())."""
     if warehouse is None:
         from .warehouse import default_warehouse
@@ -83,3 +87,38 @@ def store(path: str, data: bytes) -> None:
             except OSError:
                 pass
         raise
+
+
+def _warn_once(msg):
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        log.info(msg)
+
+
+def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
+    """The rewritten model with kernels for `arch`, from the model cache (this module) or
+    built now. Kernels go to the kernel cache under the same root (`cache_dir` option, else
+    $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep: see plus_ep/config.py). A cache folder that cannot be
+    written (read only, disk full) warns once and the model is built without being stored."""
+    from .kernels.build.cache import KernelCache
+    from .rewrite import rewrite_detailed
+    from .warehouse import default_warehouse
+    from . import options
+    disable, fp32_math = options.disabled(opts), options.fp32_math(opts)
+    warehouse = default_warehouse()
+    key = model_key(model_bytes, arch, disable, fp32_math, warehouse)
+    path = entry(key, opts.get("cache_dir"))
+    cached = read(path)
+    if cached is not None:
+        log.info("PlusEP: rewritten model from cache %s", path)
+        return cached
+    result = rewrite_detailed(model_bytes, warehouse=warehouse, disable=disable, archs=[arch], fp32_math=fp32_math,
+                              cache=KernelCache(config.kernel_cache_dir(opts.get("cache_dir"))))
+    data = result.model.SerializeToString()
+    try:
+        store(path, data)
+    except OSError as exc:
+        _warn_once(f"PlusEP: cannot store the rewritten model in {os.path.dirname(path)} "
+                   f"({exc.strerror or exc}); it is rebuilt by the next session")
+    return data

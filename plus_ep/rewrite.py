@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from .graph_rewrites.fuse import FusedSubgraph, fuse, is_fused
+from .graph_rewrites.fuse import FusedSubgraph, fuse, node_name
 from .graph_rewrites.graph import GraphView, ModelError
 from .graph_rewrites.identify import Identifier
-from .kernels.gemm.configs import FP32_MATH_DEFAULT
-from .kernels.wire.plan import node_of
+from .kernels.target import FP32_MATH_DEFAULT
 from .warehouse import default_warehouse
 
 from .model_check import check_model, fusable_opset, load_model  # noqa: F401  (load_model: public API)
@@ -52,21 +51,24 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
     ident = Identifier(view, wh, kernels=bool(archs))
     subgraphs = ident.run() if fusable_opset(proto) else []
     built = None
+    names = _node_names(subgraphs)      # decided once: the kernel build's plans and warnings, fuse()'s nodes
     if archs:
         from .kernels.build.stage import build_kernels
         built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
-                              fp32_math=fp32_math)
+                              fp32_math=fp32_math, node_names=names)
         split = {k for k, _, _ in built.failures if getattr(subgraphs[k], "parts", None)}
         if split:     # a horizontal group whose kernels failed: build its members one by one instead
             for k, name, _ in built.failures:
                 if k in split:
                     log.warning("%s: building its %d members as separate nodes", name, len(subgraphs[k].parts))
             subgraphs = [p for k, sg in enumerate(subgraphs) for p in (sg.parts if k in split else [sg])]
+            names = _node_names(subgraphs)
             built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
-                                  fp32_math=fp32_math)
-        subgraphs = [sg for k, sg in enumerate(subgraphs) if k in built.attrs]
-        kernel_attrs = [built.attrs[k] for k in sorted(built.attrs)]
-        kernel_inputs = [built.inputs.get(k, (None, 0)) for k in sorted(built.attrs)]
+                                  fp32_math=fp32_math, node_names=names)
+        kept = sorted(built.attrs)      # the subgraphs whose kernels were built; the others stay unfused
+        subgraphs, names = [subgraphs[k] for k in kept], [names[k] for k in kept]
+        kernel_attrs = [built.attrs[k] for k in kept]
+        kernel_inputs = [built.inputs.get(k, (None, 0)) for k in kept]
     specs = []
     for k, sg in enumerate(subgraphs):
         attrs = {"pgraph": sg.pgraph.render(), "pgraph_hash": sg.pgraph.structural_hash()}
@@ -75,25 +77,19 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         if built is not None:
             attrs.update(kernel_attrs[k])
         order, host = kernel_inputs[k] if built is not None else (None, 0)
-        specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs, order, host))
+        specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs, order, host,
+                                   names[k]))
     out = fuse(proto, specs, view.graph_index) if specs else proto
-    if built is not None and built.failures and specs:
-        _names_from_plans(out)
     seconds = time.perf_counter() - start
     log.info("rewrote %d nodes into %d fused subgraphs in %.2fs", len(proto.graph.node), len(specs), seconds)
     return RewriteResult(out, subgraphs, view, ident, seconds, built, fp32_math)
 
 
-def _names_from_plans(model: onnx.ModelProto) -> None:
-    """Name each fused node as its plan does (`plus_ep/<pattern>/<k>`, k counting every subgraph found).
-    fuse() numbers only the subgraphs it gets, so once some stayed unfused the two would differ: the
-    launcher's errors would name another node, and the warning's "plus_ep/gemm/1 stays unfused" would
-    name a fused node that exists."""
-    for n in model.graph.node:
-        if is_fused(n):
-            plan = next((a.s for a in n.attribute if a.name == "plus_plan"), None)
-            if plan is not None:
-                n.name = node_of(plan.decode("utf-8", "replace"))
+def _node_names(subgraphs) -> list[str]:
+    """`plus_ep/<pattern>/<k>`, k counting every subgraph found: a subgraph that stays unfused keeps its
+    number, so the warning's "plus_ep/gemm/1 stays unfused" never names a fused node, and the launcher's
+    errors name the node its plan names."""
+    return [node_name(sg.pattern.name, k) for k, sg in enumerate(subgraphs)]
 
 
 def rewrite(model, warehouse=None, disable=(), archs=None, **kw) -> onnx.ModelProto:

@@ -18,19 +18,15 @@ once. Without "PlusEP" it is exactly onnxruntime.InferenceSession.
 from __future__ import annotations
 
 import logging
-import os
-import warnings
 
 import onnx
 import onnxruntime as ort
 
-from .kernels.gemm.configs import FP32_MATH_DEFAULT
-
+from . import options
+from .model_cache import rewritten_model
+from .options import NAME
 
 log = logging.getLogger("plus_ep")
-NAME = "PlusEP"
-OPTIONS = {"arch", "cache_dir", "disable", "fp32_math", "verify"}
-_warned = set()
 
 
 def _split_providers(providers, provider_options):
@@ -43,47 +39,7 @@ def _split_providers(providers, provider_options):
             plus = dict(o or {})
         else:
             rest.append((name, o) if o else name)
-    if plus is not None:
-        unknown = set(plus) - OPTIONS
-        if unknown:
-            raise ValueError(f"unknown PlusEP provider option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
-    return plus, rest
-
-
-def _warn_once(msg):
-    if msg not in _warned:
-        _warned.add(msg)
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
-        log.info(msg)
-
-
-def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
-    """The rewritten model with kernels for `arch`, from the model cache (plus_ep/model_cache.py) or
-    built now. Kernels go to the kernel cache under the same root (`cache_dir` option, else
-    $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep: see plus_ep/config.py). A cache folder that cannot be
-    written (read only, disk full) warns once and the model is built without being stored."""
-    from . import config, model_cache
-    from .kernels.build.cache import KernelCache
-    from .rewrite import rewrite_detailed
-    from .warehouse import default_warehouse
-    disable = tuple(sorted(p for p in opts.get("disable", "").split(",") if p))
-    fp32_math = opts.get("fp32_math", FP32_MATH_DEFAULT)
-    warehouse = default_warehouse()
-    key = model_cache.model_key(model_bytes, arch, disable, fp32_math, warehouse)
-    path = model_cache.entry(key, opts.get("cache_dir"))
-    cached = model_cache.read(path)
-    if cached is not None:
-        log.info("PlusEP: rewritten model from cache %s", path)
-        return cached
-    result = rewrite_detailed(model_bytes, warehouse=warehouse, disable=disable, archs=[arch], fp32_math=fp32_math,
-                              cache=KernelCache(config.kernel_cache_dir(opts.get("cache_dir"))))
-    data = result.model.SerializeToString()
-    try:
-        model_cache.store(path, data)
-    except OSError as exc:
-        _warn_once(f"PlusEP: cannot store the rewritten model in {os.path.dirname(path)} "
-                   f"({exc.strerror or exc}); it is rebuilt by the next session")
-    return data
+    return (options.check(plus) if plus is not None else None), rest
 
 
 def _model_bytes(path_or_bytes) -> bytes:
@@ -103,15 +59,15 @@ class InferenceSession(ort.InferenceSession):
         from .kernels.build import nvrtc
         ep.register()                       # the plugin EP (raises on onnxruntime < 1.25)
         gpu = nvrtc.local_arch()
-        arch = nvrtc.parse_arch(plus["arch"]) if plus.get("arch") else gpu
+        arch = options.arch_for(plus) or gpu
         if arch is None:                    # an emulated / stand-in driver: the EP device's arch
             dev = next((d for d in ep.devices() if d["mode"] in ("gpu", "staging")), None)
             if dev and dev.get("compute_capability"):
                 try:
-                    arch = ep.arch_for({"cc": dev["compute_capability"]})
+                    arch = options.arch_for({}, cc=dev["compute_capability"])
                 except ValueError as e:     # an arch PlusEP does not build for: run unfused
                     log.warning("PlusEP: %s; running the original model", e)
-        ep_opts = {k: str(v) for k, v in plus.items()}
+        ep_opts = dict(plus)
         providers = [(NAME, ep_opts) if ep_opts else NAME, *rest]
         if arch is None:                    # no usable GPU: the inert EP warns once; the original runs
             super().__init__(path_or_bytes, sess_options, providers, **kwargs)
@@ -124,7 +80,7 @@ class InferenceSession(ort.InferenceSession):
             providers.insert(1, "CUDAExecutionProvider")
         super().__init__(model, sess_options, providers, **kwargs)
         self.plus_ep_arch = arch
-        if plus.get("verify") in ("1", 1, True, "true"):
+        if options.verify(plus):
             self._verify(original, [p for p in providers if (p if isinstance(p, str) else p[0]) != NAME])
 
     def _verify(self, original: bytes, providers):

@@ -1,8 +1,8 @@
 """Attention subgraphs: MatMul(Q, Kᵀ) -> score ops (scale, masks) -> Softmax -> NaN guard ->
 MatMul(P, V) -> stores (transpose/reshape), for the FlashAttention-style template. The nodes of each
-role come from identification (Subgraph.roles, warehouse/roles.py). Q, K and V are pulled through
-whatever produces them inside the subgraph (scaling, RoPE, GQA expand), the score hook is everything
-between the first MatMul and the Softmax, the output hook is pushed forward. Between the Softmax and
+role come from identification (Subgraph.roles, attention_roles in warehouse/patterns/attention.py).
+Q, K and V are pulled through whatever produces them inside the subgraph (scaling, RoPE, GQA expand),
+the score hook is everything between the first MatMul and the Softmax, the output hook is pushed forward. Between the Softmax and
 the PV MatMul only what the role finder accepted sits: Identity, Cast to a float type, Dropout at
 inference, and the NaN guard, which decides what a fully masked row gives (0, else NaN)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..codegen.pull import RenderError, describe
 
 def _structure(job):
     """The QKᵀ MatMul, the Softmax and the PV MatMul from the roles identification found (the role
-    finder, warehouse/roles.py, refused every subgraph whose nodes this renderer would not read);
+    finder, warehouse/patterns/attention.py, refused every subgraph whose nodes this renderer would not read);
     whether the graph guards fully masked rows (Where(IsNaN(p), 0, p))."""
     roles = job.roles
     if not roles or "qk" not in roles:
@@ -106,7 +106,7 @@ def render_attention(job):
                  f"{em.take()}\n}}\n")
     side = job.side_kernels([t for t in job.outputs if t not in dep_s])
     out_variants = []
-    for cond, cfg in routes.attention_routes(B, H, Sq, Skv, D, job.arch, job.syms, math_=math_):
+    for cond, cfg in routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=math_):
         defines = routes.attention_defines(cfg, D)
         if math_ != 0 and kt in job.inputs:      # a materialised Kᵀ: keys are contiguous in memory
             defines["PLUS_K_KEY_MAJOR"] = 1

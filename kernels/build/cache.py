@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from ... import config
 from . import nvrtc, sources
+from .files import write_atomic
 from .nvrtc import CompileResult, Resources
 
 log = logging.getLogger("plus_ep.kernels")
@@ -104,20 +105,6 @@ def cache_key(source: str | bytes, arch, options=()) -> str:
         h.update(part.encode() + b"\n")
     h.update(b"source\n" + hashlib.sha256(src).digest())
     return h.hexdigest()
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to a temporary name beside `path`, then os.replace it into place; on any failure
-    the temporary file is removed and `path` is untouched."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 class KernelCache:

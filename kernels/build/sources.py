@@ -28,6 +28,7 @@ import pathlib
 import re
 
 from ... import config
+from .files import write_atomic
 
 log = logging.getLogger("plus_ep.kernels")
 
@@ -141,13 +142,16 @@ _template_words_cache: dict = {}
 
 
 def _template_words() -> set:
-    """Names plus_common.cuh (included before the generated code) declares: macros, functions, types.
-    A local symbol must not shadow them; names of the templates included after the code do not matter."""
+    """Names plus_common.cuh (included before the generated code) and the template headers it includes
+    (plus_abi.h) declare: macros, functions, types. A local symbol must not shadow them; names of the
+    templates included after the code do not matter."""
     from .nvrtc import TEMPLATES_DIR
-    path = pathlib.Path(TEMPLATES_DIR) / "plus_common.cuh"
-    stamp = path.stat().st_mtime_ns if path.exists() else None
+    first = pathlib.Path(TEMPLATES_DIR) / "plus_common.cuh"
+    text = first.read_text() if first.exists() else ""
+    paths = [first] + [first.parent / n for n in re.findall(r'#\s*include\s+"([^"]+)"', text)]
+    stamp = tuple(p.stat().st_mtime_ns if p.exists() else None for p in paths)
     if _template_words_cache.get("stamp") != stamp:
-        text = path.read_text() if path.exists() else ""
+        text = "\n".join(p.read_text() for p in paths if p.exists())
         words = set(re.findall(r"#\s*define\s+(\w+)", text)) | set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", text))
         words |= set(re.findall(r"\b(?:struct|class|using|typedef[^;]*?)\s+([A-Za-z_]\w*)\s*[;{=]", text))
         _template_words_cache.update(stamp=stamp, words=words)
@@ -180,7 +184,6 @@ def prepare(job_name: str, source: str) -> str:
             dump.mkdir(parents=True, exist_ok=True)
             target = dump / name
             if not target.exists() or target.read_text() != source:
-                from .cache import write_atomic
                 write_atomic(target, source.encode())
         except OSError as exc:
             log.warning("PLUS_EP_DUMP_DIR=%s: cannot write %s (%s)", dump, name, exc.strerror or exc)

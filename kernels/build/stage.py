@@ -10,8 +10,6 @@ with a warning naming the node and the reason; nothing is fused without a kernel
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
 import logging
 import re
 import time
@@ -20,13 +18,16 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import numpy_helper
 
+from ...graph_rewrites.fuse import node_name
 from . import nvrtc
 from .compile import Job, ResourceError, compile_all
 from ..wire.pack import Image, pack_images, unpack_images  # noqa: F401  (the pack format lives there)
 from ..wire.pack import write as write_pack
+from ..wire.plan import merge as merge_plans
 from ..wire.plan import problem as plan_problem
 from ..codegen.pull import RenderError
 from ..render import render
+from ..target import FP32_MATH_DEFAULT, Target
 
 log = logging.getLogger("plus_ep")
 
@@ -99,11 +100,10 @@ def _host_safe(groups, n: int) -> bool:
 def _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs) -> list:
     """Render for each arch (its routes, template choice and resource limits; configs that failed on
     that arch excluded) and group the archs whose kernels come out the same."""
-    from .. import routes as route_model
     groups: list = []
     for arch in archs:
-        with route_model.excluding(excluded.get(arch, ())):
-            rd = render(view, sg, ins, outs, arch=arch, node_name=name, fp32_math=fp32_math)
+        target = Target(arch, fp32_math, frozenset(excluded.get(arch, ())))
+        rd = render(view, sg, ins, outs, target=target, node_name=name)
         key = ([v.source for v in rd.variants], [(r.cond, r.launches) for r in rd.plan.routes], rd.plan.scratch)
         for g in groups:
             r0 = g.rendered
@@ -116,33 +116,7 @@ def _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs) -> lis
     return groups
 
 
-def _merged_plan(groups, archs, name):
-    """One plan for all archs: the first render's inputs, outputs and symbols; the routes of every
-    group behind its `arch` record (none when all archs render alike); scratch sizes the maximum."""
-    base = groups[0].rendered.plan
-    for g in groups[1:]:
-        p = g.rendered.plan
-        if (p.inputs, p.outputs, p.syms, p.shapev) != (base.inputs, base.outputs, base.syms, base.shapev):
-            raise RenderError(f"{name}: the renders for {g.archs[0]} and {groups[0].archs[0]} disagree on the "
-                              "node's inputs, outputs or symbols")
-    plan = copy.copy(base)
-    plan.archs = list(archs)
-    plan.routes = []
-    n_scratch = max(len(g.rendered.plan.scratch) for g in groups)
-    plan.scratch = []
-    for s in range(n_scratch):
-        exprs = sorted({g.rendered.plan.scratch[s] if s < len(g.rendered.plan.scratch) else "0" for g in groups})
-        merged = exprs[0]
-        for e in exprs[1:]:
-            merged = f"{merged},{e},max"
-        plan.scratch.append(merged)
-    for g in groups:
-        for r in g.rendered.plan.routes:
-            plan.routes.append(dataclasses.replace(r, archs=tuple(g.archs)) if len(groups) > 1 else r)
-    return plan
-
-
-def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32_math="tf32",
+def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32_math=FP32_MATH_DEFAULT,
                   node_names=None) -> KernelBuild:
     """Render per arch, compile, and where a variant spills or exceeds an arch's resources render that
     arch again without its config (a smaller one takes its place) before giving the subgraph up."""
@@ -151,7 +125,7 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
     out = KernelBuild()
     excluded: dict = {}                # k -> {arch: {config names}}
     pending = list(range(len(subgraphs)))
-    names = {k: node_names[k] if node_names else f"plus_ep/{sg.pattern.name}/{k}" for k, sg in enumerate(subgraphs)}
+    names = {k: node_names[k] if node_names else node_name(sg.pattern.name, k) for k, sg in enumerate(subgraphs)}
     images: dict = {}
     plans: dict = {}
     for round_ in range(MAX_FALLBACKS + 1):
@@ -161,7 +135,7 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
             try:
                 groups, order, n_host = _render_per_arch(view, subgraphs[k], name, archs, fp32_math,
                                                          excluded.get(k, {}))
-                plan = _merged_plan(groups, archs, name)
+                plan = merge_plans([(g.archs, g.rendered.plan) for g in groups], archs)
                 problem = plan_problem(plan.text())
                 if problem:
                     raise RenderError(problem)

@@ -17,13 +17,6 @@ MATH_SIMT = 0
 MATH_TF32 = 1
 MATH_F16 = 2  # half or bfloat16 (plus_ab_t)
 
-# fp32 GEMM math: "tf32" (TF32 tensor cores, fp32 in memory and in the accumulators) or "exact" (SIMT fp32).
-# The default follows ONNX Runtime's CUDA EP, whose `use_tf32` provider option defaults to 1 (TF32 for
-# float GEMM/MatMul and cuDNN convolutions; CUDAExecutionProviderInfo::use_tf32{true}), so PlusEP never
-# picks slower math than the CUDA EP does by default. "exact" stays available as an option.
-FP32_MATHS = ("exact", "tf32")
-FP32_MATH_DEFAULT = "tf32"
-
 
 def gemm_threads(bm: int, bn: int, wm: int, wn: int) -> int:
     """PLUS_THREADS: one warp per warp tile."""

@@ -60,8 +60,8 @@ def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out
         return None
     choices = None           # before anything is emitted into `em`: the caller may still render two kernels
     for bn in (b for b in sm90a.CLUSTER_WIDTHS if b >= size[0]):
-        try:                 # the narrowest width whose tiles did not fail to compile (routes.excluding)
-            choices = routes.gemm_routes(M, N, K, nbatch, dt, job.arch, job.syms, allow_splitk=False,
+        try:                 # the narrowest width whose tiles did not fail to compile (target.excluded)
+            choices = routes.gemm_routes(M, N, K, nbatch, dt, job.target, job.syms, allow_splitk=False,
                                          menu=sm90a.cluster_menu(bn))
             csize = -(-int(symdim.parse(N)) // bn)
             break

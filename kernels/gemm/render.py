@@ -190,7 +190,7 @@ def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_
     """One variant per route: (name, prefix, kernels, condition). `m_fastest`: every store is contiguous
     along m; `m_fastest_hook`: the source of plus_epi_m_fastest(args, b) when that holds per batch index."""
     out = []
-    choices = routes.gemm_routes(M, N, K, nbatch, dt, job.arch, job.syms, job.fp32_math,
+    choices = routes.gemm_routes(M, N, K, nbatch, dt, job.target, job.syms,
                                  allow_splitk=allow_splitk)
     max_split = max(s for _, _, s in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)

@@ -4,18 +4,7 @@
 #include <cuda_bf16.h>
 #include <math_constants.h>
 
-#define PLUS_MAX_IN 64
-#define PLUS_MAX_OUT 8
-#define PLUS_MAX_SCRATCH 4
-#define PLUS_MAX_V 32
-
-struct PlusArgs {
-  const void* in[PLUS_MAX_IN];
-  void* out[PLUS_MAX_OUT];
-  void* scratch[PLUS_MAX_SCRATCH];
-  long long v[PLUS_MAX_V];
-};
-static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared with the C launcher");
+#include "plus_abi.h"   // PlusArgs and the launcher's limits, shared with plus_ep/native/plan.h
 
 #define PLUS_DEV __device__ __forceinline__
 

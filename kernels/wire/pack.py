@@ -18,12 +18,13 @@ NUL), so the driver can JIT it in place with cuModuleLoadData; ptx_size 0 means 
 from __future__ import annotations
 
 import struct
+
+from ...limits import MAX_IMAGES
 from dataclasses import dataclass
 
 MAGIC = b"PLUSIMG2"
 MAGIC_V1 = b"PLUSIMG1"
 ALIGN = 16
-MAX_IMAGES = 4096     # same bound as pack.c
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ plus_ep/native/plan.c):
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -16,8 +18,6 @@ from ..codegen import symdim
 from ..codegen.pull import RenderError
 
 VERSION = 1
-# The launcher's limits (plus_ep/native/plan.h; PlusArgs in kernels/templates/plus_common.cuh).
-MAX_IN, MAX_OUT, MAX_SYM, MAX_SHAPEV = 64, 8, 32, 16
 
 
 @dataclass
@@ -75,6 +75,35 @@ class Plan:
                 lines.append(" ".join(["kernel", str(r), str(ln.image), ln.entry, *ln.grid, *ln.block, ln.smem]))
         lines.append("end")
         return "\n".join(lines) + "\n"
+
+
+def max_expr(exprs) -> str:
+    """The RPN expression of the largest of `exprs` (RPN expressions; duplicates count once)."""
+    exprs = sorted(set(exprs))
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = f"{out},{e},max"
+    return out
+
+
+def merge(parts, archs) -> Plan:
+    """One plan for every arch from the plans of arch groups, `parts` = [(archs of the group, its plan)]
+    with the archs whose renders came out alike in one group: the first plan's inputs, outputs and
+    symbols; the routes of every group behind its `arch` record (none when there is one group);
+    each scratch size the largest of the groups' (0 where a group has no such buffer). Raises
+    RenderError when the groups disagree on the node's inputs, outputs or symbols."""
+    (first_archs, base), rest = parts[0], parts[1:]
+    for group_archs, p in rest:
+        if (p.inputs, p.outputs, p.syms, p.shapev) != (base.inputs, base.outputs, base.syms, base.shapev):
+            raise RenderError(f"{base.node}: the renders for {group_archs[0]} and {first_archs[0]} disagree on "
+                              "the node's inputs, outputs or symbols")
+    plan = copy.copy(base)
+    plan.archs = list(archs)
+    n_scratch = max(len(p.scratch) for _, p in parts)
+    plan.scratch = [max_expr(p.scratch[s] if s < len(p.scratch) else "0" for _, p in parts) for s in range(n_scratch)]
+    plan.routes = [dataclasses.replace(r, archs=tuple(group_archs)) if len(parts) > 1 else r
+                   for group_archs, p in parts for r in p.routes]
+    return plan
 
 
 def input_tokens(shape, syms: symdim.Symbols) -> list:

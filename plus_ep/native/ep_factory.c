@@ -76,7 +76,7 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
 OrtStatus* plus_ep_read_options(const OrtSessionOptions* so, plus_ep_options* o) {
     memset(o, 0, sizeof *o);
     /* fp32_math stays "" unless set: the planner then applies PlusEP's default (tf32, as the CUDA EP's
-     * use_tf32; kernels/gemm_configs.FP32_MATH_DEFAULT). Rewritten models carry their kernels already. */
+     * use_tf32; plus_ep/options.py). Rewritten models carry their kernels already. */
     if (!so) return NULL;
     OrtKeyValuePairs* kv = NULL;
     OrtStatus* st = ORT_CALL(plus_ep_api, GetSessionOptionsConfigEntries)(so, &kv);

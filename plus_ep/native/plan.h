@@ -7,27 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PLUS_MAX_IN 64
-#define PLUS_MAX_OUT 8
-#define PLUS_MAX_SCRATCH 4
-#define PLUS_MAX_V 32
-typedef struct PlusArgs {
-    const void* in[PLUS_MAX_IN];
-    void* out[PLUS_MAX_OUT];
-    void* scratch[PLUS_MAX_SCRATCH];
-    long long v[PLUS_MAX_V];
-} PlusArgs;
-_Static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared with plus_common.cuh");
+/* PlusArgs and the plan's limits (PLUS_MAX_*): one header shared with every generated kernel. */
+#include "../../kernels/templates/plus_abi.h"
 
-/* Limits of a plan (fixed so that a run needs no heap memory). */
-#define PLUS_MAX_RANK 8
-#define PLUS_MAX_SYM 32
-#define PLUS_MAX_ROUTES 32
-#define PLUS_MAX_KERNELS 64   /* kernel lines, all routes together */
-#define PLUS_MAX_GROUPS 8     /* `arch` records: route groups for the packs of some archs */
-#define PLUS_MAX_ARCHS 24
-#define PLUS_MAX_STACK 32     /* expression evaluation depth */
-#define PLUS_MAX_SHAPEV 16    /* `shapev` lines: symbols bound from the values of shape tensors */
 #define PLUS_SHAPEV_ELEMS 64  /* a `shapev` line reads one of the first 64 elements */
 #define PLUS_NAME_LEN 128     /* node, entry, symbol and arch names incl. NUL */
 #define PLUS_ERR_LEN 1024     /* suggested size of error buffers */

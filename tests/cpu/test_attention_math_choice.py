@@ -9,13 +9,14 @@ from plus_ep.demo_model import build_bert
 from plus_ep.graph_rewrites.fuse import boundary
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
+from plus_ep.kernels.target import Target
 
 
 def _attention_source(model, arch="sm_80"):
     r = rewrite_detailed(model)
     sg = next(s for s in r.subgraphs if s.pattern.name == "attention")
     ins, outs = boundary(r.view.model, [r.view.index[i] for i in sg.nodes])
-    return render(r.view, sg, ins, outs, arch=arch, node_name="attn").variants[0].source
+    return render(r.view, sg, ins, outs, Target(arch, "exact"), node_name="attn").variants[0].source
 
 
 @pytest.mark.parametrize("fp16,math,qkv", [(True, 2, "__half"), (False, 0, "float")])

@@ -11,6 +11,7 @@ from plus_ep.explain import explain, format_explanation
 from plus_ep.kernels import render as render_mod
 from plus_ep.rewrite import rewrite_detailed
 from plus_ep.warehouse import registry
+from plus_ep.kernels.target import Target
 from tests.support.attention_models import (DROPOUT_EVAL, DROPOUT_TRAIN, GUARD, NONE, SPELLED, WHERE_KEEP,
                                             attention_model)
 
@@ -28,7 +29,7 @@ def _render_all(result):
     out = []
     for sg in result.subgraphs:
         ins, outs = result.view.graph_index.boundary(sg.nodes)
-        out.append((sg, ins, render_mod.render(result.view, sg, ins, outs, arch="sm_80")))
+        out.append((sg, ins, render_mod.render(result.view, sg, ins, outs, Target("sm_80", "exact"))))
     return out
 
 

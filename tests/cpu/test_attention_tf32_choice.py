@@ -12,6 +12,7 @@ from plus_ep.kernels.attention import configs as ac
 from plus_ep.kernels import routes
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
+from plus_ep.kernels.target import Target
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +23,9 @@ def attention():
     return r.view, sg, ins, outs
 
 
-def _sources(attention, fp32_math, arch="sm_80"):
+def _sources(attention, fp32_math, arch="sm_80", excluded=()):
     view, sg, ins, outs = attention
-    rd = render(view, sg, ins, outs, arch=arch, node_name="attn", fp32_math=fp32_math)
+    rd = render(view, sg, ins, outs, Target(arch, fp32_math, excluded), node_name="attn")
     return [(v.name, v.source) for v in rd.variants]
 
 
@@ -46,8 +47,7 @@ def test_fp32_attention_stays_exact_under_exact(attention):
 
 
 def test_excluded_tf32_configs_fall_back_to_simt(attention):
-    with routes.excluding(c.name for c in ac.configs_for(ac.MATH_TF32, 64)):
-        srcs = _sources(attention, "tf32")
+    srcs = _sources(attention, "tf32", excluded=[c.name for c in ac.configs_for(ac.MATH_TF32, 64)])
     assert srcs and all(name.startswith("simt_d64_") and "#define PLUS_MATH 0\n" in src for name, src in srcs)
 
 

@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("cuda.bindings.nvrtc")
 
 from plus_ep.kernels.build import cache as kcache  # noqa: E402
+from plus_ep.kernels.build import files as kfiles  # noqa: E402
 from plus_ep.kernels.build import nvrtc  # noqa: E402
 from plus_ep.kernels.build.cache import KernelCache  # noqa: E402
 from plus_ep.kernels.build.compile import Job, compile_all  # noqa: E402
@@ -166,8 +167,8 @@ def read_only(monkeypatch):
                 return real(src_, dst, *a, **k)
             return f
 
-        import plus_ep.session
-        for module in (kcache, plus_ep.session):     # the modules that write cache files
+        import plus_ep.model_cache
+        for module in (kcache, kfiles, plus_ep.model_cache):     # the modules that write cache files
             monkeypatch.setattr(module, "open", fake_open, raising=False)
         monkeypatch.setattr(os, "open", fake_os_open)
         monkeypatch.setattr(os, "mkdir", fake_mkdir)
@@ -218,7 +219,7 @@ def test_read_only_cache_still_serves_hits(tmp_path, caplog, read_only):
 
 
 class _FullDisk:
-    """kernels.cache's open(): the n-th file opened for writing takes half its data, then ENOSPC."""
+    """kernels.build.cache's and .files' open(): the n-th file opened for writing takes half its data, then ENOSPC."""
 
     def __init__(self, fail_at: int):
         self.fail_at, self.count = fail_at, 0
@@ -235,7 +236,8 @@ class _FullDisk:
 def test_full_disk_leaves_no_partial_entry(cache, caplog, monkeypatch, fail_at):
     want = nvrtc.compile_cubin(src(), "sm_90").cubin
     full = _FullDisk(fail_at)
-    monkeypatch.setattr(kcache, "open", full, raising=False)
+    for module in (kcache, kfiles):                    # cache.py and the atomic writer it uses
+        monkeypatch.setattr(module, "open", full, raising=False)
     caplog.set_level(logging.WARNING, logger="plus_ep.kernels")
     r = cache.build(src(), "sm_90", name="scale.cu")
     assert full.count >= fail_at                       # the write really failed
@@ -246,7 +248,8 @@ def test_full_disk_leaves_no_partial_entry(cache, caplog, monkeypatch, fail_at):
     assert not [p for p in cache.root.glob("??") if p.is_dir()]
     assert cache.get(r.key) is None
     # Space again: the next build stores a whole entry.
-    monkeypatch.setattr(kcache, "open", builtins.open, raising=False)
+    for module in (kcache, kfiles):
+        monkeypatch.setattr(module, "open", builtins.open, raising=False)
     again = KernelCache(cache.root).build(src(), "sm_90", name="scale.cu")
     assert not again.cached and again.cubin == want
     assert sorted(p.name for p in cache.path(r.key).iterdir()) == ["kernel.cu", "kernel.cubin", "kernel.ptx", "meta.json"]
@@ -343,9 +346,9 @@ def small_model():
 @pytest.fixture
 def session_cache(tmp_path, monkeypatch):
     """The session's cache under tmp, with the kernel folder shared with the test run (warm)."""
-    from plus_ep import session
+    from plus_ep import model_cache
     monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", pathlib.Path(kcache.__file__).parents[1] / "templates")
-    session._warned.clear()
+    model_cache._warned.clear()
     return tmp_path / "plus_ep"
 
 
@@ -356,7 +359,7 @@ def _model_entries(root: pathlib.Path) -> list:
 def test_model_cache_damaged_entry_is_rebuilt(small_model, session_cache, caplog):
     import onnx
 
-    from plus_ep.session import rewritten_model
+    from plus_ep.model_cache import rewritten_model
     opts = {"cache_dir": str(session_cache)}
     first = rewritten_model(small_model, "sm_90", opts)
     names = _model_entries(session_cache)
@@ -374,7 +377,7 @@ def test_model_cache_damaged_entry_is_rebuilt(small_model, session_cache, caplog
 
 
 def test_model_cache_unwritable_warns_once(small_model, session_cache, read_only):
-    from plus_ep.session import rewritten_model
+    from plus_ep.model_cache import rewritten_model
     read_only(session_cache)
     opts = {"cache_dir": str(session_cache)}
     with pytest.warns(RuntimeWarning, match="cannot store the rewritten model") as rec:

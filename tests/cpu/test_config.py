@@ -220,7 +220,7 @@ def test_a_kernel_the_cli_compiled_is_a_hit_for_the_session(tmp_path, monkeypatc
     assert (root / "kernels").is_dir() and not (root / "models").exists()
 
     # The session's rewrite, with compiling forbidden: every kernel must come from the CLI's entries.
-    from plus_ep.session import rewritten_model
+    from plus_ep.model_cache import rewritten_model
     monkeypatch.setenv("PLUS_EP_CACHE_DIR", str(root))
     monkeypatch.setenv("PLUS_EP_ASSERT_CACHED", "1")
     got = onnx.load_model_from_string(rewritten_model(src.read_bytes(), "sm_90", {}))

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the rewrite on random transformer-like graphs (tests/fuzz_graphs.py).
+"""Property-based fuzzing of the rewrite on random transformer-like graphs (tests/support/fuzz_graphs.py).
 
 For every generated model (MatMul/Gemm/Reduce/Softmax/LayerNorm/attention skeletons with random
 element-wise chains, broadcasts, views, multi-consumer intermediates, symbolic dims):
@@ -12,7 +12,7 @@ element-wise chains, broadcasts, views, multi-consumer intermediates, symbolic d
 
 CI runs 100 derandomized examples (reproducible). Explore more with, e.g.::
 
-    PLUS_EP_FUZZ_EXAMPLES=5000 PLUS_EP_FUZZ_RANDOM=1 python -m pytest tests/test_fuzz.py -q -k hypothesis
+    PLUS_EP_FUZZ_EXAMPLES=5000 PLUS_EP_FUZZ_RANDOM=1 python -m pytest tests/cpu/test_fuzz.py -q -k hypothesis
 
 ``PLUS_EP_FUZZ_SEED=N`` instead of ``PLUS_EP_FUZZ_RANDOM=1`` gives a reproducible run of its own;
 ``PLUS_EP_FUZZ_SAVE=case.onnx`` writes every model there before it is checked, so a crash of ORT

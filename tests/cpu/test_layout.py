@@ -1,5 +1,7 @@
-"""The installed layout: one `plus_ep` namespace, every package folder installed, no import cycles,
-and the compiler core (graph_rewrites, kernels, warehouse) never imports the API, CLI or zoo."""
+"""The installed layout: one `plus_ep` namespace, every package folder installed, no import cycles
+(imports inside functions included), the compiler core (graph_rewrites, kernels, warehouse) never
+imports the API, CLI or zoo, graph_rewrites and warehouse never import kernels, and only the CLI
+imports the zoo."""
 from __future__ import annotations
 
 import tomllib
@@ -7,8 +9,12 @@ import tomllib
 from tests.support.imports import PACKAGE_DIRS, ROOT, cycles, import_graph, modules
 
 CORE = ("plus_ep.graph_rewrites", "plus_ep.kernels", "plus_ep.warehouse")
-# what the core may import from above it: the configuration leaf (stdlib only, imports nothing of plus_ep)
-CORE_MAY_IMPORT = CORE + ("plus_ep.config",)
+# the leaves beside the API that the core may import: stdlib only, they import nothing of plus_ep
+LEAVES = ("plus_ep.config", "plus_ep.limits")
+CORE_MAY_IMPORT = CORE + LEAVES
+# the IR and the pattern library sit below the codegen: they never import it (the launcher's limits
+# they need come from the plus_ep.limits leaf)
+BELOW_KERNELS = ("plus_ep.graph_rewrites", "plus_ep.warehouse")
 
 
 def _pyproject():
@@ -32,8 +38,10 @@ def test_no_top_level_package_but_plus_ep():
     assert {p.split(".")[0] for p in _pyproject()["packages"]} == {"plus_ep"}
 
 
-def test_no_module_level_import_cycles():
-    assert cycles(import_graph()) == []
+def test_no_import_cycles():
+    """No cycle, counting the imports inside functions too: a lazy import that closes a circle only
+    hides it (the circle is still there, and the first call pays for it)."""
+    assert cycles(import_graph(module_level_only=False)) == []
 
 
 def test_core_never_imports_the_api_cli_or_zoo():
@@ -42,17 +50,38 @@ def test_core_never_imports_the_api_cli_or_zoo():
     assert {m: ts for m, ts in up.items() if ts} == {}
 
 
-def test_config_is_a_leaf():
-    """plus_ep.config imports nothing of the namespace, so the core may import it without a cycle."""
-    assert import_graph(module_level_only=False)["plus_ep.config"] == set()
-    assert "plus_ep.config" in import_graph()["plus_ep.kernels.build.cache"]     # and the core does use it
+def test_graph_rewrites_and_warehouse_never_import_kernels():
+    down = {m: sorted(t for t in ts if t.startswith("plus_ep.kernels"))
+            for m, ts in import_graph(module_level_only=False).items() if m.startswith(BELOW_KERNELS)}
+    assert {m: ts for m, ts in down.items() if ts} == {}
+
+
+def test_only_the_cli_imports_the_zoo():
+    """The model zoo (torch exports, test feeds) sits above the API: plus_ep.session, plus_ep.ep and
+    the verify tools take their feeds from plus_ep.feeds, not from the zoo."""
+    users = {m for m, ts in import_graph(module_level_only=False).items()
+             if not m.startswith("plus_ep.zoo") and any(t.startswith("plus_ep.zoo") for t in ts)}
+    assert users <= {"plus_ep.cli"}, sorted(users)
+
+
+def test_leaves_are_leaves():
+    """plus_ep.config and plus_ep.limits import nothing of the namespace, so the core may import them
+    without a cycle."""
+    g = import_graph(module_level_only=False)
+    assert {leaf: g[leaf] for leaf in LEAVES} == {leaf: set() for leaf in LEAVES}
+    assert "plus_ep.config" in import_graph()["plus_ep.kernels.build.cache"]     # and the core does use them
+    assert "plus_ep.limits" in import_graph()["plus_ep.graph_rewrites.horizontal"]
 
 
 def test_the_graph_sees_imports():
-    """The checks above are only as good as the graph: it must see the real edges."""
-    g = import_graph()
+    """The checks above are only as good as the graph: it must see the real edges, at module level and
+    inside functions."""
+    g, lazy = import_graph(), import_graph(module_level_only=False)
     assert "plus_ep.kernels.build.nvrtc" in g["plus_ep.kernels.build.cache"]
     assert "plus_ep.graph_rewrites.graph" in g["plus_ep.rewrite"]
+    assert "plus_ep.kernels.build.stage" not in g["plus_ep.rewrite"]        # imported inside rewrite_detailed
+    assert "plus_ep.kernels.build.stage" in lazy["plus_ep.rewrite"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_test_module_imports_another():

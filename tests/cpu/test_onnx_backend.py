@@ -1,4 +1,4 @@
-"""ONNX's backend test suite through the rewriter (tests/onnx_backend_suite.py): every model is
+"""ONNX's backend test suite through the rewriter (tests/support/onnx_backend_suite.py): every model is
 rewritten, run on ORT's CPU EP and compared with the shipped outputs, and every fused subgraph runs
 through the +Graph interpreter. No crash, no mismatch, on every model the original passes on ORT.
 

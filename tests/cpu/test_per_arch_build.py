@@ -14,6 +14,7 @@ from plus_ep.kernels.build.nvrtc import CompileResult
 from plus_ep.kernels.wire.pack import parse as read_pack
 
 from plus_ep.kernels.build import stage as kernel_build
+from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
 
 
@@ -125,7 +126,7 @@ def test_attention_menus_exist_for_head_dims(head_dim):
     from plus_ep.kernels.codegen import symdim
     for arch in ("sm_80", "sm_86", "sm_90a"):
         for math_ in (0, 2):
-            rts = routes.attention_routes(2, 12, "seq", "seq", head_dim, arch, symdim.Symbols(), math_=math_)
+            rts = routes.attention_routes(2, 12, "seq", "seq", head_dim, Target(arch), symdim.Symbols(), math_=math_)
             assert rts and rts[-1][0] == routes.ALWAYS
             room = arch_table.get(arch).smem_per_block
             assert all(cfg.smem_bytes <= room for _, cfg in rts)
@@ -138,9 +139,9 @@ def test_tensor_core_attention_falls_back_to_simt_when_every_config_spills():
     from plus_ep.kernels import routes
     from plus_ep.kernels.codegen import symdim
     tc = {c.name for c in ac.configs_for(2, 256)}
-    with routes.excluding(tc):
-        rts = routes.attention_routes(2, 8, "seq", "seq", 256, "sm_80", symdim.Symbols(), math_=2)
+    rts = routes.attention_routes(2, 8, "seq", "seq", 256, Target("sm_80", excluded=tc), symdim.Symbols(), math_=2)
     assert rts and all(cfg.math == 0 for _, cfg in rts)
     simt = {c.name for c in ac.configs_for(0, 256)}
-    with routes.excluding(tc | simt), pytest.raises(routes.NoConfig, match="no attention"):
-        routes.attention_routes(2, 8, "seq", "seq", 256, "sm_80", symdim.Symbols(), math_=2)
+    with pytest.raises(routes.NoConfig, match="no attention"):
+        routes.attention_routes(2, 8, "seq", "seq", 256, Target("sm_80", excluded=tc | simt), symdim.Symbols(),
+                                math_=2)

@@ -88,3 +88,21 @@ def test_no_other_python_reads_plan_text():
     offenders = [str(f.relative_to(ROOT)) for d in folders for f in pathlib.Path(d).rglob("*.py")
                  if f.name not in ("plan.py", "test_plan_text.py") and reader.search(f.read_text())]
     assert offenders == []
+
+
+def test_merge_across_archs():
+    """Two arch groups: the routes of each behind its `arch` record, scratch the larger of the two
+    (0 where a group has none), and the merged text reads back."""
+    a, b = _plan(), _plan()
+    b.scratch = ["s0,8,*", "256"]
+    b.routes = b.routes[1:]
+    m = P.merge([(("sm_80",), a), (("sm_90a",), b)], ["sm_80", "sm_90a"])
+    assert m.scratch == ["s0,4,*,s0,8,*,max", "0,256,max"]
+    assert [r.archs for r in m.routes] == [("sm_80",), ("sm_80",), ("sm_90a",)]
+    assert P.parse(m.text()).text() == m.text()
+    assert "arch sm_80\n" in m.text() and "arch sm_90a\n" in m.text()
+    one = P.merge([(("sm_80", "sm_90a"), a)], ["sm_80", "sm_90a"])
+    assert one.text() == a.text()                                   # one group: no `arch` records
+    b.syms = ["batch"]
+    with pytest.raises(P.RenderError, match="disagree"):
+        P.merge([(("sm_80",), a), (("sm_90a",), b)], ["sm_80", "sm_90a"])

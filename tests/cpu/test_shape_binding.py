@@ -11,6 +11,7 @@ from plus_ep.kernels.wire import plan as P
 from plus_ep.kernels.codegen import shapevals
 
 from plus_ep.rewrite import rewrite_detailed
+from plus_ep.kernels.target import Target
 from tests.support import shapev_models
 
 
@@ -35,7 +36,7 @@ def test_gpt2_seq_binds_from_the_shape_tensor(tmp_path):
     from plus_ep.kernels.render import render
     sg = next(s for s in sgs if s.pattern.template in ("gemm", "gemm_rownorm"))
     ins, outs = res.view.graph_index.boundary(sg.nodes)
-    rd = render(res.view, sg, ins, outs, arch="sm_80", node_name="gemm")
+    rd = render(res.view, sg, ins, outs, Target("sm_80", "exact"), node_name="gemm")
     text = rd.plan.text()
     k_seq = rd.plan.syms.index("seq")
     assert f"shapev s{k_seq} {ins.index('shape')} 1\n" in text
@@ -76,6 +77,6 @@ def test_more_than_32_inputs_render():
     ins, outs = res.view.graph_index.boundary(big.nodes)
     if len(ins) <= 32:
         pytest.skip(f"identification split the sum ({len(ins)} inputs)")
-    rd = render(res.view, big, ins, outs, arch="sm_80", node_name="wide")
+    rd = render(res.view, big, ins, outs, Target("sm_80", "exact"), node_name="wide")
     assert len(rd.plan.inputs) == len(ins) > 32
     assert f"args.in[{len(ins) - 1}]" in rd.variants[0].source

@@ -9,6 +9,7 @@ import pytest
 
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
+from plus_ep.kernels.target import Target
 from tests.support.attention_models import GUARD, NONE, attention_model
 from tests.support.run_rendered import run_rendered
 
@@ -21,7 +22,7 @@ def test_fused_attention_masked_rows_match_ort(variant):
     (sg,) = r.subgraphs
     assert sg.pattern.name == "attention"
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    rd = render(r.view, sg, ins, outs, arch="sm_80", node_name=f"attention_{variant}")
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name=f"attention_{variant}")
     assert not rd.plan.syms
     inputs = [feeds[t] if t in feeds else np.asarray(r.view.const(t)) for t in ins]
     (got,) = run_rendered(rd, inputs, [want], name=f"attention_{variant}")

@@ -11,6 +11,7 @@ import pytest
 
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
+from plus_ep.kernels.target import Target
 from tests.support.attention_models import GUARD, NONE, attention_model
 from tests.support.run_rendered import run_rendered
 
@@ -22,7 +23,7 @@ def test_tf32_attention_matches_ort(variant):
     r = rewrite_detailed(model)
     (sg,) = r.subgraphs
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    rd = render(r.view, sg, ins, outs, arch="sm_80", node_name=f"attention_tf32_{variant}", fp32_math="tf32")
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "tf32"), node_name=f"attention_tf32_{variant}")
     src = rd.variants[0].source
     assert "#define PLUS_MATH 1\n" in src and "typedef float plus_qkv_t;" in src
     inputs = [feeds[t] if t in feeds else np.asarray(r.view.const(t)) for t in ins]

@@ -14,6 +14,7 @@ from plus_ep.demo_model import build_bert
 from plus_ep.graph_rewrites.fuse import boundary
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
+from plus_ep.kernels.target import Target
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def test_fast_path_sources(model):
         if sg.pattern.name not in ("gemm", "gemm_group", "gemm_layernorm", "attention"):
             continue
         ins, outs = boundary(r.view.model, [r.view.index[i] for i in sg.nodes])
-        src = render(r.view, sg, ins, outs, arch="sm_90a", node_name="n").variants[0].source
+        src = render(r.view, sg, ins, outs, Target("sm_90a", "exact"), node_name="n").variants[0].source
         if sg.pattern.name == "attention":
             assert "#define PLUS_MATH 2\n" in src
             seen["key_major"] += "#define PLUS_K_KEY_MAJOR 1\n" in src

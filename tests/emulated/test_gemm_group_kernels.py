@@ -10,13 +10,14 @@ from onnx import TensorProto
 
 import plus_ep
 from plus_ep.kernels.render import render
+from plus_ep.kernels.target import Target
 from tests.support.qkv_models import H, qkv_model
 
 
 def _headers(r, arch):
     sg = r.subgraphs[0]
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    rd = render(r.view, sg, ins, outs, arch=arch, node_name="g", fp32_math=r.fp32_math)
+    rd = render(r.view, sg, ins, outs, Target(arch, r.fp32_math), node_name="g")
     return {ln for v in rd.variants for ln in v.source.splitlines()
             if ln.startswith(('#include "gemm', "#define PLUS_MATH", "#define PLUS_EPI_M_FASTEST"))}
 

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
+from plus_ep.kernels.target import Target
 from tests.support.run_rendered import run_rendered
 
 
@@ -40,7 +41,7 @@ def test_new_emitters_run_on_the_interpreter():
     (sg,) = r.subgraphs
     assert {r.view.nodes[i].op_type for i in sg.nodes} >= {"Tile", "Trilu", "CastLike", "Selu", "Sum", "Mean"}
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    rd = render(r.view, sg, ins, outs, arch="sm_80", node_name="index_ops")
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="index_ops")
     inputs = [feeds[t] if t in feeds else numpy_helper.to_array(
         next(i for i in model.graph.initializer if i.name == t)) for t in ins]
     (got,) = run_rendered(rd, inputs, [want], name="index_ops")

@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
 from plus_ep.warehouse import default_warehouse
+from plus_ep.kernels.target import Target
 from tests.support.run_rendered import run_rendered
 
 R, L = 6, 40
@@ -62,7 +63,7 @@ def test_row_reductions_follow_onnxruntime_on_nan_and_inf(axis):
     sg = types.SimpleNamespace(nodes=tuple(range(len(r.view.nodes))), pattern=pattern, pgraph=None, roles=None)
     ins, outs = r.view.graph_index.boundary(sg.nodes)
     assert (ins, outs) == (["X", "ax"], list(OUT))
-    rd = render(r.view, sg, ins, outs, arch="sm_80", node_name="nan_rows")
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="nan_rows")
     assert [e for v in rd.variants for e in v.entries] == ["plus_row"]      # one row kernel computes all four
 
     x = _rows()                                     # row i is x[i] (axis -1) or x[:, i] (axis 0)

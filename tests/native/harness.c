@@ -1,4 +1,4 @@
-/* Test harness for the launcher's C internals (driven by tests/test_launcher.py).
+/* Test harness for the launcher's C internals (driven by tests/native/test_launcher.py).
  *
  *   harness parse PLAN                       parse a plan file; print a summary or "error: ..."
  *   harness eval EXPR [sK=N|vK=N]...         compile + evaluate one expression (all s/v allowed)

@@ -20,12 +20,13 @@ def src(scale="2.0f"):
 
 
 def freeze_templates(tmp_path, monkeypatch):
-    """A private copy of kernels/templates/plus_common.cuh: cache keys hash every template, and the real
+    """A private copy of kernels/templates/plus_common.cuh (and the plus_abi.h it includes): cache keys hash every template, and the real
     folder may be edited while the tests run (which would, correctly, change the keys under them)."""
     from plus_ep.kernels.build import nvrtc
     frozen = tmp_path / "frozen_templates"
     frozen.mkdir()
-    shutil.copy2(nvrtc.TEMPLATES_DIR / "plus_common.cuh", frozen / "plus_common.cuh")
+    for name in ("plus_common.cuh", "plus_abi.h"):         # plus_common.cuh includes plus_abi.h
+        shutil.copy2(nvrtc.TEMPLATES_DIR / name, frozen / name)
     monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", frozen)
     return frozen
 

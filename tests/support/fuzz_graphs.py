@@ -1,4 +1,4 @@
-"""Random transformer-like ONNX graphs for the property-based tests in tests/test_fuzz.py.
+"""Random transformer-like ONNX graphs for the property-based tests in tests/cpu/test_fuzz.py.
 
 ``cases()`` is a hypothesis strategy of :class:`FuzzCase`; ``build_case(chooser)`` builds one from
 any source of choices (hypothesis draws, or ``random.Random`` via :class:`RandomChooser` for

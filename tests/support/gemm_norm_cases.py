@@ -117,14 +117,16 @@ def softmax_model(M, N, K, seed=0):
 
 
 def render_subgraph(model, arch="sm_90a", fp32_math="exact", warehouse=None,
-                    patterns=("gemm_layernorm", "gemm_rmsnorm")):
-    """(Rendered, input names, output names) of the model's one GEMM + norm subgraph."""
+                    patterns=("gemm_layernorm", "gemm_rmsnorm"), excluded=()):
+    """(Rendered, input names, output names) of the model's one GEMM + norm subgraph; `excluded`: config
+    names the route model must not pick (as the kernel build excludes configs that failed to compile)."""
     from plus_ep.kernels.render import render
+    from plus_ep.kernels.target import Target
     from plus_ep.rewrite import rewrite_detailed
     r = rewrite_detailed(model, warehouse=warehouse)
     (sg,) = [s for s in r.subgraphs if s.pattern.name in patterns]
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    return render(r.view, sg, ins, outs, arch=arch, node_name="gemm_norm", fp32_math=fp32_math), ins, outs
+    return render(r.view, sg, ins, outs, Target(arch, fp32_math, excluded), node_name="gemm_norm"), ins, outs
 
 
 def device_array(a, dt):

@@ -20,6 +20,7 @@ def render_cases(arch="sm_80") -> dict:
     from plus_ep import zoo
     from plus_ep.rewrite import rewrite_detailed
     from plus_ep.kernels.render import render
+    from plus_ep.kernels.target import Target
     r = rewrite_detailed(zoo.load("bert", "torchscript", "small", layers=2))
     out = {}
     for case, (pattern, op) in CASES.items():
@@ -27,7 +28,7 @@ def render_cases(arch="sm_80") -> dict:
                   and any(r.view.nodes[i].op_type == op for i in s.nodes)
                   and not any(r.view.nodes[i].op_type == "Flatten" for i in s.nodes))
         ins, outs = r.view.graph_index.boundary(sg.nodes)
-        rd = render(r.view, sg, ins, outs, arch=arch, node_name=case)
+        rd = render(r.view, sg, ins, outs, Target(arch, "exact"), node_name=case)
         out[f"{case}.cu"] = rd.variants[0].source
         out[f"{case}.plan"] = rd.plan.text()
     return out

@@ -19,12 +19,12 @@ outputs with the case's tolerances (onnx's runner: rtol 1e-3, atol 1e-7 unless t
 Otherwise the model is rewritten (an exception is a *crash*), the rewritten model runs on ORT CPU
 (fused nodes through their inlined functions; a rejected model is a crash, wrong outputs a
 *mismatch*), and every fused subgraph runs through the +Graph interpreter on the boundary values
-of the original model on the case's first data set (tests/subgraph_check.py; interpreter errors
+of the original model on the case's first data set (tests/support/subgraph_check.py; interpreter errors
 and mismatches are failures, what onnx.reference itself cannot run is a recorded skip). Models
 ORT cannot run are still rewritten: a crash there is a failure too (a one-line ``ModelError``
 refusal is accepted and counted).
 
-``python tests/onnx_backend_suite.py [--json OUT] [--filter SUBSTR] [--jobs N] [--no-generated-node]
+``python -m tests.support.onnx_backend_suite [--json OUT] [--filter SUBSTR] [--jobs N] [--no-generated-node]
 [--no-interpret] [-v]`` prints the count table and the skip reasons grouped; exit status 1 when
 anything failed. Cases run in ``--jobs`` processes (default: ``$PLUS_EP_BACKEND_JOBS`` or the CPU
 count).

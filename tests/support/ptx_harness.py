@@ -15,7 +15,7 @@ from plus_ep.kernels.ptx.build import compile_ptx
 
 @functools.lru_cache(maxsize=None)
 def plus_args_layout() -> dict:
-    text = (pathlib.Path(TEMPLATES_DIR) / "plus_common.cuh").read_text()
+    text = (pathlib.Path(TEMPLATES_DIR) / "plus_abi.h").read_text()   # PlusArgs
     n = {k: int(re.search(rf"#define {k} (\d+)", text).group(1))
          for k in ("PLUS_MAX_IN", "PLUS_MAX_OUT", "PLUS_MAX_SCRATCH", "PLUS_MAX_V")}
     i, o, s, v = n["PLUS_MAX_IN"], n["PLUS_MAX_OUT"], n["PLUS_MAX_SCRATCH"], n["PLUS_MAX_V"]

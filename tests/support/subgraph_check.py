@@ -1,6 +1,6 @@
 """Check fused subgraphs of a rewrite with the +Graph interpreter against ONNX Runtime.
 
-Shared by the ONNX backend suite (tests/onnx_backend_suite.py); tests/test_interpret.py's zoo check
+Shared by the ONNX backend suite (tests/support/onnx_backend_suite.py); tests/zoo/test_interpret.py's zoo check
 does the same thing inline and could use these helpers too.
 
 The oracle is ORT's CPU EP on the *original* model with every subgraph boundary tensor added as an

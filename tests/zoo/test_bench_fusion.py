@@ -27,7 +27,7 @@ def result(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     out = tmp_path_factory.mktemp("bench")
-    # The zoo's default depth: the same exports tests/test_models.py uses (shared cache, exported once).
+    # The zoo's default depth: the same exports tests/zoo/test_models.py uses (shared cache, exported once).
     rc = fusion.main(["--size", "small", "--families", *FAMILIES, "--exporters", *EXPORTERS,
                       "--out", str(out)])
     path = out / f"{datetime.date.today().isoformat()}-fusion-small.json"

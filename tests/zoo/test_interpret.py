@@ -236,7 +236,7 @@ def test_zoo_subgraphs_match_ort(family, exporter):
     assert not failures, "\n".join(failures[:20])
 
 
-if __name__ == "__main__":      # python tests/test_interpret.py: summary over the zoo
+if __name__ == "__main__":      # python tests/zoo/test_interpret.py: summary over the zoo
     import sys
     import time
 

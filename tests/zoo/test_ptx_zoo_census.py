@@ -15,6 +15,7 @@ from collections import Counter
 import pytest
 
 from plus_ep.kernels.ptx.census import census
+from plus_ep.kernels.target import Target
 from tests.support.ptx_sources import compile_all
 
 pytestmark = pytest.mark.zoo
@@ -39,7 +40,7 @@ def zoo_sources():
             for i, sg in enumerate(r.subgraphs):
                 ins, outs = r.view.graph_index.boundary(sg.nodes)
                 for arch in ARCHS:
-                    rd = render(r.view, sg, ins, outs, arch=arch, node_name="census", fp32_math=r.fp32_math)
+                    rd = render(r.view, sg, ins, outs, Target(arch, r.fp32_math), node_name="census")
                     templates[rd.template] += 1
                     variants = rd.variants if rd.template in ("elementwise", "row_reduce", "pointwise") \
                         else rd.variants[:1]

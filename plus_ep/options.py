@@ -1,0 +1,117 @@
+"""PlusEP's run options, one owner: their names, accepted values, defaults and the arch policy.
+
+Used by the CLI (`plus-ep rewrite --arch/--fp32-math`), `plus_ep.InferenceSession` (provider options)
+and the plugin EP's planner (plus_ep/ep.py, which gets the options from plus_ep/native/ep_factory.c as
+JSON); tests/cpu/test_options.py checks ep_factory.c's names and accepted values against this table.
+
+    opts = options.check({"arch": "sm_90", "verify": "true"})   # strings; ValueError names the option
+    options.fp32_math(opts), options.disabled(opts), options.verify(opts)
+    options.arch_for(opts, cc="9.0")          # the `arch` option, else the device's: "sm_90a"
+    options.cli_archs("auto")                 # the local GPU's arch, else ["sm_80", "sm_90"]
+
+| option    | values                         | default                                           |
+|-----------|--------------------------------|---------------------------------------------------|
+| arch      | an arch of kernels/arch.py     | the local GPU's, else the EP device's             |
+| cache_dir | a folder                       | $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep         |
+| disable   | comma-separated pattern names  | none                                              |
+| fp32_math | exact, tf32                    | tf32 (as ONNX Runtime's CUDA EP, use_tf32=1)      |
+| verify    | 1, 0, true, false (any case)   | 0                                                 |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .kernels.target import FP32_MATH_DEFAULT, FP32_MATHS
+
+NAME = "PlusEP"                   # the provider name in providers=[...] and the EP library's name
+DEFAULT_ARCHS = ("sm_80", "sm_90")    # `plus-ep rewrite --arch auto` on a machine without a GPU PlusEP builds for
+VERIFY_ON, VERIFY_OFF = ("1", "true"), ("0", "false", "")   # compared case-insensitively, as ep_factory.c
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    default: str                  # "" = not set
+    values: tuple = ()            # the accepted spellings; () = free text
+    help: str = ""
+
+
+OPTIONS = (
+    Option("arch", "", (), "GPU arch of the kernels (sm_80, sm_90a, ...); default: the local GPU, else the "
+                           "EP device's"),
+    Option("cache_dir", "", (), "cache root; default $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep"),
+    Option("disable", "", (), "comma-separated pattern names not to fuse"),
+    Option("fp32_math", FP32_MATH_DEFAULT, FP32_MATHS, "fp32 GEMMs and attention: TF32 tensor cores ('tf32') or "
+                                                      "exact SIMT ('exact')"),
+    Option("verify", "0", VERIFY_ON + VERIFY_OFF[:2], "1: compare one random run with the plain providers"),
+)
+NAMES = tuple(o.name for o in OPTIONS)
+_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def check(opts: dict | None) -> dict[str, str]:
+    """`opts` as strings (True -> "1"), validated: an unknown name or a value outside an option's
+    accepted ones raises ValueError naming the option and what it accepts (ep_factory.c's rules)."""
+    out = {}
+    for name, value in (opts or {}).items():
+        if name not in _BY_NAME:
+            raise ValueError(f"unknown PlusEP provider option {name!r}; known: {', '.join(NAMES)}")
+        text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        if name == "verify":
+            _verify_flag(text)
+        elif _BY_NAME[name].values and text not in _BY_NAME[name].values:
+            raise ValueError(f"PlusEP provider option {name}={text!r}: use "
+                             + " or ".join(repr(v) for v in _BY_NAME[name].values))
+        out[name] = text
+    return out
+
+
+def _verify_flag(text: str) -> bool:
+    if text.lower() in VERIFY_ON:
+        return True
+    if text.lower() in VERIFY_OFF:
+        return False
+    raise ValueError(f"PlusEP provider option verify={text!r}: use '1' or '0'")
+
+
+def verify(opts: dict) -> bool:
+    """The `verify` option: 1/true on, 0/false/empty/absent off (any case; True and 1 too)."""
+    value = opts.get("verify", "")
+    return _verify_flag(("1" if value else "0") if isinstance(value, (bool, int)) else str(value))
+
+
+def fp32_math(opts: dict) -> str:
+    """The `fp32_math` option, else the default (ep_factory.c sends "" when it is not set)."""
+    return opts.get("fp32_math") or FP32_MATH_DEFAULT
+
+
+def disabled(opts: dict) -> tuple[str, ...]:
+    """The `disable` option's pattern names, sorted."""
+    return tuple(sorted(p.strip() for p in (opts.get("disable") or "").split(",") if p.strip()))
+
+
+def arch_for(opts: dict, cc: str | None = None) -> str | None:
+    """The arch kernels are built for: the `arch` option, else the device's compute capability `cc`
+    ("9.0" -> "sm_90a", the arch table's choice); None when neither is given. ValueError for an arch
+    PlusEP does not build for."""
+    from .kernels.arch import for_device, parse
+    if opts.get("arch"):
+        return parse(opts["arch"])
+    if not cc:
+        return None
+    major, _, minor = str(cc).partition(".")
+    return parse(for_device(int(major), int(minor or 0)))
+
+
+def cli_archs(spec: str | None) -> list[str]:
+    """`--arch`: "auto" (or nothing) = the local GPU's arch if PlusEP builds for it, else DEFAULT_ARCHS;
+    "none" = no kernels; else comma-separated archs. ValueError for an unknown arch."""
+    from .kernels.arch import ARCHS, parse
+    from .kernels.build import nvrtc
+    spec = (spec or "auto").strip().lower()
+    if spec == "none":
+        return []
+    if spec == "auto":
+        local = nvrtc.local_arch()
+        return [local] if local in ARCHS else list(DEFAULT_ARCHS)
+    return [parse(a) for a in spec.split(",") if a.strip()]

@@ -1,5 +1,46 @@
-"""+Code side of PlusEP: CUDA templates, hook rendering, NVRTC compilation and the kernel cache.
+"""+Code side of PlusEP: render fused subgraphs into CUDA sources and launch plans, compile and cache
+them, and the formats and interpreter that check them. Installed as `plus_ep.kernels` (this folder).
 
-Filled by the kernels issue. graph_rewrites and warehouse never import this package; the rewrite
-stage hands it fused subgraphs (their +Graph and ONNX bodies) and embeds what it returns.
+    from plus_ep.kernels import Target, build_kernels, KernelCache
+    from plus_ep.kernels.render import render
+    rendered = render(view, subgraph, inputs, outputs, Target("sm_90a", fp32_math="tf32"))
+
+Rooms, by job (docs/architecture.md maps them):
+  render.py, routes.py, target.py, arch.py   one subgraph -> sources + plan; shape routes; what for; GPU table
+  codegen/      the emitters every family shares (pull, forward, row, pointwise, cexpr, symdim, ...)
+  gemm/, attention/   a template family each: its renderer and config menu (templates/<family>.cuh)
+  build/        NVRTC, compile jobs, the content-keyed kernel cache, the build stage (build_kernels)
+  wire/         the formats the C launcher reads: the plan (plan.py) and image packs (pack.py)
+  ptx/          the PTX interpreter `plus-ep verify` runs kernels on
+  templates/    the CUDA templates and plus_abi.h, the ABI shared with plus_ep/native
+
+graph_rewrites and warehouse never import this package (tests/cpu/test_layout.py); the rewrite stage
+hands it fused subgraphs and embeds what it returns. The names below load their module on first use,
+so importing one room does not import the others.
 """
+from __future__ import annotations
+
+import importlib
+
+_PUBLIC = {
+    "Target": ".target", "FP32_MATHS": ".target", "FP32_MATH_DEFAULT": ".target",
+    "Rendered": ".render", "Variant": ".render", "register_renderer": ".render",
+    "RenderError": ".codegen.pull",
+    "build_kernels": ".build.stage", "KernelBuild": ".build.stage",
+    "KernelCache": ".build.cache", "CompileError": ".build.nvrtc", "ResourceError": ".build.compile",
+    "Plan": ".wire.plan", "Route": ".wire.plan", "Launch": ".wire.plan",
+    "Image": ".wire.pack", "pack_images": ".wire.pack", "unpack_images": ".wire.pack",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -102,3 +102,11 @@ def test_no_test_module_imports_another():
             if any(part in test_modules for m in mods for part in m.split(".")):
                 bad.append(f"{f.relative_to(ROOT)}:{n.lineno}")
     assert bad == []
+
+
+def test_kernels_public_face():
+    """plus_ep.kernels names its public API lazily; no name hides a module of the package."""
+    import plus_ep.kernels as k
+    rooms = {name.split(".")[2] for name in modules() if name.startswith("plus_ep.kernels.")}
+    assert not set(k.__all__) & rooms
+    assert all(getattr(k, name) is not None for name in k.__all__)

@@ -3,21 +3,24 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as T
-from onnx import helper as h
 
 from plus_ep.graph_rewrites.graph import GraphView
 from plus_ep.graph_rewrites.identify import Identifier, Subgraph, check_partition
 from plus_ep.graph_rewrites.lowering import lower, reshape_map
 from plus_ep.warehouse import load_warehouse
+from tests.support.graphs import Graph
 
 
 def one(op, inputs, attrs=None, inits=(), outs=1, opset=18):
-    names = [n for n, _ in inputs]
-    node = h.make_node(op, names + [i.name for i in inits], [f"y{k}" for k in range(outs)], **(attrs or {}))
-    g = h.make_graph([node], "g", [h.make_tensor_value_info(n, T.FLOAT, d) for n, d in inputs],
-                     [h.make_tensor_value_info(f"y{k}", T.UNDEFINED, None) for k in range(outs)], list(inits))
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=10)
-    view = GraphView.build(m)
+    g = Graph(opset=opset, ir_version=10)
+    for n, d in inputs:
+        g.input(n, d)
+    for i in inits:
+        g.init(i.name, i)
+    g.op(op, *[n for n, _ in inputs], *[i.name for i in inits], outs=[f"y{k}" for k in range(outs)], **(attrs or {}))
+    for k in range(outs):
+        g.output(f"y{k}", None, T.UNDEFINED)
+    view = GraphView.build(g.model())
     return lower(view, view.nodes[0])
 
 
@@ -78,11 +81,11 @@ def test_where_and_split():
 
 
 def test_unknown_op_is_not_lowered():
-    node = h.make_node("Foo", ["x"], ["y"], domain="com.example")
-    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [2])])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18), h.make_opsetid("com.example", 1)])
-    view = GraphView.build(m)
+    g = Graph(opset=18, ir_version=None)
+    g.input("x", [2])
+    g.op("Foo", "x", out="y", domain="com.example")
+    g.output("y", [2])
+    view = GraphView.build(g.model())
     assert lower(view, view.nodes[0]) is None
 
 
@@ -93,12 +96,13 @@ def test_reshape_map_groups_axes():
 
 
 def test_partition_postcondition_catches_overlap_and_cycles():
-    nodes = [h.make_node("MatMul", ["a", "w"], ["c"]), h.make_node("Relu", ["c"], ["d"]),
-             h.make_node("Add", ["c", "d"], ["e"])]
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("a", T.FLOAT, ["M", 4]),
-                                  h.make_tensor_value_info("w", T.FLOAT, [4, 4])],
-                     [h.make_tensor_value_info("e", T.FLOAT, None)])
-    view = GraphView.build(h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=10))
+    g = Graph(opset=18, ir_version=10)
+    g.input("a", ["M", 4])
+    g.input("w", [4, 4])
+    g.op("MatMul", "a", "w", out="c")
+    g.op("Relu", "c", out="d")
+    g.op("Add", "c", "d", out="e")
+    view = GraphView.build(g.model(["e"]))
     ident = Identifier(view, load_warehouse(plugins=False))
     pat = load_warehouse(plugins=False).get("gemm")
     with pytest.raises(AssertionError, match="subgraphs"):

@@ -6,25 +6,22 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper
 
 import plus_ep
 
-from tests.support.bsh_models import H, bsh_model as _model, rewritten as _rewritten  # noqa: E402
+from tests.support.bsh_models import H, bsh_graph, bsh_model, rewritten as _rewritten  # noqa: E402
 
 
 def residual_layernorm_model() -> onnx.ModelProto:
     """S = X @ W + B + R (a graph output, as the residual stream the next block reads); Y = LayerNorm(S)."""
     rng = np.random.default_rng(1)
-    nodes = [
-        helper.make_node("MatMul", ["X", "W"], ["mm"], name="mm"),
-        helper.make_node("Add", ["mm", "B"], ["mb"], name="bias"),
-        helper.make_node("Add", ["mb", "R"], ["S"], name="residual"),
-        helper.make_node("LayerNormalization", ["S", "g", "b"], ["Y"], axis=-1, epsilon=1e-5, name="ln"),
-    ]
-    return _model(nodes, ["X", "R"], ["S", "Y"],
-                  {"W": rng.standard_normal((H, H)) / 6, "B": rng.standard_normal(H),
-                   "g": rng.standard_normal(H), "b": rng.standard_normal(H)})
+    g = bsh_graph(["X", "R"], {"W": rng.standard_normal((H, H)) / 6, "B": rng.standard_normal(H),
+                               "g": rng.standard_normal(H), "b": rng.standard_normal(H)})
+    g.op("MatMul", "X", "W", out="mm", name="mm")
+    g.op("Add", "mm", "B", out="mb", name="bias")
+    g.op("Add", "mb", "R", out="S", name="residual")
+    g.op("LayerNormalization", "S", "g", "b", out="Y", axis=-1, epsilon=1e-5, name="ln")
+    return bsh_model(g, ["S", "Y"])
 
 
 def test_residual_sum_that_is_a_graph_output_is_stored():

@@ -6,22 +6,20 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
 
 import plus_ep
 
-from tests.support.bsh_models import H, bsh_model as _model, rewritten as _rewritten  # noqa: E402
+from tests.support.bsh_models import H, bsh_graph, bsh_model, rewritten as _rewritten  # noqa: E402
 
 
 def relu_nan_model() -> onnx.ModelProto:
     """Y = Relu(X @ W + B) with a NaN in X: rows holding it are NaN after the MatMul, and Relu keeps them NaN."""
     rng = np.random.default_rng(2)
-    nodes = [
-        helper.make_node("MatMul", ["X", "W"], ["mm"], name="mm"),
-        helper.make_node("Add", ["mm", "B"], ["y"], name="bias"),
-        helper.make_node("Relu", ["y"], ["Y"], name="relu"),
-    ]
-    return _model(nodes, ["X"], ["Y"], {"W": rng.standard_normal((H, H)) / 6, "B": rng.standard_normal(H)})
+    g = bsh_graph(["X"], {"W": rng.standard_normal((H, H)) / 6, "B": rng.standard_normal(H)})
+    g.op("MatMul", "X", "W", out="mm", name="mm")
+    g.op("Add", "mm", "B", out="y", name="bias")
+    g.op("Relu", "y", out="Y", name="relu")
+    return bsh_model(g, ["Y"])
 
 
 @pytest.mark.parametrize("arch", ["sm_80"])
@@ -41,17 +39,15 @@ def minmax_clip_nan_model() -> onnx.ModelProto:
     """y = X @ W + B; Max(y, R), Min(y, R), Clip(y, -0.5, 0.5), HardSigmoid(y): NaN rows come from X, single
     NaN elements from R."""
     rng = np.random.default_rng(4)
-    nodes = [
-        helper.make_node("MatMul", ["X", "W"], ["mm"], name="mm"),
-        helper.make_node("Add", ["mm", "B"], ["y"], name="bias"),
-        helper.make_node("Max", ["y", "R"], ["Ymax"], name="max"),
-        helper.make_node("Min", ["y", "R"], ["Ymin"], name="min"),
-        helper.make_node("Clip", ["y", "lo", "hi"], ["Yclip"], name="clip"),
-        helper.make_node("HardSigmoid", ["y"], ["Yhs"], name="hsig"),
-    ]
-    return _model(nodes, ["X", "R"], ["Ymax", "Ymin", "Yclip", "Yhs"],
-                  {"W": rng.standard_normal((H, H)) / 6, "B": rng.standard_normal(H),
-                   "lo": np.array(-0.5), "hi": np.array(0.5)})
+    g = bsh_graph(["X", "R"], {"W": rng.standard_normal((H, H)) / 6, "B": rng.standard_normal(H),
+                               "lo": np.array(-0.5), "hi": np.array(0.5)})
+    g.op("MatMul", "X", "W", out="mm", name="mm")
+    g.op("Add", "mm", "B", out="y", name="bias")
+    g.op("Max", "y", "R", out="Ymax", name="max")
+    g.op("Min", "y", "R", out="Ymin", name="min")
+    g.op("Clip", "y", "lo", "hi", out="Yclip", name="clip")
+    g.op("HardSigmoid", "y", out="Yhs", name="hsig")
+    return bsh_model(g, ["Ymax", "Ymin", "Yclip", "Yhs"])
 
 
 def test_max_min_clip_hardsigmoid_keep_nan():

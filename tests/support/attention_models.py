@@ -3,7 +3,9 @@ mask) -> [what sits between the Softmax and the PV MatMul] -> ·V -> transpose."
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
+
+from tests.support.graphs import Graph
 
 F = TensorProto.FLOAT
 B, H, S, D = 2, 2, 8, 64
@@ -19,38 +21,41 @@ SPELLED = "spelled"              # no Softmax node: Exp / ReduceSum / Div (with 
 
 def attention_model(variant: str, opset: int = 18):
     """(model, feeds) of one attention block; `mask` is additive [B, 1, 1, S] (0 or -inf)."""
-    n = helper.make_node
-    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             n("MatMul", ["q", "kt"], ["s0"]),
-             n("Mul", ["s0", "scale"], ["s1"]),
-             n("Add", ["s1", "mask"], ["s"])]
-    inits = [numpy_helper.from_array(np.array(0.125, np.float32), "scale"),
-             numpy_helper.from_array(np.array(0.0, np.float32), "zero")]
-    inputs = [helper.make_tensor_value_info(t, F, [B, H, S, D]) for t in ("q", "k", "v")]
-    inputs.append(helper.make_tensor_value_info("mask", F, [B, 1, 1, S]))
+    g = Graph("attention", opset=opset, ir_version=10)   # IR 10: what onnxruntime 1.31 reads
+    for t in ("q", "k", "v"):
+        g.input(t, [B, H, S, D])
+    g.input("mask", [B, 1, 1, S])
+    g.init("scale", np.array(0.125, np.float32))
+    g.init("zero", np.array(0.0, np.float32))
+    g.op("Transpose", "k", out="kt", perm=[0, 1, 3, 2])
+    g.op("MatMul", "q", "kt", out="s0")
+    g.op("Mul", "s0", "scale", out="s1")
+    g.op("Add", "s1", "mask", out="s")
     if variant == SPELLED:
-        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
-        nodes += [n("ReduceMax", ["s", "axes"], ["mx"], keepdims=1), n("Sub", ["s", "mx"], ["sc"]),
-                  n("Exp", ["sc"], ["e"]), n("ReduceSum", ["e", "axes"], ["z"], keepdims=1),
-                  n("Div", ["e", "z"], ["p"])]
+        g.init("axes", np.array([-1], np.int64))
+        g.op("ReduceMax", "s", "axes", out="mx", keepdims=1)
+        g.op("Sub", "s", "mx", out="sc")
+        g.op("Exp", "sc", out="e")
+        g.op("ReduceSum", "e", "axes", out="z", keepdims=1)
+        g.op("Div", "e", "z", out="p")
     else:
-        nodes.append(n("Softmax", ["s"], ["p"], axis=-1))
+        g.op("Softmax", "s", out="p", axis=-1)
     if variant == GUARD:
-        nodes += [n("IsNaN", ["p"], ["nan"]), n("Where", ["nan", "zero", "p"], ["pp"])]
+        g.op("IsNaN", "p", out="nan")
+        g.op("Where", "nan", "zero", "p", out="pp")
     elif variant == WHERE_KEEP:
-        inputs.append(helper.make_tensor_value_info("keep", TensorProto.BOOL, [B, 1, S, S]))
-        nodes.append(n("Where", ["keep", "p", "zero"], ["pp"]))
+        g.input("keep", [B, 1, S, S], TensorProto.BOOL)
+        g.op("Where", "keep", "p", "zero", out="pp")
     elif variant in (DROPOUT_TRAIN, DROPOUT_EVAL):
-        inits += [numpy_helper.from_array(np.array(0.1, np.float32), "ratio"),
-                  numpy_helper.from_array(np.array(variant == DROPOUT_TRAIN), "training")]
-        nodes.append(n("Dropout", ["p", "ratio", "training"], ["pp"]))
+        g.init("ratio", np.array(0.1, np.float32))
+        g.init("training", np.array(variant == DROPOUT_TRAIN))
+        g.op("Dropout", "p", "ratio", "training", out="pp")
     else:
-        nodes.append(n("Identity", ["p"], ["pp"]))
-    nodes += [n("MatMul", ["pp", "v"], ["o"]), n("Transpose", ["o"], ["y"], perm=[0, 2, 1, 3])]
-    g = helper.make_graph(nodes, "attention", inputs, [helper.make_tensor_value_info("y", F, [B, S, H, D])],
-                          inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10                 # what onnxruntime 1.31 reads
+        g.op("Identity", "p", out="pp")
+    g.op("MatMul", "pp", "v", out="o")
+    g.op("Transpose", "o", out="y", perm=[0, 2, 1, 3])
+    g.output("y", [B, S, H, D])
+    model = g.model()
     rng = np.random.default_rng(0)
     feeds = {t: rng.standard_normal((B, H, S, D)).astype(np.float32) for t in ("q", "k", "v")}
     mask = np.zeros((B, 1, 1, S), np.float32)

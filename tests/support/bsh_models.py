@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 import plus_ep
+from tests.support.graphs import Graph
 
 H = 32
 
 
-def bsh_model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
-    """A graph of `nodes` whose inputs and outputs are all [batch, seq, H] fp32; `inits` name -> array."""
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph(nodes, "regression",
-                          [vi(n, TensorProto.FLOAT, ["batch", "seq", H]) for n in inputs],
-                          [vi(n, TensorProto.FLOAT, ["batch", "seq", H]) for n in outputs],
-                          [numpy_helper.from_array(a.astype(np.float32), k) for k, a in inits.items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+def bsh_graph(inputs, inits) -> Graph:
+    """A graph builder (tests/support/graphs.py) whose `inputs` are [batch, seq, H] fp32 and whose
+    initializers are `inits` (name -> array, stored as fp32); add nodes with g.op(...)."""
+    g = Graph("regression")
+    for n in inputs:
+        g.input(n, ["batch", "seq", H])
+    for k, a in inits.items():
+        g.init(k, a.astype(np.float32))
+    return g
+
+
+def bsh_model(g: Graph, outputs) -> onnx.ModelProto:
+    """The model of `g` with `outputs` as [batch, seq, H] fp32 graph outputs."""
+    for n in outputs:
+        g.output(n, ["batch", "seq", H])
+    return g.model()
 
 
 def rewritten(model):

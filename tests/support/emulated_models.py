@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 from plus_ep.kernels.wire import pack
+
+from tests.support.graphs import Graph
 
 ROOT = Path(__file__).resolve().parents[2]
 H = 32
@@ -20,21 +22,17 @@ H = 32
 
 def tiny_model(hidden: int = H) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
-
-    def init(name, arr):
-        return numpy_helper.from_array(arr.astype(np.float32), name)
-    nodes = [
-        helper.make_node("LayerNormalization", ["X", "g", "b"], ["ln"], axis=-1, epsilon=1e-5, name="ln"),
-        helper.make_node("MatMul", ["ln", "W"], ["mm"], name="mm"),
-        helper.make_node("Add", ["mm", "B"], ["y"], name="add"),
-        helper.make_node("Relu", ["y"], ["Y"], name="relu"),
-    ]
-    g = helper.make_graph(
-        nodes, "tiny", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", "seq", hidden])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", "seq", hidden])],
-        [init("g", rng.standard_normal(hidden)), init("b", rng.standard_normal(hidden)),
-         init("W", rng.standard_normal((hidden, hidden)) / 6), init("B", rng.standard_normal(hidden))])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    g = Graph("tiny")
+    g.input("X", ["batch", "seq", hidden])
+    for name, arr in (("g", rng.standard_normal(hidden)), ("b", rng.standard_normal(hidden)),
+                      ("W", rng.standard_normal((hidden, hidden)) / 6), ("B", rng.standard_normal(hidden))):
+        g.init(name, arr.astype(np.float32))
+    g.op("LayerNormalization", "X", "g", "b", out="ln", axis=-1, epsilon=1e-5, name="ln")
+    g.op("MatMul", "ln", "W", out="mm", name="mm")
+    g.op("Add", "mm", "B", out="y", name="add")
+    g.op("Relu", "y", out="Y", name="relu")
+    g.output("Y", ["batch", "seq", hidden])
+    return g.model()
 
 
 def rewritten_tiny(archs=("sm_80", "sm_90a"), fp32_math="exact") -> onnx.ModelProto:

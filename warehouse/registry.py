@@ -18,10 +18,7 @@ refuses the match with a reason (see roles.py).
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import inspect
-import logging
 import pathlib
 import weakref
 from dataclasses import dataclass, field
@@ -30,9 +27,6 @@ from typing import Callable
 import onnx
 from onnx import TensorProto, helper
 
-from .. import config
-
-log = logging.getLogger("plus_ep.warehouse")
 
 
 class PatternBuilder:
@@ -217,55 +211,3 @@ def pattern(name: str, *, allow_prologue=False, allow_epilogue=True, template=No
                                        before)
         return fn
     return deco
-
-
-_cache: dict = {}
-
-
-def default_warehouse() -> Warehouse:
-    """Built-in patterns, then entry-point plugins, then the files of $PLUS_EP_WAREHOUSE."""
-    folder = config.get("PLUS_EP_WAREHOUSE")
-    if folder not in _cache:
-        _cache[folder] = load_warehouse(folder)
-    return _cache[folder]
-
-
-def load_warehouse(folder=None, plugins: bool = True) -> Warehouse:
-    importlib.import_module(".patterns", __package__)
-    wh = Warehouse(_BUILTIN.patterns)
-    if plugins:
-        _load_entry_points(wh)
-    if folder:
-        load_folder(folder, wh)
-    return wh
-
-
-def _load_entry_points(wh: Warehouse):
-    from importlib.metadata import entry_points
-    for ep in entry_points(group="plus_ep.warehouse"):
-        _TARGET.append(wh)
-        try:
-            obj = ep.load()                   # a module registers with @pattern on import;
-            if callable(obj):                 # a function gets the warehouse to add to
-                obj(wh)
-        except Exception as exc:
-            log.warning("warehouse plugin %s (%s) failed to load: %s", ep.name, ep.value, exc)
-        finally:
-            _TARGET.pop()
-
-
-def load_folder(folder, wh: Warehouse) -> Warehouse:
-    """Import every *.py of `folder`; their @pattern definitions go into `wh`."""
-    path = pathlib.Path(folder)
-    if not path.is_dir():
-        raise ValueError(f"PLUS_EP_WAREHOUSE={folder}: not a directory")
-    for file in sorted(path.glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"plus_ep_user_patterns.{file.stem}", file)
-        _TARGET.append(wh)
-        try:
-            spec.loader.exec_module(importlib.util.module_from_spec(spec))
-        except Exception as exc:
-            log.warning("warehouse file %s failed to load: %s", file, exc)
-        finally:
-            _TARGET.pop()
-    return wh

@@ -4,9 +4,10 @@ imports the API, CLI or zoo, graph_rewrites and warehouse never import kernels, 
 imports the zoo."""
 from __future__ import annotations
 
+import ast
 import tomllib
 
-from tests.support.imports import PACKAGE_DIRS, ROOT, cycles, import_graph, modules
+from tests.support.imports import PACKAGE_DIRS, ROOT, _import_module_target, cycles, import_graph, modules
 
 CORE = ("plus_ep.graph_rewrites", "plus_ep.kernels", "plus_ep.warehouse")
 # the leaves beside the API that the core may import: stdlib only, they import nothing of plus_ep
@@ -82,6 +83,8 @@ def test_the_graph_sees_imports():
     assert "plus_ep.kernels.build.stage" not in g["plus_ep.rewrite"]        # imported inside rewrite_detailed
     assert "plus_ep.kernels.build.stage" in lazy["plus_ep.rewrite"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    call = ast.parse('importlib.import_module(".patterns", __package__)').body[0].value
+    assert _import_module_target("plus_ep.warehouse.registry", False, call) == "plus_ep.warehouse.patterns"
 
 
 def test_no_test_module_imports_another():

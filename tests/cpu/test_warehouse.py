@@ -8,7 +8,6 @@ import pytest
 from onnx import helper as h
 
 from plus_ep import warehouse
-import plus_ep.warehouse.registry as registry
 from plus_ep.rewrite import rewrite_detailed
 from tests.support.paper_models import model
 
@@ -94,7 +93,7 @@ def test_entry_point_plugin(monkeypatch):
 
     import importlib.metadata as md
     monkeypatch.setattr(md, "entry_points", lambda group=None: [FakeEP()] if group == "plus_ep.warehouse" else [])
-    assert "ep_pattern" in [p.name for p in registry.load_warehouse()]
+    assert "ep_pattern" in [p.name for p in warehouse.load_warehouse()]
 
 
 def test_check_refusal_reason_is_reported():

@@ -37,9 +37,26 @@ def _resolve(name: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _import_module_target(name: str, is_pkg: bool, node) -> str | None:
+    """`importlib.import_module("<literal>"[, __package__])`: the module it names, else None."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)):
+        return None
+    fn = node.func
+    called = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
+    if called != "import_module":
+        return None
+    text = node.args[0].value
+    level = len(text) - len(text.lstrip("."))
+    if not level:
+        return text
+    return _resolve(name, is_pkg, ast.ImportFrom(module=text[level:] or None, names=[], level=level))
+
+
 def import_graph(module_level_only: bool = True) -> dict[str, set[str]]:
-    """Edges from each module to the namespace modules it imports. Imports inside functions are
-    lazy (run on first call) and left out unless module_level_only is False."""
+    """Edges from each module to the namespace modules it imports (import statements and
+    importlib.import_module calls with a literal name). Imports inside functions are lazy (run on
+    first call) and left out unless module_level_only is False."""
     mods = modules()
     graph: dict[str, set[str]] = {}
     for name, f in mods.items():
@@ -50,7 +67,10 @@ def import_graph(module_level_only: bool = True) -> dict[str, set[str]]:
                      if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         targets = set()
         for n in nodes:
-            if isinstance(n, ast.Import):
+            dynamic = _import_module_target(name, f.name == "__init__.py", n)
+            if dynamic:
+                targets.add(dynamic)
+            elif isinstance(n, ast.Import):
                 targets.update(a.name for a in n.names)
             elif isinstance(n, ast.ImportFrom):
                 mod = _resolve(name, f.name == "__init__.py", n)

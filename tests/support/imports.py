@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +54,7 @@ def _import_module_target(name: str, is_pkg: bool, node) -> str | None:
     return _resolve(name, is_pkg, ast.ImportFrom(module=text[level:] or None, names=[], level=level))
 
 
+@functools.lru_cache(maxsize=2)      # the tree does not change during a test run; callers do not mutate it
 def import_graph(module_level_only: bool = True) -> dict[str, set[str]]:
     """Edges from each module to the namespace modules it imports (import statements and
     importlib.import_module calls with a literal name). Imports inside functions are lazy (run on

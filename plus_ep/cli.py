@@ -100,9 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels")
     vf.add_argument("--arch", metavar="ARCHS", default=None,
                     help="image archs to verify, comma-separated (default: every arch in the packs)")
-    vf.add_argument("--batch", type=int, default=1, help="batch size of the random inputs (default 1)")
-    vf.add_argument("--seq", type=int, default=8, help="sequence length of the random inputs (default 8)")
+    vf.add_argument("--batch", type=int, default=None,
+                    help="batch size of the random inputs (default: batch 1, seq 8 for the model run, plus stress "
+                         "runs at that shape and at one spanning every kernel tile; --batch/--seq run one shape)")
+    vf.add_argument("--seq", type=int, default=None, help="sequence length of the random inputs (see --batch)")
     vf.add_argument("--inputs", metavar="NPZ", help="inputs from an .npz file instead of random ones")
+    vf.add_argument("--no-stress", action="store_true",
+                    help="skip the node-level runs on synthetic inputs (only the model run on its inputs)")
     vf.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     vf.add_argument("--json", action="store_true", help="print the whole report as JSON")
     vf.set_defaults(func=cmd_verify)
@@ -292,9 +296,12 @@ def cmd_demo(args) -> int:
 def cmd_verify(args) -> int:
     from .verification.check import verify, verify_text
     archs = resolve_archs(args.arch) if args.arch else None
-    if args.batch < 1 or args.seq < 1:
+    if (args.batch is not None and args.batch < 1) or (args.seq is not None and args.seq < 1):
         raise UsageError("--batch and --seq must be at least 1")
-    report = verify(args.model, archs=archs, batch=args.batch, seq=args.seq, inputs=args.inputs, seed=args.seed)
+    if args.inputs and (args.batch is not None or args.seq is not None):
+        raise UsageError("--inputs fixes the shapes: leave out --batch and --seq")
+    report = verify(args.model, archs=archs, batch=args.batch, seq=args.seq, inputs=args.inputs, seed=args.seed,
+                    stress=not args.no_stress)
     if args.json:
         print(json.dumps(report, indent=1, default=float))
     else:

@@ -26,15 +26,50 @@ def metadata(model: onnx.ModelProto) -> dict[str, str]:
             if p.key.startswith(META_PREFIX)}
 
 
+def _functions(model: onnx.ModelProto) -> dict:
+    return {(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
+
+
+def _index_limits(nodes, inputs: list, shape_of, functions: dict, limits: dict) -> None:
+    """Record, for each name in `inputs` used as Gather indices, the extent of the axis it indexes
+    (min over its uses), looking into model-local functions (a fused node's body) too.
+    shape_of(name) -> shape list or None."""
+    for node in nodes:
+        if node.op_type in ("Gather", "GatherElements") and len(node.input) > 1 and node.input[1] in inputs:
+            axis = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
+            shape = shape_of(node.input[0])
+            if shape is not None and len(shape) > 0 and isinstance(shape[axis], int) and shape[axis] > 0:
+                name = node.input[1]
+                limits[name] = min(limits.get(name, shape[axis]), shape[axis])
+        f = functions.get((node.domain, node.op_type, getattr(node, "overload", "")))
+        if f is not None and any(i in inputs for i in node.input):
+            inner_inputs = [fi for fi, ni in zip(f.input, node.input) if ni in inputs]
+            outer = dict(zip(f.input, node.input))
+            inner: dict = {}
+            _index_limits(f.node, inner_inputs, lambda nm, outer=outer: shape_of(outer[nm]) if nm in outer else None,
+                          functions, inner)
+            for fi, lim in inner.items():
+                name = outer[fi]
+                limits[name] = min(limits.get(name, lim), lim)
+
+
+def index_limits(model: onnx.ModelProto) -> dict[str, int]:
+    """{graph input: number of valid index values} for integer inputs used as Gather indices (an embedding
+    lookup), also inside fused nodes' function bodies: ids must lie in [0, limit)."""
+    shapes = {i.name: list(i.dims) for i in model.graph.initializer}
+    for vi in list(model.graph.value_info) + list(model.graph.input):
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name not in shapes and vi.type.tensor_type.HasField("shape"):
+            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    limits: dict = {}
+    _index_limits(model.graph.node, names, shapes.get, _functions(model), limits)
+    return limits
+
+
 def _guess_vocab(model: onnx.ModelProto, input_name: str) -> int | None:
-    """Rows of the embedding table gathered by ``input_name`` (1st consumer)."""
-    inits = {i.name: i for i in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == input_name:
-            init = inits.get(node.input[0])
-            if init is not None and init.dims:
-                return int(init.dims[0])
-    return None
+    """Rows of the embedding table gathered by ``input_name`` (inside fused nodes too)."""
+    return index_limits(model).get(input_name)
 
 
 def _symbol(name: str, axis: int, batch: int, seq: int, dec_seq: int) -> int:
@@ -76,20 +111,24 @@ def _shape(vi: onnx.ValueInfoProto, batch: int, seq: int, dec_seq: int) -> tuple
 
 
 def random_feeds(specs, meta: dict[str, str], batch: int, seq: int,
-                 dec_seq: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """``specs``: sequence of (name, numpy dtype, concrete shape)."""
+                 dec_seq: int | None = None, seed: int = 0, limits: dict | None = None) -> dict[str, np.ndarray]:
+    """``specs``: sequence of (name, numpy dtype, concrete shape); ``limits``: {name: index range} of
+    integer inputs (index_limits), which wins over the vocabulary of the metadata."""
     rng = np.random.default_rng(seed)
     vocab = int(meta.get("vocab_size", _INT_INPUTS_DEFAULT_VOCAB))
     type_vocab = int(meta.get("type_vocab_size", 2))
+    limits = limits or {}
     feeds: dict[str, np.ndarray] = {}
     for name, dtype, shape in specs:
         dtype = np.dtype(dtype)
-        if "mask" in name:
+        if "mask" in name and (np.issubdtype(dtype, np.number) or dtype == np.bool_):
             arr = np.ones(shape, dtype=dtype)
             if len(shape) == 2 and shape[1] > 1:
                 # right padding on the last row: zero out the tail (keep >= 1 token)
                 pad = max(1, shape[1] // 3)
                 arr[-1, shape[1] - pad:] = 0
+        elif np.issubdtype(dtype, np.integer) and name in limits:
+            arr = rng.integers(0, limits[name], size=shape).astype(dtype)
         elif name == "token_type_ids":
             arr = rng.integers(0, type_vocab, size=shape).astype(dtype)
         elif np.issubdtype(dtype, np.integer):
@@ -125,9 +164,50 @@ def sample_inputs(model_path_or_proto: Union[str, os.PathLike, onnx.ModelProto],
             continue
         dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         specs.append((vi.name, dtype, _shape(vi, batch, seq, dec_seq)))
-        if "vocab_size" not in meta and np.issubdtype(dtype, np.integer) and "mask" not in vi.name \
-                and vi.name != "token_type_ids":
-            v = _guess_vocab(model, vi.name)
-            if v is not None:
-                meta["vocab_size"] = str(v)
-    return random_feeds(specs, meta, batch, seq, dec_seq, seed)
+    return random_feeds(specs, meta, batch, seq, dec_seq, seed, limits=index_limits(model))
+
+
+def check_feeds(model: onnx.ModelProto, feeds: dict, source: str = "--inputs") -> None:
+    """Raise ValueError (one line naming the input and the fix) unless ``feeds`` fit the model's inputs:
+    every input present and no other, the declared element type, rank and fixed dims, one size per
+    symbolic dim, and integer ids inside the range the graph indexes with them."""
+    initializer_names = {i.name for i in model.graph.initializer}
+    graph_inputs = [vi for vi in model.graph.input if vi.name not in initializer_names]
+    want = [vi.name for vi in graph_inputs]
+    unknown = [k for k in feeds if k not in want]
+    missing = [k for k in want if k not in feeds]
+    if unknown or missing:
+        parts = ([f"unknown input(s) {', '.join(unknown)}"] if unknown else []) + \
+                ([f"missing input(s) {', '.join(missing)}"] if missing else [])
+        raise ValueError(f"{source}: {'; '.join(parts)} (the model's inputs: {', '.join(want)})")
+    symbols: dict = {}
+    limits = index_limits(model)
+    for vi in graph_inputs:
+        arr = np.asarray(feeds[vi.name])
+        tt = vi.type.tensor_type
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        if arr.dtype != dtype:
+            raise ValueError(f"{source}: input {vi.name} is {arr.dtype}, the model takes {dtype}")
+        if tt.HasField("shape"):
+            dims = tt.shape.dim
+            if arr.ndim != len(dims):
+                raise ValueError(f"{source}: input {vi.name} has shape {list(arr.shape)} (rank {arr.ndim}), the model "
+                                 f"takes rank {len(dims)} ({_dims_text(dims)})")
+            for axis, (d, n) in enumerate(zip(dims, arr.shape)):
+                if d.HasField("dim_value") and d.dim_value != n:
+                    raise ValueError(f"{source}: input {vi.name} has shape {list(arr.shape)}, the model takes "
+                                     f"{_dims_text(dims)} (axis {axis} must be {d.dim_value})")
+                if d.dim_param:
+                    seen = symbols.setdefault(d.dim_param, (n, vi.name, axis))
+                    if seen[0] != n:
+                        raise ValueError(f"{source}: dim {d.dim_param!r} is {seen[0]} in input {seen[1]} (axis "
+                                         f"{seen[2]}) but {n} in input {vi.name} (axis {axis})")
+        if vi.name in limits and arr.size and np.issubdtype(arr.dtype, np.integer):
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < -limits[vi.name] or hi >= limits[vi.name]:
+                raise ValueError(f"{source}: input {vi.name} holds indices {lo}..{hi}, but the graph indexes a table "
+                                 f"of {limits[vi.name]} rows with it (valid: 0..{limits[vi.name] - 1})")
+
+
+def _dims_text(dims) -> str:
+    return "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims) + "]"

@@ -22,6 +22,7 @@ from ...graph_rewrites.fuse import node_name
 from . import nvrtc
 from .compile import Job, ResourceError, compile_all
 from ..wire.pack import Image, pack_images, unpack_images  # noqa: F401  (the pack format lives there)
+from ..wire.pack import tie
 from ..wire.pack import write as write_pack
 from ..wire.plan import merge as merge_plans
 from ..wire.plan import problem as plan_problem
@@ -166,7 +167,8 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
                 continue
             out.cached += bool(getattr(res, "cached", False))
             out.compiled += not getattr(res, "cached", False)
-            images.setdefault(k, {}).setdefault(arch, {})[v] = Image(res.cubin, res.ptx or None)
+            ptx = tie(res.cubin, res.ptx) if res.ptx else None     # PTX and cubin of this one compile
+            images.setdefault(k, {}).setdefault(arch, {})[v] = Image(res.cubin, ptx)
         pending = []
         for k, groups in groups_of.items():
             if k not in failed:

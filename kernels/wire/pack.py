@@ -14,9 +14,20 @@ Format 2 ("PLUSIMG2"), all integers little-endian:
 A PTX entry holds the text NVRTC emitted for that cubin followed by one NUL (the size counts the
 NUL), so the driver can JIT it in place with cuModuleLoadData; ptx_size 0 means no PTX. Format 1
 ("PLUSIMG1": uint32 count, count x (uint64 offset, uint64 size), cubins only) is still read.
+
+The tie between a PTX text and its cubin (a pack-level fact, recorded when the compile result goes into
+the pack, kernels/CONTRACT.md §4): the PTX entry's last line is a comment
+
+    // plus_ep.pack tie: cubin sha256 <64 hex> ptx sha256 <64 hex>
+
+naming the sha256 of the cubin NVRTC assembled from this PTX in the same compile and of the PTX text
+before that line. `tie(cubin, ptx)` writes it, `tie_problem(image)` checks it: a cubin swapped between
+two kernels, or a PTX copy edited after the compile, no longer matches. (A PTX comment: the driver's JIT
+reads the text as before.) It catches accidents and stale packs, not a forger who rewrites the line.
 """
 from __future__ import annotations
 
+import hashlib
 import struct
 
 from ...limits import MAX_IMAGES
@@ -34,6 +45,44 @@ class Image:
 
     def __repr__(self) -> str:
         return f"Image(cubin=<{len(self.cubin)} bytes>, ptx={'None' if self.ptx is None else f'<{len(self.ptx)} chars>'})"
+
+
+TIE = "// plus_ep.pack tie: cubin sha256 "
+
+
+def tie(cubin: bytes, ptx: str) -> str:
+    """`ptx` with its tie line to `cubin` (both from one NVRTC compile); an existing tie line is replaced."""
+    body = untied(ptx)
+    if body and not body.endswith("\n"):
+        body += "\n"
+    return (f"{body}{TIE}{hashlib.sha256(bytes(cubin)).hexdigest()} ptx sha256 "
+            f"{hashlib.sha256(body.encode()).hexdigest()}\n")
+
+
+def untied(ptx: str) -> str:
+    """The PTX text without its tie line."""
+    at = ptx.rfind(TIE)
+    return ptx[:at] if at >= 0 and "\n" not in ptx[at:].rstrip("\n") else ptx
+
+
+def tie_problem(image: Image) -> str | None:
+    """Why `image`'s PTX is not tied to its cubin (None when it is, or when the image carries no PTX)."""
+    if image.ptx is None:
+        return None
+    at = image.ptx.rfind(TIE)
+    if at < 0:
+        return "its PTX carries no tie to its cubin (a pack written before PTX ties: rewrite the model)"
+    words = image.ptx[at + len(TIE):].split()
+    if len(words) != 4 or words[1:3] != ["ptx", "sha256"]:
+        return "its PTX tie line is malformed"
+    cubin = hashlib.sha256(image.cubin).hexdigest()
+    if words[0] != cubin:
+        return (f"its cubin (sha256 {cubin[:12]}) is not the one its PTX was assembled into "
+                f"(sha256 {words[0][:12]}): a GPU would run another kernel than the PTX verify executes")
+    body = image.ptx[:at]
+    if hashlib.sha256(body.encode()).hexdigest() != words[3]:
+        return "its PTX was changed after the compile (the text no longer matches the digest recorded with its cubin)"
+    return None
 
 
 class PackError(ValueError):

@@ -47,20 +47,81 @@ def pack_archs(model: onnx.ModelProto) -> list[str]:
 
 
 def _feeds(model: onnx.ModelProto, inputs, batch: int, seq: int, seed: int) -> dict:
+    from ..feeds import check_feeds, sample_inputs
     if inputs is None:
-        from ..feeds import sample_inputs
-        return sample_inputs(model, batch=batch, seq=seq, seed=seed)
+        feeds = sample_inputs(model, batch=batch, seq=seq, seed=seed)
+        check_feeds(model, feeds, source="the default inputs")
+        return feeds
+    source = "--inputs"
     if isinstance(inputs, (str, os.PathLike)):
-        with np.load(inputs) as z:
-            return {k: z[k] for k in z.files}
-    return dict(inputs)
+        source = f"--inputs {Path(inputs).name}"
+        try:
+            with np.load(inputs, allow_pickle=False) as z:
+                feeds = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError) as e:
+            raise ValueError(f"{source}: not a readable .npz file of arrays ({' '.join(str(e).split())[:200]})") \
+                from None
+    else:
+        feeds = {k: np.asarray(v) for k, v in dict(inputs).items()}
+    check_feeds(model, feeds, source=source)
+    return feeds
 
 
-def verify(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, seed: int = 0,
-           progress: bool | None = None, timeout: float | None = None) -> dict:
+def _runtime_problem(model: onnx.ModelProto, path) -> str | None:
+    """Why the installed onnxruntime cannot load `model` (IR version or opset too new), else None."""
+    import onnxruntime as ort
+    ir, opsets = max_loadable()
+    name = Path(path).name
+    if model.ir_version > ir:
+        return (f"{name} has ONNX IR version {model.ir_version}, but the installed onnxruntime {ort.__version__} "
+                f"loads IR versions up to {ir}: rewrite it with this PlusEP (it writes IR <= {ir}) or export it "
+                f"with an older onnx")
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version > opsets:
+            return (f"{name} imports the ONNX opset {o.version}, but the installed onnxruntime {ort.__version__} "
+                    f"implements opsets up to {opsets}: export the model with opset <= {opsets}")
+    return None
+
+
+_MAX_LOADABLE: list = []
+
+
+def max_loadable() -> tuple[int, int]:
+    """(highest IR version, highest default-domain opset) the installed onnxruntime loads, probed once with
+    a one-node model."""
+    if _MAX_LOADABLE:
+        return _MAX_LOADABLE[0]
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    def loads(ir: int, opset: int) -> bool:
+        g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir)
+        try:
+            ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            return True
+        except Exception:  # noqa: BLE001 - any refusal means "not loadable"
+            return False
+    ir = next((v for v in range(onnx.IR_VERSION + 2, 3, -1) if loads(v, 13)), 3)
+    opset = next((v for v in range(onnx.defs.onnx_opset_version() + 2, 6, -1) if loads(min(ir, 10), v)), 7)
+    _MAX_LOADABLE.append((ir, opset))
+    return ir, opset
+
+
+def verify(model, archs=None, batch: int | None = None, seq: int | None = None, inputs=None, seed: int = 0,
+           progress: bool | None = None, timeout: float | None = None, stress: bool = True) -> dict:
     """Verify `model` (path or ModelProto of a rewritten model with kernels). Returns the report dict
-    (see verify_text); report["ok"] is the verdict. archs: default every arch in the packs."""
-    return run_emulated(model, archs, batch, seq, inputs, seed, progress, timeout)
+    (see verify_text); report["ok"] is the verdict. archs: default every arch in the packs.
+
+    Shapes: with neither batch, seq nor inputs given, the model runs at batch 1, seq 8, and the stress
+    runs (every distinct fused node on synthetic inputs, plus_ep/verify_stress.py) at that shape and at
+    one spanning every tile of the chosen routes (plus_ep/verify_shapes.py); batch / seq / inputs fix
+    the one shape everything runs at. stress=False: the model run only."""
+    auto = batch is None and seq is None and inputs is None
+    return run_emulated(model, archs, 1 if batch is None else batch, 8 if seq is None else seq, inputs, seed,
+                        progress, timeout, extra={"stress": stress, "auto_shapes": auto and stress})
 
 
 def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, seed: int = 0,
@@ -87,15 +148,18 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
         missing = [a for a in archs if a not in have]
         if missing:
             raise ValueError(f"no image packs for {', '.join(missing)} in {path.name} (packs: {', '.join(have)})")
+        problem = _runtime_problem(proto, path)
+        if problem:
+            raise ValueError(problem)
         feeds = _feeds(proto, inputs, batch, seq, seed)
         np.savez(tmp / "inputs.npz", **feeds)
         if progress is None:
             progress = sys.stderr.isatty()
         request = {"model": str(path), "inputs": str(tmp / "inputs.npz"), "archs": archs, "progress": progress,
-                   **(extra or {})}
+                   "seed": seed, **(extra or {})}
         (tmp / "request.json").write_text(json.dumps(request))
         env = dict(os.environ, PLUS_EP_CUDA_LIBRARY=library_path())
-        root = str(Path(__file__).resolve().parents[2])   # the folder holding plus_ep/
+        root = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         r = subprocess.run([sys.executable, "-m", "plus_ep.verification.run", str(tmp / "request.json"),
                             str(tmp / "result.json")], env=env, timeout=timeout, check=False,
@@ -110,7 +174,7 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
         result = json.loads((tmp / "result.json").read_text())
     result["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()}
     names = [n.name for n in fused]
-    for arch in archs:
+    for arch in ([] if result.get("tie_errors") else archs):
         rows = {r["node"] for r in result["nodes"] if r["arch"] == arch}
         for nm in names:
             if nm not in rows:
@@ -119,11 +183,14 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
     result["summary"] = {
         "fused_nodes": len(fused), "archs": archs, "rows": len(result["nodes"]),
         "executed": sum(r["executed"] for r in result["nodes"]),
-        "mismatches": sum(any(o["rel"] > o["tol"] for o in r["outputs"]) for r in result["nodes"]),
+        "mismatches": sum(any(not o["ok"] for o in r["outputs"]) for r in result["nodes"]),
         "findings": sum(r["n_findings"] for r in result["nodes"]),
         "not_executed": sum(not r["executed"] for r in result["nodes"]),
         "output_mismatches": sum(not o["ok"] for o in result["outputs"]),
         "failed_rows": len(bad),
+        "checks": sum(len(r["outputs"]) for r in result["nodes"]),
+        "worst_ratio": max((o.get("ratio", 0.0) for r in result["nodes"] for o in r["outputs"]
+                            if o.get("bound") == "element"), default=0.0),
     }
     result["ok"] = (not bad and not result["errors"] and all(o["ok"] for o in result["outputs"])
                     and (len(result["outputs"]) > 0 or bool((extra or {}).get("profile"))))
@@ -134,24 +201,56 @@ def _e(x: float) -> str:
     return "inf" if x == float("inf") else f"{x:.1e}"
 
 
+def _worst(outputs: list) -> dict | None:
+    def key(o):
+        return o.get("ratio", 0.0) if o.get("bound") == "element" else o["rel"] / o["tol"] if o.get("tol") else 0.0
+    return max(outputs, key=key, default=None)
+
+
 def verify_text(report: dict) -> str:
-    """The table `plus-ep verify` prints: one row per fused node and arch, then the model outputs."""
+    """The table `plus-ep verify` prints: one row per fused node and arch, then the model outputs.
+
+    `err/bound` is the worst element's |kernel - exact| over its own bound (plus_ep/verify_bounds.py),
+    over every run of the node (the model run and the stress runs); a row fails above 1."""
     lines = []
     ins = ", ".join(f"{k}{v['shape']}" for k, v in report.get("inputs", {}).items())
     lines.append(f"verify {Path(report['model']).name}: kernels run on the CPU PTX interpreter through the "
-                 f"launcher (emulated CUDA driver); inputs {ins}")
-    hdr = f"{'node':<34} {'pattern':<22} {'kernel':<22} {'arch':<7} {'math':<5} {'max abs':>8} {'rel':>8} {'tol':>7} {'findings':>8}  result"
+                 f"launcher (emulated CUDA driver); model run on {ins}")
+    for r in report.get("runs", []):
+        lines.append(f"  {r['label']}: {r['distinct_nodes']} distinct of {r['fused_nodes']} fused nodes on synthetic "
+                     "inputs (plus_ep/verify_stress.py)")
+    t = report.get("tiles") or {}
+    if t.get("not_spanned"):
+        lines.append(f"  tiles not spanned at batch {t['batch']}, seq {t['seq']} (dims fixed by the model or "
+                     f"beyond the largest run): {'; '.join(t['not_spanned'][:6])}")
+    hdr = (f"{'node':<34} {'pattern':<18} {'kernel':<22} {'arch':<7} {'math':<5} {'checks':>6} {'max abs':>8} "
+           f"{'err/bound':>9} {'findings':>8}  result")
     lines.append(hdr)
     for r in report["nodes"]:
+        w = _worst(r["outputs"])
         mabs = max((o["max_abs"] for o in r["outputs"]), default=float("nan"))
-        rel = max((o["rel"] for o in r["outputs"]), default=float("nan"))
-        tol = min((o["tol"] for o in r["outputs"]), default=float("nan"))
+        if w is None:
+            ratio = "-"
+        elif w.get("bound") == "element":
+            ratio = _e(w["ratio"])
+        else:
+            ratio = _e(w["rel"] / w["tol"]) + "*"
         verdict = "ok" if r["ok"] else ("ERROR" if r["errors"] else "NOT RUN" if not r["executed"]
                                         else "FINDINGS" if r["n_findings"] else "MISMATCH")
         kern = ",".join(r["kernels"]) or "-"
-        lines.append(f"{r['node'][:34]:<34} {r['pattern'][:22]:<22} {kern[:22]:<22} {r['arch']:<7} {r['math']:<5} "
-                     f"{_e(mabs):>8} {_e(rel):>8} {_e(tol):>7} {r['n_findings']:>8}  {verdict}")
-        for e in r["errors"]:
+        lines.append(f"{r['node'][:34]:<34} {r['pattern'][:18]:<18} {kern[:22]:<22} {r['arch']:<7} {r['math']:<5} "
+                     f"{len(r['outputs']):>6} {_e(mabs):>8} {ratio:>9} {r['n_findings']:>8}  {verdict}")
+        if w is not None and not w.get("ok", True):
+            where = f"element {w.get('worst')}" if w.get("worst") is not None else "output"
+            if w.get("bound") == "element":
+                lines.append(f"    {w['name']} ({w['run']}): {where} is {w.get('worst_kernel')!r}, exact "
+                             f"{w.get('worst_ref')!r}, bound {_e(w.get('worst_bound', float('nan')))}"
+                             + (f"; {w['nonfinite_mismatches']} NaN/inf mismatches" if w.get("nonfinite_mismatches")
+                                else ""))
+            else:
+                lines.append(f"    {w['name']} ({w['run']}): rel {_e(w['rel'])} over tolerance {_e(w['tol'])} "
+                             f"({w['bound']})")
+        for e in r["errors"][:3]:
             lines.append(f"    error: {e[:400]}")
         for f in r["findings"][:3]:
             lines.append(f"    finding: {f[:300]}")
@@ -161,8 +260,12 @@ def verify_text(report: dict) -> str:
     for a in report["archs"]:
         lines.append(f"[{a['arch']}] {a['launches']} kernel launches interpreted in {a['seconds']:.1f}s"
                      + (f"; run failed: {a['error'][:400]}" if a["error"] else ""))
+    for e in report.get("errors", [])[:10]:
+        if not any(e.endswith(a["error"] or "\0") for a in report["archs"]):
+            lines.append(f"error: {e[:600]}")
     s = report["summary"]
     lines.append(f"{'PASSED' if report['ok'] else 'FAILED'}: {s['executed']}/{s['rows']} node runs executed "
-                 f"({s['fused_nodes']} fused nodes x {len(s['archs'])} archs), {s['mismatches']} mismatches, "
+                 f"({s['fused_nodes']} fused nodes x {len(s['archs'])} archs), {s['checks']} output checks, "
+                 f"{s['mismatches']} mismatches (worst err/bound {_e(s['worst_ratio'])}), "
                  f"{s['findings']} checker findings, {s['output_mismatches']} model-output mismatches")
     return "\n".join(lines)

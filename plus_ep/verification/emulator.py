@@ -38,7 +38,7 @@ from ..kernels.build import nvrtc
 from ..kernels.wire.pack import parse as parse_pack
 from ..kernels.ptx import GlobalMemory, Module, PtxError
 
-__all__ = ["Emulator", "LaunchRecord", "launcher_loaded", "library_path"]
+__all__ = ["Emulator", "LaunchRecord", "TieError", "launcher_loaded", "library_path"]
 
 log = logging.getLogger("plus_ep")
 _HERE = Path(__file__).resolve().parents[1]   # plus_ep/, where the native libraries are built
@@ -82,6 +82,16 @@ def launcher_loaded() -> bool:
         return os.path.realpath(get_library_path()) in maps
     except FileNotFoundError:
         return False
+
+
+class TieError(ValueError):
+    """Packs whose PTX is not the source of their cubins, or two different PTX texts for one cubin: the
+    interpreter would execute another kernel than a GPU. `problems`: one sentence per image, naming the node."""
+
+    def __init__(self, problems: list):
+        self.problems = list(problems)
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        super().__init__(f"{self.problems[0]}{more}")
 
 
 @dataclass
@@ -175,33 +185,54 @@ class Emulator:
         self.lib.plus_emucuda_set_device(*device_attributes(arch))
         self.arch = arch
 
-    def register_pack(self, blob: bytes, node: str, arch: str) -> int:
-        """Add every (cubin, PTX) of one pack; returns how many carried PTX."""
-        n = 0
+    def register_pack(self, blob: bytes, node: str, arch: str, check: bool = False) -> int:
+        """Add every (cubin, PTX) of one pack; returns how many carried PTX. With check, raise TieError
+        when a PTX is not tied to its cubin (kernels/wire/pack.py tie) or when another node's pack carries a
+        different PTX text for the same cubin (only one copy would ever execute)."""
+        from ..kernels.wire.pack import tie_problem, untied
+        n, problems = 0, []
         for i, im in enumerate(parse_pack(blob)):
             if im.ptx is None:
                 continue
+            where = f"node {node}: pack {arch} image {i}"
+            why = tie_problem(im) if check else None
+            if why:
+                problems.append(f"{where}: {why}")
             digest = hashlib.sha256(im.cubin).hexdigest()
             with self._lock:
                 info = self.registry.get(digest)
                 if info is None:
                     self.registry[digest] = ImageInfo(im.ptx, node, arch, i, [node])
-                elif node not in info.nodes:
-                    info.nodes.append(node)
+                else:
+                    if check and untied(info.ptx) != untied(im.ptx):
+                        problems.append(f"{where}: its cubin is also in node {info.node} (pack {info.arch} image "
+                                        f"{info.image}) with a different PTX text: one cubin, two kernels")
+                    if node not in info.nodes:
+                        info.nodes.append(node)
             n += 1
+        if problems:
+            raise TieError(problems)
         return n
 
-    def register_model(self, model) -> int:
-        """Register the packs of every ai.plus_ep node of an onnx ModelProto; returns the image count."""
+    def register_model(self, model, archs=None) -> int:
+        """Register the packs of every ai.plus_ep node of an onnx ModelProto; returns the image count.
+        With archs (a list), only those packs, each checked (register_pack's check): TieError lists
+        every problem, naming the node."""
         from onnx import numpy_helper
-        n = 0
+        n, problems = 0, []
         for node in model.graph.node:
             if node.domain != "ai.plus_ep":
                 continue
             for a in node.attribute:
-                if a.name.startswith("plus_images_"):
+                arch = a.name[len("plus_images_"):]
+                if a.name.startswith("plus_images_") and (archs is None or arch in archs):
                     blob = numpy_helper.to_array(a.t).tobytes()
-                    n += self.register_pack(blob, node.name, a.name[len("plus_images_"):])
+                    try:
+                        n += self.register_pack(blob, node.name, arch, check=archs is not None)
+                    except TieError as e:
+                        problems += e.problems
+        if problems:
+            raise TieError(problems)
         return n
 
     def reset_records(self) -> None:

@@ -104,31 +104,197 @@ def _initializers(model) -> dict:
     return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
 
 
-def run(request: dict) -> dict:
+def _dedup_key(node, values: dict) -> str:
+    """Nodes with this key run the same kernels on the same synthetic inputs (the layers of a model)."""
+    import hashlib
+    h = hashlib.sha256()
+    h.update(f"{node.domain}:{node.op_type}:{node.overload}".encode())
+    h.update("\n".join(ln for ln in _plan(node).splitlines() if not ln.startswith("node ")).encode())
+    for a in node.attribute:
+        if a.name.startswith("plus_images_"):
+            h.update(a.name.encode() + a.t.raw_data)
+    for nm in node.input:
+        arr = values.get(nm) if nm else None
+        if arr is None:
+            h.update(b"-")
+            continue
+        arr = np.asarray(arr)
+        h.update(f"{arr.dtype}{arr.shape}".encode())
+        if arr.dtype.kind != "f" or arr.size <= 1:
+            h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def _body(model, node):
+    for f in model.functions:
+        if f.domain == node.domain and f.name == node.op_type and f.overload == node.overload:
+            return f
+    return None
+
+
+def _node_math(node, arch: str) -> str:
+    """The node's math mode from its pack's PTX for `arch` and its plan's element types."""
+    from onnx import numpy_helper
+
+    from ..kernels.wire.pack import parse as parse_pack
+    blob = next((numpy_helper.to_array(a.t).tobytes() for a in node.attribute if a.name == f"plus_images_{arch}"),
+                None)
+    ptx = "".join(im.ptx or "" for im in parse_pack(blob)) if blob is not None else ""
+    tin, tout = _plan_types(_plan(node))
+    return node_math(ptx, list(tout.values()) + list(tin.values()))
+
+
+def _check_outputs(body, node, ins: list, outs: list, math: str, label: str, flat_ref=None) -> list:
+    """Each output of one node run against its function body in float64 with per-element bounds
+    (plus_ep/verify_bounds.py); flat tolerance against `flat_ref` (ORT fp32) when the body has an op
+    without an error model."""
+    from ..verify_bounds import Unsupported, compare as bounded_compare, evaluate
+    rows = []
+    try:
+        if body is None:
+            raise Unsupported("no function body")
+        ev = evaluate(body, ins, math=math)
+        for j, (nm, got) in enumerate(zip(node.output, outs)):
+            if got is None:
+                continue
+            c = bounded_compare(got, ev.outputs[j])
+            rows.append(dict(c, name=nm, run=label, bound="element"))
+        return rows
+    except Unsupported as e:
+        why = str(e)
+    for j, (nm, got) in enumerate(zip(node.output, outs)):
+        ref = None if flat_ref is None else flat_ref[j]
+        if got is None or ref is None:
+            continue
+        tol = tolerance(math, ref.dtype, kind="node")
+        c = compare(got, ref)
+        rows.append(dict(c, name=nm, run=label, bound=f"flat ({why})", tol=tol, ok=bool(c["rel"] <= tol)))
+    return rows
+
+
+def _run_plain(model_bytes: bytes, feeds: dict, names=None) -> dict:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    names = names or [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def _run_launcher(model_bytes: bytes, feeds: dict) -> tuple[dict, str | None]:
     import onnxruntime as ort
 
     from ..library import get_library_path
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.register_custom_ops_library(get_library_path())
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        got = dict(zip(names, sess.run(None, feeds)))
+        del sess
+        return got, None
+    except Exception as e:  # noqa: BLE001 - reported, with the node the launcher names
+        return {}, " ".join(str(e).split())
+
+
+def _records_by_node(emu, nodes, arch: str) -> dict:
+    owner = _attribute(emu.load_order, nodes, arch)
+    by_node: dict = {}
+    for rec in emu.records:
+        by_node.setdefault(owner.get(rec.module, rec.node), []).append(rec)
+    return by_node
+
+
+def _shape_label(kind: str, feeds: dict) -> str:
+    dims = ", ".join(f"{k}{list(np.shape(v))}" for k, v in feeds.items())
+    return f"{kind} {dims}"
+
+
+def _large_feeds(model, exposed_bytes: bytes, fused, archs, seed: int) -> tuple[dict | None, dict]:
+    """Feeds at the first candidate (batch, seq) that spans every tile of every chosen route with a ragged
+    remainder (plus_ep/verify_shapes.py), and what it covers; None when no candidate changes a dim."""
+    from .. import verify_shapes as vs
+    from ..feeds import sample_inputs
+    tried = []
+    for seq in vs.SEQ_CANDIDATES:
+        feeds = sample_inputs(model, batch=vs.BATCH_LARGE, seq=seq, seed=seed + 1)
+        values = _run_plain(exposed_bytes, feeds)
+        values.update(feeds)
+        tiles = []
+        for node in fused:
+            shapes = [np.shape(values[nm]) if nm in values else None for nm in node.input]
+            head = next((sh[-1] for sh in shapes if sh is not None and len(sh) == 4), None)
+            for arch in archs:
+                tiles += [(node.name, arch, *t) for t in vs.tiles_of(_plan(node), arch, shapes, head)]
+        missed = {(nm, arch, what, tile): extent for nm, arch, what, tile, extent in tiles
+                  if not (extent > tile and extent % tile)}
+        tried.append((seq, feeds, missed, len(tiles)))
+        if not missed:
+            break
+    # the smallest candidate that spans everything the largest one spans (dims set by batch alone, or by
+    # the model's weights, stay as they are at any seq)
+    final = set(tried[-1][2])
+    seq, feeds, missed, n = next(t for t in tried if set(t[2]) <= final)
+    text = sorted({f"{what} tile {tile} over {extent}" for (_, _, what, tile), extent in missed.items()})
+    return feeds, {"seq": seq, "batch": vs.BATCH_LARGE, "tiles": n, "not_spanned": text[:20]}
+
+
+def run(request: dict) -> dict:
+    from .emulator import TieError
 
     model = onnx.load(request["model"])
     feeds = {k: v for k, v in np.load(request["inputs"]).items()}
     fused = [n for n in model.graph.node if n.domain == FUSED_DOMAIN]
+    result = {"model": request["model"], "archs": [], "nodes": [], "outputs": [], "errors": [], "runs": []}
     emu = Emulator.get()
-    emu.register_model(model)
+    try:
+        emu.register_model(model, archs=request["archs"])
+    except TieError as e:
+        result["errors"].append(str(e))
+        result["tie_errors"] = e.problems
+        return result
     emu.fail_on_findings = False          # record findings per node instead of failing the run
     profiling = bool(request.get("profile"))
     # verify runs every CTA (outputs are compared); a profile may sample CTAs (outputs then partial)
     emu.sample_ctas = request.get("sample_ctas") if profiling else None
     progress = request.get("progress", False)
-    cpu = ["CPUExecutionProvider"]
+    seed = int(request.get("seed", 0))
 
     exposed, _ = _exposed(model, fused)
-    plain_opts = ort.SessionOptions()
-    plain_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    ref_sess = ort.InferenceSession(model.SerializeToString(), plain_opts, providers=cpu)
+    exposed_bytes = exposed.SerializeToString()
     out_names = [o.name for o in model.graph.output]
-    ref_outputs = dict(zip(out_names, ref_sess.run(None, feeds)))
+    ref_outputs = {} if profiling else _run_plain(model.SerializeToString(), feeds, out_names)
     inits = _initializers(model)
-    result = {"model": request["model"], "archs": [], "nodes": [], "outputs": [], "errors": []}
+    bodies = {n.name: _body(model, n) for n in fused}
+
+    # the stress runs: every distinct fused node on synthetic inputs, at the given shape and (by default)
+    # at one spanning every tile; shapes bound by a plain ORT run of the model (no kernels)
+    stress_sets = []
+    if not profiling and request.get("stress", True):
+        shapes = [("given", feeds)]
+        if request.get("auto_shapes"):
+            large, info = _large_feeds(model, exposed_bytes, fused, request["archs"], seed)
+            result["tiles"] = info
+            if large is not None:
+                shapes.append(("tiles", large))
+        for kind, f in shapes:
+            values = dict(inits)
+            values.update(_run_plain(exposed_bytes, f))
+            values.update(f)
+            groups: dict = {}
+            for n in fused:
+                groups.setdefault(_dedup_key(n, values), []).append(n)
+            reps = [g[0] for g in groups.values()]
+            synth = {}
+            from ..verify_stress import stress_inputs
+            for k, n in enumerate(reps):
+                synth[n.name] = stress_inputs(n, bodies[n.name], [values.get(nm) if nm else None for nm in n.input],
+                                              seed=seed + 7 * k)
+            label = "stress " + ", ".join(f"{k}{list(np.shape(v))}" for k, v in f.items())
+            stress_sets.append({"label": label, "reps": reps, "groups": list(groups.values()), "inputs": synth})
+            result["runs"].append({"label": label, "distinct_nodes": len(reps), "fused_nodes": len(fused)})
 
     for arch in request["archs"]:
         emu.set_arch(arch)
@@ -142,52 +308,21 @@ def run(request: dict) -> dict:
                                  f"{time.perf_counter() - total[1]:.0f}s ({rec.entry} of {rec.node or 'ptx'})   ")
                 sys.stderr.flush()
         emu.progress = tick
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.register_custom_ops_library(get_library_path())
-        so.log_severity_level = 3
         t0 = time.perf_counter()
-        error = None
-        try:
-            sess = ort.InferenceSession(exposed.SerializeToString(), so, providers=cpu)
-            names = [o.name for o in exposed.graph.output]
-            got = dict(zip(names, sess.run(None, feeds)))
-            del sess
-        except Exception as e:  # noqa: BLE001 - reported, with the node the launcher names
-            error, got = " ".join(str(e).split()), {}
-        if progress:
-            sys.stderr.write("\n")
-        seconds = time.perf_counter() - t0
-        result["archs"].append({"arch": arch, "seconds": round(seconds, 2), "launches": len(emu.records),
-                                "error": error})
+        got, error = _run_launcher(exposed_bytes, feeds)
+        launches = len(emu.records)
+        by_node = _records_by_node(emu, fused, arch)
         if error:
             result["errors"].append(f"[{arch}] {error}")
-        owner = _attribute(emu.load_order, fused, arch)
-        by_node: dict = {}
-        for rec in emu.records:
-            by_node.setdefault(owner.get(rec.module, rec.node), []).append(rec)
-
         values = dict(inits)
         values.update(feeds)
         values.update(got)
-        side = None
-        if not error and not profiling:
-            sbs, sfeeds, _ = _side_by_side(model, fused, values)
-            side = ort.InferenceSession(sbs.SerializeToString(), plain_opts, providers=cpu).run(None, sfeeds)
-            flat = [o.name for o in sbs.graph.output]
-            side = dict(zip(flat, side))
+        maths = {n.name: _node_math(n, arch) for n in fused}
+        flat = None
+        rows = {}
         for k, node in enumerate(fused):
             recs = by_node.get(node.name, [])
-            ptx = ""
-            for rec in recs:
-                lm = None
-                for key_h, key in emu.load_order:
-                    if key_h == rec.module:
-                        lm = emu.registry.get(key)
-                ptx += lm.ptx if lm else ""
-            tin, tout = _plan_types(_plan(node))
-            math = node_math(ptx, list(tout.values()) + list(tin.values()))
-            row = {"arch": arch, "node": node.name, "pattern": _pattern(node), "math": math,
+            row = {"arch": arch, "node": node.name, "pattern": _pattern(node), "math": maths[node.name],
                    "kernels": sorted({r.entry for r in recs}), "launches": len(recs),
                    "seconds": round(sum(r.seconds for r in recs), 3),
                    "findings": [f for r in recs for f in r.findings][:20],
@@ -199,30 +334,95 @@ def run(request: dict) -> dict:
                                                   if nm and nm in values and hasattr(values[nm], "nbytes")))
             if error and not row["errors"] and f"node '{node.name}'" in error:
                 row["errors"].append(error)
-            if side is not None:
-                for j, nm in enumerate(node.output):
-                    kern, ref = got.get(nm), side.get(f"n{k}_o{j}")
-                    if kern is None or ref is None:
-                        continue
-                    tol = tolerance(math, ref.dtype, kind="node")
-                    row["outputs"].append(dict(compare(kern, ref), name=nm, tol=tol))
             row["executed"] = bool(recs) and not row["errors"]
+            if not profiling and not error:
+                ins = [values.get(nm) if nm else None for nm in node.input]
+                outs = [got.get(nm) for nm in node.output]
+                checks = _check_outputs(bodies[node.name], node, ins, outs, maths[node.name], "model")
+                if any(c["bound"].startswith("flat") for c in checks) or (not checks and bodies[node.name] is None):
+                    if flat is None:
+                        sbs, sfeeds, _ = _side_by_side(model, fused, values)
+                        flat = _run_plain(sbs.SerializeToString(), sfeeds)
+                    refs = [flat.get(f"n{k}_o{j}") for j in range(len(node.output))]
+                    checks = _check_outputs(None, node, ins, outs, maths[node.name], "model", refs)
+                row["outputs"] += checks
+            rows[node.name] = row
+
+        for st in ([] if error else stress_sets):
+            emu.reset_records()
+            sbs, sfeeds, _ = _stress_model(model, st)
+            sgot, serr = _run_launcher(sbs.SerializeToString(), sfeeds)
+            srecs = _records_by_node(emu, st["reps"], arch)
+            launches += len(emu.records)
+            flat_s = None
+            for k, (rep, group) in enumerate(zip(st["reps"], st["groups"])):
+                recs = srecs.get(rep.name, [])
+                outs = [sgot.get(f"n{k}_o{j}") for j in range(len(rep.output))]
+                ins = st["inputs"][rep.name]
+                errs = [r.error for r in recs if r.error]
+                if serr and not errs and f"node '{rep.name}'" in serr:
+                    errs.append(serr)
+                checks = [] if serr else _check_outputs(bodies[rep.name], rep, ins, outs, maths[rep.name], st["label"])
+                if any(c["bound"].startswith("flat") for c in checks):
+                    if flat_s is None:
+                        flat_s = _run_plain(sbs.SerializeToString(), sfeeds)
+                    refs = [flat_s.get(f"n{k}_o{j}") for j in range(len(rep.output))]
+                    checks = _check_outputs(None, rep, ins, outs, maths[rep.name], st["label"], refs)
+                for node in group:
+                    row = rows[node.name]
+                    for c in checks:
+                        row["outputs"].append(dict(c, shared_with=rep.name) if node is not rep else c)
+                    row["errors"] += errs
+                    row["findings"] = (row["findings"] + [f for r in recs for f in r.findings])[:20]
+                    row["n_findings"] += sum(len(r.findings) for r in recs)
+                    row["launches"] += len(recs) if node is rep else 0
+                    if not recs:
+                        row["errors"].append(f"{st['label']}: the node's kernels did not run")
+                    row["executed"] = row["executed"] and bool(recs) and not row["errors"]
+            if serr and not any(rows[n.name]["errors"] for n in st["reps"]):
+                result["errors"].append(f"[{arch}] {st['label']}: {serr}")
+
+        if progress:
+            sys.stderr.write("\n")
+        seconds = time.perf_counter() - t0
+        result["archs"].append({"arch": arch, "seconds": round(seconds, 2), "launches": launches, "error": error})
+        for node in fused:
+            row = rows[node.name]
             if profiling:
                 row["ok"] = row["executed"] and row["n_findings"] == 0
-                result["nodes"].append(row)
-                continue
-            row["ok"] = (row["executed"] and row["n_findings"] == 0 and bool(row["outputs"])
-                         and all(o["rel"] <= o["tol"] for o in row["outputs"]))
+            else:
+                row["ok"] = (row["executed"] and row["n_findings"] == 0 and bool(row["outputs"])
+                             and all(o["ok"] for o in row["outputs"]))
             result["nodes"].append(row)
-        maths = {r["math"] for r in result["nodes"] if r["arch"] == arch}
+        arch_maths = set(maths.values())
         for nm in ([] if profiling else out_names):
             if nm not in got:
                 continue
             ref = ref_outputs[nm]
-            tol = max([tolerance(m, ref.dtype, kind="model") for m in maths] or [tolerance("exact", ref.dtype, "model")])
+            tol = max([tolerance(m, ref.dtype, kind="model") for m in arch_maths]
+                      or [tolerance("exact", ref.dtype, "model")])
             c = compare(got[nm], ref)
             result["outputs"].append(dict(c, arch=arch, name=nm, tol=tol, ok=c["rel"] <= tol))
     return result
+
+
+def _stress_model(model, st) -> tuple:
+    """The distinct nodes side by side on their synthetic inputs: node k reads n<k>_i<j>, writes n<k>_o<j>."""
+    values, rename = {}, []
+    for k, rep in enumerate(st["reps"]):
+        for j, (nm, arr) in enumerate(zip(rep.input, st["inputs"][rep.name])):
+            if nm and arr is not None:
+                values[f"s{k}_{j}"] = arr
+        rename.append(rep)
+    # _side_by_side reads values by the node's own input names: give it renamed copies
+    nodes = []
+    for k, rep in enumerate(st["reps"]):
+        n = onnx.NodeProto()
+        n.CopyFrom(rep)
+        del n.input[:]
+        n.input.extend(f"s{k}_{j}" if nm else "" for j, nm in enumerate(rep.input))
+        nodes.append(n)
+    return _side_by_side(model, nodes, values)
 
 
 def _expected_loads(node, arch: str) -> list:

@@ -55,15 +55,18 @@ def set_pack(node, arch: str, blob: bytes) -> None:
     raise KeyError(arch)
 
 
-def corrupt_ptx(model: onnx.ModelProto, node_name: str, arch: str, old: str, new: str) -> str:
+def corrupt_ptx(model: onnx.ModelProto, node_name: str, arch: str, old: str, new: str, retie: bool = True) -> str:
     """Replace the first `old` instruction (e.g. "sub.f32") with `new` in image 0's PTX of one node's
-    pack; the cubin stays as it is. Returns the changed PTX line."""
+    pack; the cubin stays as it is. Returns the changed PTX line. retie: record the edited PTX as the
+    cubin's source (kernels/wire/pack.py tie), so the pack stands for a kernel whose code is wrong; without
+    it, the PTX no longer matches the digest recorded with its cubin."""
     node = next(n for n in model.graph.node if n.name == node_name)
     images = pack.parse(packs_of(node)[arch])
     lines = images[0].ptx.split("\n")
     i = next(k for k, ln in enumerate(lines) if re.match(rf"\s+{re.escape(old)}\s", ln))
     lines[i] = lines[i].replace(old, new, 1)
-    images[0] = pack.Image(images[0].cubin, "\n".join(lines))
+    text = "\n".join(lines)
+    images[0] = pack.Image(images[0].cubin, pack.tie(images[0].cubin, text) if retie else text)
     set_pack(node, arch, pack.write(images))
     return lines[i].strip()
 

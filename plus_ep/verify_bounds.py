@@ -1,0 +1,388 @@
+"""Per-element error bounds: how far a correct kernel's output may be from the exact result.
+
+`plus-ep verify` compares each fused node's outputs, element by element, with its function body
+evaluated in float64 on the very inputs the kernel got, and allows each element its own bound,
+derived from what a correct kernel does to reach it: the length of every reduction on its path, the
+math (exact fp32, TF32 operands, f16 / bf16 storage; fp32 accumulation in every case) and the
+magnitudes involved (a GEMM's sum of |a||b|, the conditioning of softmax and of LayerNorm on nearly
+constant rows). A kernel that adds an error of 1e-3 of the output's scale fails where correct kernels
+stay far below their bounds.
+
+    from plus_ep.verify_bounds import evaluate, compare, matmul, softmax, layernorm, Bounded
+    res = evaluate(function_proto, [x, w, b], math="tf32")   # float64 value and bound of every output
+    c = compare(kernel_out, res.outputs[0])                   # worst element against its own bound
+    c["ok"], c["ratio"], c["worst"]                           # ratio = |kernel - exact| / bound there
+    a = Bounded.exact(x); y = matmul(a, Bounded.exact(w), math="tf32")   # one op, for template tests
+
+The error model (Higham's forward analysis with probabilistic rounding, "Rounding errors of
+inner products", Higham & Mary 2019, for the reductions):
+
+* every value carries a float64 value `v` and a bound `e` of |computed - exact|, and the storage type
+  of the tensor in the body (float32 / float16 / bfloat16) with its unit roundoff u (2^-24, 2^-11, 2^-8);
+* an inner product of length K (MatMul, Gemm) adds LAMBDA * sqrt(K) * u32 * sum|a||b| for the fp32
+  accumulation, plus LAMBDA * u_tf32 * sqrt(2/3 * sum (a b)^2) for TF32 operand rounding (2^-11 each),
+  plus the propagated input bounds |A| e_B + e_A |B| + e_A e_B;
+* reductions (ReduceSum/Mean) add LAMBDA * sqrt(n) * u32 * sum|x|; softmax adds the input bound
+  through its condition p_i (e_i + sum_j p_j e_j) and exp's rounding, with the exponent's own rounding
+  u32 (|x_i| + max|x|); LayerNormalization propagates through |g| / sigma and adds the cancellation of
+  x - mean (u32 (|x| + |mean|) + sqrt(n) u32 mean|x|), which is large on nearly constant rows;
+* element-wise ops propagate bounds by evaluating the op at the corners of the input intervals, and add
+  C_EXACT (+, -, *, /, sqrt, max ...) or C_TRANSCENDENTAL (exp, erf, tanh ...) units of fp32 rounding;
+* data movement (Reshape, Transpose, Gather, Slice, Concat, Where ...) moves bounds with the data;
+* every op's result is rounded to its storage type: + u(type) |v|.
+
+A body op outside these rules raises Unsupported; verify then falls back to the flat tolerance of the
+math mode (plus_ep/verification/tolerances.py) and says so. The model here assumes kernels accumulate in fp32 and do
+fp32 arithmetic on f16/bf16 data, as PlusEP's templates do.
+"""
+from __future__ import annotations
+
+import math as _math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Bounded", "Evaluation", "Unsupported", "compare", "evaluate", "layernorm", "matmul",
+           "softmax", "unit", "LAMBDA", "MATHS"]
+
+MATHS = ("exact", "tf32", "fp16", "bf16")
+U32 = 2.0 ** -24
+U_TF32 = 2.0 ** -11
+LAMBDA = 6.0                 # probabilistic bounds: deviations of up to LAMBDA sigma are allowed
+C_EXACT = 1.0                # correctly rounded op: one unit of fp32
+C_TRANSCENDENTAL = 8.0       # exp/erf/tanh... in fp32 (fast intrinsics: a few ulp)
+_UNITS = {"float64": 2.0 ** -53, "float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+# smallest positive normal per storage type: below it, flush-to-zero and subnormal rounding
+_TINY = {"float64": 2.2e-308, "float32": 1.18e-38, "float16": 6.1e-5, "bfloat16": 1.18e-38}
+_ONNX_FLOAT = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
+
+
+class Unsupported(ValueError):
+    """The body has an op without an error model here."""
+
+
+def unit(dtype) -> float:
+    """Unit roundoff of a storage type (a numpy dtype, an ONNX elem type, or a name); 0 for non-floats."""
+    name = _dtype_name(dtype)
+    return _UNITS.get(name, 0.0)
+
+
+def _dtype_name(dtype) -> str:
+    if isinstance(dtype, int):
+        return _ONNX_FLOAT.get(dtype, "int")
+    name = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
+    return name if name in _UNITS else ("bfloat16" if "bfloat16" in name else name)
+
+
+@dataclass
+class Bounded:
+    """A float64 value, a bound of its computed version's error, and the tensor's storage type."""
+    v: np.ndarray
+    e: np.ndarray
+    dtype: str = "float32"
+
+    @classmethod
+    def exact(cls, x, dtype=None) -> Bounded:
+        """An input given exactly (the kernel read these very numbers)."""
+        x = np.asarray(x)
+        name = _dtype_name(dtype if dtype is not None else x.dtype)
+        if name not in _UNITS:
+            return cls(x, np.zeros(x.shape), name)
+        return cls(x.astype(np.float64), np.zeros(x.shape), name)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in _UNITS
+
+    def rounded(self, c_ops: float = 0.0) -> Bounded:
+        """This value rounded to its storage type after an op costing c_ops units of fp32 rounding."""
+        if not self.is_float:
+            return self
+        return Bounded(self.v, self.e + (c_ops * U32 + unit(self.dtype)) * np.abs(self.v), self.dtype)
+
+
+@dataclass
+class Evaluation:
+    outputs: list
+    values: dict = field(default_factory=dict)
+
+
+def _finite_abs(x):
+    with np.errstate(invalid="ignore"):
+        return np.abs(np.where(np.isfinite(x), x, 0.0))
+
+
+# --------------------------------------------------------------------------------- op rules
+def matmul(a: Bounded, b: Bounded, math: str = "exact", out_dtype=None) -> Bounded:
+    """C = A @ B with numpy broadcasting (MatMul semantics)."""
+    v = a.v @ b.v
+    k = a.v.shape[-1] if a.v.ndim else 1
+    aa, ab = _finite_abs(a.v), _finite_abs(b.v)
+    base = aa @ ab
+    e = LAMBDA * _math.sqrt(max(k, 1)) * U32 * base
+    if math == "tf32" and (a.dtype == "float32" or b.dtype == "float32"):
+        e = e + LAMBDA * U_TF32 * np.sqrt(2.0 / 3.0 * ((aa * aa) @ (ab * ab)))
+    if a.e.any() or b.e.any():
+        e = e + aa @ b.e + a.e @ ab + a.e @ b.e
+    return Bounded(v, e, _dtype_name(out_dtype) if out_dtype is not None else a.dtype).rounded()
+
+
+def softmax(x: Bounded, axis: int = -1, log: bool = False) -> Bounded:
+    m = np.max(np.where(np.isnan(x.v), -np.inf, x.v), axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = np.exp(x.v - m)
+        s = z.sum(axis=axis, keepdims=True)
+        p = z / s
+    n = x.v.shape[axis] if x.v.ndim else 1
+    ex = x.e + U32 * _finite_abs(x.v) + U32 * _finite_abs(m)          # exponent error: input + x - max rounding
+    with np.errstate(invalid="ignore", over="ignore"):
+        spread = ex + np.sum(np.where(p > 0, p * ex, 0.0), axis=axis, keepdims=True)
+    if log:
+        v = x.v - m - np.log(s)
+        e = spread + (C_TRANSCENDENTAL + LAMBDA * _math.sqrt(n)) * U32 * (1.0 + _finite_abs(v))
+        return Bounded(v, e, x.dtype).rounded()
+    rel = np.expm1(np.minimum(spread, 50.0)) + (C_TRANSCENDENTAL + LAMBDA * _math.sqrt(n)) * U32
+    e = p * rel
+    return Bounded(p, e, x.dtype).rounded()
+
+
+def layernorm(x: Bounded, g: Bounded, b: Bounded | None, axis: int = -1, epsilon: float = 1e-5,
+              rms: bool = False) -> tuple:
+    """LayerNormalization (or RMS norm with rms=True) over the axes from `axis` on; returns (y, mean, inv_std)."""
+    axis = axis % x.v.ndim
+    axes = tuple(range(axis, x.v.ndim))
+    n = int(np.prod([x.v.shape[a] for a in axes]))
+    mu = np.zeros_like(x.v.sum(axis=axes, keepdims=True)) if rms else x.v.mean(axis=axes, keepdims=True)
+    d = x.v - mu
+    var = (d * d).mean(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(var + epsilon)
+    xhat = d * inv
+    ax = _finite_abs(x.v)
+    mean_abs = ax.mean(axis=axes, keepdims=True)
+    # error of x - mean: the input bound (and its mean), the subtraction's rounding, the mean's rounding
+    ed = x.e + (0.0 if rms else x.e.mean(axis=axes, keepdims=True))
+    ed = ed + C_EXACT * U32 * (ax + _finite_abs(mu)) + (0.0 if rms else LAMBDA * _math.sqrt(n) * U32 * mean_abs)
+    # relative error of the standard deviation: from ed, the variance sum's and rsqrt's rounding
+    sd_rel = (np.abs(xhat) * ed * inv).mean(axis=axes, keepdims=True) \
+        + (LAMBDA * _math.sqrt(n) + C_TRANSCENDENTAL) * U32
+    gg = _finite_abs(g.v)
+    e_hat = ed * inv + np.abs(xhat) * sd_rel
+    y = xhat * g.v
+    e = gg * e_hat + np.abs(xhat) * g.e + e_hat * g.e + C_EXACT * U32 * np.abs(y)
+    if b is not None:
+        y = y + b.v
+        e = e + b.e + C_EXACT * U32 * np.abs(y)
+    out = Bounded(y, e, x.dtype).rounded()
+    return out, Bounded(mu, ed.max(axis=axes, keepdims=True), "float32"), \
+        Bounded(inv, inv * sd_rel, "float32")
+
+
+# ---------------------------------------------------------------------------- op tables
+_MOVES = {  # op -> indices of the inputs that carry data (the others are shapes, indices, axes)
+    "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Flatten": (0,),
+    "Expand": (0,), "Slice": (0,), "Gather": (0,), "GatherElements": (0,), "GatherND": (0,),
+    "Identity": (0,), "Tile": (0,), "Pad": (0, 2), "Where": (1, 2), "Split": (0,), "Concat": None,
+    "DepthToSpace": (0,), "SpaceToDepth": (0,), "Dropout": (0,), "ReduceMax": (0,), "ReduceMin": (0,),
+    "MaxPool": (0,), "Trilu": (0,), "ScatterND": (0, 2), "ScatterElements": (0, 2),
+}
+_EXACT_ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Relu", "Max", "Min", "Sqrt", "Reciprocal",
+                      "Clip", "Sum", "Mean", "LeakyRelu", "PRelu", "Sign", "Floor", "Ceil", "Round",
+                      "HardSigmoid", "HardSwish", "Mod"}
+_TRANSCENDENTAL = {"Exp", "Log", "Erf", "Tanh", "Sigmoid", "Pow", "Gelu", "Softplus", "Softsign", "Sin", "Cos",
+                   "Elu", "Selu", "Celu", "Mish", "Atan", "Asin", "Acos", "Sinh", "Cosh", "Tan",
+                   "ThresholdedRelu", "FastGelu", "QuickGelu", "BiasGelu"}
+_NO_ERROR = {"Shape", "Size", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
+             "Or", "Xor", "IsNaN", "IsInf", "NonZero", "ArgMax", "ArgMin", "Range", "ConstantOfShape",
+             "Constant", "EyeLike", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseNot", "BitwiseXor"}
+_REDUCE_SUM = {"ReduceSum", "ReduceMean"}
+
+
+def _run(node, arrays: list, opsets: dict) -> list:
+    """Evaluate one ONNX node on numpy arrays (onnx.reference), outputs in node order."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    names = [f"i{k}" if nm else "" for k, nm in enumerate(node.input)]
+    n = helper.make_node(node.op_type, names, [f"o{k}" for k in range(len(node.output))], domain=node.domain)
+    n.attribute.extend(node.attribute)
+    opset = [helper.make_opsetid(d, v) for d, v in opsets.items()]
+    graph = helper.make_graph([n], "op", [helper.make_tensor_value_info(nm, 1, None) for nm in names if nm],
+                              [helper.make_tensor_value_info(o, 1, None) for o in n.output])
+    model = helper.make_model(graph, opset_imports=opset)
+    feeds = {nm: a for nm, a in zip(names, arrays) if nm}
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+def _corners(node, ins: list, opsets: dict, v_out):
+    """max over the corners of the float inputs' intervals of |f(corner) - f(v)|."""
+    idx = [k for k, b in enumerate(ins) if b is not None and b.is_float and np.any(b.e)]
+    if not idx:
+        return 0.0
+    total = np.zeros(np.shape(v_out))
+    groups = [idx] if len(idx) <= 3 else [[k] for k in idx]      # 2^3 corners at most per evaluation
+    for group in groups:                                          # independent groups: deviations add up
+        worst = np.zeros(np.shape(v_out))
+        for signs in range(1 << len(group)):
+            arrays = [b.v if b is not None else None for b in ins]
+            for bit, k in enumerate(group):
+                arrays[k] = ins[k].v + (ins[k].e if signs >> bit & 1 else -ins[k].e)
+            with np.errstate(all="ignore"):
+                got = np.asarray(_run(node, arrays, opsets)[0], dtype=np.float64)
+                d = np.abs(got - v_out)
+            worst = np.maximum(worst, np.where(np.isnan(d) & ~np.isnan(v_out), np.inf, np.nan_to_num(d, nan=0.0)))
+        total = total + worst
+    return total
+
+
+def _attr(node, name, default=None):
+    from onnx import helper
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _apply(node, ins: list, math: str, opsets: dict) -> list:
+    """Bounded outputs of one body node."""
+    op = node.op_type
+    vals = [b.v if b is not None else None for b in ins]
+    float_in = [b for b in ins if b is not None and b.is_float]
+    dtype0 = float_in[0].dtype if float_in else "int"
+    if op == "Cast":
+        to = _dtype_name(int(_attr(node, "to")))
+        x = ins[0]
+        if to in _UNITS:
+            if x.is_float:
+                return [Bounded(x.v, x.e, to).rounded()]
+            return [Bounded.exact(x.v.astype(np.float64), to)]
+        with np.errstate(invalid="ignore"):
+            out = _run(node, [x.v], opsets)[0]
+        return [Bounded.exact(out)]
+    if op in ("Constant", "ConstantOfShape"):
+        outs = _run(node, vals, opsets)
+        return [Bounded.exact(o) for o in outs]
+    if op == "MatMul":
+        return [matmul(ins[0], ins[1], math)]
+    if op == "Gemm":
+        a, b = ins[0], ins[1]
+        if _attr(node, "transA", 0):
+            a = Bounded(np.swapaxes(a.v, -1, -2), np.swapaxes(a.e, -1, -2), a.dtype)
+        if _attr(node, "transB", 0):
+            b = Bounded(np.swapaxes(b.v, -1, -2), np.swapaxes(b.e, -1, -2), b.dtype)
+        y = matmul(a, b, math)
+        alpha, beta = float(_attr(node, "alpha", 1.0)), float(_attr(node, "beta", 1.0))
+        v, e = alpha * y.v, abs(alpha) * y.e
+        if len(ins) > 2 and ins[2] is not None:
+            v = v + beta * ins[2].v
+            e = e + abs(beta) * ins[2].e + C_EXACT * U32 * np.abs(v)
+        return [Bounded(v, e, a.dtype).rounded()]
+    if op in ("Softmax", "LogSoftmax"):
+        return [softmax(ins[0], int(_attr(node, "axis", -1)), log=op == "LogSoftmax")]
+    if op == "LayerNormalization":
+        outs = layernorm(ins[0], ins[1], ins[2] if len(ins) > 2 else None, int(_attr(node, "axis", -1)),
+                         float(_attr(node, "epsilon", 1e-5)))
+        return list(outs[:len(node.output)])
+    if op in ("SimplifiedLayerNormalization", "RMSNormalization"):
+        outs = layernorm(ins[0], ins[1], None, int(_attr(node, "axis", -1)), float(_attr(node, "epsilon", 1e-5)),
+                         rms=True)
+        return [outs[0]]
+    if op in _NO_ERROR or not float_in:
+        with np.errstate(all="ignore"):
+            outs = _run(node, vals, opsets)
+        return [Bounded.exact(o, dtype0 if np.asarray(o).dtype.kind == "f" else None) for o in outs]
+    if op in _MOVES:
+        data = _MOVES[op] if _MOVES[op] is not None else tuple(range(len(ins)))
+        outs = _run(node, vals, opsets)
+        errs = [b.e if (k in data and b is not None and b.is_float) else (b.v if b is not None else None)
+                for k, b in enumerate(ins)]
+        if op == "Where":
+            errs[0] = ins[0].v
+        eo = _run(node, errs, opsets)
+        return [Bounded(np.asarray(o, np.float64), np.abs(np.asarray(e, np.float64)), dtype0)
+                for o, e in zip(outs, eo)]
+    if op in _REDUCE_SUM:
+        out = np.asarray(_run(node, vals, opsets)[0], np.float64)
+        errs = list(vals)
+        errs[0] = ins[0].e
+        e = np.asarray(_run(node, errs, opsets)[0], np.float64)
+        absx = list(vals)
+        absx[0] = _finite_abs(ins[0].v)
+        mag = np.asarray(_run(node, absx, opsets)[0], np.float64)
+        n = max(1, ins[0].v.size // max(1, out.size))
+        return [Bounded(out, e + LAMBDA * _math.sqrt(n) * U32 * mag, dtype0).rounded()]
+    if op in _EXACT_ELEMENTWISE or op in _TRANSCENDENTAL:
+        with np.errstate(all="ignore"):
+            out = np.asarray(_run(node, vals, opsets)[0], np.float64)
+        e = _corners(node, ins, opsets, out)
+        c = C_EXACT if op in _EXACT_ELEMENTWISE else C_TRANSCENDENTAL
+        return [Bounded(out, np.broadcast_to(np.asarray(e, np.float64), out.shape) + 0.0, dtype0).rounded(c)]
+    raise Unsupported(f"no error model for {node.domain + '::' if node.domain else ''}{op}")
+
+
+def evaluate(body, inputs, math: str = "exact", opsets: dict | None = None) -> Evaluation:
+    """Evaluate a FunctionProto or GraphProto on `inputs` (arrays or Bounded, in input order) in float64
+    with per-element bounds. Returns Evaluation(outputs=[Bounded per output], values={name: Bounded})."""
+    if math not in MATHS:
+        raise ValueError(f"math must be one of {MATHS}, not {math!r}")
+    in_names = list(body.input) if hasattr(body, "attribute_proto") or not hasattr(body, "initializer") \
+        else [i.name for i in body.input]
+    out_names = list(body.output) if not hasattr(body, "initializer") else [o.name for o in body.output]
+    if opsets is None:
+        opsets = {o.domain: o.version for o in getattr(body, "opset_import", [])} or {"": 17}
+    opsets.setdefault("", 17)
+    values: dict = {}
+    for nm, x in zip(in_names, inputs):
+        values[nm] = x if isinstance(x, Bounded) else Bounded.exact(x)
+    if hasattr(body, "initializer"):
+        from onnx import numpy_helper
+        for t in body.initializer:
+            values[t.name] = Bounded.exact(numpy_helper.to_array(t))
+    for node in body.node:
+        ins = [values[nm] if nm else None for nm in node.input]
+        outs = _apply(node, ins, math, opsets)
+        for nm, b in zip(node.output, outs):
+            if nm:
+                values[nm] = b
+    return Evaluation([values[nm] for nm in out_names], values)
+
+
+def compare(kernel, ref: Bounded, extra: float = 0.0) -> dict:
+    """Kernel output against the exact value and its bound, element by element.
+
+    An element is wrong when |kernel - v| > e + tiny (tiny: the smallest normal of the storage type, for
+    flush-to-zero), or when the exact value is NaN / infinite and the kernel's is not the same; elements
+    whose bound is infinite or NaN (ill-conditioned: an input interval reaching a pole) are not checked
+    and counted. Returns ok, ratio (the worst element's |kernel - v| / its bound), worst (index),
+    worst_kernel / worst_ref / worst_bound, max_abs, scale (max |v|), rel (max_abs / scale), unchecked.
+    """
+    k = np.asarray(kernel)
+    v, e = ref.v, ref.e
+    if k.shape != v.shape:
+        return {"ok": False, "ratio": float("inf"), "max_abs": float("inf"), "rel": float("inf"),
+                "shape": list(k.shape), "note": f"shape {list(k.shape)} differs from the reference's {list(v.shape)}"}
+    if k.dtype.kind not in "fc":
+        same = bool(np.array_equal(k, v.astype(k.dtype) if v.dtype != k.dtype else v))
+        return {"ok": same, "ratio": 0.0 if same else float("inf"), "max_abs": 0.0 if same else float("inf"),
+                "rel": 0.0 if same else float("inf"), "shape": list(k.shape), "unchecked": 0}
+    if k.size == 0:
+        return {"ok": True, "ratio": 0.0, "max_abs": 0.0, "rel": 0.0, "shape": list(k.shape), "unchecked": 0}
+    k64 = k.astype(np.float64)
+    fin = np.isfinite(v)
+    nonfinite_bad = ~fin & ~((k64 == v) | (np.isnan(k64) & np.isnan(v)))
+    bound = e + _TINY.get(ref.dtype, 1e-38) + extra
+    checkable = fin & np.isfinite(bound)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(fin, np.abs(k64 - v), 0.0)
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        ratio = np.where(checkable, diff / bound, 0.0)
+    ratio = np.where(nonfinite_bad, np.inf, ratio)
+    worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    scale = float(_finite_abs(v).max())
+    max_abs = float(np.where(checkable, diff, 0.0).max())
+    if nonfinite_bad.any():
+        max_abs = float("inf")
+    r = float(ratio[worst])
+    return {"ok": bool(r <= 1.0), "ratio": r, "max_abs": max_abs, "scale": scale,
+            "rel": max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf")),
+            "shape": list(k.shape), "worst": [int(i) for i in worst], "worst_kernel": float(k64[worst]),
+            "worst_ref": float(v[worst]), "worst_bound": float(bound[worst]),
+            "unchecked": int((fin & ~np.isfinite(bound)).sum()), "nonfinite_mismatches": int(nonfinite_bad.sum())}

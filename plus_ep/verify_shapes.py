@@ -1,0 +1,143 @@
+"""Which shapes `plus-ep verify` runs by default: a small one, and one that spans more than one tile,
+with a ragged remainder, in every tiled dimension of every route the launcher chooses.
+
+The tiles come from the plans (CONTRACT.md §3): a grid dimension `X,T,cdiv` over a symbolic X tiles X
+by T (GEMM rows M = batch * seq by BM, attention queries by BQ, point-wise elements by the block), and
+an attention kernel's key tile (BKV) is recovered from its route's dynamic shared memory
+(kernels/attention_configs.attn_smem_bytes). Each candidate (batch, seq) is bound through the plan's
+`in` records from the node inputs' shapes of a plain ORT run (cheap), the route condition is evaluated
+as the launcher does, and the first candidate that spans every tile wins. Dims fixed by the model
+(a GEMM's N and K set by its weights, a ViT's patch count) cannot be chosen: they are reported.
+
+    spans = tiles_of(plan_text, arch, input_shapes)    # [(what, tile, extent)] of the chosen route
+"""
+from __future__ import annotations
+
+_BIN = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "/": lambda a, b: a // b if b else 0, "%": lambda a, b: a % b if b else 0,
+    "min": min, "max": max, "cdiv": lambda a, b: -(-a // b) if b else 0,
+    "<": lambda a, b: int(a < b), "<=": lambda a, b: int(a <= b), ">": lambda a, b: int(a > b),
+    ">=": lambda a, b: int(a >= b), "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
+    "&&": lambda a, b: int(bool(a and b)), "||": lambda a, b: int(bool(a or b)),
+}
+# the candidates for the multi-tile run: odd sequence lengths (ragged against every power-of-two tile)
+SEQ_CANDIDATES = (37, 67, 133, 259)
+BATCH_LARGE = 2
+
+
+def rpn(expr: str, s: dict, v: dict | None = None) -> int | None:
+    """Evaluate one plan expression (RPN items joined by ','); None when a symbol is unknown."""
+    st: list = []
+    for t in expr.split(","):
+        if t in _BIN:
+            b, a = st.pop(), st.pop()
+            if a is None or b is None:
+                st.append(None)
+            else:
+                st.append(_BIN[t](a, b))
+        elif t == "!":
+            a = st.pop()
+            st.append(None if a is None else int(not a))
+        elif t == "?":
+            c, b, a = st.pop(), st.pop(), st.pop()
+            st.append(None if a is None else (b if a else c))
+        elif t[0] == "s" and t[1:].isdigit():
+            st.append(s.get(int(t[1:])))
+        elif t[0] == "v" and t[1:].isdigit():
+            st.append((v or {}).get(int(t[1:]), s.get(int(t[1:]))))
+        else:
+            st.append(int(t))
+    return st[-1] if st else None
+
+
+def bind(plan_text: str, shapes: list) -> dict:
+    """{symbol index: value} from the node inputs' shapes (the plan's `in` records)."""
+    s = {}
+    for line in plan_text.splitlines():
+        t = line.split()
+        if t and t[0] == "in":
+            i = int(t[1])
+            dims = t[4:]
+            if i < len(shapes) and shapes[i] is not None and len(shapes[i]) == len(dims):
+                for d, n in zip(dims, shapes[i]):
+                    if d.startswith("s") and d[1:].isdigit():
+                        s.setdefault(int(d[1:]), int(n))
+    return s
+
+
+def _routes(plan_text: str, arch: str) -> list:
+    """[(condition, [kernel tokens])] of the routes that serve `arch` (plan `arch` groups)."""
+    routes, group = [], None
+    for line in plan_text.splitlines():
+        t = line.split()
+        if not t:
+            continue
+        if t[0] == "arch":
+            group = t[1:]
+        elif t[0] == "route":
+            routes.append((t[2], [], group))
+        elif t[0] == "kernel" and routes:
+            routes[-1][1].append(t)
+    return [(c, k) for c, k, g in routes if g is None or arch in g]
+
+
+def chosen_route(plan_text: str, arch: str, s: dict) -> tuple:
+    """(index among the arch's routes, kernel lines) the launcher takes: the first non-zero condition."""
+    for r, (cond, kernels) in enumerate(_routes(plan_text, arch)):
+        c = rpn(cond, s)
+        if c is None or c:
+            return r, kernels
+    return -1, []
+
+
+def _attention_key_tiles(kernel: list, head_dim: int | None) -> list:
+    """BKV candidates of an attention launch from its shared memory and query tile (None if unknown)."""
+    try:
+        from .kernels.attention.configs import attn_smem_bytes
+    except ImportError:       # pragma: no cover - the renovation moves it
+        return []
+    grid_x, smem = kernel[4], kernel[-1]
+    if not smem.isdigit() or head_dim is None or not grid_x.endswith(",cdiv"):
+        return []
+    try:
+        bq = int(grid_x.split(",")[-2])
+    except ValueError:
+        return []
+    found = []
+    for math in (0, 1, 2):
+        for bkv in range(16, 513, 16):
+            if attn_smem_bytes(math, head_dim, bq, bkv) == int(smem):
+                found.append(bkv)
+    return sorted(set(found))
+
+
+def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = None) -> list:
+    """[(what, tile, extent)] of every tiled dimension of the route chosen for these input shapes."""
+    s = bind(plan_text, shapes)
+    _, kernels = chosen_route(plan_text, arch, s)
+    out = []
+    for k in kernels:
+        entry, grid = k[3], k[4:7]
+        for axis, g in zip("xyz", grid):
+            items = g.split(",")
+            if len(items) >= 3 and items[-1] == "cdiv" and any(x.startswith("s") for x in items[:-2]):
+                extent = rpn(",".join(items[:-2]), s)
+                if extent is not None:
+                    out.append((f"{entry} grid.{axis}", int(items[-2]), extent))
+        if entry == "plus_attention":
+            names = dict(_syms(plan_text))
+            seqs = [s[i] for i, nm in names.items() if "seq" in nm and i in s]
+            for bkv in _attention_key_tiles(k, head_dim):
+                if seqs:
+                    out.append((f"{entry} keys", bkv, min(seqs)))
+    return out
+
+
+def _syms(plan_text: str) -> list:
+    return [(int(t[1]), t[2]) for t in (ln.split() for ln in plan_text.splitlines()) if len(t) == 3 and t[0] == "sym"]
+
+
+def spans(tiles: list) -> bool:
+    """Every tile spanned more than once with a ragged remainder."""
+    return all(extent > tile and extent % tile for _, tile, extent in tiles)

@@ -1,0 +1,130 @@
+"""Synthetic inputs for the node-level stress runs of `plus-ep verify`, independent of the model's weights.
+
+Every float tensor input of a fused node (activations, weights and biases alike) gets random normal
+values, none zero, so a dropped bias or a sign slip shows even on a model whose biases are all zero.
+Inputs with at most one element keep the model's value: they are the graph's constants (GELU's sqrt(2),
+an attention scale, a mask's fill value), whose meaning the function body fixes. Integer and bool
+inputs (indices, shapes, masks) keep the model's values too: they are valid by construction.
+
+Then the scales are set where they matter, using the function body evaluated in float64:
+
+* softmax made peaky: the float inputs the softmax input depends on are scaled together until its rows
+  have a standard deviation of SOFTMAX_STD (about 8): the largest probabilities approach one, so a
+  wrong scale, exp base or missed rescale changes outputs by O(1), not by 1e-3 as on untrained weights;
+* LayerNorm rows made nearly constant: the input that reaches a LayerNormalization's input through
+  additions and data movement only (the residual, or the embedding table) is shifted by LN_OFFSET
+  times the row's spread, so x - mean cancels and the kernel's variance computation is tested.
+
+    ins = stress_inputs(node, function_body, captured_inputs, seed=0)   # one array (or None) per input
+"""
+from __future__ import annotations
+
+import numpy as np
+
+SOFTMAX_STD = 8.0
+LN_OFFSET = 30.0
+_ADDITIVE = {"Add", "Sub", "Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Gather",
+             "Transpose", "Concat", "Slice"}
+
+
+def _producers(body) -> dict:
+    return {o: n for n in body.node for o in n.output if o}
+
+
+def _ancestors(body, name: str) -> set:
+    """Body input names `name` depends on."""
+    prod, seen, stack, out = _producers(body), set(), [name], set()
+    inputs = set(body.input)
+    while stack:
+        t = stack.pop()
+        if t in seen or not t:
+            continue
+        seen.add(t)
+        if t in inputs:
+            out.add(t)
+        n = prod.get(t)
+        if n is not None:
+            stack.extend(n.input)
+    return out
+
+
+def _additive_inputs(body, name: str) -> list:
+    """Body inputs reaching `name` through additions and data movement only (their data operand)."""
+    prod, out, stack, seen = _producers(body), [], [name], set()
+    inputs = list(body.input)
+    while stack:
+        t = stack.pop()
+        if t in seen or not t:
+            continue
+        seen.add(t)
+        if t in inputs:
+            out.append(t)
+            continue
+        n = prod.get(t)
+        if n is None or n.op_type not in _ADDITIVE:
+            continue
+        data = n.input if n.op_type in ("Add", "Sub", "Concat") else n.input[:1]
+        stack.extend(data)
+    return out
+
+
+def _row_std(x: np.ndarray, axis: int = -1) -> float:
+    v = np.where(np.isfinite(x) & (np.abs(x) < 1e4), x, np.nan)
+    with np.errstate(invalid="ignore"):
+        s = np.nanstd(v, axis=axis)
+    s = s[np.isfinite(s)]
+    return float(np.median(s)) if s.size else 0.0
+
+
+def stress_inputs(node, body, captured: list, seed: int = 0) -> list:
+    from onnx import helper
+
+    from .verify_bounds import Unsupported, evaluate
+    rng = np.random.default_rng(seed)
+    out = list(captured)
+    names = list(body.input) if body is not None else []
+    index = {nm: j for j, nm in enumerate(names)}
+    free = []
+    for j, a in enumerate(captured):
+        if a is None:
+            continue
+        a = np.asarray(a)
+        if a.dtype.kind == "f" and a.size > 1:
+            x = rng.standard_normal(a.shape)
+            x = np.where(np.abs(x) < 1e-3, 0.5, x)              # never zero
+            out[j] = x.astype(a.dtype)
+            free.append(j)
+    if body is None or not free:
+        return out
+
+    def values():
+        try:
+            return evaluate(body, out).values
+        except (Unsupported, ValueError, RuntimeError, TypeError, IndexError, KeyError):
+            return None
+    for n in body.node:
+        if n.op_type not in ("Softmax", "LogSoftmax"):
+            continue
+        axis = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"), -1)
+        deps = [index[t] for t in _ancestors(body, n.input[0]) if t in index and index[t] in free]
+        for _ in range(4):
+            vals = values()
+            if vals is None or not deps:
+                break
+            std = _row_std(vals[n.input[0]].v, axis)
+            if std <= 0 or 0.8 < std / SOFTMAX_STD < 1.25:
+                break
+            g = (SOFTMAX_STD / std) ** (1.0 / min(2, len(deps)))
+            for j in deps:
+                out[j] = (np.asarray(out[j], np.float64) * g).astype(captured[j].dtype)
+    for n in body.node:
+        if n.op_type != "LayerNormalization":
+            continue
+        cands = [index[t] for t in _additive_inputs(body, n.input[0]) if t in index and index[t] in free]
+        vals = values()
+        if not cands or vals is None:
+            continue
+        j = max(cands, key=lambda c: np.asarray(out[c]).size)
+        spread = _row_std(vals[n.input[0]].v) or 1.0
+        out[j] = (np.asarray(out[j], np.float64) + LN_OFFSET * spread).astype(captured[j].dtype)
+    return out

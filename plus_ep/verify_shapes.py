@@ -91,7 +91,7 @@ def chosen_route(plan_text: str, arch: str, s: dict) -> tuple:
     return -1, []
 
 
-def _attention_key_tiles(kernel: list, head_dim: int | None) -> list:
+def _attention_key_tiles(kernel: list, head_dim: int | None, math: int | None = None) -> list:
     """BKV candidates of an attention launch from its shared memory and query tile (None if unknown)."""
     try:
         from .kernels.attention.configs import attn_smem_bytes
@@ -105,15 +105,17 @@ def _attention_key_tiles(kernel: list, head_dim: int | None) -> list:
     except ValueError:
         return []
     found = []
-    for math in (0, 1, 2):
+    for m in ((0, 1, 2) if math is None else (math,)):
         for bkv in range(16, 513, 16):
-            if attn_smem_bytes(math, head_dim, bq, bkv) == int(smem):
+            if attn_smem_bytes(m, head_dim, bq, bkv) == int(smem):
                 found.append(bkv)
     return sorted(set(found))
 
 
-def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = None) -> list:
-    """[(what, tile, extent)] of every tiled dimension of the route chosen for these input shapes."""
+def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = None, math: str | None = None) -> list:
+    """[(what, tile, extent)] of every tiled dimension of the route chosen for these input shapes.
+    math: the node's math mode (verify_tol.node_math), which tells the attention template's path."""
+    path = {"exact": 0, "tf32": 1, "fp16": 2, "bf16": 2}.get(math)
     s = bind(plan_text, shapes)
     _, kernels = chosen_route(plan_text, arch, s)
     out = []
@@ -128,7 +130,7 @@ def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = Non
         if entry == "plus_attention":
             names = dict(_syms(plan_text))
             seqs = [s[i] for i, nm in names.items() if "seq" in nm and i in s]
-            for bkv in _attention_key_tiles(k, head_dim):
+            for bkv in _attention_key_tiles(k, head_dim, path):
                 if seqs:
                     out.append((f"{entry} keys", bkv, min(seqs)))
     return out

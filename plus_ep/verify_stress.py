@@ -23,6 +23,7 @@ import numpy as np
 
 SOFTMAX_STD = 8.0
 LN_OFFSET = 30.0
+MASK_GAP = 1000.0
 _ADDITIVE = {"Add", "Sub", "Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Gather",
              "Transpose", "Concat", "Slice"}
 
@@ -69,7 +70,11 @@ def _additive_inputs(body, name: str) -> list:
 
 
 def _row_std(x: np.ndarray, axis: int = -1) -> float:
-    v = np.where(np.isfinite(x) & (np.abs(x) < 1e4), x, np.nan)
+    """Median over rows of the spread of the values within MASK_GAP of the row's maximum (masked entries,
+    -1e4, -inf or the float minimum added to a logit, are not part of the spread)."""
+    with np.errstate(invalid="ignore"):
+        top = np.nanmax(np.where(np.isfinite(x), x, np.nan), axis=axis, keepdims=True)
+    v = np.where(np.isfinite(x) & (x > top - MASK_GAP), x, np.nan)
     with np.errstate(invalid="ignore"):
         s = np.nanstd(v, axis=axis)
     s = s[np.isfinite(s)]

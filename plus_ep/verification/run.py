@@ -227,7 +227,8 @@ def _large_feeds(model, exposed_bytes: bytes, fused, archs, seed: int) -> tuple[
             shapes = [np.shape(values[nm]) if nm in values else None for nm in node.input]
             head = next((sh[-1] for sh in shapes if sh is not None and len(sh) == 4), None)
             for arch in archs:
-                tiles += [(node.name, arch, *t) for t in vs.tiles_of(_plan(node), arch, shapes, head)]
+                tiles += [(node.name, arch, *t)
+                          for t in vs.tiles_of(_plan(node), arch, shapes, head, _node_math(node, arch))]
         missed = {(nm, arch, what, tile): extent for nm, arch, what, tile, extent in tiles
                   if not (extent > tile and extent % tile)}
         tried.append((seq, feeds, missed, len(tiles)))

@@ -47,6 +47,17 @@ def _fp16(model: onnx.ModelProto) -> onnx.ModelProto:
         return convert_float_to_float16(model, keep_io_types=False, disable_shape_infer=True)
 
 
+def _compact(row: dict) -> dict:
+    """One node row, kilobytes-sized: its verdict, math, kernels and the worst check (error over bound)."""
+    checks = row["outputs"]
+    worst = max(checks, key=lambda o: o.get("ratio", 0.0), default={})
+    return {"node": row["node"], "arch": row["arch"], "pattern": row["pattern"], "math": row["math"],
+            "kernels": row["kernels"], "launches": row["launches"], "ok": row["ok"], "checks": len(checks),
+            "bounds": sorted({o.get("bound", "")[:40] for o in checks}), "worst_ratio": worst.get("ratio"),
+            "worst_run": worst.get("run"), "max_abs": max((o["max_abs"] for o in checks), default=None),
+            "n_findings": row["n_findings"], "findings": row["findings"][:2], "errors": row["errors"][:2]}
+
+
 def merge(paths, out: pathlib.Path, note: str = "") -> dict:
     """One results file from several runs (later runs replace earlier records of the same model and
     mode), with the git commit of the working tree and a table of the verdicts."""
@@ -79,8 +90,9 @@ def main(argv=None) -> int:
     default = ["demo"] + [f"{f}-{e}" for f in zoo.FAMILIES for e in zoo.EXPORTERS]
     ap.add_argument("--models", default=",".join(default))
     ap.add_argument("--modes", default="exact,tf32,fp16")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--seq", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=None, help="one shape for every run (default: verify's own: "
+                    "batch 1, seq 8 plus stress runs there and at a shape spanning every kernel tile)")
+    ap.add_argument("--seq", type=int, default=None)
     ap.add_argument("--layers", type=int, default=2, help="depth of the zoo exports (small width)")
     ap.add_argument("--out", default=f"bench/results/{datetime.date.today()}-verify-emulated.json")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="merge earlier result files into --out instead")
@@ -109,10 +121,9 @@ def main(argv=None) -> int:
                     p = pathlib.Path(td) / f"{name}-{mode}.plus.onnx"
                     onnx.save(r.model, p)
                     rep = verify(str(p), archs=ARCHS, batch=a.batch, seq=a.seq, progress=False)
-                rec.update(ok=rep["ok"], summary=rep["summary"], errors=rep["errors"], archs=rep["archs"],
-                           outputs=rep["outputs"], inputs=rep["inputs"],
-                           nodes=[{k: v for k, v in row.items() if k != "findings"} | {"findings": row["findings"][:5]}
-                                  for row in rep["nodes"]])
+                rec.update(ok=rep["ok"], summary=rep["summary"], errors=rep["errors"][:5], archs=rep["archs"],
+                           outputs=rep["outputs"], inputs=rep["inputs"], runs=rep.get("runs", []),
+                           tiles=rep.get("tiles"), nodes=[_compact(row) for row in rep["nodes"]])
             except Exception as e:  # noqa: BLE001 - recorded, the run goes on
                 rec.update(ok=False, error=f"{type(e).__name__}: {' '.join(str(e).split())[:2000]}")
             rec["seconds"] = round(time.time() - t0, 1)

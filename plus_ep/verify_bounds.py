@@ -51,6 +51,10 @@ U_TF32 = 2.0 ** -11
 LAMBDA = 6.0                 # probabilistic bounds: deviations of up to LAMBDA sigma are allowed
 C_EXACT = 1.0                # correctly rounded op: one unit of fp32
 C_TRANSCENDENTAL = 8.0       # exp/erf/tanh... in fp32 (fast intrinsics: a few ulp)
+# what compare() allows: MARGIN times the derived bound. The derived bound is reached by correct kernels
+# only where one rounding dominates (an f16 output just above a power of two: its half ulp is u |v|);
+# the margin keeps such elements near 0.5 of what is allowed, far from a verdict on the edge.
+MARGIN = 2.0
 _UNITS = {"float64": 2.0 ** -53, "float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 # smallest positive normal per storage type: below it, flush-to-zero and subnormal rounding
 _TINY = {"float64": 2.2e-308, "float32": 1.18e-38, "float16": 6.1e-5, "bfloat16": 1.18e-38}
@@ -348,10 +352,10 @@ def evaluate(body, inputs, math: str = "exact", opsets: dict | None = None) -> E
 def compare(kernel, ref: Bounded, extra: float = 0.0) -> dict:
     """Kernel output against the exact value and its bound, element by element.
 
-    An element is wrong when |kernel - v| > e + tiny (tiny: the smallest normal of the storage type, for
-    flush-to-zero), or when the exact value is NaN / infinite and the kernel's is not the same; elements
+    An element is wrong when |kernel - v| > MARGIN * e + tiny (tiny: the smallest normal of the storage
+    type, for flush-to-zero), or when the exact value is NaN / infinite and the kernel's is not the same; elements
     whose bound is infinite or NaN (ill-conditioned: an input interval reaching a pole) are not checked
-    and counted. Returns ok, ratio (the worst element's |kernel - v| / its bound), worst (index),
+    and counted. Returns ok, ratio (the worst element's |kernel - v| / what it is allowed), worst (index),
     worst_kernel / worst_ref / worst_bound, max_abs, scale (max |v|), rel (max_abs / scale), unchecked.
     """
     k = np.asarray(kernel)
@@ -368,7 +372,7 @@ def compare(kernel, ref: Bounded, extra: float = 0.0) -> dict:
     k64 = k.astype(np.float64)
     fin = np.isfinite(v)
     nonfinite_bad = ~fin & ~((k64 == v) | (np.isnan(k64) & np.isnan(v)))
-    bound = e + _TINY.get(ref.dtype, 1e-38) + extra
+    bound = MARGIN * e + _TINY.get(ref.dtype, 1e-38) + extra
     checkable = fin & np.isfinite(bound)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(fin, np.abs(k64 - v), 0.0)

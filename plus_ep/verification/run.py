@@ -276,10 +276,11 @@ def run(request: dict) -> dict:
     if not profiling and request.get("stress", True):
         shapes = [("given", feeds)]
         if request.get("auto_shapes"):
+            # the model run covers the small shape; the stress runs go where every tile is spanned
             large, info = _large_feeds(model, exposed_bytes, fused, request["archs"], seed)
             result["tiles"] = info
             if large is not None:
-                shapes.append(("tiles", large))
+                shapes = [("tiles", large)]
         for kind, f in shapes:
             values = dict(inits)
             values.update(_run_plain(exposed_bytes, f))
@@ -312,6 +313,7 @@ def run(request: dict) -> dict:
         t0 = time.perf_counter()
         got, error = _run_launcher(exposed_bytes, feeds)
         launches = len(emu.records)
+        timing = {"model_run": round(time.perf_counter() - t0, 2)}
         by_node = _records_by_node(emu, fused, arch)
         if error:
             result["errors"].append(f"[{arch}] {error}")
@@ -349,7 +351,9 @@ def run(request: dict) -> dict:
                 row["outputs"] += checks
             rows[node.name] = row
 
+        timing["model_checks"] = round(time.perf_counter() - t0 - timing["model_run"], 2)
         for st in ([] if error else stress_sets):
+            t1 = time.perf_counter()
             emu.reset_records()
             sbs, sfeeds, _ = _stress_model(model, st)
             sgot, serr = _run_launcher(sbs.SerializeToString(), sfeeds)
@@ -382,11 +386,13 @@ def run(request: dict) -> dict:
                     row["executed"] = row["executed"] and bool(recs) and not row["errors"]
             if serr and not any(rows[n.name]["errors"] for n in st["reps"]):
                 result["errors"].append(f"[{arch}] {st['label']}: {serr}")
+            timing[st["label"]] = round(time.perf_counter() - t1, 2)
 
         if progress:
             sys.stderr.write("\n")
         seconds = time.perf_counter() - t0
-        result["archs"].append({"arch": arch, "seconds": round(seconds, 2), "launches": launches, "error": error})
+        result["archs"].append({"arch": arch, "seconds": round(seconds, 2), "launches": launches, "error": error,
+                                "timing": timing})
         for node in fused:
             row = rows[node.name]
             if profiling:

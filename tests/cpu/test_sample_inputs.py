@@ -31,3 +31,50 @@ def test_a_dim_that_is_not_a_whole_number_names_itself():
     m = _model(("X", TensorProto.FLOAT, ["seq/2", 4]))
     with pytest.raises(ValueError, match=r"seq/2.*--inputs"):
         sample_inputs(m, batch=1, seq=7)
+
+
+def _fused_embedding_model(rows: int = 7):
+    """ids -> a model-local function (as a fused node's body) whose Gather reads a table of `rows` rows."""
+    import numpy as np
+    from onnx import numpy_helper
+    body = helper.make_function("ai.test", "Embed", ["x0", "x1"], ["y0"],
+                                [helper.make_node("Gather", ["x0", "x1"], ["y0"])],
+                                [helper.make_opsetid("", 17)])
+    node = helper.make_node("Embed", ["table", "ids"], ["Y"], domain="ai.test")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.ones((rows, 4), np.float32), "table")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.test", 1)],
+                             functions=[body], ir_version=10)
+
+
+def test_ids_stay_inside_a_table_gathered_inside_a_function_body():
+    from plus_ep.zoo.inputs import index_limits
+    m = _fused_embedding_model(rows=7)
+    assert index_limits(m) == {"ids": 7}
+    ids = sample_inputs(m, batch=4, seq=50)["ids"]
+    assert ids.min() >= 0 and ids.max() < 7 and len(set(ids.ravel().tolist())) == 7
+
+
+@pytest.mark.parametrize("feeds,message", [
+    ({"idz": [[1, 2]]}, r"unknown input\(s\) idz; missing input\(s\) ids \(the model's inputs: ids\)"),
+    ({"ids": [[1.0, 2.0]]}, r"input ids is float64, the model takes int64"),
+    ({"ids": [1, 2]}, r"input ids has shape \[2\] \(rank 1\), the model takes rank 2 \(\[batch, seq\]\)"),
+    ({"ids": [[1, 9]]}, r"input ids holds indices 1..9, but the graph indexes a table of 7 rows with it"),
+])
+def test_bad_feeds_are_one_line_naming_the_input(feeds, message):
+    import numpy as np
+
+    from plus_ep.zoo.inputs import check_feeds
+    m = _fused_embedding_model(rows=7)
+    with pytest.raises(ValueError, match=message):
+        check_feeds(m, {k: np.asarray(v) for k, v in feeds.items()})
+
+
+def test_a_symbol_with_two_sizes_is_refused():
+    import numpy as np
+
+    from plus_ep.zoo.inputs import check_feeds
+    m = _model(("A", TensorProto.FLOAT, ["batch", "seq"]), ("B", TensorProto.FLOAT, ["batch", 3]))
+    with pytest.raises(ValueError, match=r"dim 'batch' is 2 in input A \(axis 0\) but 5 in input B \(axis 0\)"):
+        check_feeds(m, {"A": np.zeros((2, 4), np.float32), "B": np.zeros((5, 3), np.float32)})

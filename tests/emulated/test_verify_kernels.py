@@ -149,3 +149,34 @@ def test_emulated_sixteen_threads_one_session_bit_identical(tiny):
     assert res["errors"] == [] and res["threads"] == 16, res
     assert res["distinct"] == [1] * 16, res          # every run of one input: the same bits
     assert res["maxdiff"] <= 1e-5 and res["live_allocations"] == 0, res
+
+
+@pytest.mark.parametrize("case,message", [
+    ("name", "--inputs bad.npz: unknown input(s) Z; missing input(s) X (the model's inputs: X)"),
+    ("dtype", "--inputs bad.npz: input X is float64, the model takes float32"),
+    ("rank", "--inputs bad.npz: input X has shape [2, 32] (rank 2), the model takes rank 3 ([batch, seq, 32])"),
+    ("hidden", "--inputs bad.npz: input X has shape [1, 2, 33], the model takes [batch, seq, 32] (axis 2 must be 32)"),
+    ("junk", "--inputs bad.npz: not a readable .npz file of arrays"),
+    ("ir", "has ONNX IR version 14, but the installed onnxruntime"),
+])
+def test_bad_inputs_and_models_exit_2_with_one_line(tiny, tmp_path, capsys, case, message):
+    import numpy as np
+
+    from plus_ep.cli import main
+    model, npz = tiny, tmp_path / "bad.npz"
+    arrays = {"name": {"Z": np.zeros((1, 2, 32), np.float32)}, "dtype": {"X": np.zeros((1, 2, 32))},
+              "rank": {"X": np.zeros((2, 32), np.float32)}, "hidden": {"X": np.zeros((1, 2, 33), np.float32)}}
+    if case == "junk":
+        npz.write_bytes(b"not a zip")
+    elif case in arrays:
+        np.savez(npz, **arrays[case])
+    args = ["verify", str(model)] + (["--inputs", str(npz)] if case != "ir" else [])
+    if case == "ir":
+        m = onnx.load(tiny)
+        m.ir_version = 14
+        model = tmp_path / "ir14.plus.onnx"
+        onnx.save(m, model)
+        args = ["verify", str(model)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err

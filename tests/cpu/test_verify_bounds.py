@@ -1,0 +1,115 @@
+"""Per-element error bounds (plus_ep/verify_bounds.py): correct fp32 / TF32 / f16 computations stay
+inside them, an error of 1e-3 of the output's scale does not, and the conditioning terms (softmax,
+LayerNorm on nearly constant rows) are what makes the difference; the PTX <-> cubin tie of the packs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from plus_ep.kernels import pack
+from plus_ep.verify_bounds import Bounded, compare, evaluate, layernorm, matmul, softmax
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """Round fp32 to TF32 (10 mantissa bits, nearest, ties away from zero: cvt.rna.tf32.f32)."""
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x1000) & 0xFFFFE000
+    return b.astype(np.uint32).view(np.float32)
+
+
+@pytest.fixture
+def ab():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((96, 200)).astype(np.float32), rng.standard_normal((200, 72)).astype(np.float32)
+
+
+def test_fp32_gemm_inside_its_bound_and_1e3_of_the_scale_outside(ab):
+    a, b = ab
+    ref = matmul(Bounded.exact(a), Bounded.exact(b), "exact")
+    got = a @ b                                         # fp32, numpy's own summation order
+    c = compare(got, ref)
+    assert c["ok"] and c["ratio"] < 0.1, c
+    bad = got.copy()
+    bad[5, 7] += 1e-3 * c["scale"]
+    c = compare(bad, ref)
+    assert not c["ok"] and c["worst"] == [5, 7] and c["ratio"] > 5, c
+
+
+def test_tf32_gemm_inside_its_bound_and_a_swapped_operand_pair_outside(ab):
+    a, b = ab
+    ref = matmul(Bounded.exact(a), Bounded.exact(b), "tf32")
+    got = _tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64)
+    c = compare(got.astype(np.float32), ref)
+    assert c["ok"] and c["ratio"] < 0.7, c      # ~4 sigma of 7000 elements against LAMBDA = 6 sigma
+    a2 = a.copy()
+    a2[:, [3, 4]] = a2[:, [4, 3]]                         # two k columns of A swapped in one fragment
+    c = compare((_tf32(a2).astype(np.float64) @ _tf32(b).astype(np.float64)).astype(np.float32), ref)
+    assert not c["ok"] and c["ratio"] > 10, c
+
+
+def test_softmax_bound_follows_its_conditioning():
+    rng = np.random.default_rng(1)
+    x = (8 * rng.standard_normal((64, 150))).astype(np.float32)          # peaky rows
+    e = Bounded.exact(x)
+    ref = softmax(e, -1)
+    z = np.exp(x - x.max(-1, keepdims=True))
+    got = (z / z.sum(-1, keepdims=True)).astype(np.float32)
+    assert compare(got, ref)["ok"]
+    z2 = np.exp2(x - x.max(-1, keepdims=True))                            # base 2
+    assert not compare((z2 / z2.sum(-1, keepdims=True)).astype(np.float32), ref)["ok"]
+    # an input known only to within 1e-3 absolute: the bound grows by about p * 2e-3
+    loose = softmax(Bounded(x.astype(np.float64), np.full(x.shape, 1e-3), "float32"), -1)
+    assert np.all(loose.e >= ref.e) and np.max(loose.e / np.maximum(ref.v, 1e-30)) > 1.9e-3
+
+
+def test_layernorm_on_nearly_constant_rows_tells_a_stable_variance_from_a_cancelling_one():
+    rng = np.random.default_rng(2)
+    x = (1000.0 + 0.05 * rng.standard_normal((32, 256))).astype(np.float32)
+    g = rng.standard_normal(256).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    y, _, _ = layernorm(Bounded.exact(x), Bounded.exact(g), Bounded.exact(b), -1, 1e-5)
+    x32 = x.astype(np.float32)
+    mu = x32.mean(-1, keepdims=True, dtype=np.float32)
+    d = x32 - mu
+    two_pass = (d / np.sqrt((d * d).mean(-1, keepdims=True) + np.float32(1e-5))) * g + b
+    assert compare(two_pass.astype(np.float32), y)["ok"]
+    one_pass_var = (x32 * x32).mean(-1, keepdims=True, dtype=np.float32) - mu * mu   # E[x^2] - E[x]^2
+    one_pass = (d / np.sqrt(np.maximum(one_pass_var, 0) + np.float32(1e-5))) * g + b
+    assert not compare(one_pass.astype(np.float32), y)["ok"]
+
+
+def test_evaluate_a_function_body_against_ort_fp32_and_compare_nonfinite():
+    import onnxruntime as ort
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Div", ["u", "s"], ["v"]), helper.make_node("Erf", ["v"], ["e"]),
+             helper.make_node("Mul", ["u", "e"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "xwbs"],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((40, 64)).astype(np.float32),
+             "w": rng.standard_normal((64, 48)).astype(np.float32),
+             "b": rng.standard_normal(48).astype(np.float32), "s": np.array(1.41421356, np.float32)}
+    ort_y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    ev = evaluate(g, [feeds[n] for n in "xwbs"], math="exact")
+    c = compare(ort_y, ev.outputs[0])
+    assert c["ok"] and c["ratio"] < 0.3, c
+    ref = Bounded(np.array([np.nan, np.inf, 1.0]), np.zeros(3), "float32")
+    assert compare(np.array([np.nan, np.inf, 1.0], np.float32), ref)["ok"]
+    c = compare(np.array([0.0, np.inf, 1.0], np.float32), ref)
+    assert not c["ok"] and c["nonfinite_mismatches"] == 1
+
+
+def test_pack_ties_ptx_to_its_cubin():
+    ptx = ".version 9.0\n.target sm_80\n"
+    tied = pack.tie(b"cubin-a", ptx)
+    assert pack.untied(tied) == ptx and pack.tie(b"cubin-a", tied) == tied
+    assert pack.tie_problem(pack.Image(b"cubin-a", tied)) is None
+    assert "not the one its PTX was assembled into" in pack.tie_problem(pack.Image(b"cubin-b", tied))
+    edited = tied.replace("sm_80", "sm_86")
+    assert "changed after the compile" in pack.tie_problem(pack.Image(b"cubin-a", edited))
+    assert "no tie" in pack.tie_problem(pack.Image(b"cubin-a", ptx))
+    assert pack.tie_problem(pack.Image(b"cubin-a", None)) is None
+    blob = pack.write([pack.Image(b"cubin-a", tied)])
+    assert pack.parse(blob)[0].ptx == tied                         # the tie travels in the pack as PTX text

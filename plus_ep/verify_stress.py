@@ -13,7 +13,11 @@ Then the scales are set where they matter, using the function body evaluated in 
   wrong scale, exp base or missed rescale changes outputs by O(1), not by 1e-3 as on untrained weights;
 * LayerNorm rows made nearly constant: the input that reaches a LayerNormalization's input through
   additions and data movement only (the residual, or the embedding table) is shifted by LN_OFFSET
-  times the row's spread, so x - mean cancels and the kernel's variance computation is tested.
+  times the row's spread, so x - mean cancels and the kernel's variance computation is tested;
+* infinities and NaN where the graph defines the result element by element: in a body without
+  reductions (element-wise ops and data movement), the first elements of each float input become
+  +inf, -inf and NaN, and the kernel must give the same non-finite values as the body (bodies with a
+  GEMM, softmax or norm are left finite: one NaN there makes a whole row NaN, which says little).
 
     ins = stress_inputs(node, function_body, captured_inputs, seed=0)   # one array (or None) per input
 """
@@ -24,6 +28,9 @@ import numpy as np
 SOFTMAX_STD = 8.0
 LN_OFFSET = 30.0
 MASK_GAP = 1000.0
+_REDUCING = {"MatMul", "Gemm", "Softmax", "LogSoftmax", "LayerNormalization", "SimplifiedLayerNormalization",
+             "RMSNormalization", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+             "ReduceSumSquare", "ReduceLogSumExp", "Einsum", "Conv", "CumSum", "TopK", "ArgMax", "ArgMin"}
 _ADDITIVE = {"Add", "Sub", "Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Gather",
              "Transpose", "Concat", "Slice"}
 
@@ -100,6 +107,12 @@ def stress_inputs(node, body, captured: list, seed: int = 0) -> list:
             out[j] = x.astype(a.dtype)
             free.append(j)
     if body is None or not free:
+        return out
+    if not any(n.op_type in _REDUCING for n in body.node):
+        for j in free:
+            flat = np.asarray(out[j]).reshape(-1).copy()
+            flat[:3] = [np.inf, -np.inf, np.nan][:min(3, flat.size)]
+            out[j] = flat.reshape(np.shape(out[j]))
         return out
 
     def values():

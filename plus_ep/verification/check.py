@@ -116,8 +116,8 @@ def verify(model, archs=None, batch: int | None = None, seq: int | None = None, 
     (see verify_text); report["ok"] is the verdict. archs: default every arch in the packs.
 
     Shapes: with neither batch, seq nor inputs given, the model runs at batch 1, seq 8, and the stress
-    runs (every distinct fused node on synthetic inputs, plus_ep/verify_stress.py) at that shape and at
-    one spanning every tile of the chosen routes (plus_ep/verify_shapes.py); batch / seq / inputs fix
+    runs (every distinct fused node on synthetic inputs, plus_ep/verification/stress.py) at that shape and at
+    one spanning every tile of the chosen routes (plus_ep/verification/shapes.py); batch / seq / inputs fix
     the one shape everything runs at. stress=False: the model run only."""
     auto = batch is None and seq is None and inputs is None
     return run_emulated(model, archs, 1 if batch is None else batch, 8 if seq is None else seq, inputs, seed,
@@ -210,7 +210,7 @@ def _worst(outputs: list) -> dict | None:
 def verify_text(report: dict) -> str:
     """The table `plus-ep verify` prints: one row per fused node and arch, then the model outputs.
 
-    `err/bound` is the worst element's |kernel - exact| over its own bound (plus_ep/verify_bounds.py),
+    `err/bound` is the worst element's |kernel - exact| over its own bound (plus_ep/verification/bounds.py),
     over every run of the node (the model run and the stress runs); a row fails above 1."""
     lines = []
     ins = ", ".join(f"{k}{v['shape']}" for k, v in report.get("inputs", {}).items())
@@ -218,7 +218,7 @@ def verify_text(report: dict) -> str:
                  f"launcher (emulated CUDA driver); model run on {ins}")
     for r in report.get("runs", []):
         lines.append(f"  {r['label']}: {r['distinct_nodes']} distinct of {r['fused_nodes']} fused nodes on synthetic "
-                     "inputs (plus_ep/verify_stress.py)")
+                     "inputs (plus_ep/verification/stress.py)")
     t = report.get("tiles") or {}
     if t.get("not_spanned"):
         lines.append(f"  tiles not spanned at batch {t['batch']}, seq {t['seq']} (dims fixed by the model or "

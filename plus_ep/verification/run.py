@@ -146,9 +146,9 @@ def _node_math(node, arch: str) -> str:
 
 def _check_outputs(body, node, ins: list, outs: list, math: str, label: str, flat_ref=None) -> list:
     """Each output of one node run against its function body in float64 with per-element bounds
-    (plus_ep/verify_bounds.py); flat tolerance against `flat_ref` (ORT fp32) when the body has an op
+    (plus_ep/verification/bounds.py); flat tolerance against `flat_ref` (ORT fp32) when the body has an op
     without an error model."""
-    from ..verify_bounds import Unsupported, compare as bounded_compare, evaluate
+    from .bounds import Unsupported, compare as bounded_compare, evaluate
     rows = []
     try:
         if body is None:
@@ -214,8 +214,8 @@ def _shape_label(kind: str, feeds: dict) -> str:
 
 def _large_feeds(model, exposed_bytes: bytes, fused, archs, seed: int) -> tuple[dict | None, dict]:
     """Feeds at the first candidate (batch, seq) that spans every tile of every chosen route with a ragged
-    remainder (plus_ep/verify_shapes.py), and what it covers; None when no candidate changes a dim."""
-    from .. import verify_shapes as vs
+    remainder (plus_ep/verification/shapes.py), and what it covers; None when no candidate changes a dim."""
+    from . import shapes as vs
     from ..feeds import sample_inputs
     tried = []
     for seq in vs.SEQ_CANDIDATES:
@@ -290,7 +290,7 @@ def run(request: dict) -> dict:
                 groups.setdefault(_dedup_key(n, values), []).append(n)
             reps = [g[0] for g in groups.values()]
             synth = {}
-            from ..verify_stress import stress_inputs
+            from .stress import stress_inputs
             for k, n in enumerate(reps):
                 synth[n.name] = stress_inputs(n, bodies[n.name], [values.get(nm) if nm else None for nm in n.input],
                                               seed=seed + 7 * k)

@@ -49,7 +49,7 @@ def _fused_embedding_model(rows: int = 7):
 
 
 def test_ids_stay_inside_a_table_gathered_inside_a_function_body():
-    from plus_ep.zoo.inputs import index_limits
+    from plus_ep.feeds import index_limits
     m = _fused_embedding_model(rows=7)
     assert index_limits(m) == {"ids": 7}
     ids = sample_inputs(m, batch=4, seq=50)["ids"]
@@ -65,7 +65,7 @@ def test_ids_stay_inside_a_table_gathered_inside_a_function_body():
 def test_bad_feeds_are_one_line_naming_the_input(feeds, message):
     import numpy as np
 
-    from plus_ep.zoo.inputs import check_feeds
+    from plus_ep.feeds import check_feeds
     m = _fused_embedding_model(rows=7)
     with pytest.raises(ValueError, match=message):
         check_feeds(m, {k: np.asarray(v) for k, v in feeds.items()})
@@ -74,7 +74,7 @@ def test_bad_feeds_are_one_line_naming_the_input(feeds, message):
 def test_a_symbol_with_two_sizes_is_refused():
     import numpy as np
 
-    from plus_ep.zoo.inputs import check_feeds
+    from plus_ep.feeds import check_feeds
     m = _model(("A", TensorProto.FLOAT, ["batch", "seq"]), ("B", TensorProto.FLOAT, ["batch", 3]))
     with pytest.raises(ValueError, match=r"dim 'batch' is 2 in input A \(axis 0\) but 5 in input B \(axis 0\)"):
         check_feeds(m, {"A": np.zeros((2, 4), np.float32), "B": np.zeros((5, 3), np.float32)})

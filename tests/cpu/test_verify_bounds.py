@@ -1,4 +1,4 @@
-"""Per-element error bounds (plus_ep/verify_bounds.py): correct fp32 / TF32 / f16 computations stay
+"""Per-element error bounds (plus_ep/verification/bounds.py): correct fp32 / TF32 / f16 computations stay
 inside them, an error of 1e-3 of the output's scale does not, and the conditioning terms (softmax,
 LayerNorm on nearly constant rows) are what makes the difference; the PTX <-> cubin tie of the packs."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from plus_ep.kernels import pack
-from plus_ep.verify_bounds import Bounded, compare, evaluate, layernorm, matmul, softmax
+from plus_ep.kernels.wire import pack
+from plus_ep.verification.bounds import Bounded, compare, evaluate, layernorm, matmul, softmax
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:

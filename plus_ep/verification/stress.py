@@ -91,7 +91,7 @@ def _row_std(x: np.ndarray, axis: int = -1) -> float:
 def stress_inputs(node, body, captured: list, seed: int = 0) -> list:
     from onnx import helper
 
-    from .verify_bounds import Unsupported, evaluate
+    from .bounds import Unsupported, evaluate
     rng = np.random.default_rng(seed)
     out = list(captured)
     names = list(body.input) if body is not None else []

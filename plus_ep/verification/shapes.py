@@ -94,7 +94,7 @@ def chosen_route(plan_text: str, arch: str, s: dict) -> tuple:
 def _attention_key_tiles(kernel: list, head_dim: int | None, math: int | None = None) -> list:
     """BKV candidates of an attention launch from its shared memory and query tile (None if unknown)."""
     try:
-        from .kernels.attention.configs import attn_smem_bytes
+        from ..kernels.attention.configs import attn_smem_bytes
     except ImportError:       # pragma: no cover - the renovation moves it
         return []
     grid_x, smem = kernel[4], kernel[-1]
@@ -114,7 +114,7 @@ def _attention_key_tiles(kernel: list, head_dim: int | None, math: int | None = 
 
 def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = None, math: str | None = None) -> list:
     """[(what, tile, extent)] of every tiled dimension of the route chosen for these input shapes.
-    math: the node's math mode (verify_tol.node_math), which tells the attention template's path."""
+    math: the node's math mode (tolerances.node_math), which tells the attention template's path."""
     path = {"exact": 0, "tf32": 1, "fp16": 2, "bf16": 2}.get(math)
     s = bind(plan_text, shapes)
     _, kernels = chosen_route(plan_text, arch, s)

@@ -8,7 +8,7 @@ magnitudes involved (a GEMM's sum of |a||b|, the conditioning of softmax and of 
 constant rows). A kernel that adds an error of 1e-3 of the output's scale fails where correct kernels
 stay far below their bounds.
 
-    from plus_ep.verify_bounds import evaluate, compare, matmul, softmax, layernorm, Bounded
+    from plus_ep.verification.bounds import evaluate, compare, matmul, softmax, layernorm, Bounded
     res = evaluate(function_proto, [x, w, b], math="tf32")   # float64 value and bound of every output
     c = compare(kernel_out, res.outputs[0])                   # worst element against its own bound
     c["ok"], c["ratio"], c["worst"]                           # ratio = |kernel - exact| / bound there

@@ -115,10 +115,11 @@ def verify(model, archs=None, batch: int | None = None, seq: int | None = None, 
     """Verify `model` (path or ModelProto of a rewritten model with kernels). Returns the report dict
     (see verify_text); report["ok"] is the verdict. archs: default every arch in the packs.
 
-    Shapes: with neither batch, seq nor inputs given, the model runs at batch 1, seq 8, and the stress
-    runs (every distinct fused node on synthetic inputs, plus_ep/verification/stress.py) at that shape and at
-    one spanning every tile of the chosen routes (plus_ep/verification/shapes.py); batch / seq / inputs fix
-    the one shape everything runs at. stress=False: the model run only."""
+    Shapes: with neither batch, seq nor inputs given, the model runs at batch 1, seq 8, and every distinct
+    fused node runs on synthetic inputs (plus_ep/verification/stress.py) at the cheapest shape where its
+    chosen routes span every tile they can, with a ragged remainder (plus_ep/verification/shapes.py: seq 8,
+    else batch 2 at seq 17, 37, 67, 133 or 259); batch / seq / inputs fix the one shape everything runs
+    at. stress=False: the model run only."""
     auto = batch is None and seq is None and inputs is None
     return run_emulated(model, archs, 1 if batch is None else batch, 8 if seq is None else seq, inputs, seed,
                         progress, timeout, extra={"stress": stress, "auto_shapes": auto and stress})
@@ -221,8 +222,8 @@ def verify_text(report: dict) -> str:
                      "inputs (plus_ep/verification/stress.py)")
     t = report.get("tiles") or {}
     if t.get("not_spanned"):
-        lines.append(f"  tiles not spanned at batch {t['batch']}, seq {t['seq']} (dims fixed by the model or "
-                     f"beyond the largest run): {'; '.join(t['not_spanned'][:6])}")
+        lines.append(f"  tiles spanned at no shape tried (dims set by the weights or by batch alone): "
+                     f"{'; '.join(t['not_spanned'][:6])}")
     hdr = (f"{'node':<34} {'pattern':<18} {'kernel':<22} {'arch':<7} {'math':<5} {'checks':>6} {'max abs':>8} "
            f"{'err/bound':>9} {'findings':>8}  result")
     lines.append(hdr)

@@ -212,34 +212,48 @@ def _shape_label(kind: str, feeds: dict) -> str:
     return f"{kind} {dims}"
 
 
-def _large_feeds(model, exposed_bytes: bytes, fused, archs, seed: int) -> tuple[dict | None, dict]:
-    """Feeds at the first candidate (batch, seq) that spans every tile of every chosen route with a ragged
-    remainder (plus_ep/verification/shapes.py), and what it covers; None when no candidate changes a dim."""
-    from . import shapes as vs
+def _stress_shapes(model, exposed_bytes: bytes, fused, archs, given: dict, seed: int) -> tuple[list, dict]:
+    """Per fused node, the cheapest shape whose routes span every tile they can with a ragged remainder
+    (plus_ep/verification/shapes.py): the given feeds (the model run's) first, then batch 2 at each seq of
+    shapes.SEQ_CANDIDATES; a node keeps the first shape that spans everything the largest one does (dims
+    set by the weights or by batch alone span at no seq). Returns ([(feeds, [node names])], info)."""
     from ..feeds import sample_inputs
-    tried = []
-    for seq in vs.SEQ_CANDIDATES:
-        feeds = sample_inputs(model, batch=vs.BATCH_LARGE, seq=seq, seed=seed + 1)
-        values = _run_plain(exposed_bytes, feeds)
-        values.update(feeds)
-        tiles = []
-        for node in fused:
-            shapes = [np.shape(values[nm]) if nm in values else None for nm in node.input]
-            head = next((sh[-1] for sh in shapes if sh is not None and len(sh) == 4), None)
-            for arch in archs:
-                tiles += [(node.name, arch, *t)
-                          for t in vs.tiles_of(_plan(node), arch, shapes, head, _node_math(node, arch))]
-        missed = {(nm, arch, what, tile): extent for nm, arch, what, tile, extent in tiles
-                  if not (extent > tile and extent % tile)}
-        tried.append((seq, feeds, missed, len(tiles)))
-        if not missed:
-            break
-    # the smallest candidate that spans everything the largest one spans (dims set by batch alone, or by
-    # the model's weights, stay as they are at any seq)
-    final = set(tried[-1][2])
-    seq, feeds, missed, n = next(t for t in tried if set(t[2]) <= final)
-    text = sorted({f"{what} tile {tile} over {extent}" for (_, _, what, tile), extent in missed.items()})
-    return feeds, {"seq": seq, "batch": vs.BATCH_LARGE, "tiles": n, "not_spanned": text[:20]}
+    from . import shapes as vs
+    cands = [given] + [None] * len(vs.SEQ_CANDIDATES)
+    missed_at: list = []
+
+    def missed(k: int) -> dict:
+        while len(missed_at) <= k:
+            i = len(missed_at)
+            if cands[i] is None:
+                cands[i] = sample_inputs(model, batch=vs.BATCH_LARGE, seq=vs.SEQ_CANDIDATES[i - 1], seed=seed + i)
+            values = _run_plain(exposed_bytes, cands[i])
+            values.update(cands[i])
+            per = {}
+            for node in fused:
+                shapes = [np.shape(values[nm]) if nm in values else None for nm in node.input]
+                head = next((sh[-1] for sh in shapes if sh is not None and len(sh) == 4), None)
+                per[node.name] = {(arch, what, tile): extent for arch in archs
+                                  for what, tile, extent in vs.tiles_of(_plan(node), arch, shapes, head,
+                                                                        _node_math(node, arch))
+                                  if not (extent > tile and extent % tile)}
+            missed_at.append(per)
+        return missed_at[k]
+    last = len(cands) - 1
+    chosen, not_spanned = {}, set()
+    for node in fused:
+        k = 0
+        while missed(k)[node.name] and k < last:
+            k += 1
+        if missed(k)[node.name]:       # never all spanned: the first shape spanning what the largest does
+            final = set(missed(last)[node.name])
+            k = next(i for i in range(last + 1) if set(missed(i)[node.name]) <= final)
+            not_spanned |= {f"{w} tile {t} over {e}" for (_, w, t), e in missed(k)[node.name].items()}
+        chosen[node.name] = k
+    groups = [(cands[k], [n.name for n in fused if chosen[n.name] == k]) for k in sorted(set(chosen.values()))]
+    info = {"shapes": [{"label": _shape_label("", f).strip(), "nodes": len(nm)} for f, nm in groups],
+            "not_spanned": sorted(not_spanned)[:20]}
+    return groups, info
 
 
 def run(request: dict) -> dict:
@@ -274,20 +288,20 @@ def run(request: dict) -> dict:
     # at one spanning every tile; shapes bound by a plain ORT run of the model (no kernels)
     stress_sets = []
     if not profiling and request.get("stress", True):
-        shapes = [("given", feeds)]
         if request.get("auto_shapes"):
-            # the model run covers the small shape; the stress runs go where every tile is spanned
-            large, info = _large_feeds(model, exposed_bytes, fused, request["archs"], seed)
-            result["tiles"] = info
-            if large is not None:
-                shapes = [("tiles", large)]
-        for kind, f in shapes:
+            # each node where every tile it has is spanned; the model run covers the small shape too
+            groups_by_shape, result["tiles"] = _stress_shapes(model, exposed_bytes, fused, request["archs"],
+                                                              feeds, seed)
+        else:
+            groups_by_shape = [(feeds, [n.name for n in fused])]
+        for f, members in groups_by_shape:
             values = dict(inits)
             values.update(_run_plain(exposed_bytes, f))
             values.update(f)
             groups: dict = {}
             for n in fused:
-                groups.setdefault(_dedup_key(n, values), []).append(n)
+                if n.name in members:
+                    groups.setdefault(_dedup_key(n, values), []).append(n)
             reps = [g[0] for g in groups.values()]
             synth = {}
             from .stress import stress_inputs
@@ -296,7 +310,7 @@ def run(request: dict) -> dict:
                                               seed=seed + 7 * k)
             label = "stress " + ", ".join(f"{k}{list(np.shape(v))}" for k, v in f.items())
             stress_sets.append({"label": label, "reps": reps, "groups": list(groups.values()), "inputs": synth})
-            result["runs"].append({"label": label, "distinct_nodes": len(reps), "fused_nodes": len(fused)})
+            result["runs"].append({"label": label, "distinct_nodes": len(reps), "fused_nodes": len(members)})
 
     for arch in request["archs"]:
         emu.set_arch(arch)

@@ -22,7 +22,7 @@ _BIN = {
     "&&": lambda a, b: int(bool(a and b)), "||": lambda a, b: int(bool(a or b)),
 }
 # the candidates for the multi-tile run: odd sequence lengths (ragged against every power-of-two tile)
-SEQ_CANDIDATES = (37, 67, 133, 259)
+SEQ_CANDIDATES = (17, 37, 67, 133, 259)
 BATCH_LARGE = 2
 
 

@@ -40,11 +40,13 @@ def test_the_clean_model_passes_with_default_settings(clean):
     _, _, path = clean
     rep = plus_ep.verify(str(path))
     assert rep["ok"], plus_ep.verify_text(rep)
-    (run,) = rep["runs"]                                 # the stress run, at the multi-tile shape
-    assert run["label"].startswith("stress input_ids[2, ") and not rep["tiles"]["not_spanned"], rep["tiles"]
+    # stress runs at the cheapest shapes spanning each node's tiles: the attention's keys need two tiles of 32
+    assert not rep["tiles"]["not_spanned"], rep["tiles"]
     assert rep["summary"]["worst_ratio"] < 0.5
     attn = next(r for r in rep["nodes"] if r["node"] == ATTN)
-    assert attn["math"] == "tf32" and [o["run"] for o in attn["outputs"]] == ["model", run["label"]]
+    assert attn["math"] == "tf32" and [o["run"] for o in attn["outputs"]] == [
+        "model", "stress input_ids[2, 37], attention_mask[2, 37]"]
+    assert sum(r["fused_nodes"] for r in rep["runs"]) == len(rep["nodes"])    # each node in one stress run
 
 
 @pytest.mark.parametrize("bug,node,edit", [

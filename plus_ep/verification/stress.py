@@ -39,27 +39,11 @@ def _producers(body) -> dict:
     return {o: n for n in body.node for o in n.output if o}
 
 
-def _ancestors(body, name: str) -> set:
-    """Body input names `name` depends on."""
-    prod, seen, stack, out = _producers(body), set(), [name], set()
-    inputs = set(body.input)
-    while stack:
-        t = stack.pop()
-        if t in seen or not t:
-            continue
-        seen.add(t)
-        if t in inputs:
-            out.add(t)
-        n = prod.get(t)
-        if n is not None:
-            stack.extend(n.input)
-    return out
-
-
-def _additive_inputs(body, name: str) -> list:
-    """Body inputs reaching `name` through additions and data movement only (their data operand)."""
+def _inputs_reaching(body, name: str, additive: bool = False) -> list:
+    """Body inputs `name` depends on, in the order found; additive: only through additions and data
+    movement (following their data operands)."""
     prod, out, stack, seen = _producers(body), [], [name], set()
-    inputs = list(body.input)
+    inputs = set(body.input)
     while stack:
         t = stack.pop()
         if t in seen or not t:
@@ -69,10 +53,10 @@ def _additive_inputs(body, name: str) -> list:
             out.append(t)
             continue
         n = prod.get(t)
-        if n is None or n.op_type not in _ADDITIVE:
+        if n is None or (additive and n.op_type not in _ADDITIVE):
             continue
-        data = n.input if n.op_type in ("Add", "Sub", "Concat") else n.input[:1]
-        stack.extend(data)
+        additive_data = n.input[:1] if n.op_type not in ("Add", "Sub", "Concat") else n.input
+        stack.extend(additive_data if additive else n.input)
     return out
 
 
@@ -124,7 +108,7 @@ def stress_inputs(node, body, captured: list, seed: int = 0) -> list:
         if n.op_type not in ("Softmax", "LogSoftmax"):
             continue
         axis = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"), -1)
-        deps = [index[t] for t in _ancestors(body, n.input[0]) if t in index and index[t] in free]
+        deps = [index[t] for t in _inputs_reaching(body, n.input[0]) if t in index and index[t] in free]
         for _ in range(4):
             vals = values()
             if vals is None or not deps:
@@ -138,7 +122,7 @@ def stress_inputs(node, body, captured: list, seed: int = 0) -> list:
     for n in body.node:
         if n.op_type != "LayerNormalization":
             continue
-        cands = [index[t] for t in _additive_inputs(body, n.input[0]) if t in index and index[t] in free]
+        cands = [index[t] for t in _inputs_reaching(body, n.input[0], additive=True) if t in index and index[t] in free]
         vals = values()
         if not cands or vals is None:
             continue

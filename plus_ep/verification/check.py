@@ -74,8 +74,8 @@ def _runtime_problem(model: onnx.ModelProto, path) -> str | None:
     name = Path(path).name
     if model.ir_version > ir:
         return (f"{name} has ONNX IR version {model.ir_version}, but the installed onnxruntime {ort.__version__} "
-                f"loads IR versions up to {ir}: rewrite it with this PlusEP (it writes IR <= {ir}) or export it "
-                f"with an older onnx")
+                f"loads IR versions up to {ir}: save the original model with ir_version {ir} (if it uses nothing "
+                f"newer) and rewrite it again, or install a newer onnxruntime")
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx") and o.version > opsets:
             return (f"{name} imports the ONNX opset {o.version}, but the installed onnxruntime {ort.__version__} "

@@ -222,8 +222,8 @@ def verify_text(report: dict) -> str:
                      "inputs (plus_ep/verification/stress.py)")
     t = report.get("tiles") or {}
     if t.get("not_spanned"):
-        lines.append(f"  tiles spanned at no shape tried (dims set by the weights or by batch alone): "
-                     f"{'; '.join(t['not_spanned'][:6])}")
+        lines.append(f"  tiles not spanned with a ragged remainder at any shape tried (dims set by the weights, "
+                     f"\"(fixed)\", or by batch alone): {'; '.join(t['not_spanned'][:6])}")
     hdr = (f"{'node':<34} {'pattern':<18} {'kernel':<22} {'arch':<7} {'math':<5} {'checks':>6} {'max abs':>8} "
            f"{'err/bound':>9} {'findings':>8}  result")
     lines.append(hdr)

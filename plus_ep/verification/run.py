@@ -215,44 +215,61 @@ def _shape_label(kind: str, feeds: dict) -> str:
 def _stress_shapes(model, exposed_bytes: bytes, fused, archs, given: dict, seed: int) -> tuple[list, dict]:
     """Per fused node, the cheapest shape whose routes span every tile they can with a ragged remainder
     (plus_ep/verification/shapes.py): the given feeds (the model run's) first, then batch 2 at each seq of
-    shapes.SEQ_CANDIDATES; a node keeps the first shape that spans everything the largest one does (dims
-    set by the weights or by batch alone span at no seq). Returns ([(feeds, [node names])], info)."""
+    shapes.SEQ_CANDIDATES the model accepts (its position table may end earlier); a node keeps the first
+    shape that spans everything the largest one does (dims set by the weights, or by batch alone, span at
+    no seq and are only reported). Returns ([(feeds, [node names])], info)."""
     from ..feeds import sample_inputs
     from . import shapes as vs
-    cands = [given] + [None] * len(vs.SEQ_CANDIDATES)
+    cands: list = [given]
     missed_at: list = []
+    fixed_missed: set = set()
 
-    def missed(k: int) -> dict:
-        while len(missed_at) <= k:
-            i = len(missed_at)
-            if cands[i] is None:
-                cands[i] = sample_inputs(model, batch=vs.BATCH_LARGE, seq=vs.SEQ_CANDIDATES[i - 1], seed=seed + i)
-            values = _run_plain(exposed_bytes, cands[i])
-            values.update(cands[i])
-            per = {}
-            for node in fused:
-                shapes = [np.shape(values[nm]) if nm in values else None for nm in node.input]
-                head = next((sh[-1] for sh in shapes if sh is not None and len(sh) == 4), None)
-                per[node.name] = {(arch, what, tile): extent for arch in archs
-                                  for what, tile, extent in vs.tiles_of(_plan(node), arch, shapes, head,
-                                                                        _node_math(node, arch))
-                                  if not (extent > tile and extent % tile)}
-            missed_at.append(per)
-        return missed_at[k]
-    last = len(cands) - 1
+    def grow() -> bool:
+        """Evaluate the next candidate; False when there is none the model accepts."""
+        i = len(cands)
+        if i > len(vs.SEQ_CANDIDATES):
+            return False
+        feeds = sample_inputs(model, batch=vs.BATCH_LARGE, seq=vs.SEQ_CANDIDATES[i - 1], seed=seed + i)
+        try:
+            _measure(feeds)
+        except Exception:  # noqa: BLE001 - a shape the model cannot run (beyond its positions): stop here
+            return False
+        cands.append(feeds)
+        return True
+
+    def _measure(feeds: dict) -> None:
+        values = _run_plain(exposed_bytes, feeds)
+        values.update(feeds)
+        per = {}
+        for node in fused:
+            shapes = [np.shape(values[nm]) if nm in values else None for nm in node.input]
+            head = next((sh[-1] for sh in shapes if sh is not None and len(sh) == 4), None)
+            miss = {}
+            for arch in archs:
+                for what, tile, extent in vs.tiles_of(_plan(node), arch, shapes, head, _node_math(node, arch)):
+                    if extent > tile and extent % tile:
+                        continue
+                    if what.endswith("(fixed)"):
+                        fixed_missed.add(f"{what} tile {tile} over {extent}")
+                    else:
+                        miss[(arch, what, tile)] = extent
+            per[node.name] = miss
+        missed_at.append(per)
+    _measure(given)
     chosen, not_spanned = {}, set()
     for node in fused:
         k = 0
-        while missed(k)[node.name] and k < last:
+        while missed_at[k][node.name] and (k + 1 < len(cands) or grow()):
             k += 1
-        if missed(k)[node.name]:       # never all spanned: the first shape spanning what the largest does
-            final = set(missed(last)[node.name])
-            k = next(i for i in range(last + 1) if set(missed(i)[node.name]) <= final)
-            not_spanned |= {f"{w} tile {t} over {e}" for (_, w, t), e in missed(k)[node.name].items()}
+        if missed_at[k][node.name]:    # never all spanned: the first shape spanning what the largest does
+            final = set(missed_at[-1][node.name])
+            k = next(i for i in range(len(cands)) if set(missed_at[i][node.name]) <= final)
+            not_spanned |= {f"{w} tile {t} over {e}" for (_, w, t), e in missed_at[k][node.name].items()}
         chosen[node.name] = k
     groups = [(cands[k], [n.name for n in fused if chosen[n.name] == k]) for k in sorted(set(chosen.values()))]
     info = {"shapes": [{"label": _shape_label("", f).strip(), "nodes": len(nm)} for f, nm in groups],
-            "not_spanned": sorted(not_spanned)[:20]}
+            "not_spanned": sorted(not_spanned | fixed_missed)[:20], "largest_seq": (
+                vs.SEQ_CANDIDATES[len(cands) - 2] if len(cands) > 1 else None)}
     return groups, info
 
 

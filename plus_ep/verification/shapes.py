@@ -1,13 +1,14 @@
 """Which shapes `plus-ep verify` runs by default: a small one, and one that spans more than one tile,
 with a ragged remainder, in every tiled dimension of every route the launcher chooses.
 
-The tiles come from the plans (CONTRACT.md §3): a grid dimension `X,T,cdiv` over a symbolic X tiles X
-by T (GEMM rows M = batch * seq by BM, attention queries by BQ, point-wise elements by the block), and
+The tiles come from the plans (CONTRACT.md §3): a grid dimension `X,T,cdiv` tiles X by T (GEMM rows
+M = batch * seq by BM and columns N by BN, attention queries by BQ, point-wise elements by the block), and
 an attention kernel's key tile (BKV) is recovered from its route's dynamic shared memory
 (kernels/attention_configs.attn_smem_bytes). Each candidate (batch, seq) is bound through the plan's
 `in` records from the node inputs' shapes of a plain ORT run (cheap), the route condition is evaluated
 as the launcher does, and the first candidate that spans every tile wins. Dims fixed by the model
-(a GEMM's N and K set by its weights, a ViT's patch count) cannot be chosen: they are reported.
+(a GEMM's N set by its weights, marked "(fixed)"; a ViT's patch count) cannot be chosen: they are
+reported. A GEMM's K is not in its grid (the kernel loops over it): it is not reported.
 
     spans = tiles_of(plan_text, arch, input_shapes)    # [(what, tile, extent)] of the chosen route
 """
@@ -123,10 +124,14 @@ def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = Non
         entry, grid = k[3], k[4:7]
         for axis, g in zip("xyz", grid):
             items = g.split(",")
-            if len(items) >= 3 and items[-1] == "cdiv" and any(x.startswith("s") for x in items[:-2]):
-                extent = rpn(",".join(items[:-2]), s)
+            # `X,T,cdiv` (possibly capped: `X,T,cdiv,C,min`): X tiled by T; X fixed by the model when it
+            # has no symbol (a GEMM's N)
+            p = items.index("cdiv") if "cdiv" in items else -1
+            if p >= 2 and items[p - 1].isdigit():
+                extent = rpn(",".join(items[:p - 1]), s)
+                fixed = not any(x.startswith(("s", "v")) for x in items[:p - 1])
                 if extent is not None:
-                    out.append((f"{entry} grid.{axis}", int(items[-2]), extent))
+                    out.append((f"{entry} grid.{axis}{' (fixed)' if fixed else ''}", int(items[p - 1]), extent))
         if entry == "plus_attention":
             names = dict(_syms(plan_text))
             seqs = [s[i] for i, nm in names.items() if "seq" in nm and i in s]

@@ -41,7 +41,7 @@ def test_the_clean_model_passes_with_default_settings(clean):
     rep = plus_ep.verify(str(path))
     assert rep["ok"], plus_ep.verify_text(rep)
     # stress runs at the cheapest shapes spanning each node's tiles: the attention's keys need two tiles of 32
-    assert not rep["tiles"]["not_spanned"], rep["tiles"]
+    assert all("(fixed)" in t for t in rep["tiles"]["not_spanned"]), rep["tiles"]   # N = 64 or 128 by BN 64
     assert rep["summary"]["worst_ratio"] < 0.5
     attn = next(r for r in rep["nodes"] if r["node"] == ATTN)
     assert attn["math"] == "tf32" and [o["run"] for o in attn["outputs"]] == [

@@ -11,7 +11,7 @@ from setuptools.command.build_ext import build_ext
 
 NATIVE = Path("plus_ep") / "native"
 SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "ort_tensor.c", "ort_op.c",
-           "ep_factory.c", "ep.c", "ep_memory.c"]
+           "ep_factory.c", "ep.c", "ep_memory.c", "ep_stream.c"]
 HEADERS = ["plus_plan.h", "plan.h", "bind.h", "pack.h", "driver.h", "kernel.h", "ort_abi.h", "ort_tensor.h", "ep_abi.h", "ep.h"]
 ABI = Path("kernels") / "templates" / "plus_abi.h"   # PlusArgs and the limits, shared with the kernels (plan.h)
 

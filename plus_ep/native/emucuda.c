@@ -14,36 +14,64 @@
  *   the arch under test (its reference part: A100 108 SMs for sm_80, ..., H100 SXM5 132 for sm_90a), so
  *   the launcher picks that arch's image and sizes exactly as on that GPU. Until then: 9.0, 132, 232448.
  * - A callback that fails stores a message for its thread; cuGetErrorName of that code then returns
- *   "CUDA_ERROR_X: <message>", which the launcher puts in the ORT error naming the node. */
+ *   "CUDA_ERROR_X: <message>", which the launcher puts in the ORT error naming the node.
+ * - Device memory is not host memory to the driver API: a copy whose device side is not inside an
+ *   allocation, or whose host side is, fails with CUDA_ERROR_INVALID_VALUE; a kernel parameter word that
+ *   points into mapped host memory outside every allocation (a host pointer handed to a kernel, an
+ *   illegal address on a GPU) fails the launch (emulator.py's pack callback checks it at cuLaunchKernel).
+ * - Streams are stream ordered, as on a GPU: work queued on a stream (launches, async copies, async
+ *   frees, graph launches) runs only when something waits for it: cuStreamSynchronize, cuCtxSynchronize,
+ *   cuMemFree, a DtoH copy into host memory on that stream, or (for streams created without
+ *   CU_STREAM_NON_BLOCKING) any operation on the legacy NULL stream, which waits for every blocking
+ *   stream. So a missing synchronisation reads stale (poisoned) memory here too. A queued launch that
+ *   fails reports at the wait that ran it, with the kernel and node in the message.
+ * - Stream capture (cuStreamBeginCapture ... cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch):
+ *   work on a capturing stream is recorded, not run; what CUDA forbids during a capture fails as it does
+ *   there (legacy-stream work and synchronisation: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT / UNSUPPORTED, and
+ *   the capture is invalidated; cuMemAlloc / cuMemFree in the capturing thread unless the capture mode
+ *   is relaxed). Memory allocated with cuMemAllocAsync while capturing belongs to the graph. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
 typedef int CUresult;
 enum { OK = 0, E_INVALID_VALUE = 1, E_OUT_OF_MEMORY = 2, E_NOT_INITIALIZED = 3, E_NO_DEVICE = 100,
        E_INVALID_IMAGE = 200, E_INVALID_CONTEXT = 201, E_INVALID_PTX = 218, E_INVALID_HANDLE = 400,
-       E_NOT_FOUND = 500, E_LAUNCH_FAILED = 719 };
+       E_NOT_FOUND = 500, E_NOT_READY = 600, E_ILLEGAL_ADDRESS = 700, E_LAUNCH_FAILED = 719,
+       E_CAPTURE_UNSUPPORTED = 900, E_CAPTURE_INVALIDATED = 901, E_CAPTURE_UNMATCHED = 903,
+       E_CAPTURE_IMPLICIT = 906, E_CAPTURE_WRONG_THREAD = 908 };
 
 #define CTX_MAGIC 0xE3C7u
 #define MOD_MAGIC 0xE30Du
 #define FN_MAGIC 0xE3F0u
+#define STREAM_MAGIC 0xE35Au
+#define GRAPH_MAGIC 0xE36Au
+#define EXEC_MAGIC 0xE3E6u
+#define PARAM_CAP 8192      /* bytes of one launch's packed parameters */
 
 /* Python callbacks: return a CUresult; on failure they call plus_emucuda_set_error first. */
 typedef int (*load_cb)(const void* image, size_t size, int is_ptx, long long* handle);
 typedef int (*getfn_cb)(long long module, const char* name, long long* handle);
-typedef int (*launch_cb)(long long function, const unsigned* dims, unsigned smem, void** params);
+/* pack: the launch's parameters into buf (their declared sizes and offsets), *size = bytes; checks that
+ * no parameter word is a host pointer. launch: run the packed launch (now, or when its stream runs). */
+typedef int (*pack_cb)(long long function, void** params, unsigned char* buf, size_t cap, size_t* size);
+typedef int (*launch_cb)(long long function, const unsigned* dims, unsigned smem, const unsigned char* buf,
+                         size_t size);
 typedef void (*unload_cb)(long long module);
 
 typedef struct { unsigned magic; int dev; } emu_ctx;
 typedef struct { unsigned magic; emu_ctx* ctx; long long handle; } emu_mod;
 typedef struct { unsigned magic; emu_mod* mod; long long handle; int max_dyn_smem; } emu_fn;
 
-static struct { load_cb load; getfn_cb getfn; launch_cb launch; unload_cb unload; } g_cb;
+static struct { load_cb load; getfn_cb getfn; pack_cb pack; launch_cb launch; unload_cb unload; } g_cb;
 static emu_ctx g_ctx = {CTX_MAGIC, 0};
 static int g_cc = 90, g_sms = 132, g_smem_optin = 232448, g_inited;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,9 +125,9 @@ static int alloc_remove(uintptr_t base) {
 }
 
 /* ---- exported for plus_ep/verification/emulator.py ---- */
-EXPORT void plus_emucuda_attach(load_cb l, getfn_cb g, launch_cb la, unload_cb u) {
+EXPORT void plus_emucuda_attach(load_cb l, getfn_cb g, pack_cb p, launch_cb la, unload_cb u) {
     pthread_mutex_lock(&g_lock);
-    g_cb.load = l, g_cb.getfn = g, g_cb.launch = la, g_cb.unload = u;
+    g_cb.load = l, g_cb.getfn = g, g_cb.pack = p, g_cb.launch = la, g_cb.unload = u;
     pthread_mutex_unlock(&g_lock);
 }
 EXPORT void plus_emucuda_set_device(int major, int minor, int sms, int smem_optin) {
@@ -129,12 +157,223 @@ EXPORT long plus_emucuda_live_allocations(void) {
     return n;
 }
 
+/* 1 when [p, p + n) lies inside one allocation. */
+static int in_allocation(uintptr_t p, size_t n) {
+    uintptr_t base;
+    size_t size;
+    return plus_emucuda_lookup(p, &base, &size) && p + n <= base + size;
+}
+/* 1 when the page holding p is mapped in this process (msync fails with ENOMEM on unmapped pages). */
+EXPORT int plus_emucuda_host_mapped(uintptr_t p) {
+    static long page;
+    if (!page) page = sysconf(_SC_PAGESIZE);
+    if (p < (uintptr_t)page) return 0;
+    return msync((void*)(p & ~(uintptr_t)(page - 1)), (size_t)page, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
 /* ---- driver API ---- */
 static emu_ctx* current(void) { return t_depth ? t_stack[t_depth - 1] : NULL; }
 
 static CUresult fail(CUresult code, const char* msg) {
     plus_emucuda_set_error(code, msg);
     return code;
+}
+
+/* ---- streams: queued work, run when waited for ---- */
+enum { OP_LAUNCH, OP_COPY, OP_FREE };
+typedef struct emu_op {
+    int kind;
+    long long fn;             /* launch */
+    unsigned dims[6], smem;
+    unsigned char* bytes;     /* launch: packed parameters; copy: the host source's snapshot (NULL: DtoD) */
+    size_t n;                 /* their size; copy: bytes to copy */
+    uintptr_t dst, src;       /* copy (src for DtoD); free: dst */
+    struct emu_op* next;
+} emu_op;
+
+typedef struct emu_graph {
+    unsigned magic;
+    emu_op* head;
+    emu_op** tail;
+    uintptr_t* owned;         /* cuMemAllocAsync'ed while capturing: the graph's memory */
+    size_t n_owned, cap_owned;
+    int refs;                 /* the graph itself and each instantiation */
+} emu_graph;
+
+typedef struct { unsigned magic; emu_op* head; emu_graph* graph; } emu_exec;
+
+typedef struct emu_stream {
+    unsigned magic;
+    int nonblocking;
+    emu_op* head;
+    emu_op** tail;
+    emu_graph* capture;       /* capturing into this graph */
+    int capture_mode, invalidated;
+    pthread_t capture_thread;
+    struct emu_stream* next;  /* every live stream */
+} emu_stream;
+
+static pthread_mutex_t g_qlock = PTHREAD_MUTEX_INITIALIZER;     /* queues, stream list, captures */
+static pthread_mutex_t g_exec = PTHREAD_MUTEX_INITIALIZER;      /* one stream's work runs at a time */
+static emu_stream* g_streams;
+static int g_captures;                                          /* streams capturing now */
+
+static void op_free(emu_op* o) {
+    if (o) free(o->bytes), free(o);
+}
+static void ops_free(emu_op* o) {
+    while (o) {
+        emu_op* n = o->next;
+        op_free(o);
+        o = n;
+    }
+}
+static emu_op* op_clone(const emu_op* o) {
+    emu_op* c = malloc(sizeof *c);
+    if (!c) return NULL;
+    *c = *o;
+    c->next = NULL;
+    c->bytes = NULL;
+    if (o->bytes) {
+        if (!(c->bytes = malloc(o->n ? o->n : 1))) return free(c), NULL;
+        memcpy(c->bytes, o->bytes, o->n);
+    }
+    return c;
+}
+
+static int is_legacy(void* s) { return !s || s == (void*)1; }   /* NULL or CU_STREAM_LEGACY */
+static emu_stream* as_stream(void* s) {
+    emu_stream* st = s;
+    return !is_legacy(s) && st->magic == STREAM_MAGIC ? st : NULL;
+}
+
+/* Run one op now (the exec lock held). */
+static CUresult op_run(const emu_op* o) {
+    switch (o->kind) {
+    case OP_LAUNCH: return g_cb.launch ? g_cb.launch(o->fn, o->dims, o->smem, o->bytes, o->n) : E_NOT_INITIALIZED;
+    case OP_COPY:
+        memmove((void*)o->dst, o->bytes ? (const void*)o->bytes : (const void*)o->src, o->n);
+        return OK;
+    case OP_FREE:
+        if (!alloc_remove(o->dst)) return fail(E_INVALID_VALUE, "cuMemFreeAsync of a pointer that is not an allocation");
+        free((void*)o->dst);
+        return OK;
+    }
+    return E_INVALID_VALUE;
+}
+
+/* Run a stream's queued work in order; the first failure is returned (its message is this thread's). */
+static CUresult stream_run(emu_stream* s) {
+    CUresult first = OK;
+    char msg[sizeof t_err] = "";
+    pthread_mutex_lock(&g_exec);
+    for (;;) {
+        pthread_mutex_lock(&g_qlock);
+        emu_op* o = s->head;
+        if (o && !(s->head = o->next)) s->tail = &s->head;
+        pthread_mutex_unlock(&g_qlock);
+        if (!o) break;
+        CUresult r = op_run(o);
+        if (r && !first) {
+            first = r;
+            snprintf(msg, sizeof msg, "queued %s on stream %p failed: %s",
+                     o->kind == OP_LAUNCH ? "kernel launch" : o->kind == OP_COPY ? "copy" : "free", (void*)s,
+                     r == t_err_code ? t_err : "?");
+        }
+        op_free(o);
+    }
+    pthread_mutex_unlock(&g_exec);
+    if (first) plus_emucuda_set_error(first, msg);
+    return first;
+}
+
+/* Invalidate every capture on a blocking stream (something on the legacy stream would wait for it). */
+static int blocking_capture(void) {
+    int found = 0;
+    pthread_mutex_lock(&g_qlock);
+    for (emu_stream* s = g_streams; s; s = s->next)
+        if (s->capture && !s->nonblocking) s->invalidated = found = 1;
+    pthread_mutex_unlock(&g_qlock);
+    return found;
+}
+
+/* Legacy-stream semantics: wait for every blocking stream (all streams when `all`). */
+static CUresult run_streams(int all) {
+    CUresult first = OK;
+    for (;;) {   /* the list can change while we run: restart until nothing is left */
+        emu_stream* pick = NULL;
+        pthread_mutex_lock(&g_qlock);
+        for (emu_stream* s = g_streams; s && !pick; s = s->next)
+            if (s->head && (all || !s->nonblocking)) pick = s;
+        pthread_mutex_unlock(&g_qlock);
+        if (!pick) break;
+        CUresult r = stream_run(pick);
+        if (r && !first) first = r;
+    }
+    return first;
+}
+
+/* Before work on the legacy stream: it waits for the blocking streams, which must not be capturing. */
+static CUresult legacy_wait(const char* what) {
+    if (g_captures && blocking_capture()) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s on the legacy stream would wait for a stream that is capturing (the capture is "
+                 "invalidated)", what);
+        return fail(E_CAPTURE_IMPLICIT, msg);
+    }
+    return run_streams(0);
+}
+
+/* CUDA's rule for "unsafe" calls (cuMemAlloc, cuMemFree) during a capture: refused in global mode, in the
+ * capturing thread in thread-local mode, allowed in relaxed mode. */
+static CUresult capture_forbids(const char* what) {
+    if (!g_captures) return OK;
+    int bad = 0;
+    pthread_mutex_lock(&g_qlock);
+    for (emu_stream* s = g_streams; s; s = s->next)
+        if (s->capture && (s->capture_mode == 0 || (s->capture_mode == 1 && pthread_equal(s->capture_thread,
+                                                                                          pthread_self()))))
+            s->invalidated = bad = 1;
+    pthread_mutex_unlock(&g_qlock);
+    if (!bad) return OK;
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s is not allowed while a stream capture is active (global or this thread's)", what);
+    return fail(E_CAPTURE_UNSUPPORTED, msg);
+}
+
+/* Queue an op on s (recorded into its graph while capturing); the legacy stream runs it at once. */
+static CUresult enqueue(void* stream, emu_op* o) {
+    if (is_legacy(stream)) {
+        CUresult r = legacy_wait("work");
+        if (!r) {
+            pthread_mutex_lock(&g_exec);
+            r = op_run(o);
+            pthread_mutex_unlock(&g_exec);
+        }
+        op_free(o);
+        return r;
+    }
+    emu_stream* s = as_stream(stream);
+    if (!s) return op_free(o), fail(E_INVALID_HANDLE, "not a stream of this driver");
+    pthread_mutex_lock(&g_qlock);
+    if (s->capture) {
+        *s->capture->tail = o;
+        s->capture->tail = &o->next;
+    } else {
+        *s->tail = o;
+        s->tail = &o->next;
+    }
+    pthread_mutex_unlock(&g_qlock);
+    return OK;
+}
+
+EXPORT long plus_emucuda_pending(void) {   /* queued ops on every stream (tests) */
+    long n = 0;
+    pthread_mutex_lock(&g_qlock);
+    for (emu_stream* s = g_streams; s; s = s->next)
+        for (emu_op* o = s->head; o; o = o->next) n++;
+    pthread_mutex_unlock(&g_qlock);
+    return n;
 }
 
 EXPORT CUresult cuInit(unsigned flags) {
@@ -157,6 +396,13 @@ static const char* code_name(CUresult r) {
     case E_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
     case E_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
     case E_LAUNCH_FAILED: return "CUDA_ERROR_LAUNCH_FAILED";
+    case E_NOT_READY: return "CUDA_ERROR_NOT_READY";
+    case E_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case E_CAPTURE_UNSUPPORTED: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+    case E_CAPTURE_INVALIDATED: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    case E_CAPTURE_UNMATCHED: return "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED";
+    case E_CAPTURE_IMPLICIT: return "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT";
+    case E_CAPTURE_WRONG_THREAD: return "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD";
     default: return NULL;
     }
 }
@@ -232,9 +478,151 @@ EXPORT CUresult cuCtxPopCurrent_v2(emu_ctx** c) {
     if (c) *c = top;
     return OK;
 }
-/* Every launch runs to completion inside cuLaunchKernel: there is never outstanding work. */
-EXPORT CUresult cuCtxSynchronize(void) { return current() ? OK : E_INVALID_CONTEXT; }
-EXPORT CUresult cuStreamSynchronize(void* s) { (void)s; return OK; }
+EXPORT CUresult cuCtxSynchronize(void) {
+    if (!current()) return E_INVALID_CONTEXT;
+    if (g_captures && blocking_capture())
+        return fail(E_CAPTURE_UNSUPPORTED, "cuCtxSynchronize while a stream is capturing (the capture is invalidated)");
+    return run_streams(1);
+}
+EXPORT CUresult cuStreamSynchronize(void* stream) {
+    if (is_legacy(stream)) return legacy_wait("cuStreamSynchronize");
+    emu_stream* s = as_stream(stream);
+    if (!s) return fail(E_INVALID_HANDLE, "cuStreamSynchronize: not a stream of this driver");
+    if (s->capture) {
+        s->invalidated = 1;
+        return fail(E_CAPTURE_UNSUPPORTED, "cuStreamSynchronize of a stream that is capturing (the capture is "
+                                           "invalidated)");
+    }
+    return stream_run(s);
+}
+EXPORT CUresult cuStreamCreate(void** out, unsigned flags) {
+    if (!current()) return E_INVALID_CONTEXT;
+    emu_stream* s = calloc(1, sizeof *s);
+    if (!s) return E_OUT_OF_MEMORY;
+    s->magic = STREAM_MAGIC;
+    s->nonblocking = (flags & 1) != 0;   /* CU_STREAM_NON_BLOCKING */
+    s->tail = &s->head;
+    pthread_mutex_lock(&g_qlock);
+    s->next = g_streams;
+    g_streams = s;
+    pthread_mutex_unlock(&g_qlock);
+    *out = s;
+    return OK;
+}
+EXPORT CUresult cuStreamDestroy_v2(void* stream) {
+    emu_stream* s = as_stream(stream);
+    if (!s) return E_INVALID_HANDLE;
+    if (s->capture) return fail(E_CAPTURE_UNSUPPORTED, "cuStreamDestroy of a stream that is capturing");
+    CUresult r = stream_run(s);   /* CUDA finishes the queued work of a destroyed stream */
+    pthread_mutex_lock(&g_qlock);
+    for (emu_stream** p = &g_streams; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    pthread_mutex_unlock(&g_qlock);
+    s->magic = 0;
+    free(s);
+    return r;
+}
+EXPORT CUresult cuStreamQuery(void* stream) {
+    emu_stream* s = as_stream(stream);
+    if (!is_legacy(stream) && !s) return E_INVALID_HANDLE;
+    return s && s->head ? E_NOT_READY : OK;
+}
+
+/* ---- stream capture and graphs ---- */
+EXPORT CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
+    emu_stream* s = as_stream(stream);
+    if (!s) return fail(E_INVALID_VALUE, "cuStreamBeginCapture: the legacy stream cannot be captured");
+    if (mode < 0 || mode > 2) return E_INVALID_VALUE;
+    emu_graph* g = calloc(1, sizeof *g);
+    if (!g) return E_OUT_OF_MEMORY;
+    g->magic = GRAPH_MAGIC;
+    g->tail = &g->head;
+    g->refs = 1;
+    pthread_mutex_lock(&g_qlock);
+    CUresult r = OK;
+    if (s->capture) r = E_INVALID_VALUE;
+    else {
+        s->capture = g, s->capture_mode = mode, s->invalidated = 0, s->capture_thread = pthread_self();
+        g_captures++;
+    }
+    pthread_mutex_unlock(&g_qlock);
+    if (r) free(g);
+    return r ? fail(r, "cuStreamBeginCapture: the stream is capturing already") : OK;
+}
+static void graph_unref(emu_graph* g) {
+    if (!g || --g->refs > 0) return;
+    ops_free(g->head);
+    for (size_t i = 0; i < g->n_owned; i++)
+        if (alloc_remove(g->owned[i])) free((void*)g->owned[i]);
+    free(g->owned);
+    g->magic = 0;
+    free(g);
+}
+EXPORT CUresult cuStreamEndCapture(void* stream, emu_graph** out) {
+    emu_stream* s = as_stream(stream);
+    *out = NULL;
+    if (!s) return E_INVALID_HANDLE;
+    pthread_mutex_lock(&g_qlock);
+    emu_graph* g = s->capture;
+    int bad = s->invalidated, wrong = g && s->capture_mode != 2 && !pthread_equal(s->capture_thread, pthread_self());
+    if (g && !wrong) s->capture = NULL, g_captures--;
+    pthread_mutex_unlock(&g_qlock);
+    if (!g) return fail(E_CAPTURE_UNMATCHED, "cuStreamEndCapture of a stream that is not capturing");
+    if (wrong) return fail(E_CAPTURE_WRONG_THREAD, "cuStreamEndCapture from another thread than the capture's");
+    if (bad) {
+        graph_unref(g);
+        return fail(E_CAPTURE_INVALIDATED, "the capture was invalidated by an operation it does not allow");
+    }
+    *out = g;
+    return OK;
+}
+EXPORT CUresult cuStreamIsCapturing(void* stream, int* status) {
+    emu_stream* s = as_stream(stream);
+    *status = s && s->capture ? (s->invalidated ? 2 : 1) : 0;
+    return OK;
+}
+EXPORT CUresult cuGraphInstantiateWithFlags(emu_exec** out, emu_graph* g, unsigned long long flags) {
+    (void)flags;
+    if (!g || g->magic != GRAPH_MAGIC) return E_INVALID_VALUE;
+    emu_exec* e = calloc(1, sizeof *e);
+    if (!e) return E_OUT_OF_MEMORY;
+    emu_op** tail = &e->head;
+    for (const emu_op* o = g->head; o; o = o->next) {
+        if (!(*tail = op_clone(o))) return ops_free(e->head), free(e), E_OUT_OF_MEMORY;
+        tail = &(*tail)->next;
+    }
+    e->magic = EXEC_MAGIC;
+    e->graph = g;
+    g->refs++;
+    *out = e;
+    return OK;
+}
+EXPORT CUresult cuGraphLaunch(emu_exec* e, void* stream) {
+    if (!e || e->magic != EXEC_MAGIC) return E_INVALID_VALUE;
+    CUresult r = OK;
+    for (const emu_op* o = e->head; o && !r; o = o->next) {
+        emu_op* c = op_clone(o);
+        r = c ? enqueue(stream, c) : E_OUT_OF_MEMORY;
+    }
+    return r;
+}
+EXPORT CUresult cuGraphExecDestroy(emu_exec* e) {
+    if (!e || e->magic != EXEC_MAGIC) return E_INVALID_VALUE;
+    run_streams(1);   /* a launched graph may still be queued */
+    ops_free(e->head);
+    graph_unref(e->graph);
+    e->magic = 0;
+    free(e);
+    return OK;
+}
+EXPORT CUresult cuGraphDestroy(emu_graph* g) {
+    if (!g || g->magic != GRAPH_MAGIC) return E_INVALID_VALUE;
+    graph_unref(g);
+    return OK;
+}
 EXPORT CUresult cuStreamGetCtx(void* s, emu_ctx** c) {
     (void)s;   /* every stream belongs to the one context */
     *c = current() ? current() : &g_ctx;
@@ -316,7 +704,6 @@ EXPORT CUresult cuFuncSetAttribute(emu_fn* f, int attr, int value) {
 }
 EXPORT CUresult cuLaunchKernel(emu_fn* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned smem, void* stream, void** params, void** extra) {
-    (void)stream;
     if (!f || f->magic != FN_MAGIC) return E_INVALID_HANDLE;
     if (current() != f->mod->ctx) return E_INVALID_CONTEXT;
     if (!gx || !gy || !gz || !bx || !by || !bz || extra || !params)
@@ -328,11 +715,18 @@ EXPORT CUresult cuLaunchKernel(emu_fn* f, unsigned gx, unsigned gy, unsigned gz,
                  "(cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES)", smem, f->max_dyn_smem);
         return fail(E_INVALID_VALUE, msg);
     }
+    if (!is_legacy(stream) && !as_stream(stream)) return fail(E_INVALID_HANDLE, "cuLaunchKernel: not a stream of this driver");
+    emu_op* o = calloc(1, sizeof *o);
+    if (!o || !(o->bytes = malloc(PARAM_CAP))) return free(o), E_OUT_OF_MEMORY;
+    CUresult r = g_cb.pack ? g_cb.pack(f->handle, params, o->bytes, PARAM_CAP, &o->n) : E_NOT_INITIALIZED;
+    if (r) return op_free(o), r;   /* the parameters are checked when the launch is made, as its error */
+    o->kind = OP_LAUNCH, o->fn = f->handle, o->smem = smem;
     unsigned dims[6] = {gx, gy, gz, bx, by, bz};
-    return g_cb.launch(f->handle, dims, smem, params);
+    memcpy(o->dims, dims, sizeof dims);
+    return enqueue(stream, o);
 }
 
-EXPORT CUresult cuMemAlloc_v2(unsigned long long* p, size_t n) {
+static CUresult mem_alloc(unsigned long long* p, size_t n) {
     if (!current()) return E_INVALID_CONTEXT;
     if (!n) return E_INVALID_VALUE;
     void* m = NULL;
@@ -342,37 +736,126 @@ EXPORT CUresult cuMemAlloc_v2(unsigned long long* p, size_t n) {
     *p = (unsigned long long)(uintptr_t)m;
     return OK;
 }
+EXPORT CUresult cuMemAlloc_v2(unsigned long long* p, size_t n) {
+    CUresult r = capture_forbids("cuMemAlloc");
+    return r ? r : mem_alloc(p, n);
+}
 EXPORT CUresult cuMemFree_v2(unsigned long long p) {
-    if (!p || !alloc_remove((uintptr_t)p)) return E_INVALID_VALUE;
+    CUresult r = capture_forbids("cuMemFree");
+    if (r) return r;
+    if (!p || !in_allocation((uintptr_t)p, 1)) return fail(E_INVALID_VALUE, "cuMemFree of a pointer that is not an allocation");
+    r = run_streams(1);   /* cuMemFree waits for the work that may still use the memory */
+    if (!alloc_remove((uintptr_t)p)) return E_INVALID_VALUE;
     free((void*)(uintptr_t)p);
+    return r;
+}
+EXPORT CUresult cuMemAllocAsync(unsigned long long* p, size_t n, void* stream) {
+    emu_stream* s = as_stream(stream);
+    if (!is_legacy(stream) && !s) return E_INVALID_HANDLE;
+    CUresult r = mem_alloc(p, n);
+    if (r || !s || !s->capture) return r;
+    emu_graph* g = s->capture;   /* allocated by the graph: it lives as long as the graph */
+    pthread_mutex_lock(&g_qlock);
+    if (g->n_owned == g->cap_owned) {
+        size_t cap = g->cap_owned ? 2 * g->cap_owned : 16;
+        uintptr_t* v = realloc(g->owned, cap * sizeof *v);
+        if (v) g->owned = v, g->cap_owned = cap;
+    }
+    if (g->n_owned < g->cap_owned) g->owned[g->n_owned++] = (uintptr_t)*p;
+    else r = E_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&g_qlock);
+    return r;
+}
+EXPORT CUresult cuMemFreeAsync(unsigned long long p, void* stream) {
+    emu_stream* s = as_stream(stream);
+    if (!is_legacy(stream) && !s) return E_INVALID_HANDLE;
+    if (!p || !in_allocation((uintptr_t)p, 1)) return fail(E_INVALID_VALUE, "cuMemFreeAsync of a pointer that is not an allocation");
+    if (s && s->capture) {
+        for (size_t i = 0; i < s->capture->n_owned; i++)
+            if (s->capture->owned[i] == (uintptr_t)p) return OK;   /* the graph's own memory: freed with it */
+        s->invalidated = 1;
+        return fail(E_CAPTURE_UNSUPPORTED, "cuMemFreeAsync of memory the capture did not allocate");
+    }
+    emu_op* o = calloc(1, sizeof *o);
+    if (!o) return E_OUT_OF_MEMORY;
+    o->kind = OP_FREE, o->dst = (uintptr_t)p;
+    return enqueue(stream, o);
+}
+
+/* Copies: the device side must be inside an allocation, the host side outside every one. */
+static CUresult check_copy(uintptr_t dev, size_t n, const void* host, const char* what) {
+    char msg[200];
+    if (!current()) return E_INVALID_CONTEXT;
+    if (n && !in_allocation(dev, n)) {
+        snprintf(msg, sizeof msg, "%s: the device range [%#lx, +%zu) is not inside one device allocation", what,
+                 (unsigned long)dev, n);
+        return fail(E_INVALID_VALUE, msg);
+    }
+    if (host && n && in_allocation((uintptr_t)host, 1)) {
+        snprintf(msg, sizeof msg, "%s: the host pointer %p is device memory", what, host);
+        return fail(E_INVALID_VALUE, msg);
+    }
     return OK;
 }
-EXPORT CUresult cuMemAllocAsync(unsigned long long* p, size_t n, void* s) { (void)s; return cuMemAlloc_v2(p, n); }
-EXPORT CUresult cuMemFreeAsync(unsigned long long p, void* s) { (void)s; return cuMemFree_v2(p); }
-EXPORT CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void* src, size_t n) {
-    if (!current()) return E_INVALID_CONTEXT;
-    memcpy((void*)(uintptr_t)dst, src, n);
+static CUresult copy_now(void* dst, const void* src, size_t n) {
+    pthread_mutex_lock(&g_exec);
+    memmove(dst, src, n);
+    pthread_mutex_unlock(&g_exec);
     return OK;
+}
+EXPORT CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void* src, size_t n) {
+    CUresult r = check_copy((uintptr_t)dst, n, src, "cuMemcpyHtoD");
+    if (!r) r = legacy_wait("cuMemcpyHtoD");
+    return r ? r : copy_now((void*)(uintptr_t)dst, src, n);
 }
 EXPORT CUresult cuMemcpyDtoH_v2(void* dst, unsigned long long src, size_t n) {
-    if (!current()) return E_INVALID_CONTEXT;
-    memcpy(dst, (const void*)(uintptr_t)src, n);
-    return OK;
+    CUresult r = check_copy((uintptr_t)src, n, dst, "cuMemcpyDtoH");
+    if (!r) r = legacy_wait("cuMemcpyDtoH");
+    return r ? r : copy_now(dst, (const void*)(uintptr_t)src, n);
 }
 EXPORT CUresult cuMemcpyDtoD_v2(unsigned long long dst, unsigned long long src, size_t n) {
-    if (!current()) return E_INVALID_CONTEXT;
-    memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
-    return OK;
+    CUresult r = check_copy((uintptr_t)dst, n, NULL, "cuMemcpyDtoD");
+    if (!r) r = check_copy((uintptr_t)src, n, NULL, "cuMemcpyDtoD");
+    if (!r) r = legacy_wait("cuMemcpyDtoD");
+    return r ? r : copy_now((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
 }
-EXPORT CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t n, void* s) {
-    (void)s;
-    return cuMemcpyHtoD_v2(dst, src, n);
+/* From pageable host memory: the source is staged at once (CUDA's pageable rule), the copy runs in order. */
+EXPORT CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t n, void* stream) {
+    if (is_legacy(stream)) return cuMemcpyHtoD_v2(dst, src, n);
+    CUresult r = check_copy((uintptr_t)dst, n, src, "cuMemcpyHtoDAsync");
+    emu_stream* s = as_stream(stream);
+    if (!r && !s) r = E_INVALID_HANDLE;
+    if (!r && s->capture) {
+        s->invalidated = 1;
+        r = fail(E_CAPTURE_UNSUPPORTED, "cuMemcpyHtoDAsync from pageable host memory while capturing");
+    }
+    if (r) return r;
+    emu_op* o = calloc(1, sizeof *o);
+    if (!o || !(o->bytes = malloc(n ? n : 1))) return free(o), E_OUT_OF_MEMORY;
+    memcpy(o->bytes, src, n);
+    o->kind = OP_COPY, o->dst = (uintptr_t)dst, o->n = n;
+    return enqueue(stream, o);
 }
-EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, unsigned long long src, size_t n, void* s) {
-    (void)s;
-    return cuMemcpyDtoH_v2(dst, src, n);
+/* Into pageable host memory: synchronous with the host (CUDA's rule): the stream's work first. */
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, unsigned long long src, size_t n, void* stream) {
+    if (is_legacy(stream)) return cuMemcpyDtoH_v2(dst, src, n);
+    CUresult r = check_copy((uintptr_t)src, n, dst, "cuMemcpyDtoHAsync");
+    emu_stream* s = as_stream(stream);
+    if (!r && !s) r = E_INVALID_HANDLE;
+    if (!r && s->capture) {
+        s->invalidated = 1;
+        r = fail(E_CAPTURE_UNSUPPORTED, "cuMemcpyDtoHAsync into pageable host memory while capturing");
+    }
+    if (!r) r = stream_run(s);
+    return r ? r : copy_now(dst, (const void*)(uintptr_t)src, n);
 }
-EXPORT CUresult cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t n, void* s) {
-    (void)s;
-    return cuMemcpyDtoD_v2(dst, src, n);
+EXPORT CUresult cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t n, void* stream) {
+    if (is_legacy(stream)) return cuMemcpyDtoD_v2(dst, src, n);
+    CUresult r = check_copy((uintptr_t)dst, n, NULL, "cuMemcpyDtoDAsync");
+    if (!r) r = check_copy((uintptr_t)src, n, NULL, "cuMemcpyDtoDAsync");
+    if (r) return r;
+    emu_op* o = calloc(1, sizeof *o);
+    if (!o) return E_OUT_OF_MEMORY;
+    o->kind = OP_COPY, o->dst = (uintptr_t)dst, o->src = (uintptr_t)src, o->n = n;
+    return enqueue(stream, o);
 }

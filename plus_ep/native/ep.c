@@ -453,6 +453,9 @@ typedef struct {
     int n_in, n_out;           /* the plan's */
     int in_map[PLUS_MAX_IN];   /* plan input -> kernel-context input (-1: absent) */
     int out_map[PLUS_MAX_OUT]; /* plan output -> kernel-context output (-1: not used outside: temporary) */
+    int warned_host_input;     /* gpu: the one warning about an input ORT left in host memory */
+    int have_shapes;           /* gpu: shape_cache holds the last run's shape-tensor values (CUDA graphs) */
+    plus_host_values shape_cache;
 } plus_ep_node;
 
 static OrtStatus* create_state(OrtNodeComputeInfo* self, OrtNodeComputeContext* ctx, void** state) {
@@ -474,6 +477,8 @@ typedef struct {
     int64_t dims[PLUS_MAX_IN][PLUS_MAX_RANK];
     void* data[PLUS_MAX_IN];
     long long elems[PLUS_MAX_IN];
+    const OrtValue* value[PLUS_MAX_IN];
+    CUdeviceptr staged[PLUS_MAX_IN];   /* gpu: device copies of inputs ORT left in host memory */
 } ep_inputs;
 
 static OrtStatus* describe(const plus_ep_node* nd, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
@@ -482,6 +487,43 @@ static OrtStatus* describe(const plus_ep_node* nd, const OrtValue* v, int* dtype
     OrtStatus* st = plus_ort_describe(plus_ep_api, v, dtype, rank, dims, elems, data, &too_deep);
     if (too_deep) return node_fail(nd, ORT_INVALID_ARGUMENT, "a tensor has rank above the launcher's limit of 8", NULL);
     if (st) return node_fail(nd, ORT_FAIL, "reading a tensor", st);
+    return NULL;
+}
+
+/* GPU mode: every input the kernels read must be device memory. ONNX Runtime normally sees to it (our
+ * Memcpy kernels, ep_memory.c); an input it still leaves in host memory (another ORT version's planner,
+ * a CPU-EP Memcpy) is copied to temporary device memory on the node's stream, with one warning per
+ * node, and its host copy serves the shape reads. Never a host pointer to a kernel. */
+static OrtStatus* inputs_on_device(plus_ep_node* nd, ep_inputs* in, CUcontext ctx, CUstream stream, int foreign) {
+    plus_ep* ep = nd->ep;
+    char err[PLUS_ERR_LEN];
+    for (int i = 0; i < nd->n_in; i++) {
+        in->staged[i] = 0;
+        if (!in->desc[i].present || !in->data[i]) continue;
+        const OrtMemoryDevice* md = EP_CALL(plus_ep_epapi, Value_GetMemoryDevice)(in->value[i]);
+        if (plus_ep_on_gpu(md)) continue;
+        long long bytes = plus_tensor_bytes(in->desc[i].dtype, in->elems[i]);
+        if (bytes < 0) return node_fail(nd, ORT_INVALID_ARGUMENT, "an input in host memory has an element type that "
+                                        "cannot be copied to the device", NULL);
+        if (!nd->warned_host_input) {
+            nd->warned_host_input = 1;
+            plus_ep_log(ep->logger, ORT_LOG_WARNING, "PlusEP node '%s': input %d arrived in host memory; it is copied "
+                        "to the device on every run (ONNX Runtime placed a Memcpy output or a CPU node's output in CPU "
+                        "memory)", plus_kernel_node(nd->k), i);
+        }
+        int rc = plus_ep_temp_alloc(ep->drv, ep->ordinal, ctx, stream, foreign, (size_t)bytes, &in->staged[i], err,
+                                    sizeof err);
+        CUresult r = rc ? 0 : plus_ep_htod(ep->drv, ctx, in->staged[i], in->data[i], (size_t)bytes, stream);
+        if (rc) return plus_ep_status(ORT_FAIL, "PlusEP node '%s': %s", plus_kernel_node(nd->k), err);
+        if (r) {
+            char e[128];
+            plus_cu_error(ep->drv, r, e, sizeof e);
+            return plus_ep_status(ORT_FAIL, "PlusEP node '%s': copying input %d to the device failed: %s",
+                                  plus_kernel_node(nd->k), i, e);
+        }
+        in->desc[i].host = in->data[i];
+        in->data[i] = (void*)(uintptr_t)in->staged[i];
+    }
     return NULL;
 }
 
@@ -504,27 +546,50 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
         in.desc[i].rank = 0;
         in.data[i] = NULL;
         in.elems[i] = 0;
+        in.value[i] = v;
+        in.staged[i] = 0;
         if (v && (st = describe(nd, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i])))
             return st;
     }
     /* Shape tensors the plan reads on the host (`shapev`, kernels/CONTRACT.md §3): in place when
-     * staging, else copied from device memory after the node's stream (plus_kernel_read_shape_inputs):
-     * one synchronisation per run. A compiled node cannot declare CPU-resident inputs (ORT 1.31's
-     * OrtNodeFusionOptions has only drop_constant_initializers; input memory types exist only for
-     * kernel-registry ops), unlike the custom op's `FusedHost<n>`. The synchronisation is legal because
-     * this EP never lets ORT capture a CUDA graph (OrtEp::IsGraphCaptureEnabled is left NULL). */
+     * staging, else copied from device memory after the node's stream (plus_kernel_read_shape_inputs).
+     * A compiled node cannot declare CPU-resident inputs (ORT 1.31's OrtNodeFusionOptions has only
+     * drop_constant_initializers; input memory types exist only for kernel-registry ops), unlike the
+     * custom op's `FusedHost<n>`, so that copy waits for the stream: one synchronisation per such node
+     * and run. While a CUDA graph is captured (ep_stream.c) nothing may wait: the values of the last
+     * run are used (a graph replays one shape). */
     plus_host_values hv;
+    CUcontext ctx = NULL;
+    void* stream = NULL;
+    int foreign = 0;   /* the stream is another EP's (ORT handed it) */
+    if (ep->mode == PLUS_MODE_GPU) {
+        if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(kctx, &stream))) plus_ep_drop(st), stream = NULL;
+        foreign = stream != NULL;
+        if (!(ctx = plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err)))
+            return plus_ep_status(ORT_EP_FAIL, "%s", err);
+        if (!stream) stream = plus_ep_device_stream(ep->drv, ep->ordinal, err, sizeof err);
+        if (ep->capturing && foreign)
+            return plus_ep_status(ORT_EP_FAIL, "PlusEP node '%s': cuda_graph=1 needs PlusEP's own stream, but ONNX "
+                                  "Runtime runs the node on another execution provider's stream", plus_kernel_node(nd->k));
+        if ((st = inputs_on_device(nd, &in, ctx, (CUstream)stream, foreign))) return st;
+    }
     if (plan->n_shapev && ep->mode == PLUS_MODE_STAGING) {
         for (int i = 0; i < nd->n_in; i++)
             if (plus_plan_input_on_host(plan, i)) in.desc[i].host = in.data[i];
+    } else if (plan->n_shapev && ep->capturing) {
+        if (!nd->have_shapes)
+            return plus_ep_status(ORT_EP_FAIL, "PlusEP node '%s' reads shape tensors from device memory and did not "
+                                  "run before the CUDA graph capture (raise cuda_graph_warmup)", plus_kernel_node(nd->k));
+        int used = 0;   /* the order plus_kernel_read_shape_inputs fills them in */
+        for (int i = 0; i < nd->n_in; i++)
+            if (plus_plan_input_on_host(plan, i) && in.desc[i].present && !in.desc[i].host)
+                in.desc[i].host = nd->shape_cache.v[used++];
     } else if (plan->n_shapev) {
-        void* sv_stream = NULL;
-        if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(kctx, &sv_stream))) plus_ep_drop(st), sv_stream = NULL;
-        CUcontext sv_ctx = sv_stream ? NULL : plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err);
-        if (!sv_stream && !sv_ctx) return plus_ep_status(ORT_EP_FAIL, "%s", err);
-        if (plus_kernel_read_shape_inputs(nd->k, ep->drv, sv_ctx, (CUstream)sv_stream, in.desc,
+        if (plus_kernel_read_shape_inputs(nd->k, ep->drv, ctx, (CUstream)stream, in.desc,
                                           (const void* const*)in.data, (size_t)nd->n_in, &hv, err, sizeof err))
             return plus_ep_status(ORT_FAIL, "%s", err);
+        nd->shape_cache = hv;
+        nd->have_shapes = 1;
     }
     plus_binding b;
     if (plus_kernel_bind(nd->k, in.desc, (size_t)nd->n_in, (size_t)nd->n_out, &b, err, sizeof err))
@@ -553,6 +618,9 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
             return plus_ep_status(ORT_FAIL, "PlusEP node '%s': output %d is %s in the graph but %s in the plan (line %d)",
                                   plus_kernel_node(nd->k), o, plus_dtype_name(dtype), plus_dtype_name(plan->out[o].dtype),
                                   plan->out[o].line);
+        if (ep->mode == PLUS_MODE_GPU && out_data[o] && !plus_ep_on_gpu(EP_CALL(plus_ep_epapi, Value_GetMemoryDevice)(v)))
+            return plus_ep_status(ORT_FAIL, "PlusEP node '%s': ONNX Runtime allocated output %d in host memory; the "
+                                  "kernels write device memory", plus_kernel_node(nd->k), o);
     }
 
     if (ep->mode == PLUS_MODE_STAGING) {   /* host tensors: the launcher's host staging */
@@ -578,12 +646,8 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
         return rc ? plus_ep_status(ORT_FAIL, "%s", err) : NULL;
     }
 
-    /* Device tensors: launch on the node's stream (the CUDA EP's when it shares the device), or, with
-     * none, on the device's primary context synchronously. */
-    void* stream = NULL;
-    if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(kctx, &stream))) plus_ep_drop(st), stream = NULL;
-    CUcontext ctx = plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err);
-    if (!ctx) return plus_ep_status(ORT_EP_FAIL, "%s", err);
+    /* Device tensors: launch on the node's stream (the CUDA EP's when it shares the device), else on
+     * PlusEP's stream of the device; no synchronisation (ep_memory.c, ep_stream.c). */
     PlusArgs args;
     memset(&args, 0, sizeof args);
     CUdeviceptr tmp[PLUS_MAX_OUT + PLUS_MAX_SCRATCH] = {0};
@@ -591,18 +655,21 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
     for (int i = 0; i < nd->n_in; i++) args.in[i] = in.data[i];
     for (int o = 0; o < nd->n_out && !rc; o++) {
         if (temp[o] && out_bytes[o])
-            rc = plus_ep_temp_alloc(ep->drv, ctx, stream, out_bytes[o], &tmp[o], err, sizeof err);
+            rc = plus_ep_temp_alloc(ep->drv, ep->ordinal, ctx, stream, foreign, out_bytes[o], &tmp[o], err, sizeof err);
         args.out[o] = temp[o] ? (void*)(uintptr_t)tmp[o] : out_data[o];
     }
     for (int s = 0; s < PLUS_MAX_SCRATCH && !rc; s++) {
         if (!b.scratch_bytes[s]) continue;
-        rc = plus_ep_temp_alloc(ep->drv, ctx, stream, (size_t)b.scratch_bytes[s], &tmp[PLUS_MAX_OUT + s], err,
-                                sizeof err);
+        rc = plus_ep_temp_alloc(ep->drv, ep->ordinal, ctx, stream, foreign, (size_t)b.scratch_bytes[s],
+                                &tmp[PLUS_MAX_OUT + s], err, sizeof err);
         args.scratch[s] = (void*)(uintptr_t)tmp[PLUS_MAX_OUT + s];
     }
-    if (!rc) rc = plus_kernel_launch(nd->k, ep->drv, stream ? NULL : ctx, (CUstream)stream, &b, &args, err, sizeof err);
+    /* With no stream at all (a driver without streams) plus_kernel_launch synchronises the context. */
+    if (!rc) rc = plus_kernel_launch(nd->k, ep->drv, ctx, (CUstream)stream, &b, &args, err, sizeof err);
     for (size_t t = 0; t < sizeof tmp / sizeof *tmp; t++)
-        if (tmp[t]) plus_ep_temp_free(ep->drv, ctx, stream, tmp[t]);
+        if (tmp[t]) plus_ep_temp_free(ep->drv, ep->ordinal, ctx, stream, foreign, tmp[t]);
+    for (int i = 0; i < PLUS_MAX_IN; i++)
+        if (in.staged[i]) plus_ep_temp_free(ep->drv, ep->ordinal, ctx, stream, foreign, in.staged[i]);
     return rc ? plus_ep_status(ORT_FAIL, "%s", err) : NULL;
 }
 
@@ -741,6 +808,11 @@ done:
     return st;
 }
 
+static OrtStatus* get_registry(OrtEp* base, const OrtKernelRegistry** out) {
+    *out = ((plus_ep*)base)->registry;
+    return NULL;
+}
+
 static OrtStatus* compile(OrtEp* base, const OrtGraph** graphs, const OrtNode** fused, size_t count,
                           OrtNodeComputeInfo** infos, OrtNode** ctx_nodes) {
     plus_ep* ep = (plus_ep*)base;
@@ -793,6 +865,12 @@ OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessi
                      dwhy ? dwhy : "");
         }
     }
+    if (ep->mode == PLUS_MODE_GPU) {   /* Memcpy kernels, run hooks, the device's pool (ep_memory.c, ep_stream.c) */
+        if ((st = plus_ep_kernel_registry(ep, &ep->registry))) return free(ep), st;
+        ep->base.GetKernelRegistry = get_registry;
+        plus_ep_install_run_hooks(ep);
+        plus_ep_device_ref(ep->ordinal, +1);
+    }
     if (ep->mode == PLUS_MODE_INERT)
         plus_ep_log(logger, ORT_LOG_WARNING, "PlusEP: no usable NVIDIA GPU (%s); ai.plus_ep::Fused nodes run their "
                     "original subgraphs on the next execution providers", ep->why[0] ? ep->why : "unknown reason");
@@ -808,5 +886,10 @@ void plus_ep_destroy(OrtEp* base) {
     plus_ep* ep = (plus_ep*)base;
     if (!ep) return;
     plus_ep_groups_free(&ep->plan);
+    if (ep->mode == PLUS_MODE_GPU) {
+        plus_ep_release_graphs(ep);
+        if (ep->registry) EP_CALL(plus_ep_epapi, ReleaseKernelRegistry)(ep->registry);
+        plus_ep_device_ref(ep->ordinal, -1);
+    }
     free(ep);
 }

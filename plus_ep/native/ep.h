@@ -4,7 +4,9 @@
  *
  * Devices (one OrtEpDevice each):
  *   gpu      an NVIDIA GPU ORT discovered (vendor 0x10DE), mapped to a CUDA ordinal; device memory,
- *            allocator and data transfer on the driver API; kernels go on the stream ORT hands the node.
+ *            allocator, data transfer and Memcpy kernels on the driver API (ep_memory.c); kernels go on
+ *            the stream ORT hands the node, else on PlusEP's own stream of the device, with no
+ *            synchronisation per launch; optional CUDA-graph capture (ep_stream.c).
  *   staging  no NVIDIA GPU discovered but the CUDA driver the launcher loads reports a device (the
  *            emulated driver of issue 13, or the tests' stand-in): the CPU device, tensors in host
  *            memory, kernels through the launcher's host staging.
@@ -39,6 +41,8 @@ typedef struct {
     char disable[1024];     /* comma-separated pattern names; "all" claims nothing */
     char fp32_math[16];     /* "exact" | "tf32" | "" (not set: the planner's default, tf32) */
     int verify;
+    int cuda_graph;         /* 1: capture the run into a CUDA graph and replay it (ep_stream.c) */
+    int cuda_graph_warmup;  /* runs before the capture (default 1) */
 } plus_ep_options;
 /* Read and check the options; an unknown ep.plusep.* key is an error naming it. */
 OrtStatus* plus_ep_read_options(const OrtSessionOptions* so, plus_ep_options* out);
@@ -72,6 +76,27 @@ void plus_ep_groups_free(plus_ep_plan_request* r);
 typedef int (*plus_ep_planner_fn)(const char* model_path, const char* options_json, void* request);
 plus_ep_planner_fn plus_ep_get_planner(void);
 
+/* The driver's graph entry points (optional; ok = all present). */
+typedef struct {
+    CUresult (*cuStreamBeginCapture)(CUstream, int);                          /* cuStreamBeginCapture_v2 */
+    CUresult (*cuStreamEndCapture)(CUstream, void**);
+    CUresult (*cuGraphInstantiate)(void**, void*, unsigned long long);         /* cuGraphInstantiateWithFlags */
+    CUresult (*cuGraphLaunch)(void*, CUstream);
+    CUresult (*cuGraphExecDestroy)(void*);
+    CUresult (*cuGraphDestroy)(void*);
+    int ok;
+} plus_graph_api;
+
+typedef struct { CUdeviceptr* p; size_t* size; size_t n; } plus_ep_blocks;
+
+#define PLUS_EP_MAX_GRAPHS 8
+typedef struct {
+    int id;                     /* the run's gpu_graph_id */
+    void* graph;                /* CUgraph, CUgraphExec */
+    void* exec;
+    plus_ep_blocks kept;        /* pool blocks the graph's launches use */
+} plus_ep_graph;
+
 /* The EP object (ep.c). */
 typedef struct plus_ep {
     OrtEp base;                 /* first: ORT hands us &base */
@@ -86,26 +111,55 @@ typedef struct plus_ep {
     int warned_unclaimed;       /* the one warning about Fused nodes left to their bodies */
     plus_ep_plan_request plan;  /* its groups */
     char why[256];              /* inert: the reason */
+    OrtKernelRegistry* registry;/* gpu: MemcpyFromHost / MemcpyToHost (ep_memory.c) */
+    /* CUDA graphs (ep_stream.c) */
+    int runs;                   /* runs seen by OnRunStart (warm-up count) */
+    int capturing;              /* this run is being captured (graph id in capture_id) */
+    int capture_id;
+    int n_graphs;
+    plus_ep_graph graphs[PLUS_EP_MAX_GRAPHS];
+    char capture_error[PLUS_ERR_LEN];
 } plus_ep;
 
 OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessionOptions* so,
                           const OrtLogger* logger, OrtEp** out);
 void plus_ep_destroy(OrtEp* ep);
 
-/* Device memory and copies on the driver API (ep_memory.c). */
+/* Device memory, streams and copies on the driver API (ep_memory.c). */
 typedef struct plus_cuda_extra plus_cuda_extra;
 const plus_cuda_extra* plus_cuda_extra_get(void);
+const plus_graph_api* plus_ep_graph_api(void);
 /* The primary context of `ordinal` (retained once per process), or NULL with err. */
 CUcontext plus_ep_primary_ctx(const plus_driver* d, int ordinal, char* err, size_t errlen);
-/* Temporary device memory for one launch: stream-ordered when the driver has cuMemAllocAsync. */
-int plus_ep_temp_alloc(const plus_driver* d, CUcontext ctx, CUstream stream, size_t bytes, CUdeviceptr* out,
-                       char* err, size_t errlen);
-void plus_ep_temp_free(const plus_driver* d, CUcontext ctx, CUstream stream, CUdeviceptr p);
+/* PlusEP's own stream of the device (blocking, made on first use), NULL when the driver has no streams. */
+CUstream plus_ep_device_stream(const plus_driver* d, int ordinal, char* err, size_t errlen);
+/* Temporary device memory for one launch. foreign: `stream` is another EP's (ORT handed it). */
+int plus_ep_temp_alloc(const plus_driver* d, int ordinal, CUcontext ctx, CUstream stream, int foreign, size_t bytes,
+                       CUdeviceptr* out, char* err, size_t errlen);
+void plus_ep_temp_free(const plus_driver* d, int ordinal, CUcontext ctx, CUstream stream, int foreign, CUdeviceptr p);
+/* The pool while a graph is captured: freed blocks go to the graph, which keeps them until released. */
+void plus_ep_pool_capture(int ordinal, void* owner);
+void plus_ep_pool_take_captured(int ordinal, plus_ep_blocks* kept);
+void plus_ep_pool_release_kept(int ordinal, plus_ep_blocks* kept);
+/* GPU-mode EPs of a device (+1 / -1); the last one empties the pool. */
+void plus_ep_device_ref(int ordinal, int delta);
 /* PCI bus id of a CUDA ordinal ("0000:3b:00.0", lower case) or "" when the driver cannot say. */
 void plus_ep_pci_bus_id(const plus_driver* d, int ordinal, char* buf, size_t n);
+/* 1 when the memory device is NVIDIA device memory (not host accessible). */
+int plus_ep_on_gpu(const OrtMemoryDevice* md);
+/* Host -> device copy of `bytes`, ordered on `stream` (NULL: legacy, synchronous); ctx pushed here. */
+CUresult plus_ep_htod(const plus_driver* d, CUcontext ctx, CUdeviceptr dst, const void* src, size_t bytes,
+                      CUstream stream);
+/* Copy one tensor between the memories its OrtValues are in, ordered on `stream` (NULL: legacy). */
+OrtStatus* plus_ep_copy_value(const plus_driver* d, const OrtValue* src, OrtValue* dst, CUstream stream);
 
 OrtStatus* plus_ep_create_allocator(const OrtMemoryInfo* info, OrtAllocator** out);
 void plus_ep_release_allocator(OrtAllocator* a);
 OrtStatus* plus_ep_create_data_transfer(OrtDataTransferImpl** out);
+OrtStatus* plus_ep_kernel_registry(plus_ep* ep, OrtKernelRegistry** out);
+
+/* Run hooks and CUDA graphs (ep_stream.c): installed on the OrtEp by plus_ep_install_run_hooks. */
+void plus_ep_install_run_hooks(plus_ep* ep);
+void plus_ep_release_graphs(plus_ep* ep);
 
 #endif

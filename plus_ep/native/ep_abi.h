@@ -33,6 +33,10 @@ typedef struct OrtSyncStream OrtSyncStream;
 typedef struct OrtSyncStreamImpl OrtSyncStreamImpl;
 typedef struct OrtSession OrtSession;
 typedef struct OrtRunOptions OrtRunOptions;
+typedef struct OrtKernelRegistry OrtKernelRegistry;
+typedef struct OrtKernelDefBuilder OrtKernelDefBuilder;
+typedef struct OrtKernelDef OrtKernelDef;
+typedef struct OrtDataType OrtDataType;
 
 /* Enums (ort-plugin-ep.md §2; values as in the public headers). */
 enum { ORT_HW_CPU = 0, ORT_HW_GPU = 1, ORT_HW_NPU = 2 };                 /* OrtHardwareDeviceType */
@@ -42,6 +46,9 @@ enum { ORT_DEVICE_ALLOCATOR = 0 };                                       /* OrtA
 enum { ORT_LOG_VERBOSE = 0, ORT_LOG_INFO = 1, ORT_LOG_ERROR = 3 };
 enum { ORT_NOT_IMPLEMENTED = 9, ORT_EP_FAIL = 11 };
 enum { ORT_OP_ATTR_TENSOR = 8 };
+enum { ORT_MEM_CPU_OUTPUT = -1 };                                        /* OrtMemType (with ort_abi.h's) */
+enum { ORT_GRAPH_CAPTURE_ALL_NODES_ON_EP = 0, ORT_GRAPH_CAPTURE_ALLOW_CPU_FOR_SHAPES = 1 };
+enum { PLUS_CU_STREAM_CAPTURE_MODE_RELAXED = 2 };                        /* CUstreamCaptureMode */
 #define PLUS_NVIDIA_VENDOR_ID 0x10DEu
 
 /* OrtAllocator with the members added up to API 23 (ort-c-abi.md §4). NULL members are skipped by ORT. */
@@ -116,9 +123,31 @@ struct OrtEp {
     OrtStatus* (*Compile)(OrtEp*, const OrtGraph**, const OrtNode**, size_t, OrtNodeComputeInfo**,
                           OrtNode**);                                                       /* 3 */
     void (*ReleaseNodeComputeInfos)(OrtEp*, OrtNodeComputeInfo**, size_t);                  /* 4 */
-    plus_ep_slot rest[20];                                                                  /* 5..24, optional */
+    plus_ep_slot GetPreferredDataLayout, ShouldConvertDataLayoutForOp, SetDynamicOptions;  /* 5..7 */
+    OrtStatus* (*OnRunStart)(OrtEp*, const OrtRunOptions*);                                 /* 8 */
+    OrtStatus* (*OnRunEnd)(OrtEp*, const OrtRunOptions*, bool);                             /* 9 */
+    plus_ep_slot CreateAllocator, CreateSyncStreamForDevice, GetCompiledModelCompatibilityInfo; /* 10..12 */
+    OrtStatus* (*GetKernelRegistry)(OrtEp*, const OrtKernelRegistry**);                     /* 13 (1.24) */
+    plus_ep_slot IsConcurrentRunSupported, Sync, CreateProfiler;                            /* 14..16 */
+    bool (*IsGraphCaptureEnabled)(const OrtEp*);                                            /* 17 (1.26) */
+    bool (*IsGraphCaptured)(const OrtEp*, int);                                             /* 18 (1.26) */
+    OrtStatus* (*ReplayGraph)(OrtEp*, int);                                                 /* 19 (1.26) */
+    int (*GetGraphCaptureNodeAssignmentPolicy)(const OrtEp*);                               /* 20 (1.26) */
+    plus_ep_slot GetAvailableResource, OnSessionInitializationEnd, GetDefaultMemoryDevice;  /* 21..23 */
+    OrtStatus* (*ReleaseCapturedGraph)(OrtEp*, int);                                        /* 24 (1.27) */
 };
 _Static_assert(sizeof(OrtEp) == 25 * 8, "OrtEp layout (API 28)");
+
+/* A kernel of the EP's kernel registry (OrtEp::GetKernelRegistry, 1.24; `flags` and the pre-packing
+ * members from 1.25 on, NULL = not used). */
+typedef struct OrtKernelImpl {
+    uint32_t ort_version_supported;
+    uint32_t flags;
+    OrtStatus* (*Compute)(struct OrtKernelImpl*, OrtKernelContext*);
+    void (*Release)(struct OrtKernelImpl*);
+    plus_ep_slot PrePackWeight, SetSharedPrePackedWeight;
+} OrtKernelImpl;
+typedef OrtStatus* (*OrtKernelCreateFunc)(void* state, const OrtKernelInfo* info, OrtKernelImpl** out);
 
 /* ---- OrtApi slots (ort-c-abi.md §2.2 and appendix) beyond those in ort_abi.h ---- */
 #define X(name, slot, ret, ...) typedef ret (*name##_fn)(__VA_ARGS__); enum { name##_slot = slot };
@@ -162,6 +191,7 @@ X(Node_GetEpName, 368, OrtStatus*, const OrtNode*, const char**)
 X(GetTensorData, 378, OrtStatus*, const OrtValue*, const void**)
 X(GetSessionOptionsConfigEntries, 379, OrtStatus*, const OrtSessionOptions*, OrtKeyValuePairs**)
 X(SyncStream_GetHandle, 384, void*, OrtSyncStream*)
+X(GetRunConfigEntry, 373, const char*, const OrtRunOptions*, const char*)
 #undef X
 
 /* ---- OrtEpApi slots (ort-plugin-ep.md §2.4) ---- */
@@ -182,6 +212,22 @@ X(MemoryDevice_GetDeviceId, 12, uint32_t, const OrtMemoryDevice*)
 X(CreateHardwareDevice, 16, OrtStatus*, int, uint32_t, uint32_t, const char*, const OrtKeyValuePairs*,
   OrtHardwareDevice**)
 X(ReleaseHardwareDevice, 17, void, OrtHardwareDevice*)
+X(CreateKernelRegistry, 18, OrtStatus*, OrtKernelRegistry**)
+X(ReleaseKernelRegistry, 19, void, OrtKernelRegistry*)
+X(KernelRegistry_AddKernel, 20, OrtStatus*, OrtKernelRegistry*, const OrtKernelDef*, OrtKernelCreateFunc, void*)
+X(CreateKernelDefBuilder, 21, OrtStatus*, OrtKernelDefBuilder**)
+X(ReleaseKernelDefBuilder, 22, void, OrtKernelDefBuilder*)
+X(KernelDefBuilder_SetOperatorType, 23, OrtStatus*, OrtKernelDefBuilder*, const char*)
+X(KernelDefBuilder_SetDomain, 24, OrtStatus*, OrtKernelDefBuilder*, const char*)
+X(KernelDefBuilder_SetSinceVersion, 25, OrtStatus*, OrtKernelDefBuilder*, int, int)
+X(KernelDefBuilder_SetExecutionProvider, 26, OrtStatus*, OrtKernelDefBuilder*, const char*)
+X(KernelDefBuilder_SetInputMemType, 27, OrtStatus*, OrtKernelDefBuilder*, size_t, int)
+X(KernelDefBuilder_SetOutputMemType, 28, OrtStatus*, OrtKernelDefBuilder*, size_t, int)
+X(KernelDefBuilder_AddTypeConstraint, 29, OrtStatus*, OrtKernelDefBuilder*, const char*, const OrtDataType* const*,
+  size_t)
+X(KernelDefBuilder_Build, 32, OrtStatus*, OrtKernelDefBuilder*, OrtKernelDef**)
+X(ReleaseKernelDef, 33, void, OrtKernelDef*)
+X(GetTensorDataType, 40, OrtStatus*, int, const OrtDataType**)
 #undef X
 
 #endif

@@ -43,7 +43,7 @@ void plus_ep_log(const OrtLogger* logger, int level, const char* fmt, ...) {
 
 /* ---- provider options ---- */
 
-static const char* const OPTION_NAMES = "arch, cache_dir, disable, fp32_math, verify";
+static const char* const OPTION_NAMES = "arch, cache_dir, cuda_graph, cuda_graph_warmup, disable, fp32_math, verify";
 
 static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* value) {
     struct { const char* name; char* buf; size_t n; } text[] = {
@@ -61,10 +61,21 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
                                   value);
         return NULL;
     }
-    if (!strcmp(name, "verify")) {
-        if (!strcmp(value, "1") || !strcasecmp(value, "true")) o->verify = 1;
-        else if (!strcmp(value, "0") || !strcasecmp(value, "false") || !*value) o->verify = 0;
-        else return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP provider option verify='%s': use '1' or '0'", value);
+    struct { const char* name; int* flag; } flags[] = {{"verify", &o->verify}, {"cuda_graph", &o->cuda_graph}};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+        if (strcmp(name, flags[i].name)) continue;
+        if (!strcmp(value, "1") || !strcasecmp(value, "true")) *flags[i].flag = 1;
+        else if (!strcmp(value, "0") || !strcasecmp(value, "false") || !*value) *flags[i].flag = 0;
+        else return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP provider option %s='%s': use '1' or '0'", name, value);
+        return NULL;
+    }
+    if (!strcmp(name, "cuda_graph_warmup")) {
+        char* end = NULL;
+        long n = strtol(value, &end, 10);
+        if (!*value || *end || n < 0 || n > 1000)
+            return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP provider option cuda_graph_warmup='%s': use a run count "
+                                  "from 0 to 1000", value);
+        o->cuda_graph_warmup = (int)n;
         return NULL;
     }
     /* device_id is ORT's own selector among the EP's devices (providers=[("PlusEP", {"device_id": "1"})]). */
@@ -75,6 +86,7 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
 
 OrtStatus* plus_ep_read_options(const OrtSessionOptions* so, plus_ep_options* o) {
     memset(o, 0, sizeof *o);
+    o->cuda_graph_warmup = 1;
     /* fp32_math stays "" unless set: the planner then applies PlusEP's default (tf32, as the CUDA EP's
      * use_tf32; plus_ep/options.py). Rewritten models carry their kernels already. */
     if (!so) return NULL;

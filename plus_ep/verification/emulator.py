@@ -21,6 +21,10 @@ Errors: an interpreter error (PtxError: an unimplemented form, an out-of-bounds 
 missing lanes) fails the launch with CUDA_ERROR_LAUNCH_FAILED and the interpreter's message, which the
 launcher reports as an ORT error naming the node. Checker findings do the same unless
 `fail_on_findings` is False (then they are only recorded, for `plus-ep verify` to report per node).
+A parameter word that points into host memory outside every device allocation (a host pointer handed
+to a kernel) fails cuLaunchKernel itself with CUDA_ERROR_ILLEGAL_ADDRESS, whatever `fail_on_findings`
+says, and is recorded as a finding. Launches on a stream run when the stream is waited for (the driver's
+stream order, native/emucuda.c); their failures report at that wait, with the node in the message.
 """
 from __future__ import annotations
 
@@ -43,13 +47,15 @@ __all__ = ["Emulator", "LaunchRecord", "TieError", "launcher_loaded", "library_p
 log = logging.getLogger("plus_ep")
 _HERE = Path(__file__).resolve().parents[1]   # plus_ep/, where the native libraries are built
 CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_PTX = 200, 218
-CUDA_ERROR_NOT_FOUND, CUDA_ERROR_LAUNCH_FAILED = 500, 719
+CUDA_ERROR_NOT_FOUND, CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED = 500, 700, 719
 
 _LOAD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                          ctypes.POINTER(ctypes.c_longlong))
 _GETFN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.c_char_p, ctypes.POINTER(ctypes.c_longlong))
+_PACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                         ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_uint), ctypes.c_uint,
-                           ctypes.POINTER(ctypes.c_void_p))
+                           ctypes.c_void_p, ctypes.c_size_t)
 _UNLOAD = ctypes.CFUNCTYPE(None, ctypes.c_longlong)
 
 
@@ -143,6 +149,8 @@ class Emulator:
         self.lib.plus_emucuda_lookup.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
                                                  ctypes.POINTER(ctypes.c_size_t)]
         self.lib.plus_emucuda_live_allocations.restype = ctypes.c_long
+        self.lib.plus_emucuda_pending.restype = ctypes.c_long
+        self.lib.plus_emucuda_host_mapped.argtypes = [ctypes.c_size_t]
         self._lock = threading.RLock()
         self.registry: dict[str, ImageInfo] = {}      # sha256(cubin) -> PTX and where it came from
         self._parsed: dict[str, Module] = {}          # sha256(ptx) -> parsed module
@@ -158,7 +166,7 @@ class Emulator:
         self.progress = None                          # callable(record) after each launch
         self.set_arch("sm_90a")
         # keep the callbacks alive as long as the library can call them
-        self._cbs = (_LOAD(self._cb_load), _GETFN(self._cb_getfn), _LAUNCH(self._cb_launch),
+        self._cbs = (_LOAD(self._cb_load), _GETFN(self._cb_getfn), _PACK(self._cb_pack), _LAUNCH(self._cb_launch),
                      _UNLOAD(self._cb_unload))
         self.lib.plus_emucuda_attach(*self._cbs)
 
@@ -243,6 +251,10 @@ class Emulator:
     def live_allocations(self) -> int:
         return int(self.lib.plus_emucuda_live_allocations())
 
+    def pending(self) -> int:
+        """Operations queued on streams and not yet run (stream-ordered work nobody waited for)."""
+        return int(self.lib.plus_emucuda_pending())
+
     # -------------------------------------------------------------------------- callbacks
     def _fail(self, code: int, message: str) -> int:
         self.lib.plus_emucuda_set_error(code, " ".join(message.split())[:880].encode("utf-8", "replace"))
@@ -305,20 +317,64 @@ class Emulator:
             for h in [h for h, (m, _) in self._functions.items() if m == module]:
                 del self._functions[h]
 
+    def _lookup(self, word: int):
+        base, size = ctypes.c_size_t(), ctypes.c_size_t()
+        if word and self.lib.plus_emucuda_lookup(word, ctypes.byref(base), ctypes.byref(size)):
+            return base.value, size.value
+        return None
+
     def _memory(self, params: bytes) -> GlobalMemory:
         """Map each allocation a pointer-sized, 8-byte aligned parameter word points into."""
         mem = GlobalMemory()
-        base, size = ctypes.c_size_t(), ctypes.c_size_t()
         seen = set()
         for off in range(0, len(params) - 7, 8):
-            word = int.from_bytes(params[off:off + 8], "little")
-            found = word and self.lib.plus_emucuda_lookup(word, ctypes.byref(base), ctypes.byref(size))
-            if found and base.value not in seen:
-                seen.add(base.value)
-                mem.map(base.value, size.value, f"allocation@{base.value:#x}")
+            found = self._lookup(int.from_bytes(params[off:off + 8], "little"))
+            if found and found[0] not in seen:
+                seen.add(found[0])
+                mem.map(found[0], found[1], f"allocation@{found[0]:#x}")
         return mem
 
-    def _cb_launch(self, function, dims, smem, params) -> int:
+    def host_pointer_words(self, params: bytes) -> list[tuple[int, int]]:
+        """(byte offset, value) of every 8-byte aligned parameter word that points into mapped host memory
+        outside every device allocation: a host pointer handed to a kernel (an illegal address on a GPU)."""
+        bad = []
+        for off in range(0, len(params) - 7, 8):
+            word = int.from_bytes(params[off:off + 8], "little")
+            if word >> 12 and self._lookup(word) is None and self.lib.plus_emucuda_host_mapped(word):
+                bad.append((off, word))
+        return bad
+
+    def _cb_pack(self, function, params, out, cap, size_out) -> int:
+        """cuLaunchKernel: the parameters into the driver's buffer (the launch may run later, in stream
+        order); a host pointer among them fails the launch here, naming the word."""
+        try:
+            with self._lock:
+                module, k = self._functions[function]
+                lm = self._modules[module]
+            buf = bytearray(k.param_bytes)
+            for i, (pname, psize, _align) in enumerate(k.params):
+                off = k._param_offsets[pname]
+                buf[off:off + psize] = ctypes.string_at(params[i], psize)
+            if len(buf) > cap:
+                return self._fail(CUDA_ERROR_LAUNCH_FAILED, f"emulator: {len(buf)} bytes of kernel parameters "
+                                                            f"exceed the driver's {cap}")
+            bad = self.host_pointer_words(bytes(buf))
+            if bad:
+                off, word = bad[0]
+                info = lm.info
+                msg = (f"kernel {k.name}: parameter word at byte offset {off} holds {word:#x}, a host address "
+                       f"outside every device allocation (a host pointer passed to a kernel; an illegal address "
+                       f"on a GPU){f' [node {info.node}]' if info else ''}")
+                self._record(LaunchRecord(module, info.node if info else "", info.arch if info else "ptx", k.name,
+                                          (0, 0, 0), (0, 0, 0), 0, 0.0, findings=[msg], error=msg))
+                return self._fail(CUDA_ERROR_ILLEGAL_ADDRESS, msg)
+            ctypes.memmove(out, bytes(buf), len(buf))
+            size_out[0] = len(buf)
+            return 0
+        except Exception as e:  # noqa: BLE001 - never let an exception cross into C
+            return self._fail(CUDA_ERROR_LAUNCH_FAILED, f"emulator: {type(e).__name__}: {e}")
+
+    def _cb_launch(self, function, dims, smem, packed, size) -> int:
         t0 = time.perf_counter()
         rec = None
         try:
@@ -326,15 +382,12 @@ class Emulator:
                 module, k = self._functions[function]
                 lm = self._modules[module]
             grid, block = (dims[0], dims[1], dims[2]), (dims[3], dims[4], dims[5])
-            buf = bytearray(k.param_bytes)
-            for i, (pname, psize, _align) in enumerate(k.params):
-                off = k._param_offsets[pname]
-                buf[off:off + psize] = ctypes.string_at(params[i], psize)
+            buf = ctypes.string_at(packed, size)
             info = lm.info
             rec = LaunchRecord(module, info.node if info else "", info.arch if info else "ptx", k.name, grid,
                                block, int(smem), 0.0)
-            res = k.launch(grid=grid, block=block, shared_bytes=int(smem), params=bytes(buf),
-                           memory=self._memory(bytes(buf)), checks=self.checks, approx=self.approx,
+            res = k.launch(grid=grid, block=block, shared_bytes=int(smem), params=buf,
+                           memory=self._memory(buf), checks=self.checks, approx=self.approx,
                            seed=0, sample_ctas=self.sample_ctas)
             rec.counters, rec.findings = dict(res.counters), [str(f) for f in res.findings]
             rec.counters["tensor_core_flops"] = _tensor_core_flops(k, res.counters)
@@ -344,7 +397,7 @@ class Emulator:
                 try:
                     res.raise_for_findings()
                 except PtxError as e:
-                    return self._fail(CUDA_ERROR_LAUNCH_FAILED, f"PTX interpreter checker: {e}")
+                    return self._fail(CUDA_ERROR_LAUNCH_FAILED, f"PTX interpreter checker: {e}{_node(info)}")
             return 0
         except PtxError as e:
             msg = f"PTX interpreter: {e}"
@@ -353,6 +406,7 @@ class Emulator:
         if rec is not None:
             rec.error, rec.seconds = msg, time.perf_counter() - t0
             self._record(rec)
+            msg += _node(lm.info)
         return self._fail(CUDA_ERROR_LAUNCH_FAILED, msg)
 
     def _record(self, rec: LaunchRecord) -> None:
@@ -363,6 +417,10 @@ class Emulator:
                 self.progress(rec)
             except Exception:
                 log.debug("emulator progress callback failed", exc_info=True)
+
+
+def _node(info) -> str:
+    return f" [node {info.node}]" if info is not None and info.node else ""
 
 
 def _tensor_core_flops(kernel, counters: dict) -> int:

@@ -229,8 +229,10 @@ static CUresult pool_alloc(const plus_driver* d, int ordinal, size_t bytes, CUde
     return r;
 }
 
-/* Back to the pool (or to the graph being captured). 0, or -1 when p is not a live block. */
+/* Back to the pool (or to the graph being captured); with no PlusEP EP of the device left (an OrtValue
+ * the user kept longer than the session), back to the driver. 0, or -1 when p is not a live block. */
 static int pool_free(int ordinal, CUdeviceptr p) {
+    const plus_driver* d = plus_driver_get(NULL);
     pthread_mutex_lock(&g_dev_lock);
     device_state* ds = &g_dev[ordinal];
     int rc = -1;
@@ -239,7 +241,13 @@ static int pool_free(int ordinal, CUdeviceptr p) {
             block b = list_take(&ds->live, i);
             ds->live_bytes -= b.size;
             if (ds->capture_owner) rc = list_push(&ds->captured, b);
-            else if (!(rc = list_push(&ds->cached, b))) ds->cached_bytes += b.size;
+            else if (ds->eps > 0 || !d || !ds->ctx || d->cuCtxPushCurrent(ds->ctx)) {
+                if (!(rc = list_push(&ds->cached, b))) ds->cached_bytes += b.size;
+            } else {
+                rc = d->cuMemFree(b.p) ? -1 : 0;
+                CUcontext popped;
+                d->cuCtxPopCurrent(&popped);
+            }
             break;
         }
     pthread_mutex_unlock(&g_dev_lock);

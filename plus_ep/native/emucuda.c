@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -55,6 +56,7 @@ enum { OK = 0, E_INVALID_VALUE = 1, E_OUT_OF_MEMORY = 2, E_NOT_INITIALIZED = 3, 
 #define STREAM_MAGIC 0xE35Au
 #define GRAPH_MAGIC 0xE36Au
 #define EXEC_MAGIC 0xE3E6u
+#define EVENT_MAGIC 0xE3EEu
 #define PARAM_CAP 8192      /* bytes of one launch's packed parameters */
 
 /* Python callbacks: return a CUresult; on failure they call plus_emucuda_set_error first. */
@@ -180,14 +182,22 @@ static CUresult fail(CUresult code, const char* msg) {
 }
 
 /* ---- streams: queued work, run when waited for ---- */
-enum { OP_LAUNCH, OP_COPY, OP_FREE };
+enum { OP_LAUNCH, OP_COPY, OP_FREE, OP_EVENT };
+/* An event: done with the host time (ms) at which its stream reached it (so an elapsed time here is the
+ * interpreter's time for the work between two events, not a device time). */
+typedef struct emu_event { unsigned magic; int done; double ms; void* stream; } emu_event;
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 typedef struct emu_op {
     int kind;
     long long fn;             /* launch */
     unsigned dims[6], smem;
     unsigned char* bytes;     /* launch: packed parameters; copy: the host source's snapshot (NULL: DtoD) */
     size_t n;                 /* their size; copy: bytes to copy */
-    uintptr_t dst, src;       /* copy (src for DtoD); free: dst */
+    uintptr_t dst, src;       /* copy (src for DtoD); free: dst; event: dst = the emu_event */
     struct emu_op* next;
 } emu_op;
 
@@ -258,6 +268,11 @@ static CUresult op_run(const emu_op* o) {
         if (!alloc_remove(o->dst)) return fail(E_INVALID_VALUE, "cuMemFreeAsync of a pointer that is not an allocation");
         free((void*)o->dst);
         return OK;
+    case OP_EVENT: {
+        emu_event* e = (emu_event*)o->dst;
+        if (e->magic == EVENT_MAGIC) e->ms = now_ms(), e->done = 1;
+        return OK;
+    }
     }
     return E_INVALID_VALUE;
 }
@@ -277,7 +292,7 @@ static CUresult stream_run(emu_stream* s) {
         if (r && !first) {
             first = r;
             snprintf(msg, sizeof msg, "queued %s on stream %p failed: %s",
-                     o->kind == OP_LAUNCH ? "kernel launch" : o->kind == OP_COPY ? "copy" : "free", (void*)s,
+                     o->kind == OP_LAUNCH ? "kernel launch" : o->kind == OP_COPY ? "copy" : "free or event", (void*)s,
                      r == t_err_code ? t_err : "?");
         }
         op_free(o);
@@ -529,6 +544,49 @@ EXPORT CUresult cuStreamQuery(void* stream) {
     emu_stream* s = as_stream(stream);
     if (!is_legacy(stream) && !s) return E_INVALID_HANDLE;
     return s && s->head ? E_NOT_READY : OK;
+}
+
+/* ---- events ---- */
+EXPORT CUresult cuEventCreate(emu_event** out, unsigned flags) {
+    (void)flags;
+    emu_event* e = calloc(1, sizeof *e);
+    if (!e) return E_OUT_OF_MEMORY;
+    e->magic = EVENT_MAGIC;
+    e->done = 1;   /* a never-recorded event counts as complete */
+    *out = e;
+    return OK;
+}
+EXPORT CUresult cuEventDestroy_v2(emu_event* e) {
+    if (!e || e->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
+    run_streams(1);   /* a queued record still points at it */
+    e->magic = 0;
+    free(e);
+    return OK;
+}
+EXPORT CUresult cuEventRecord(emu_event* e, void* stream) {
+    if (!e || e->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
+    emu_op* o = calloc(1, sizeof *o);
+    if (!o) return E_OUT_OF_MEMORY;
+    o->kind = OP_EVENT, o->dst = (uintptr_t)e;
+    e->done = 0, e->stream = stream;
+    return enqueue(stream, o);
+}
+EXPORT CUresult cuEventQuery(emu_event* e) {
+    if (!e || e->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
+    return e->done ? OK : E_NOT_READY;
+}
+EXPORT CUresult cuEventSynchronize(emu_event* e) {
+    if (!e || e->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
+    if (e->done) return OK;
+    emu_stream* s = as_stream(e->stream);
+    CUresult r = s ? stream_run(s) : run_streams(0);
+    return r ? r : e->done ? OK : E_NOT_READY;
+}
+EXPORT CUresult cuEventElapsedTime_v2(float* ms, emu_event* a, emu_event* b) {
+    if (!a || !b || a->magic != EVENT_MAGIC || b->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
+    if (!a->done || !b->done) return E_NOT_READY;
+    *ms = (float)(b->ms - a->ms);
+    return OK;
 }
 
 /* ---- stream capture and graphs ---- */

@@ -455,6 +455,7 @@ typedef struct {
     int out_map[PLUS_MAX_OUT]; /* plan output -> kernel-context output (-1: not used outside: temporary) */
     int warned_host_input;     /* gpu: the one warning about an input ORT left in host memory */
     int have_shapes;           /* gpu: shape_cache holds the last run's shape-tensor values (CUDA graphs) */
+    plus_ep_stat* stat;        /* runs and device times (ep_stream.c) */
     plus_host_values shape_cache;
 } plus_ep_node;
 
@@ -641,6 +642,7 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
         if (rc) snprintf(err, sizeof err, "PlusEP node '%s': out of memory", plus_kernel_node(nd->k));
         else rc = plus_kernel_run_staged(nd->k, ep->drv, hin, (size_t)nd->n_in, hout, (size_t)nd->n_out, &b, err,
                                          sizeof err);
+        if (!rc) plus_ep_timing_end(ep, nd->stat, NULL, NULL, 1);
         for (int o = 0; o < nd->n_out; o++)
             if (temp[o]) free(out_data[o]);
         return rc ? plus_ep_status(ORT_FAIL, "%s", err) : NULL;
@@ -665,7 +667,9 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
         args.scratch[s] = (void*)(uintptr_t)tmp[PLUS_MAX_OUT + s];
     }
     /* With no stream at all (a driver without streams) plus_kernel_launch synchronises the context. */
+    plus_ep_timing* timing = rc ? NULL : plus_ep_timing_begin(ep, nd->stat, (CUstream)stream);
     if (!rc) rc = plus_kernel_launch(nd->k, ep->drv, ctx, (CUstream)stream, &b, &args, err, sizeof err);
+    plus_ep_timing_end(ep, nd->stat, timing, (CUstream)stream, !rc);
     for (size_t t = 0; t < sizeof tmp / sizeof *tmp; t++)
         if (tmp[t]) plus_ep_temp_free(ep->drv, ep->ordinal, ctx, stream, foreign, tmp[t]);
     for (int i = 0; i < PLUS_MAX_IN; i++)
@@ -787,6 +791,7 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
     }
     map_names(orig_out, n_orig_out, fout, n_fout, nd->out_map, 0, missing, sizeof missing);
     nd->ep = ep;
+    nd->stat = plus_ep_stat_for(node);
     nd->n_in = pl->n_in;
     nd->n_out = pl->n_out;
     nd->base.ort_version_supported = plus_ep_version;

@@ -43,6 +43,7 @@ typedef struct {
     int verify;
     int cuda_graph;         /* 1: capture the run into a CUDA graph and replay it (ep_stream.c) */
     int cuda_graph_warmup;  /* runs before the capture (default 1) */
+    int kernel_times;       /* 1: CUDA events around each node's launches (PlusEP_NodeStats) */
 } plus_ep_options;
 /* Read and check the options; an unknown ep.plusep.* key is an error naming it. */
 OrtStatus* plus_ep_read_options(const OrtSessionOptions* so, plus_ep_options* out);
@@ -87,7 +88,26 @@ typedef struct {
     int ok;
 } plus_graph_api;
 
+/* The driver's event entry points (optional; ok = all present). */
+typedef struct {
+    CUresult (*cuEventCreate)(void**, unsigned);
+    CUresult (*cuEventRecord)(void*, CUstream);
+    CUresult (*cuEventSynchronize)(void*);
+    CUresult (*cuEventElapsedTime)(float*, void*, void*);                      /* _v2 when there is one */
+    CUresult (*cuEventDestroy)(void*);                                          /* cuEventDestroy_v2 */
+    int ok;
+} plus_event_api;
+
 typedef struct { CUdeviceptr* p; size_t* size; size_t n; } plus_ep_blocks;
+
+/* Per-node statistics (ep_stream.c; PlusEP_NodeStats): runs through the launcher, and with
+ * kernel_times=1 the device time of each run's launches from two CUDA events on the node's stream. */
+typedef struct plus_ep_stat plus_ep_stat;
+typedef struct plus_ep_timing {
+    void* ev[2];                /* CUevent start, end */
+    plus_ep_stat* stat;
+    struct plus_ep_timing* next;
+} plus_ep_timing;
 
 #define PLUS_EP_MAX_GRAPHS 8
 typedef struct {
@@ -119,6 +139,8 @@ typedef struct plus_ep {
     int n_graphs;
     plus_ep_graph graphs[PLUS_EP_MAX_GRAPHS];
     char capture_error[PLUS_ERR_LEN];
+    plus_ep_timing* pending;    /* event pairs recorded this run, read at OnRunEnd */
+    plus_ep_timing* spare;
 } plus_ep;
 
 OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessionOptions* so,
@@ -129,6 +151,7 @@ void plus_ep_destroy(OrtEp* ep);
 typedef struct plus_cuda_extra plus_cuda_extra;
 const plus_cuda_extra* plus_cuda_extra_get(void);
 const plus_graph_api* plus_ep_graph_api(void);
+const plus_event_api* plus_ep_event_api(void);
 /* The primary context of `ordinal` (retained once per process), or NULL with err. */
 CUcontext plus_ep_primary_ctx(const plus_driver* d, int ordinal, char* err, size_t errlen);
 /* PlusEP's own stream of the device (blocking, made on first use), NULL when the driver has no streams. */
@@ -161,5 +184,11 @@ OrtStatus* plus_ep_kernel_registry(plus_ep* ep, OrtKernelRegistry** out);
 /* Run hooks and CUDA graphs (ep_stream.c): installed on the OrtEp by plus_ep_install_run_hooks. */
 void plus_ep_install_run_hooks(plus_ep* ep);
 void plus_ep_release_graphs(plus_ep* ep);
+/* The statistics record of a node name (created on first use; lives for the process). */
+plus_ep_stat* plus_ep_stat_for(const char* node);
+/* Around one run of a node's launches on `stream`: counts the run; with kernel_times (and not while
+ * capturing) records the events. begin returns the pair for end (NULL: not timed). */
+plus_ep_timing* plus_ep_timing_begin(plus_ep* ep, plus_ep_stat* stat, CUstream stream);
+void plus_ep_timing_end(plus_ep* ep, plus_ep_stat* stat, plus_ep_timing* t, CUstream stream, int ok);
 
 #endif

@@ -43,7 +43,7 @@ void plus_ep_log(const OrtLogger* logger, int level, const char* fmt, ...) {
 
 /* ---- provider options ---- */
 
-static const char* const OPTION_NAMES = "arch, cache_dir, cuda_graph, cuda_graph_warmup, disable, fp32_math, verify";
+static const char* const OPTION_NAMES = "arch, cache_dir, cuda_graph, cuda_graph_warmup, disable, fp32_math, kernel_times, verify";
 
 static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* value) {
     struct { const char* name; char* buf; size_t n; } text[] = {
@@ -61,7 +61,8 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
                                   value);
         return NULL;
     }
-    struct { const char* name; int* flag; } flags[] = {{"verify", &o->verify}, {"cuda_graph", &o->cuda_graph}};
+    struct { const char* name; int* flag; } flags[] = {{"verify", &o->verify}, {"cuda_graph", &o->cuda_graph},
+                                                     {"kernel_times", &o->kernel_times}};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
         if (strcmp(name, flags[i].name)) continue;
         if (!strcmp(value, "1") || !strcasecmp(value, "true")) *flags[i].flag = 1;

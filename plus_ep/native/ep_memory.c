@@ -48,6 +48,7 @@ struct plus_cuda_extra {
     CUresult (*cuStreamCreate)(CUstream*, unsigned);
     CUresult (*cuStreamDestroy)(CUstream);                                        /* cuStreamDestroy_v2 */
     plus_graph_api graph;
+    plus_event_api event;
 };
 
 static struct plus_cuda_extra g_extra;
@@ -75,6 +76,14 @@ static void load_extra(void) {
     *(void**)&g->cuGraphLaunch = dlsym(h, "cuGraphLaunch");
     *(void**)&g->cuGraphExecDestroy = dlsym(h, "cuGraphExecDestroy");
     *(void**)&g->cuGraphDestroy = dlsym(h, "cuGraphDestroy");
+    plus_event_api* e = &g_extra.event;
+    *(void**)&e->cuEventCreate = dlsym(h, "cuEventCreate");
+    *(void**)&e->cuEventRecord = dlsym(h, "cuEventRecord");
+    *(void**)&e->cuEventSynchronize = dlsym(h, "cuEventSynchronize");
+    *(void**)&e->cuEventElapsedTime = dlsym(h, "cuEventElapsedTime_v2");
+    if (!e->cuEventElapsedTime) *(void**)&e->cuEventElapsedTime = dlsym(h, "cuEventElapsedTime");
+    *(void**)&e->cuEventDestroy = dlsym(h, "cuEventDestroy_v2");
+    e->ok = e->cuEventCreate && e->cuEventRecord && e->cuEventSynchronize && e->cuEventElapsedTime && e->cuEventDestroy;
     if (!g_extra.cuStreamSynchronize) g_extra.cuMemAllocAsync = NULL, g_extra.cuStreamCreate = NULL;
     if (!g_extra.cuMemAllocAsync || !g_extra.cuMemFreeAsync) g_extra.cuMemAllocAsync = NULL, g_extra.cuMemFreeAsync = NULL;
     if (!g_extra.cuStreamCreate || !g_extra.cuStreamDestroy) g_extra.cuStreamCreate = NULL;
@@ -88,6 +97,7 @@ const plus_cuda_extra* plus_cuda_extra_get(void) {
 }
 
 const plus_graph_api* plus_ep_graph_api(void) { return &plus_cuda_extra_get()->graph; }
+const plus_event_api* plus_ep_event_api(void) { return &plus_cuda_extra_get()->event; }
 
 void plus_ep_pci_bus_id(const plus_driver* d, int ordinal, char* buf, size_t n) {
     const plus_cuda_extra* x = plus_cuda_extra_get();

@@ -17,11 +17,147 @@
  * allow (a synchronous copy, a synchronisation) invalidates it: the run fails with the driver's error and
  * that graph id is never captured again. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ep.h"
+
+/* ---- per-node statistics: runs, and device times from CUDA events (kernel_times=1) ----
+ * Each timed run records a start and an end event on the node's stream around its launches; the pair
+ * waits on the EP's list until OnRunEnd, after the stream was waited for, reads the elapsed time.
+ * Nothing waits per launch. Not while a graph is captured (the events would be recorded into it). */
+struct plus_ep_stat {
+    char node[PLUS_NAME_LEN];
+    long long runs, timed;
+    double ms_sum, ms_min, ms_max;
+    plus_ep_stat* next;
+};
+static pthread_mutex_t g_stat_lock = PTHREAD_MUTEX_INITIALIZER;
+static plus_ep_stat* g_stats;
+
+plus_ep_stat* plus_ep_stat_for(const char* node) {
+    pthread_mutex_lock(&g_stat_lock);
+    plus_ep_stat* s = g_stats;
+    while (s && strcmp(s->node, node)) s = s->next;
+    if (!s && (s = calloc(1, sizeof *s))) {
+        snprintf(s->node, sizeof s->node, "%s", node);
+        s->next = g_stats;
+        g_stats = s;
+    }
+    pthread_mutex_unlock(&g_stat_lock);
+    return s;
+}
+
+plus_ep_timing* plus_ep_timing_begin(plus_ep* ep, plus_ep_stat* stat, CUstream stream) {
+    const plus_event_api* e = plus_ep_event_api();
+    if (!stat || !ep->opts.kernel_times || ep->capturing || !stream || !e->ok) return NULL;
+    plus_ep_timing* t = ep->spare;
+    if (t) ep->spare = t->next;
+    else if ((t = calloc(1, sizeof *t)) &&
+             (e->cuEventCreate(&t->ev[0], 0) || e->cuEventCreate(&t->ev[1], 0))) {   /* timing events */
+        if (t->ev[0]) e->cuEventDestroy(t->ev[0]);
+        free(t);
+        t = NULL;
+    }
+    if (!t) return NULL;
+    t->stat = stat;
+    if (e->cuEventRecord(t->ev[0], stream)) {
+        t->next = ep->spare;
+        ep->spare = t;
+        return NULL;
+    }
+    return t;
+}
+
+void plus_ep_timing_end(plus_ep* ep, plus_ep_stat* stat, plus_ep_timing* t, CUstream stream, int ok) {
+    if (ok && stat) {
+        pthread_mutex_lock(&g_stat_lock);
+        stat->runs++;
+        pthread_mutex_unlock(&g_stat_lock);
+    }
+    if (!t) return;
+    if (!ok || plus_ep_event_api()->cuEventRecord(t->ev[1], stream)) {
+        t->next = ep->spare;
+        ep->spare = t;
+        return;
+    }
+    t->next = ep->pending;
+    ep->pending = t;
+}
+
+/* Read the run's event pairs (the stream was waited for) into the statistics. */
+static void harvest(plus_ep* ep) {
+    const plus_event_api* e = plus_ep_event_api();
+    while (ep->pending) {
+        plus_ep_timing* t = ep->pending;
+        ep->pending = t->next;
+        float ms = 0;
+        if (!e->cuEventSynchronize(t->ev[1]) && !e->cuEventElapsedTime(&ms, t->ev[0], t->ev[1])) {
+            pthread_mutex_lock(&g_stat_lock);
+            plus_ep_stat* s = t->stat;
+            if (!s->timed || ms < s->ms_min) s->ms_min = ms;
+            if (!s->timed || ms > s->ms_max) s->ms_max = ms;
+            s->ms_sum += ms;
+            s->timed++;
+            pthread_mutex_unlock(&g_stat_lock);
+        }
+        t->next = ep->spare;
+        ep->spare = t;
+    }
+}
+
+static void timings_free(plus_ep* ep) {
+    const plus_event_api* e = plus_ep_event_api();
+    harvest(ep);
+    while (ep->spare) {
+        plus_ep_timing* t = ep->spare;
+        ep->spare = t->next;
+        e->cuEventDestroy(t->ev[0]);
+        e->cuEventDestroy(t->ev[1]);
+        free(t);
+    }
+}
+
+/* PlusEP_NodeStats(buf, cap): JSON of every node's statistics in this process,
+ * [{"node": ..., "runs": n, "timed": n, "ms_sum": x, "ms_min": x, "ms_max": x}, ...]; returns the bytes
+ * needed (without the NUL), so a call with cap 0 sizes the buffer. PlusEP_ResetNodeStats() zeroes them. */
+__attribute__((visibility("default"))) size_t PlusEP_NodeStats(char* buf, size_t cap) {
+    size_t n = 0;
+    char tmp[PLUS_NAME_LEN + 256];
+    pthread_mutex_lock(&g_stat_lock);
+    if (cap) buf[0] = 0;
+    {
+        if (cap > 1) memcpy(buf, "[", 2);
+        n = 1;
+        for (plus_ep_stat* s = g_stats; s; s = s->next) {
+            char name[2 * PLUS_NAME_LEN];
+            char* o = name;
+            for (const char* p = s->node; *p && o < name + sizeof name - 2; p++) {
+                if (*p == '"' || *p == '\\') *o++ = '\\';
+                *o++ = (unsigned char)*p >= 0x20 ? *p : '?';
+            }
+            *o = 0;
+            int k = snprintf(tmp, sizeof tmp, "%s{\"node\": \"%s\", \"runs\": %lld, \"timed\": %lld, \"ms_sum\": %.6f, "
+                             "\"ms_min\": %.6f, \"ms_max\": %.6f}", s == g_stats ? "" : ", ", name, s->runs, s->timed,
+                             s->ms_sum, s->ms_min, s->ms_max);
+            if (cap > n + (size_t)k) memcpy(buf + n, tmp, (size_t)k + 1);
+            n += (size_t)k;
+        }
+        if (cap > n + 1) memcpy(buf + n, "]", 2);
+        n += 1;
+    }
+    pthread_mutex_unlock(&g_stat_lock);
+    if (cap && n >= cap) buf[cap - 1] = 0;
+    return n;
+}
+
+__attribute__((visibility("default"))) void PlusEP_ResetNodeStats(void) {
+    pthread_mutex_lock(&g_stat_lock);
+    for (plus_ep_stat* s = g_stats; s; s = s->next) s->runs = s->timed = 0, s->ms_sum = s->ms_min = s->ms_max = 0;
+    pthread_mutex_unlock(&g_stat_lock);
+}
 
 static int graph_id(const OrtRunOptions* ro) {
     const char* v = ro ? ORT_CALL(plus_ep_api, GetRunConfigEntry)(ro, "gpu_graph_id") : NULL;
@@ -126,6 +262,7 @@ static OrtStatus* on_run_end(OrtEp* base, const OrtRunOptions* ro, bool sync) {
         CUresult r = ep->drv->cuStreamSynchronize(stream);
         if (r) st = cu_status(ep, r, "synchronising PlusEP's stream at the end of the run");
     }
+    harvest(ep);
     leave(ep);
     return st;
 }
@@ -177,6 +314,12 @@ static OrtStatus* release_graph(OrtEp* base, int id) {
 }
 
 void plus_ep_release_graphs(plus_ep* ep) {
+    if (ep->pending || ep->spare) {
+        CUstream stream = NULL;
+        OrtStatus* st = enter(ep, &stream);
+        if (!st) timings_free(ep), leave(ep);
+        plus_ep_drop(st);
+    }
     if (!ep->n_graphs) return;
     CUstream stream = NULL;
     OrtStatus* st = enter(ep, &stream);

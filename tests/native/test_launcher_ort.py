@@ -85,11 +85,12 @@ def test_library_path_and_exports(library):
     nm = shutil.which("nm")
     if nm:
         out = subprocess.run([nm, "-D", "--defined-only", library], capture_output=True, text=True, check=True).stdout
-        # the custom-op entry point, the plugin-EP entry points, the planner hooks and the device pool's
-        # statistics (plus_ep/native/ep*.c)
+        # the custom-op entry point, the plugin-EP entry points, the planner hooks, and the statistics of
+        # the device pool and the nodes (plus_ep/native/ep*.c)
         assert sorted(l.split()[-1] for l in out.splitlines() if l.strip()) == [
-            "CreateEpFactories", "PlusEP_MemoryStats", "PlusEP_PlanAddGroup", "PlusEP_PlanSetError", "PlusEP_SetPlanner",
-            "RegisterCustomOps", "ReleaseEpFactory"]
+            "CreateEpFactories", "PlusEP_MemoryStats", "PlusEP_NodeStats", "PlusEP_PlanAddGroup",
+            "PlusEP_PlanSetError", "PlusEP_ResetNodeStats", "PlusEP_SetPlanner", "RegisterCustomOps",
+            "ReleaseEpFactory"]
         undefined = subprocess.run([nm, "-D", "--undefined-only", library], capture_output=True, text=True).stdout
         assert "cuInit" not in undefined and "Ort" not in undefined   # no link-time CUDA or ORT dependency
 

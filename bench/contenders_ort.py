@@ -1,5 +1,9 @@
 """ONNX Runtime contenders: plain ORT, ORT after its transformers optimizer, PlusEP; CUDA graphs
-optional. Inputs and outputs are OrtValues on the device, bound once per shape (IOBinding)."""
+optional. Inputs and outputs are OrtValues on the device, bound once per shape (IOBinding).
+
+With the CPU onnxruntime (the GPU lease machine has no onnxruntime-gpu) the ORT contenders are skipped
+with that reason and PlusEP runs as the plugin EP on its GPU device ([PlusEP, CPU EP]; device memory
+from PlusEP's allocator, copies through its data transfer; CUDA graphs through its cuda_graph option)."""
 from __future__ import annotations
 
 import warnings
@@ -9,6 +13,32 @@ import numpy as np
 from .contender import Contender, start_twice
 
 _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+NVIDIA = 0x10DE
+
+
+def cuda_ep() -> bool:
+    """Whether this onnxruntime has ORT's CUDA EP (onnxruntime-gpu)."""
+    import onnxruntime as ort
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def _device_value(arr, device):
+    """An OrtValue holding arr on `device`: the CUDA EP's memory, else PlusEP's GPU device memory."""
+    import onnxruntime as ort
+    if device != "cuda" or cuda_ep():
+        return ort.OrtValue.ortvalue_from_numpy(arr, device, 0)
+    v = ort.OrtValue.ortvalue_from_shape_and_type(list(arr.shape), arr.dtype, "gpu", 0, NVIDIA)
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(arr)], [v], None)
+    return v
+
+
+def _host(v):
+    import onnxruntime as ort
+    if v.device_name().lower() == "cpu" or cuda_ep():
+        return v.numpy()
+    arr = np.zeros(v.shape(), _NP[v.data_type()])
+    ort.copy_tensors([v], [ort.OrtValue.ortvalue_from_numpy(arr)], None)
+    return arr
 
 
 class OrtBound:
@@ -18,10 +48,10 @@ class OrtBound:
         import onnxruntime as ort
         self.sess, self.device = sess, device
         wanted = {i.name for i in sess.get_inputs()}
-        self.inputs = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v), device, 0)
-                       for k, v in feeds.items() if k in wanted}
+        self.inputs = {k: _device_value(np.ascontiguousarray(v), device) for k, v in feeds.items() if k in wanted}
         types = {o.name: _NP[o.type] for o in sess.get_outputs()}
-        self.outs = {k: ort.OrtValue.ortvalue_from_shape_and_type(list(shp), types[k], device, 0)
+        where = (device, 0) if device != "cuda" or cuda_ep() else ("gpu", 0, NVIDIA)
+        self.outs = {k: ort.OrtValue.ortvalue_from_shape_and_type(list(shp), types[k], *where)
                      for k, shp in out_shapes.items()}
         self.iob = sess.io_binding()
         for k, v in self.inputs.items():
@@ -39,7 +69,7 @@ class OrtBound:
         self.iob.synchronize_outputs()
 
     def outputs(self):
-        return [v.numpy().astype(np.float32) for v in self.outs.values()]
+        return [_host(v).astype(np.float32) for v in self.outs.values()]
 
 
 class OrtRunner:
@@ -47,8 +77,8 @@ class OrtRunner:
         self.make_session, self.device, self.graph = make_session, device, graph
         self.sess = make_session(None)
         self.provider = self.sess.get_providers()[0]
-        if device == "cuda" and self.provider != "CUDAExecutionProvider":
-            raise RuntimeError(f"the session runs on {self.provider}, not the CUDA EP (did CUDA load?)")
+        if device == "cuda" and self.provider not in ("CUDAExecutionProvider", "PlusEP"):
+            raise RuntimeError(f"the session runs on {self.provider}, not on a GPU EP (did CUDA load?)")
         self.gpu_run, self.note, self.graphs = device == "cuda", None, 0
 
     def bind(self, feeds, out_shapes):
@@ -96,6 +126,13 @@ class Ort(Contender):
 
     def __init__(self, name, graph=False):
         self.name, self.graph, self.needs_gpu = name, graph, graph
+
+    def skip_reason(self, ctx):
+        if ctx.device == "cuda" and not cuda_ep():
+            import onnxruntime as ort
+            return (f"onnxruntime {ort.__version__} is a CPU build: ORT's CUDA EP is not there to measure "
+                    "(onnxruntime-gpu cannot be carried to a lent GPU machine)")
+        return super().skip_reason(ctx)
 
     def model_path(self, ctx):
         return str(ctx.onnx_path())
@@ -150,9 +187,14 @@ class PlusEP(Contender):
 
             def make(so):
                 from plus_ep import InferenceSession
-                return InferenceSession(path, so or session_options(),
-                                        providers=[("PlusEP", {"cache_dir": str(cache)})]
-                                        + providers_for(ctx.device, self.graph))
+                opts = {"cache_dir": str(cache)}
+                if ctx.device == "cuda" and not cuda_ep():     # the plugin EP alone on the GPU device
+                    if self.graph:
+                        opts["cuda_graph"] = "1"
+                    rest = ["CPUExecutionProvider"]
+                else:
+                    rest = providers_for(ctx.device, self.graph)
+                return InferenceSession(path, so or session_options(), providers=[("PlusEP", opts)] + rest)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 runner = _PlusRunner(make, ctx.device, self.graph)

@@ -93,10 +93,6 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "`1`: fail (not skip) when that test data is missing (CI)."),
     Variable("PLUS_EP_BACKEND_JOBS", "CPU count", "`tests/support/onnx_backend_suite.py`",
              "Processes of the ONNX backend suite."),
-    Variable("PLUS_EP_ORT_WHEEL", "none", "`bench/gpu_job.sh`", "The onnxruntime-gpu wheel the GPU job installs."),
-    Variable("PLUS_EP_WHEELS", "`.whl/`", "`bench/gpu_job.sh`", "Folder of more wheels the GPU job installs."),
-    Variable("PLUS_EP_JOB_BUDGET_S", "`570`", "`bench/gpu_job.sh`", "Seconds for the whole GPU job."),
-    Variable("PLUS_EP_PYTEST_BUDGET_S", "`150`", "`bench/gpu_job.sh`", "Seconds of it for `pytest -m gpu`."),
 ]}
 
 DEFAULT_ROOT = "~/.cache/plus_ep"

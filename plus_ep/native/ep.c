@@ -228,6 +228,43 @@ static int pattern_disabled(const plus_ep* ep, const char* pattern) {
     return 0;
 }
 
+/* No cubin fits the device: 1 when an older arch's pack carries PTX the driver can JIT (the launcher
+ * then loads it, kernel.c), as for an sm_80-only model on a 9.0 GPU. */
+static int ptx_pack_fits(const OrtOpAttr* const* attrs, char names[][PLUS_NAME_LEN], int k, int major, int minor) {
+    plus_pack packs[PLUS_MAX_ARCHS];
+    OrtValue* values[PLUS_MAX_ARCHS] = {0};
+    int n = 0, fits = 0;
+    for (int i = 0; i < k; i++) {
+        const void* data = NULL;
+        size_t bytes = 0;
+        char err[PLUS_ERR_LEN];
+        OrtStatus* st = ORT_CALL(plus_ep_api, OpAttr_GetTensorAttributeAsOrtValue)(attrs[i], &values[i]);
+        if (!st) st = ORT_CALL(plus_ep_api, GetTensorData)(values[i], &data);
+        if (!st) st = ORT_CALL(plus_ep_api, GetTensorSizeInBytes)(values[i], &bytes);
+        if (st) {
+            plus_ep_drop(st);
+            continue;
+        }
+        snprintf(packs[n].arch, sizeof packs[n].arch, "%.127s", names[i]);
+        if (!plus_pack_parse(data, bytes, &packs[n], err, sizeof err)) n++;
+    }
+    fits = n && plus_pack_select_ptx(packs, n, major, minor) >= 0;
+    for (int i = 0; i < k; i++)
+        if (values[i]) ORT_CALL(plus_ep_api, ReleaseValue)(values[i]);
+    return fits;
+}
+
+static int ptx_group_fits(const plus_ep_group* g, int major, int minor) {
+    plus_pack packs[PLUS_MAX_ARCHS];
+    int n = 0;
+    char err[PLUS_ERR_LEN];
+    for (int i = 0; i < g->n_packs; i++) {
+        snprintf(packs[n].arch, sizeof packs[n].arch, "%.127s", g->pack_arch[i]);
+        if (!plus_pack_parse(g->pack_data[i], g->pack_size[i], &packs[n], err, sizeof err)) n++;
+    }
+    return n && plus_pack_select_ptx(packs, n, major, minor) >= 0;
+}
+
 /* 0 = PlusEP can run it here; else why not (into why). */
 static int unclaimable(const plus_ep* ep, const OrtNode* n, char* why, size_t wn) {
     char* plan = attr_string(n, "plus_plan");
@@ -242,7 +279,8 @@ static int unclaimable(const plus_ep* ep, const OrtNode* n, char* why, size_t wn
         int k = image_attrs(n, names, attrs, PLUS_MAX_ARCHS);
         for (int i = 0; i < k; i++) snprintf(packs[i].arch, sizeof packs[i].arch, "%.127s", names[i]);
         char err[PLUS_ERR_LEN];
-        if (plus_pack_select(packs, k, ep->cc_major, ep->cc_minor, err, sizeof err) < 0)
+        if (plus_pack_select(packs, k, ep->cc_major, ep->cc_minor, err, sizeof err) < 0 &&
+            !ptx_pack_fits(attrs, names, k, ep->cc_major, ep->cc_minor))
             rc = snprintf(why, wn, "%s", err);
     }
     free(plan);
@@ -379,7 +417,8 @@ static int claim_groups(plus_ep* ep, const OrtNode** nodes, size_t n, OrtEpGraph
         plus_pack packs[PLUS_MAX_ARCHS];
         char err[PLUS_ERR_LEN];
         for (int i = 0; i < grp->n_packs; i++) snprintf(packs[i].arch, sizeof packs[i].arch, "%.127s", grp->pack_arch[i]);
-        if (plus_pack_select(packs, grp->n_packs, ep->cc_major, ep->cc_minor, err, sizeof err) < 0) {
+        if (plus_pack_select(packs, grp->n_packs, ep->cc_major, ep->cc_minor, err, sizeof err) < 0 &&
+            !ptx_group_fits(grp, ep->cc_major, ep->cc_minor)) {
             plus_ep_log(ep->logger, ORT_LOG_WARNING, "PlusEP: planned group %s not claimed: %s", grp->node, err);
             continue;
         }

@@ -1,7 +1,8 @@
 """Runtime reliability of a PlusEP session.
 
 On a GPU (`gpu` marker; skipped without one), with the demo BERT through plus_ep.InferenceSession and
-the plain CUDA EP on the original model as the reference:
+the original model on the plain CUDA EP as the reference (with the CPU onnxruntime of a lent GPU
+machine: PlusEP alone on its GPU device, ORT CPU the reference):
   - bad and edge inputs (wrong dtype, rank, a sequence past the model's limit, empty batch / sequence,
     sizes on every route) give an ORT error or the reference's result, never a crash or garbage;
   - 16 threads x 1,000 runs on one session: no error, bit-identical outputs per input;
@@ -170,9 +171,15 @@ GPU_CHILD = textwrap.dedent(r"""
     model = build_bert(layers=2)                    # hidden 256, 4 heads of 64, max_pos 512, vocab 1000
     path = os.path.join(work, "bert.onnx")
     onnx.save(model, path)
-    plus = InferenceSession(path, providers=[("PlusEP", {"cache_dir": cache}), "CUDAExecutionProvider"])
+    # onnxruntime-gpu: PlusEP beside ORT's CUDA EP, which is the reference; the CPU onnxruntime (the lent
+    # GPU machines): PlusEP alone on its GPU device, ORT CPU the reference. Exact fp32 on both sides.
+    cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    rest = ["CUDAExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+    plus = InferenceSession(path, providers=[("PlusEP", {"cache_dir": cache, "fp32_math": "exact"})] + rest)
     assert getattr(plus, "plus_ep_arch", None), "the PlusEP path did not run (no GPU found?)"
-    ref = ort.InferenceSession(path, providers=[("CUDAExecutionProvider", {"use_tf32": "0"})])
+    assert plus.get_providers()[0] == "PlusEP", plus.get_providers()
+    ref = ort.InferenceSession(path, providers=[("CUDAExecutionProvider", {"use_tf32": "0"})] if cuda
+                               else ["CPUExecutionProvider"])
 
     def run(sess, feeds):
         try:

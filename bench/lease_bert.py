@@ -26,6 +26,22 @@ def plan(emulated: bool, short: bool) -> dict:
     return {"size": BASE, "dtypes": ("fp16", "fp32"), "shapes": [(1, 128), (16, 128)], "layers": 12, "runs": 20}
 
 
+def step_setup(step: str, argv: list):
+    """What the kernel-time and end-to-end steps start with: (carry, out, status, plan, torch or None, why
+    not, kernel cache). The emulated driver's interpreter is attached first, when it is the driver."""
+    import pathlib
+
+    from plus_ep.kernels.cache import KernelCache
+
+    from . import lease_env
+    carry, out = pathlib.Path(argv[0]), argv[1]
+    st = lease_env.Status(step)
+    lease_env.emulator()
+    torch, why = lease_env.torch_cuda()
+    p = plan(lease_env.mode() == "emulated", "--short" in argv)
+    return carry, out, st, p, torch, why, KernelCache(carry / "cache" / "kernels")
+
+
 def onnx_model(layers: int, dtype: str = "fp32", size: dict = BASE, seed: int = 0) -> onnx.ModelProto:
     from plus_ep.demo_model import build_bert
 

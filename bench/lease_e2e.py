@@ -68,14 +68,9 @@ def _out_dtype(sess):
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    carry, out = pathlib.Path(argv[0]), argv[1]
-    emulated = lease_env.mode() == "emulated"
-    st = lease_env.Status("e2e")
     import plus_ep
-    from plus_ep.kernels.cache import KernelCache
-    lease_env.emulator()
-    torch, why = lease_env.torch_cuda()
-    p = lease_bert.plan(emulated, "--short" in argv)
+    carry, out, st, p, torch, why, cache = lease_bert.step_setup("e2e", argv)
+    emulated = lease_env.mode() == "emulated"
     size, layers, shapes = p["size"], p["layers"], p["shapes"]
     runs, max_s, warmup = (2, 0.0, 0) if emulated else (200, 2.0, 10)
     rows, notes, failed = [], [], []
@@ -89,7 +84,7 @@ def main(argv=None) -> int:
             continue
         t0 = time.perf_counter()
         m = lease_bert.onnx_model(layers=layers, dtype=dtype, size=size)
-        r = plus_ep.rewrite_detailed(m, archs=["sm_90a"], cache=KernelCache(carry / "cache" / "kernels"))
+        r = plus_ep.rewrite_detailed(m, archs=["sm_90a"], cache=cache)
         path = work / f"bert{layers}-{dtype}.plus.onnx"
         onnx.save(r.model, path)
         lease_env.register(r.model)

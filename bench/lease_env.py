@@ -24,8 +24,24 @@ NVIDIA = 0x10DE
 _EMU = None
 
 
+def config():
+    """plus_ep/config.py, the owner of every PLUS_EP_* variable, loaded as the standalone module it is (it
+    imports only the standard library): the preflight step runs before PlusEP is installed."""
+    import importlib.util
+    global _CONFIG
+    if _CONFIG is None:
+        path = pathlib.Path(__file__).resolve().parents[1] / "plus_ep" / "config.py"
+        spec = importlib.util.spec_from_file_location("plus_ep_config_for_lease", path)
+        _CONFIG = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_CONFIG)
+    return _CONFIG
+
+
+_CONFIG = None
+
+
 def mode() -> str:
-    lib = os.environ.get("PLUS_EP_CUDA_LIBRARY", "")
+    lib = config().get("PLUS_EP_CUDA_LIBRARY") or ""
     return "emulated" if "_emucuda" in os.path.basename(lib) else "device"
 
 

@@ -80,16 +80,10 @@ def plus_times(path, feeds, runs: int) -> dict:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    carry, out = pathlib.Path(argv[0]), argv[1]
-    emulated = lease_env.mode() == "emulated"
-    st = lease_env.Status("kernels")
     import plus_ep
-    from plus_ep.kernels.cache import KernelCache
-    lease_env.emulator()
-    torch, why = lease_env.torch_cuda()
-    p = lease_bert.plan(emulated, "--short" in argv)
+    carry, out, st, p, torch, why, cache = lease_bert.step_setup("kernels", argv)
+    emulated = lease_env.mode() == "emulated"
     size, shapes, runs = p["size"], p["shapes"], p["runs"]
-    cache = carry / "cache"
     rows, notes, table = [], [], []
     if why:
         notes.append(f"torch comparisons skipped: {why}")
@@ -102,7 +96,7 @@ def main(argv=None) -> int:
             continue
         t0 = time.perf_counter()
         m = lease_bert.onnx_model(layers=1, dtype=dtype, size=size)
-        r = plus_ep.rewrite_detailed(m, archs=["sm_90a"], cache=KernelCache(cache / "kernels"))
+        r = plus_ep.rewrite_detailed(m, archs=["sm_90a"], cache=cache)
         path = work / f"bert-{dtype}.plus.onnx"
         onnx.save(r.model, path)
         lease_env.register(r.model)

@@ -184,8 +184,9 @@ OrtStatus* plus_ep_kernel_registry(plus_ep* ep, OrtKernelRegistry** out);
 /* Run hooks and CUDA graphs (ep_stream.c): installed on the OrtEp by plus_ep_install_run_hooks. */
 void plus_ep_install_run_hooks(plus_ep* ep);
 void plus_ep_release_graphs(plus_ep* ep);
-/* The statistics record of a node name (created on first use; lives for the process). */
+/* The statistics record of a node name (created on first use; lives until the factory is released). */
 plus_ep_stat* plus_ep_stat_for(const char* node);
+void plus_ep_stats_free(void);
 /* Around one run of a node's launches on `stream`: counts the run; with kernel_times (and not while
  * capturing) records the events. begin returns the pair for end (NULL: not timed). */
 plus_ep_timing* plus_ep_timing_begin(plus_ep* ep, plus_ep_stat* stat, CUstream stream);

@@ -367,5 +367,6 @@ EXPORT OrtStatus* ReleaseEpFactory(OrtEpFactory* base) {
     /* Hardware devices we created: ORT's EP devices refer to them until here. */
     for (int i = 0; i < f->n_virt; i++) EP_CALL(plus_ep_epapi, ReleaseHardwareDevice)(f->virt[i]);
     f->n_virt = 0;
+    plus_ep_stats_free();
     return NULL;
 }

@@ -153,6 +153,16 @@ __attribute__((visibility("default"))) size_t PlusEP_NodeStats(char* buf, size_t
     return n;
 }
 
+void plus_ep_stats_free(void) {   /* the library is being released (ReleaseEpFactory) */
+    pthread_mutex_lock(&g_stat_lock);
+    while (g_stats) {
+        plus_ep_stat* s = g_stats;
+        g_stats = s->next;
+        free(s);
+    }
+    pthread_mutex_unlock(&g_stat_lock);
+}
+
 __attribute__((visibility("default"))) void PlusEP_ResetNodeStats(void) {
     pthread_mutex_lock(&g_stat_lock);
     for (plus_ep_stat* s = g_stats; s; s = s->next) s->runs = s->timed = 0, s->ms_sum = s->ms_min = s->ms_max = 0;

@@ -59,7 +59,8 @@ def test_every_variable_the_tree_reads_is_in_the_table():
     unknown = {k: sorted(v) for k, v in found.items() if k not in config.VARIABLES and k not in prefixes}
     assert unknown == {}, "add these to plus_ep/config.py's VARIABLES (and the README table)"
     # the scan sees the C side and the shell side too
-    assert {"PLUS_EP_DISABLE", "PLUS_EP_CUDA_LIBRARY", "PLUS_EP_JOB_BUDGET_S", "PLUS_EP_CACHE_DIR"} <= set(found)
+    assert {"PLUS_EP_DISABLE", "PLUS_EP_CUDA_LIBRARY", "PLUS_EP_VIRTUAL_GPU", "PLUS_EP_CACHE_DIR"} <= set(found)
+    assert "bench/gpu_lease.sh" in found["PLUS_EP_CUDA_LIBRARY"]
 
 
 def test_only_config_reads_the_environment():

@@ -45,8 +45,9 @@ def check_model(d: pathlib.Path, sanitizer: bool = False) -> dict:
     types = {k: int(v) for k, v in meta["input_types"].items()}
     lease_env.reset_stats()
     try:
+        shapes = {o["name"]: (o["shape"], o["onnx_type"]) for n in meta["nodes"] for o in n["outputs"]}
         runs, sess = run_model(d / "nodes.onnx", feeds, types, runs=1 if sanitizer else 2, custom_ops=True,
-                               optimize=False)
+                               optimize=False, out_shapes=shapes)
         on_plus = lease_env.on_plus(sess)
         del sess
     except Exception as e:  # noqa: BLE001 - a model PlusEP cannot run fails loudly, with ORT's words

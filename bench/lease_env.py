@@ -32,8 +32,10 @@ def config():
     if _CONFIG is None:
         path = pathlib.Path(__file__).resolve().parents[1] / "plus_ep" / "config.py"
         spec = importlib.util.spec_from_file_location("plus_ep_config_for_lease", path)
-        _CONFIG = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_CONFIG)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module          # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+        _CONFIG = module
     return _CONFIG
 
 

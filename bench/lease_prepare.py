@@ -192,10 +192,13 @@ def node_math(node, arch: str, dtypes) -> str:
 
 
 # ----------------------------------------------------------------------------------------- running
-def run_model(path, feeds: dict, types: dict, options=None, runs=1, custom_ops=False, optimize=True):
+def run_model(path, feeds: dict, types: dict, options=None, runs=1, custom_ops=False, optimize=True,
+              out_shapes=None):
     """Run a model through stock ORT + PlusEP on the GPU device with device-bound inputs and outputs.
     optimize=False: ORT_DISABLE_ALL (a carried nodes model runs as it is: ORT's ConstantSharing would turn
-    a scalar constant into a [1] tensor). Returns (outputs per run [{name: host array}], session)."""
+    a scalar constant into a [1] tensor). out_shapes {name: (shape, onnx type)}: outputs allocated in
+    PlusEP's device memory up front (else ORT allocates them on the device named "cuda").
+    Returns (outputs per run [{name: host array}], session)."""
     import onnxruntime as ort
     sess = lease_env.session(path, options, custom_ops=custom_ops,
                              level=None if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
@@ -208,10 +211,17 @@ def run_model(path, feeds: dict, types: dict, options=None, runs=1, custom_ops=F
     outs = []
     for _ in range(runs):
         io.clear_binding_outputs()
+        values = []
         for o in sess.get_outputs():
-            io.bind_output(o.name, "cuda", 0)
+            if out_shapes:
+                shape, t = out_shapes[o.name]
+                values.append(ort.OrtValue.ortvalue_from_shape_and_type(list(shape), t, "gpu", 0, lease_env.NVIDIA))
+                io.bind_ortvalue_output(o.name, values[-1])
+            else:
+                io.bind_output(o.name, "cuda", 0)
         sess.run_with_iobinding(io)
-        outs.append({o.name: from_ortvalue(v) for o, v in zip(sess.get_outputs(), io.get_outputs())})
+        got = values or io.get_outputs()
+        outs.append({o.name: from_ortvalue(v) for o, v in zip(sess.get_outputs(), got)})
     return outs, sess
 
 

@@ -48,7 +48,7 @@ export PYTHONUNBUFFERED=1
 say() { echo "[gpu_lease $(date +%H:%M:%S)] $*"; }
 
 emulated() {   # the launcher's CUDA library: the emulated driver, its device described as a GPU
-  PLUS_EP_CUDA_LIBRARY=$("$py" -c 'import plus_ep.emulator as e; print(e.library_path())') || return 1
+  PLUS_EP_CUDA_LIBRARY=$("$py" -c 'import plus_ep.verification.emulator as e; print(e.library_path())') || return 1
   export PLUS_EP_CUDA_LIBRARY PLUS_EP_VIRTUAL_GPU=1
   say "the emulated CUDA driver: $PLUS_EP_CUDA_LIBRARY (its device described as a GPU)"
 }

@@ -5,7 +5,7 @@ Per fused node and output:
   interpreter   the share of elements bit-identical to the CPU PTX interpreter's output and the largest
                 difference (the GPU's SASS may round differently: reported, not judged)
   reference     max |out - ref| / max |ref| against the node's function body in float64, within the
-                node's math-mode tolerance (plus_ep/verify_tol.py)
+                node's math-mode tolerance (plus_ep/verification/tolerances.py)
   finite        no NaN or infinity where the reference is finite
   repeat        the second run bit-identical to the first
   launched      PlusEP ran the node through its launcher (PlusEP_NodeStats counts it)
@@ -32,7 +32,7 @@ from .lease_prepare import as_float, run_model
 
 
 def check_model(d: pathlib.Path, sanitizer: bool = False) -> dict:
-    from plus_ep.verify_tol import compare
+    from plus_ep.verification.tolerances import compare
     meta = json.loads((d / "meta.json").read_text())
     res = {"model": d.name, "case": meta["case"], "arch": meta["arch"], "covers": meta["covers"], "nodes": []}
     t0 = time.perf_counter()

@@ -53,7 +53,7 @@ def emulator():
     if mode() != "emulated":
         return None
     if _EMU is None:
-        from plus_ep.emulator import Emulator
+        from plus_ep.verification.emulator import Emulator
         _EMU = Emulator.get()
         _EMU.set_arch("sm_90a")       # an H100's compute capability: the launcher picks what it would there
     return _EMU

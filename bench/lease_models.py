@@ -150,7 +150,7 @@ def llama_case():
     """Zoo Llama, 2 layers (needs torch for the export; cached after the first)."""
     try:
         from plus_ep import zoo
-        from plus_ep.zoo.inputs import sample_inputs
+        from plus_ep.feeds import sample_inputs
         path = zoo.export("llama", "torchscript", "small", layers=2)
     except Exception as e:  # noqa: BLE001 - torch or transformers missing: the case is left out, said
         return None, f"llama_gqa left out: {type(e).__name__}: {e}"

@@ -182,8 +182,8 @@ def reference(model: onnx.ModelProto, node, inputs: list, in_types: list) -> lis
 
 
 def node_math(node, arch: str, dtypes) -> str:
-    from plus_ep.kernels.pack import parse as parse_pack
-    from plus_ep.verify_tol import node_math as math_of
+    from plus_ep.kernels.wire.pack import parse as parse_pack
+    from plus_ep.verification.tolerances import node_math as math_of
     ptx = ""
     for a in node.attribute:
         if a.name == f"plus_images_{arch}":
@@ -228,8 +228,8 @@ def run_model(path, feeds: dict, types: dict, options=None, runs=1, custom_ops=F
 # ----------------------------------------------------------------------------------------- prepare
 def prepare_case(case, arch: str, root: pathlib.Path) -> dict:
     import plus_ep
-    from plus_ep.verify_run import _exposed
-    from plus_ep.verify_tol import compare, tolerance
+    from plus_ep.verification.run import _exposed
+    from plus_ep.verification.tolerances import compare, tolerance
     r = plus_ep.rewrite_detailed(case.model, archs=[arch], fp32_math=case.fp32_math)
     if r.kernels.failures:
         raise RuntimeError(f"kernels failed to build: {r.kernels.failures}")
@@ -324,7 +324,7 @@ def kernel_cache(root: pathlib.Path, short: bool) -> dict:
     layer has every kernel of twelve), into the carried cache: BERT-base fp16 and fp32 for the GPU, the
     rehearsal's small BERTs for here."""
     import plus_ep
-    from plus_ep.kernels.cache import KernelCache
+    from plus_ep.kernels.build.cache import KernelCache
 
     from . import lease_bert
     cache = KernelCache(root / "cache" / "kernels")

@@ -16,6 +16,12 @@ JSON); tests/cpu/test_options.py checks ep_factory.c's names and accepted values
 | disable   | comma-separated pattern names  | none                                              |
 | fp32_math | exact, tf32                    | tf32 (as ONNX Runtime's CUDA EP, use_tf32=1)      |
 | verify    | 1, 0, true, false (any case)   | 0                                                 |
+| cuda_graph | 1, 0, true, false (any case)  | 0 (1: the plugin EP captures a run into a CUDA graph and replays it) |
+| cuda_graph_warmup | a run count, 0 to 1000 | 1 (runs before the capture)                          |
+| kernel_times | 1, 0, true, false (any case) | 0 (1: CUDA events around each node's launches, `PlusEP_NodeStats`) |
+
+The last three are the plugin EP's own (plus_ep/native/ep_stream.c); `plus_ep.InferenceSession` passes
+them on.
 """
 from __future__ import annotations
 
@@ -36,15 +42,21 @@ class Option:
     help: str = ""
 
 
-OPTIONS = (
+OPTIONS = (   # in the order ep_factory.c's OPTION_NAMES lists them
     Option("arch", "", (), "GPU arch of the kernels (sm_80, sm_90a, ...); default: the local GPU, else the "
                            "EP device's"),
     Option("cache_dir", "", (), "cache root; default $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep"),
+    Option("cuda_graph", "0", VERIFY_ON + VERIFY_OFF[:2], "1: capture a run of PlusEP's stream into a CUDA graph "
+                                                          "and replay it (device-bound inputs and outputs)"),
+    Option("cuda_graph_warmup", "1", (), "runs before the CUDA-graph capture (0 to 1000)"),
     Option("disable", "", (), "comma-separated pattern names not to fuse"),
     Option("fp32_math", FP32_MATH_DEFAULT, FP32_MATHS, "fp32 GEMMs and attention: TF32 tensor cores ('tf32') or "
                                                       "exact SIMT ('exact')"),
+    Option("kernel_times", "0", VERIFY_ON + VERIFY_OFF[:2], "1: CUDA events around each node's launches "
+                                                            "(PlusEP_NodeStats)"),
     Option("verify", "0", VERIFY_ON + VERIFY_OFF[:2], "1: compare one random run with the plain providers"),
 )
+FLAGS = ("cuda_graph", "kernel_times", "verify")   # on/off options, read as `verify` is
 NAMES = tuple(o.name for o in OPTIONS)
 _BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -57,8 +69,10 @@ def check(opts: dict | None) -> dict[str, str]:
         if name not in _BY_NAME:
             raise ValueError(f"unknown PlusEP provider option {name!r}; known: {', '.join(NAMES)}")
         text = ("1" if value else "0") if isinstance(value, bool) else str(value)
-        if name == "verify":
-            _verify_flag(text)
+        if name in FLAGS:
+            _verify_flag(text, name)
+        elif name == "cuda_graph_warmup" and not (text.isdigit() and int(text) <= 1000):
+            raise ValueError(f"PlusEP provider option cuda_graph_warmup={text!r}: use a run count from 0 to 1000")
         elif _BY_NAME[name].values and text not in _BY_NAME[name].values:
             raise ValueError(f"PlusEP provider option {name}={text!r}: use "
                              + " or ".join(repr(v) for v in _BY_NAME[name].values))
@@ -66,12 +80,12 @@ def check(opts: dict | None) -> dict[str, str]:
     return out
 
 
-def _verify_flag(text: str) -> bool:
+def _verify_flag(text: str, name: str = "verify") -> bool:
     if text.lower() in VERIFY_ON:
         return True
     if text.lower() in VERIFY_OFF:
         return False
-    raise ValueError(f"PlusEP provider option verify={text!r}: use '1' or '0'")
+    raise ValueError(f"PlusEP provider option {name}={text!r}: use '1' or '0'")
 
 
 def verify(opts: dict) -> bool:

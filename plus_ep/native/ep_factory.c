@@ -61,8 +61,14 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
                                   value);
         return NULL;
     }
-    struct { const char* name; int* flag; } flags[] = {{"verify", &o->verify}, {"cuda_graph", &o->cuda_graph},
-                                                     {"kernel_times", &o->kernel_times}};
+    if (!strcmp(name, "verify")) {
+        if (!strcmp(value, "1") || !strcasecmp(value, "true")) o->verify = 1;
+        else if (!strcmp(value, "0") || !strcasecmp(value, "false") || !*value) o->verify = 0;
+        else return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP provider option verify='%s': use '1' or '0'", value);
+        return NULL;
+    }
+    /* The EP's own on/off options, read as verify (plus_ep/options.py FLAGS). */
+    struct { const char* name; int* flag; } flags[] = {{"cuda_graph", &o->cuda_graph}, {"kernel_times", &o->kernel_times}};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
         if (strcmp(name, flags[i].name)) continue;
         if (!strcmp(value, "1") || !strcasecmp(value, "true")) *flags[i].flag = 1;

@@ -18,7 +18,10 @@ def test_the_c_factory_knows_the_same_names():
     listed = re.search(r'OPTION_NAMES = "([^"]+)"', FACTORY).group(1)
     assert tuple(n.strip() for n in listed.split(",")) == options.NAMES
     handled = set(re.findall(r'\{"(\w+)", o->\w+, sizeof o->\w+\}', FACTORY)) | {"verify"}
-    assert handled == set(options.NAMES)
+    flags = set(re.findall(r'\{"(\w+)", &o->\w+\}', FACTORY))            # the EP's on/off options
+    assert flags == set(options.FLAGS) - {"verify"}
+    numbers = {n for n in options.NAMES if f'if (!strcmp(name, "{n}")) {{\n        char* end' in FACTORY}
+    assert handled | flags | numbers == set(options.NAMES), handled | flags | numbers
 
 
 def test_the_c_factory_accepts_the_same_values():

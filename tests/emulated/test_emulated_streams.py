@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from plus_ep.kernels import nvrtc
+from plus_ep.kernels.build import nvrtc
 
 from tests.support.emulated_models import run_child
 
@@ -25,7 +25,7 @@ extern "C" __global__ void twice(const PlusArgs args) {
 RUNNER = r"""
 import ctypes as C, json, sys
 import numpy as np
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 emu = Emulator.get()
 lib = emu.lib
 ptx = open(sys.argv[1]).read().encode() + b"\0"

@@ -35,10 +35,10 @@ RUNNER = r"""
 import json, sys
 spec = json.loads(sys.argv[1])
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 emu = Emulator.get()
 import plus_ep
-from plus_ep.verify_tol import compare, tolerance
+from plus_ep.verification.tolerances import compare, tolerance
 emu.set_arch("sm_90a")
 feeds = dict(np.load(spec["feeds"]))
 want = ort.InferenceSession(spec["reference"], providers=["CPUExecutionProvider"]).run(None, feeds)
@@ -69,7 +69,7 @@ print(json.dumps(out, default=float))
 GRAPH_RUNNER = r"""
 import json, sys
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 emu = Emulator.get()
 import plus_ep
 plus, raw = sys.argv[1], sys.argv[2]
@@ -194,7 +194,7 @@ def test_zoo_exports_raw_and_rewritten_on_gpu_device(family, exporter, tmp_path)
     pytest.importorskip("cuda.bindings")
     pytest.importorskip("torch")
     from plus_ep import zoo
-    from plus_ep.zoo.inputs import sample_inputs
+    from plus_ep.feeds import sample_inputs
     raw = zoo.export(family, exporter, "small", layers=2)
     plus = _rewrite(raw, tmp_path / "model.plus.onnx")
     feeds = _padded_feeds(tmp_path, sample_inputs(str(raw), batch=2, seq=7))

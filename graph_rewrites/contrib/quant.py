@@ -1,0 +1,85 @@
+"""MatMulNBits: a weight-only quantised GEMM (onnxruntime-genai's int4 weights, ORT's MatMulNBitsQuantizer).
+
+B is uint8 [N, k_blocks, blob] (each byte holds 8/bits values, the low bits first), scales [N, k_blocks]
+(or flat), zero_points either packed like B ([N, ceil(k_blocks·bits/8)], default 2^(bits-1)) or in the
+scales' type ([N, k_blocks]); element k of column n is ``(q[n,k] - zp[n, k // block]) · scale[n, k //
+block]``. The expansion dequantises B with standard ops on the packed initializers (BitShift,
+BitwiseAnd / Sub, Cast, Sub, Mul, Reshape, Transpose): those nodes read no graph-input data, so
+identification sees a plain MatMul + bias whose B comes from memory, and the int4 GEMM pattern
+(warehouse/patterns/gemm_nbits.py) takes the packed weights into the kernel instead.
+
+ORT's `accuracy_level` only allows its CPU kernel to compute with lower-precision activations (level 4:
+int8); the expansion computes at the activations' precision, which is the op's definition."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from .emit import Emitter, Refused, attr, inp, out
+
+
+def unpack(e: Emitter, packed, bits: int, rank: int):
+    """uint8 [..., m] of rank `rank` -> uint8 [..., m · 8/bits], the low bits first."""
+    per = 8 // bits
+    if per == 1:
+        return packed
+    mask = (1 << bits) - 1
+    parts = []
+    for j in range(per):
+        v = packed if j == 0 else e.op("BitShift", packed, e.const(np.uint8(bits * j)), direction="RIGHT")
+        if j < per - 1:
+            if e.opset >= 18:
+                v = e.op("BitwiseAnd", v, e.const(np.uint8(mask)))
+            else:                                     # v - (v >> bits << bits)
+                hi = e.op("BitShift", e.op("BitShift", v, e.const(np.uint8(bits)), direction="RIGHT"),
+                          e.const(np.uint8(bits)), direction="LEFT")
+                v = e.op("Sub", v, hi)
+        parts.append(e.unsqueeze(v, [-1]))
+    return e.reshape(e.op("Concat", *parts, axis=-1), [0] * (rank - 1) + [-1])
+
+
+def dequantized_weight(e: Emitter, n):
+    """The [K, N] weight of MatMulNBits node `n`, in the scales' element type."""
+    b, scales, zp = inp(n, 1), inp(n, 2), inp(n, 3)
+    K, N, bits, bs = (int(attr(n, a)) for a in ("K", "N", "bits", "block_size"))
+    if bits not in (2, 4, 8):
+        raise Refused(f"bits={bits} (2, 4 and 8 expand)")
+    dt = e.need_float(scales)
+    blocks = -(-K // bs)
+    if e.facts.dtype.get(b) != TensorProto.UINT8:
+        raise Refused("B is not uint8")
+    qb = e.reshape(b, [N, blocks, bs * bits // 8])
+    q = unpack(e, qb, bits, 3)                                       # [N, blocks, bs] uint8
+    qf = e.cast(q, dt)
+    sc = e.reshape(scales, [N, blocks, 1])
+    if zp is None:
+        zpf = e.scalar(float(1 << (bits - 1)), dt)
+    elif e.facts.dtype.get(zp) == TensorProto.UINT8:
+        per_row = -(-blocks * bits // 8)
+        zq = unpack(e, e.reshape(zp, [N, per_row]), bits, 2)         # [N, per_row · 8/bits]
+        zq = e.slice(zq, 0, blocks, 1) if per_row * 8 // bits != blocks else zq
+        zpf = e.reshape(e.cast(zq, dt), [N, blocks, 1])
+    elif e.facts.dtype.get(zp) == dt:
+        zpf = e.reshape(zp, [N, blocks, 1])
+    else:
+        raise Refused("zero_points of a type other than uint8 or the scales' type")
+    w = e.reshape(e.op("Mul", e.op("Sub", qf, zpf), sc), [N, blocks * bs])
+    if blocks * bs != K:
+        w = e.slice(w, 0, K, 1)
+    return e.op("Transpose", w, perm=[1, 0])                         # [K, N]
+
+
+def matmul_nbits(e: Emitter):
+    """MatMulNBits(A, B, scales, zero_points, g_idx, bias) = A · dequant(B) + bias."""
+    n = e.node
+    if inp(n, 4):
+        raise Refused("g_idx (act-order) is given; it does not expand")
+    a = inp(n, 0)
+    dt = e.need_float(a)
+    if e.facts.dtype.get(inp(n, 2)) != dt:
+        raise Refused("scales and A have different element types")
+    w = dequantized_weight(e, n)
+    bias = inp(n, 5)
+    e.op("MatMul", a, w, out=None if bias else out(n, 0))
+    if bias:
+        e.op("Add", e.nodes[-1].output[0], bias, out=out(n, 0))

@@ -30,7 +30,7 @@ def op_histogram(model: onnx.ModelProto) -> dict:
 
 def report(result) -> dict:
     """A JSON-able report of a `RewriteResult`."""
-    before, after = result.view.model, result.model
+    before, after = getattr(result, "source", None) or result.view.model, result.model
     subgraphs = []
     for k, sg in enumerate(result.subgraphs):
         subgraphs.append({
@@ -42,12 +42,26 @@ def report(result) -> dict:
         })
     return {
         "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node),
-        "data_kernels_before": data_kernels(before, result.view),
+        "data_kernels_before": data_kernels(before, result.view if before is result.view.model else None),
         "data_kernels_after": data_kernels(after),
         "patterns": dict(Counter(s["pattern"] for s in subgraphs).most_common()),
         "ops_before": op_histogram(before), "ops_after": op_histogram(after),
         "functions": len(after.functions), "seconds": round(result.seconds, 3),
         "fp32_math": result.fp32_math,
         "subgraphs": subgraphs,
+        **contrib_report(result),
     }
+
+
+def contrib_report(result) -> dict:
+    """The contrib ops (com.microsoft) of the model: how many expanded into standard-op subgraphs, how
+    many of those fused (at least one of their nodes in a fused node) and why the others stay opaque."""
+    ex = getattr(result, "contrib", None)
+    if ex is None or not (ex.groups or ex.refused):
+        return {}
+    fused_nodes = {result.view.nodes[i].name for sg in result.subgraphs for i in sg.nodes}
+    ops = Counter(g.node.op_type for g in ex.groups)
+    fused = Counter(g.node.op_type for g in ex.groups if any(n in fused_nodes for n in g.names))
+    return {"contrib_ops": {op: {"expanded": k, "fused": fused.get(op, 0)} for op, k in sorted(ops.items())},
+            "contrib_opaque": dict(ex.refused)}
 

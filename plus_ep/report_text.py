@@ -77,12 +77,26 @@ def format_rewrite_report(rep: dict, name: str, graphs: bool = False) -> str:
         lines += [f"| {_md(p)} | {n} | {nodes[p]} |" for p, n in rep["patterns"].items()]
     else:
         lines.append("nothing to fuse")
+    lines += _contrib_lines(rep)
     if graphs:
         for s in rep["subgraphs"]:
             lines += ["", f"subgraph {s['id']} ({s['pattern']}, {len(s['nodes'])} nodes: "
                           f"{' '.join(s['ops'])}) -> {', '.join(s['outputs'])}",
                       _indent(s["pgraph"])]
     return "\n".join(lines)
+
+
+def _contrib_lines(rep: dict) -> list:
+    """com.microsoft contrib ops: each expands into the standard-op subgraph it computes, then fuses like a
+    raw export (graph_rewrites/contrib); those that do not expand stay as they are, with the reason."""
+    if not rep.get("contrib_ops") and not rep.get("contrib_opaque"):
+        return []
+    lines = ["", "contrib ops (expanded into standard ops before fusion; a node of which nothing fused keeps "
+                 "ORT's kernel):", "| op | expanded | fused |", "|---|---:|---:|"]
+    lines += [f"| {op} | {c['expanded']} | {c['fused']} |" for op, c in rep.get("contrib_ops", {}).items()]
+    for node, why in rep.get("contrib_opaque", {}).items():
+        lines.append(f"stays opaque: {node}: {why}")
+    return lines
 
 
 def format_fused_report(rep: dict, name: str, graphs: bool = False) -> str:

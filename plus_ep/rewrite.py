@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from .graph_rewrites import contrib
 from .graph_rewrites.fuse import FusedSubgraph, fuse, node_name
 from .graph_rewrites.graph import GraphView, ModelError
 from .graph_rewrites.identify import Identifier
@@ -28,6 +29,8 @@ class RewriteResult:
     seconds: float = 0.0
     kernels: object = None                               # kernels.build.stage.KernelBuild when archs given
     fp32_math: str = FP32_MATH_DEFAULT                   # fp32 GEMM/attention math of the kernels ("tf32" | "exact")
+    source: onnx.ModelProto | None = None                # the model as given (view.model has contrib ops expanded)
+    contrib: contrib.Expanded | None = None              # what each contrib op became, and the ones left opaque
 
 
 def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, progress=None,
@@ -39,6 +42,9 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
     where = "" if isinstance(model, onnx.ModelProto) else (
         "<bytes>" if isinstance(model, (bytes, bytearray)) else os.fspath(model))
     proto = check_model(proto, where)
+    source = proto
+    expanded = contrib.expand_model(proto)       # contrib ops -> their standard-op subgraphs
+    proto = expanded.model
     wh = warehouse if warehouse is not None else default_warehouse()
     if disable:
         wh = wh.without(disable)
@@ -80,9 +86,10 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs, order, host,
                                    names[k]))
     out = fuse(proto, specs, view.graph_index) if specs else proto
+    out = contrib.restore(out, expanded)         # contrib ops nothing of which fused keep ORT's kernel
     seconds = time.perf_counter() - start
     log.info("rewrote %d nodes into %d fused subgraphs in %.2fs", len(proto.graph.node), len(specs), seconds)
-    return RewriteResult(out, subgraphs, view, ident, seconds, built, fp32_math)
+    return RewriteResult(out, subgraphs, view, ident, seconds, built, fp32_math, source, expanded)
 
 
 def _node_names(subgraphs) -> list[str]:

@@ -45,9 +45,7 @@ def to_heads(e: Emitter, x, heads: int, head_size: int):
 
 def seq_range(e: Emitter, x, axis: int = 1):
     """int64 [L] = 0..x.shape[axis]-1 (a shape computation: ORT runs it, no data kernel)."""
-    n = e.dim_of(x, axis)
-    n = e.op("Squeeze", n, e.ints([0])) if e.opset >= 13 else e.op("Squeeze", n, axes=[0])
-    return e.op("Range", e.ints(0), n, e.ints(1))
+    return e.op("Range", e.ints(0), e.dim_scalar(x, axis), e.ints(1))
 
 
 def additive(e: Emitter, keep, dtype: int, filter_value: float):
@@ -220,8 +218,7 @@ def multi_head_attention(e: Emitter):
             raise Refused("past_key and past_value must both be given")
         kh = e.op("Concat", pk, kh, axis=2, out=out(n, 1))
         vh = e.op("Concat", pv, vh, axis=2, out=out(n, 2))
-        past_len = e.op("Squeeze", e.dim_of(pk, 2), e.ints([0])) if e.opset >= 13 else \
-            e.op("Squeeze", e.dim_of(pk, 2), axes=[0])
+        past_len = e.dim_scalar(pk, 2)
     else:
         for j, t in ((1, kh), (2, vh)):
             if out(n, j):

@@ -151,9 +151,12 @@ class Emitter:
         return self.op("Cast", x, to=to)
 
     def dim_of(self, x, axis: int) -> str:
-        """A 1-element int64 tensor holding x.shape[axis] (Shape with start/end: opset 15)."""
-        shape = self.op("Shape", x)
-        return self.op("Gather", shape, self.ints([axis]), axis=0)
+        """A 1-element int64 tensor holding x.shape[axis]."""
+        return self.op("Gather", self.op("Shape", x), self.ints([axis]), axis=0)
+
+    def dim_scalar(self, x, axis: int) -> str:
+        """x.shape[axis] as a rank-0 int64 tensor (the form shape inference follows into Range)."""
+        return self.op("Gather", self.op("Shape", x), self.ints(axis), axis=0)
 
     def reshape(self, x, dims) -> str:
         """Reshape to `dims`: ints (0 copies, -1 infers) or 1-element int64 tensors, concatenated."""

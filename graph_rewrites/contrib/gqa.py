@@ -7,10 +7,16 @@ The semantics, per batch row b (ORT's CPU kernel is the reference; tests compare
   them come from the cache (0 for a first prompt, where a shorter row is padding at the end).
 * New token s of row b sits at position ``past_b + s``; rotary uses that position (padding included).
 * ``present[b, :, t]`` is ``past[b, :, t]`` for ``t < past_b``, the new K/V ``t - past_b`` for
-  ``past_b <= t < past_b + S``, and 0 after. Its length is ``max(total_sequence_length, P)``: with P = the
-  past's length, the two cases of ORT's kernel are the same formula: a growing cache (``P + S`` =
-  total_sequence_length, present is past followed by the new tokens) and a shared buffer (past and present
-  are one preallocated ``max_length`` buffer, the new tokens written in place at ``past_b``).
+  ``past_b <= t < past_b + S``, and 0 after (one formula for ORT's two cache layouts: a growing cache,
+  where present is the past followed by the new tokens, and a shared buffer, where past and present are
+  one preallocated ``max_length`` buffer and the new tokens go in place at ``past_b``).
+* ORT sizes present ``max(total_sequence_length, P)`` (P = the past's length), a value known only at run
+  time; kernels need a dim the launcher can bind, so the expansion picks the layout when it expands:
+  the shared buffer (present length P) when the model declares present's length as the past's, or when
+  total_sequence_length is a constant not above P; otherwise the growing cache, P + S, which is ORT's
+  length whenever total_sequence_length = past + new tokens, i.e. how onnxruntime-genai and every caller
+  of a growing cache drive it. (Run as a growing cache with a max-length past buffer, present would come
+  out S rows longer than ORT's, the extra rows zero and never attended: the attention output is the same.)
 * Query s attends keys ``t <= past_b + s`` (and ``t > past_b + s - local_window_size`` with a window);
   excluded keys get the dtype's lowest score, so their weight is exactly 0, as ORT excludes them.
 
@@ -26,20 +32,14 @@ from .attention import additive, attend, repeat_kv, rotate, seq_range, to_heads
 from .emit import Emitter, Refused, attr, inp, np_dtype, out
 
 
-def _scalar_i64(e: Emitter, t, dt):
-    """A rank-0 int64 tensor from a 1-element tensor of any int type."""
-    v = e.cast(t, TensorProto.INT64, dt)
-    return e.reshape(v, []) if e.facts.rank(t) != 0 else v
-
-
 class CachePositions:
     """Per-row cache arithmetic of one (seqlens_k, S, P, T) combination, built once per model:
     past [B,1] (past_b), s_pos [B,S] (rotary positions), src/valid [B,T] (where present[t] comes from in
     Concat(past, new) and whether it is defined), t [T] and the total length T."""
 
-    def __init__(self, e: Emitter, seqlens, total, q_bsd, past_k):
+    def __init__(self, e: Emitter, seqlens, total, q_bsd, past_k, shared_buffer: bool):
         self.q = (q_bsd, 1)
-        S = e.dim_of(q_bsd, 1)                                       # [1] int64
+        S = e.dim_scalar(q_bsd, 1)                                   # int64 scalars: S, P, T
         b_valid = e.op("Add", e.cast(seqlens, TensorProto.INT64, e.facts.dtype.get(seqlens)), e.ints(1))  # [B]
         past = e.op("Max", e.op("Sub", b_valid, S), e.ints(0))       # [B]
         self.past = e.unsqueeze(past, [1])                           # [B,1]
@@ -48,26 +48,38 @@ class CachePositions:
         self.S = S
         if past_k is None:
             self.P = None
-            self.t_of = (q_bsd, 1)
             return
-        P = e.dim_of(past_k, 2)
+        P = e.dim_scalar(past_k, 2)
         self.P = P
-        total64 = e.reshape(e.cast(total, TensorProto.INT64, e.facts.dtype.get(total)), [1])
-        T = e.op("Max", total64, P)                                  # [1]
-        self.T = T
-        t = e.op("Range", e.ints(0), e.reshape(T, []), e.ints(1))   # [T]
+        self.width = e.op("Add", P, S)                               # P + S
+        t = e.op("Range", e.ints(0), P if shared_buffer else self.width, e.ints(1))   # [T]
         self.t = t
         before = e.op("Less", t, self.past)                          # [B,T]: from the past
         self.valid = e.op("Less", t, e.op("Add", self.past, S))      # [B,T]: defined
         from_new = e.op("Add", e.op("Sub", t, self.past), P)         # index into Concat(past, new)
         src = e.op("Where", before, t, from_new)
         self.src = e.op("Where", self.valid, src, e.ints(0))         # [B,T], in range everywhere
-        self.width = e.op("Add", P, S)                               # [1]: P + S
 
 
-def cache_positions(e: Emitter, seqlens, total, q_bsd, past_k) -> CachePositions:
+def shared_buffer(e: Emitter, node) -> bool:
+    """Whether present is the past's max-length buffer (length P) rather than a growing cache (P + S)."""
+    pk, total, present = inp(node, 3), inp(node, 6), out(node, 1)
+    if pk is None:
+        return False
+    tv = e.facts.const.get(total)
+    P = e.facts.dim(pk, 2)
+    if tv is not None and P is not None:
+        return int(np.asarray(tv).reshape(-1)[0]) <= P
+    declared, past = e.facts.shape.get(present), e.facts.shape.get(pk)
+    if declared and past and len(declared) == 4 and len(past) == 4 and declared[2] is not None:
+        return str(declared[2]) == str(past[2])
+    return False
+
+
+def cache_positions(e: Emitter, seqlens, total, q_bsd, past_k, shared: bool = False) -> CachePositions:
     facts = e.facts
-    key = ("gqa_cache", seqlens, total, _dim_key(facts, q_bsd, 1), _dim_key(facts, past_k, 2) if past_k else None)
+    key = ("gqa_cache", seqlens, total, _dim_key(facts, q_bsd, 1), _dim_key(facts, past_k, 2) if past_k else None,
+           shared)
     hit = facts.shared.get(key)
     if hit is not None:
         for t in vars(hit).values():
@@ -75,7 +87,7 @@ def cache_positions(e: Emitter, seqlens, total, q_bsd, past_k) -> CachePositions
                 e.uses_shared.add(t)
         return hit
     start = len(e.nodes)
-    cp = CachePositions(e, seqlens, total, q_bsd, past_k)
+    cp = CachePositions(e, seqlens, total, q_bsd, past_k, shared)
     facts.shared[key] = cp
     for n in e.nodes[start:]:
         for o in n.output:
@@ -94,9 +106,9 @@ def kv_update(e: Emitter, cp: CachePositions, past, new, heads: int, head_size: 
     cat = e.op("Concat", past, new, axis=2)                          # [B,N,P+S,D]
     flat = e.reshape(cat, [-1, head_size])                           # [B·N·(P+S), D]
     def row_starts():                                                # [B,N,1]: (b·N + h)·(P + S)
-        bn = e.reshape(e.op("Mul", e.dim_of(past, 0), e.ints([heads])), [])
+        bn = e.op("Mul", e.dim_scalar(past, 0), e.ints(heads))
         ramp = e.reshape(e.op("Range", e.ints(0), bn, e.ints(1)), [-1, heads, 1])
-        return e.op("Mul", ramp, e.reshape(cp.width, []))
+        return e.op("Mul", ramp, cp.width)
     rows = e.shared(("gqa_rows", id(cp), heads), row_starts)
     idx = e.op("Add", rows, e.unsqueeze(cp.src, [1]))                # [B,N,T]
     gathered = e.op("Gather", flat, idx, axis=0)                     # [B,N,T,D]
@@ -145,7 +157,7 @@ def group_query_attention(e: Emitter):
     else:
         q_, k_, v_ = q, k, v
     qh, kh, vh = to_heads(e, q_, heads, d), to_heads(e, k_, kv_heads, d), to_heads(e, v_, kv_heads, d)
-    cp = cache_positions(e, seqlens, total, q, pk)
+    cp = cache_positions(e, seqlens, total, q, pk, shared_buffer(e, n))
     if attr(n, "do_rotary", 0):
         half = e.facts.dim(cos_c, 1)
         if cos_c is None or sin_c is None or half is None:

@@ -96,9 +96,7 @@ def embed_layer_norm(e: Emitter):
         raise Refused(f"mask_index_type {attr(n, 'mask_index_type')} (only the 1-D mask index expands)")
     w = e.op("Gather", word, ids, axis=0)
     if pos_ids is None:
-        seq = e.dim_of(ids, 1)
-        pos_ids = e.op("Range", e.ints(0), e.op("Squeeze", seq, e.ints([0])) if e.opset >= 13
-                       else e.op("Squeeze", seq, axes=[0]), e.ints(1))
+        pos_ids = e.op("Range", e.ints(0), e.dim_scalar(ids, 1), e.ints(1))
     p = e.op("Gather", pos_emb, pos_ids, axis=0)
     total = e.op("Add", w, p)
     if seg_ids is not None and seg_emb is not None:

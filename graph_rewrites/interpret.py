@@ -4,7 +4,8 @@ The +Graph claims that pre-order over loop bodies is a valid program order (buil
 into the last loop of a body for that reason). This module checks that claim by running it:
 
 * Walk the tree in pre-order; every Stmt runs its ONNX node with whole-tensor semantics through
-  ``onnx.reference`` (one single-node ReferenceEvaluator per distinct node, cached by identity,
+  ``onnx.reference`` (a contrib op through its expansion, graph_rewrites/contrib, which computes what
+  ONNX Runtime's kernel for it does; one single-node ReferenceEvaluator per distinct node, cached by identity,
   built for the model's default-domain opset so e.g. ReduceSum's ``axes`` input/attribute form is
   interpreted the way the original model means it).
 * Before a Stmt runs, every tensor its node reads must exist: a feed, a constant, the output of an
@@ -65,11 +66,28 @@ _CACHE: dict = {}          # (id(node), opset) -> (node, evaluator); the node re
 _CACHE_MAX = 8192
 
 
+class _ContribEvaluator:
+    """A com.microsoft contrib node (or ORT's SimplifiedLayerNormalization) run by its expansion
+    (graph_rewrites/contrib), built for the dtypes and shapes of each call's inputs."""
+
+    def __init__(self, node: onnx.NodeProto, opset: int):
+        self.node, self.opset = node, opset
+
+    def run(self, _names, feeds):
+        from .contrib import run_node
+        res = run_node(self.node, feeds, self.opset)
+        return [res[t] for t in self.node.output if t]
+
+
 def _evaluator(node: onnx.NodeProto, opset: int):
     key = (id(node), opset)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is node:
         return hit[1]
+    from .contrib import contrib_op
+    if contrib_op(node) is not None:
+        _CACHE[key] = (node, _ContribEvaluator(node, opset))
+        return _CACHE[key][1]
     from onnx.reference import ReferenceEvaluator
     ins = list(dict.fromkeys(t for t in node.input if t))
     outs = [t for t in node.output if t]

@@ -5,6 +5,11 @@ input/output tensor is iterated by, and the operation tag. Views (Transpose, Res
 have no loops: they re-index their input. Composite ops (Softmax, LayerNormalization, ...) lower to
 the nests of their decomposition into primitive ONNX nodes, merged later by the same primitives.
 `lower()` returns None for anything it does not know: such a node stays untouched, never a crash.
+
+Contrib ops (com.microsoft Attention, SkipLayerNormalization, GroupQueryAttention, MatMulNBits, ...) lower
+through their expansion into standard ops (graph_rewrites/contrib): rewrite replaces them by those
+subgraphs before lowering, at graph level, because one of them can become several kernels (Attention:
+the Q/K/V projections and the attention core), so `lower()` only ever sees their standard ops.
 """
 from __future__ import annotations
 

@@ -21,6 +21,11 @@
 
 An op is *renderable* when it has an element expression, an index rule or a template. A test
 asserts every op lowering accepts is renderable or declares why not.
+
+Contrib ops (``com.microsoft``: Attention, SkipLayerNormalization, FastGelu, GroupQueryAttention,
+MatMulNBits, ...; ORT's SimplifiedLayerNormalization) are not entries here: graph_rewrites/contrib owns
+them and replaces each by the standard-op subgraph computing it before lowering, so this vocabulary
+covers what lowering, codegen and the interpreter meet.
 """
 from __future__ import annotations
 

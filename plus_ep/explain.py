@@ -17,6 +17,28 @@ def unrenderable(view, nodes) -> list:
     return out
 
 
+def contrib_status(result) -> list:
+    """[{node, op, status, detail}] for the model's contrib ops: 'expanded' (into which standard ops; which
+    fused subgraphs took them) or 'opaque' (why it does not expand)."""
+    ex = getattr(result, "contrib", None)
+    if ex is None:
+        return []
+    from .graph_rewrites.contrib import contrib_op
+    where = {}
+    for k, sg in enumerate(result.subgraphs):
+        for i in sg.nodes:
+            where[result.view.nodes[i].name] = (k, sg.pattern.name)
+    out = []
+    for g in ex.groups:
+        took = sorted({where[n] for n in g.names if n in where})
+        fused = ", ".join(f"{p} (subgraph {k})" for k, p in took) or "nothing fused: the node stays as it was"
+        out.append({"node": g.node.name or g.node.output[0], "op": g.node.op_type, "status": "expanded",
+                    "detail": f"{len(g.names)} standard nodes ({contrib_op(g.node).becomes}); fused into {fused}"})
+    for label, why in ex.refused.items():
+        out.append({"node": label, "op": "", "status": "opaque", "detail": why})
+    return out
+
+
 def pattern_status(verdict, name: str):
     """('exact' | 'partial' | 'no', reason) of pattern `name` in one identification verdict."""
     reasons = verdict.reasons
@@ -55,7 +77,8 @@ def explain(result, name: str, pattern) -> dict:
 
     out = {"pattern": name, "pattern_graph": pattern.graph.render() if pattern.graph is not None else None,
            "pattern_doc": pattern.doc, "seeds": len(ident.steps),
-           "unrenderable": unrenderable(view, sorted(set(ident.nests) | set(ident.refused)))}
+           "unrenderable": unrenderable(view, sorted(set(ident.nests) | set(ident.refused))),
+           "contrib": contrib_status(result)}
     if best is None:
         closest = []
         for seed, steps in list(ident.steps.items())[:5]:
@@ -120,6 +143,11 @@ def format_explanation(ex: dict, model_name: str) -> str:
     if ex.get("horizontal"):
         return _format_groups(ex, model_name)
     lines = [f"explain pattern '{name}' on {model_name} ({ex['seeds']} seeds grown)"]
+    for c in ex.get("contrib", []):
+        if c["status"] == "opaque":
+            lines.append(f"contrib op {c['node']} stays opaque (ORT runs it): {c['detail']}")
+        else:
+            lines.append(f"contrib op {c['op']} '{c['node']}' expanded into {c['detail']}")
     for u in ex.get("unrenderable", []):
         lines.append(f"with kernels (--arch) {u['op']} '{u['node']}' stays out of every subgraph: {u['reason']}")
     if not ex["found"]:

@@ -36,6 +36,7 @@ class Facts:
     opset: int = 17
     shared: dict = field(default_factory=dict)     # memo key -> tensor name (made by an earlier expansion)
     shared_nodes: dict = field(default_factory=dict)   # tensor name -> the Emitter group that made it
+    declared: dict = field(default_factory=dict)   # graph input/output -> its shape as the model declares it
 
     def rank(self, t):
         s = self.shape.get(t)

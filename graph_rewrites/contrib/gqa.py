@@ -12,7 +12,8 @@ The semantics, per batch row b (ORT's CPU kernel is the reference; tests compare
   one preallocated ``max_length`` buffer and the new tokens go in place at ``past_b``).
 * ORT sizes present ``max(total_sequence_length, P)`` (P = the past's length), a value known only at run
   time; kernels need a dim the launcher can bind, so the expansion picks the layout when it expands:
-  the shared buffer (present length P) when the model declares present's length as the past's, or when
+  the shared buffer (present length P) when the model's graph inputs and outputs declare present's
+  length as the past's (the same dim), or when
   total_sequence_length is a constant not above P; otherwise the growing cache, P + S, which is ORT's
   length whenever total_sequence_length = past + new tokens, i.e. how onnxruntime-genai and every caller
   of a growing cache drive it. (Run as a growing cache with a max-length past buffer, present would come
@@ -70,7 +71,7 @@ def shared_buffer(e: Emitter, node) -> bool:
     P = e.facts.dim(pk, 2)
     if tv is not None and P is not None:
         return int(np.asarray(tv).reshape(-1)[0]) <= P
-    declared, past = e.facts.shape.get(present), e.facts.shape.get(pk)
+    declared, past = e.facts.declared.get(present), e.facts.declared.get(pk)
     if declared and past and len(declared) == 4 and len(past) == 4 and declared[2] is not None:
         return str(declared[2]) == str(past[2])
     return False

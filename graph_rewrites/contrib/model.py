@@ -85,8 +85,13 @@ def expand_model(model: onnx.ModelProto) -> Expanded:
         return Expanded(model, model, refused=refused)
     from ..graph import GraphView
     view = GraphView.build(model)
+    declared = {}
+    for vi in list(model.graph.input) + list(model.graph.output):
+        if vi.type.tensor_type.HasField("shape"):
+            declared[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                                 for d in vi.type.tensor_type.shape.dim]
     facts = Facts(dtype=dict(view.dtypes), shape=dict(view.shapes), const=_Initializers(model, view.consts),
-                  opset=opset)
+                  opset=opset, declared=declared)
     nodes, inits, groups, refused = [], [], [], {}
     for node in model.graph.node:
         if contrib_op(node) is None:

@@ -51,12 +51,14 @@ def reference(case: Case) -> dict:
     return run_ort(single_node_model(case), case.feeds)
 
 
-def run_ort(model: onnx.ModelProto, feeds: dict) -> dict:
+def run_ort(model, feeds: dict) -> dict:
+    """Outputs by name of `model` (ModelProto or path) on ORT CPU, graph optimizations off."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     names = {i.name for i in sess.get_inputs()}
     res = sess.run(None, {k: v for k, v in feeds.items() if k in names})
     return dict(zip([o.name for o in sess.get_outputs()], res))

@@ -5,7 +5,6 @@ padded prompt and on decode steps, and every fused subgraph runs on the +Graph i
 tests/emulated/test_contrib_kernels.py."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 

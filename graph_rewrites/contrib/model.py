@@ -11,7 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..index import GraphIndex, describe_node, implicit_inputs
-from . import contrib_op, expand_node
+from .table import contrib_op, expand_node
 from .emit import Facts, Refused
 
 log = logging.getLogger("plus_ep.contrib")

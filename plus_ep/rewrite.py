@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from .graph_rewrites import contrib
+from .graph_rewrites.contrib import decoders
 from .graph_rewrites.fuse import FusedSubgraph, fuse, node_name
 from .graph_rewrites.graph import GraphView, ModelError
 from .graph_rewrites.identify import Identifier
@@ -56,6 +57,7 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         raise
     ident = Identifier(view, wh, kernels=bool(archs))
     subgraphs = ident.run() if fusable_opset(proto) else []
+    subgraphs = decoders.attach(view, subgraphs)   # MatMulNBits weights decoded inside their GEMM's kernel
     built = None
     names = _node_names(subgraphs)      # decided once: the kernel build's plans and warnings, fuse()'s nodes
     if archs:

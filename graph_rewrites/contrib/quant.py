@@ -12,10 +12,14 @@ ORT's `accuracy_level` only allows its CPU kernel to compute with lower-precisio
 int8); the expansion computes at the activations' precision, which is the op's definition."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from onnx import TensorProto
 
 from .emit import Emitter, Refused, attr, inp, out
+
+DECODER = "plus_ep.nbits "      # doc_string prefix of the node ending a weight-dequantisation chain
 
 
 def unpack(e: Emitter, packed, bits: int, rank: int):
@@ -66,7 +70,11 @@ def dequantized_weight(e: Emitter, n):
     w = e.reshape(e.op("Mul", e.op("Sub", qf, zpf), sc), [N, blocks * bs])
     if blocks * bs != K:
         w = e.slice(w, 0, K, 1)
-    return e.op("Transpose", w, perm=[1, 0])                         # [K, N]
+    out = e.op("Transpose", w, perm=[1, 0])                          # [K, N]
+    # what a kernel needs to decode the weight itself (graph_rewrites/contrib/decoders.py)
+    e.nodes[-1].doc_string = DECODER + json.dumps({"K": K, "N": N, "bits": bits, "block_size": bs, "packed": b,
+                                                    "scales": scales, "zero_points": zp}, sort_keys=True)
+    return out
 
 
 def matmul_nbits(e: Emitter):

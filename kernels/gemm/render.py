@@ -9,6 +9,7 @@ from ..codegen import dtypes, symdim
 from .. import routes
 from ..codegen.cexpr import attr, lit
 from ..codegen.forward import bind_forward, emit_stores, forward_map
+from . import configs as gemm_configs, nbits
 from .hooks import frontier, gemm_hooks, hook_text
 from .norm_render import cluster_variants
 from ..codegen.pull import RenderError, describe
@@ -66,9 +67,13 @@ def render_gemm(job):
     if seed.op_type not in ("MatMul", "Gemm"):
         raise RenderError(f"{describe(seed)}: the gemm template grows from MatMul or Gemm")
     em = job.emitter()
-    a, b, dt = _operands(job, em, seed)
+    nb = (job.roles or {}).get("nbits")       # B decoded from MatMulNBits' packed weights (nbits.py)
+    a, b, dt = _nbits_operands(job, em, seed) if nb else _operands(job, em, seed)
     batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
-    ka, kb = job.inputs.index(a), job.inputs.index(b)
+    ka = job.inputs.index(a)
+    kb = ka if nb else job.inputs.index(b)
+    if nb:
+        trans_b = True                       # the decoder reads B as [N][K]
     nbatch = symdim.numel(batch)
 
     # ---- the accumulator and what follows it --------------------------------------------------
@@ -82,7 +87,7 @@ def render_gemm(job):
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
-    if row_nodes:     # sm_90a, static N <= 4096: one kernel over a thread-block cluster (norm_render.py)
+    if row_nodes and not nb:     # sm_90a, static N <= 4096: one kernel over a thread-block cluster
         one = cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, side,
                                (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt))
         if one:
@@ -108,8 +113,27 @@ def render_gemm(job):
     emit_stores(em, fwd, epi)     # every subgraph output, including one the row program also reads
     emit_stores(em, fwd, to_scratch)
     hooks = gemm_hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)
+    menu = None
+    if nb:
+        hooks += nbits.chunk_hook(job, em, nb)
+        menu = gemm_configs.configs(routes.gemm_math(dt, job.fp32_math))    # gemm.cuh's menu on every arch
     extra += job.side_kernels(side)
-    return _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=not row_nodes)
+    return _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=not row_nodes,
+                     menu=menu)
+
+
+def _nbits_operands(job, em, seed):
+    """A (from memory) and B (the decoded weight, computed inside the subgraph) of a MatMulNBits GEMM."""
+    if seed.op_type != "MatMul":
+        raise RenderError(f"{describe(seed)}: a quantised B is decoded for MatMul only")
+    a, b = seed.input[0], seed.input[1]
+    if a not in job.inputs:
+        raise RenderError(f"{describe(seed)}: operand A '{a}' is computed inside the subgraph; the gemm template "
+                          "reads its operands from memory")
+    dt = em.dtype(a)
+    if dt not in dtypes.FLOATS or em.dtype(b) != dt:
+        raise RenderError(f"{describe(seed)}: operand types {dt}/{em.dtype(b)} (need one float type)")
+    return a, b, dt
 
 
 def render_gemm_group(job):
@@ -186,12 +210,14 @@ def _bind_acc(em, seed) -> str:
     return cout
 
 
-def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=True, m_fastest_hook=""):
+def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=True, m_fastest_hook="",
+              menu=None):
     """One variant per route: (name, prefix, kernels, condition). `m_fastest`: every store is contiguous
-    along m; `m_fastest_hook`: the source of plus_epi_m_fastest(args, b) when that holds per batch index."""
+    along m; `m_fastest_hook`: the source of plus_epi_m_fastest(args, b) when that holds per batch index;
+    `menu`: the configs to choose from (default: the arch's menu)."""
     out = []
     choices = routes.gemm_routes(M, N, K, nbatch, dt, job.target, job.syms,
-                                 allow_splitk=allow_splitk)
+                                 allow_splitk=allow_splitk, menu=menu)
     max_split = max(s for _, _, s in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
         job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split},*,4,*")

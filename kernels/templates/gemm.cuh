@@ -31,6 +31,12 @@
 //   float plus_prologue_a(const PlusArgs&, long long b, long long m, long long k, float x)
 //        optional (PLUS_HAS_PROLOGUE_A): applied once to every in-range A element of a tile after it
 //        has landed in shared memory and before the MMA reads it (out-of-range zero fill is untouched)
+//   template <int W> void plus_b_chunk(const PlusArgs&, long long b, long long n, long long k, int avail,
+//                                      float (&v)[W])
+//        with PLUS_B_NBITS 1 (and PLUS_B_TRANS 1): B is not read through plus_b_ptr but decoded by the hook,
+//        W consecutive elements B[n][k..k+W) at a time (k a multiple of W; v[j] for j >= avail must be
+//        0): a weight-only quantised B (MatMulNBits) is dequantised in the mainloop, on its way into the
+//        B stage (MATH 1/2) or the staging registers (MATH 0), with synchronous loads
 //   void plus_epilogue(const PlusArgs&, long long b, long long m, long long n, float acc)
 //        default: out[0][(b*M + m)*N + n] = plus_cvt<plus_c_t>(acc); plus_c_t defaults to plus_ab_t
 //        (typedef it and #define PLUS_HAS_C_T for another output type)
@@ -71,6 +77,12 @@
 #endif
 #ifndef PLUS_B_TRANS
 #define PLUS_B_TRANS 0
+#endif
+#ifndef PLUS_B_NBITS
+#define PLUS_B_NBITS 0
+#endif
+#if PLUS_B_NBITS && !PLUS_B_TRANS
+#error "gemm.cuh: PLUS_B_NBITS decodes a [N][K] B (PLUS_B_TRANS 1)"
 #endif
 #ifndef PLUS_ALIGNED
 #define PLUS_ALIGNED 0
@@ -227,7 +239,16 @@ PLUS_DEV void fetch(const PlusArgs& args, const Block& blk, Stage& st, const plu
     const int c = tid + i * PLUS_THREADS;
     st.b[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (B_CHUNKS % PLUS_THREADS == 0 || c < B_CHUNKS) {
-#if PLUS_B_TRANS
+#if PLUS_B_NBITS
+      const int r = c / KC, k = k0 + (c % KC) * 4, n = blk.n0 + r;
+      const int avail = n < blk.N ? min(4, blk.kend - k) : 0;
+      if (avail > 0) {
+        float v[4];
+        plus_b_chunk<4>(args, blk.b, n, k, avail, v);
+        st.b[i] = make_float4(v[0], v[1], v[2], v[3]);
+      }
+      (void)B; (void)ldb; (void)vec_b;
+#elif PLUS_B_TRANS
       const int r = c / KC, k = k0 + (c % KC) * 4, n = blk.n0 + r;
       const int avail = n < blk.N ? min(4, blk.kend - k) : 0;
       if (avail > 0) st.b[i] = load4(B + (long long)n * ldb + k, avail, vec_b);
@@ -428,6 +449,38 @@ PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0
   }
 }
 
+#if PLUS_B_NBITS
+// The B tile [BN][BK] of a quantised B: each 16-byte chunk (CE consecutive k of one n) is decoded by
+// plus_b_chunk and written to shared memory at the chunk's (swizzled) place, as load_tile's guarded path.
+template <int R, int C, int LDS, bool SWZ>
+PLUS_DEV void load_tile_nbits(const PlusArgs& args, long long b, plus_ab_t* s, int n0, int n_lim, int k0, int k_lim) {
+  constexpr int CPR = C / CE;
+  constexpr int TOTAL = R * CPR;
+  constexpr int ITERS = (TOTAL + PLUS_THREADS - 1) / PLUS_THREADS;
+#pragma unroll 1
+  for (int i = 0; i < ITERS; ++i) {
+    const int c = threadIdx.x + i * PLUS_THREADS;
+    if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
+      const int r = c / CPR, cc = (c % CPR) * CE;
+      const int n = n0 + r, k = k0 + cc;
+      int avail = n < n_lim ? k_lim - k : 0;
+      avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
+      float v[CE];
+#pragma unroll
+      for (int j = 0; j < CE; ++j) v[j] = 0.f;
+      if (avail > 0) plus_b_chunk<CE>(args, b, n, k, avail, v);
+      union {
+        uint4 u;
+        plus_ab_t e[CE];
+      } w;
+#pragma unroll
+      for (int j = 0; j < CE; ++j) w.e[j] = plus_cvt<plus_ab_t>(v[j]);
+      *(uint4*)(s + r * LDS + chunk_pos<SWZ>(r, cc / CE) * CE) = w.u;
+    }
+  }
+}
+#endif
+
 PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* smem) {
   plus_ab_t* As0 = (plus_ab_t*)smem;
   plus_ab_t* Bs0 = As0 + PLUS_STAGES * PLUS_GEMM_A_STAGE;
@@ -454,7 +507,11 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
     const int k0 = blk.kbeg + kt * PLUS_BK;
     load_tile<PLUS_BM, PLUS_BK, PLUS_GEMM_LDA_S, KSWZ>(As0 + stage * PLUS_GEMM_A_STAGE, A, lda, blk.m0, blk.M, k0,
                                                  blk.kend, vec_a);
-#if PLUS_B_TRANS
+#if PLUS_B_NBITS
+    load_tile_nbits<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S, KSWZ>(args, blk.b, Bs0 + stage * PLUS_GEMM_B_STAGE, blk.n0,
+                                                       blk.N, k0, blk.kend);
+    (void)B; (void)ldb; (void)vec_b;
+#elif PLUS_B_TRANS
     load_tile<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S, KSWZ>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, blk.n0, blk.N, k0,
                                                  blk.kend, vec_b);
 #else

@@ -302,3 +302,22 @@ def genai_feeds(model: onnx.ModelProto, batch: int, seq: int, past: int, seed: i
             dt = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
             f[name] = r.standard_normal((batch, dims[1].dim_value, past, dims[3].dim_value)).astype(dt)
     return f
+
+
+def genai_greedy(run, model: onnx.ModelProto, prompt_ids, new_tokens: int) -> list:
+    """Greedy decoding of a `genai_llama` model for batch 1 with a growing KV cache: the prompt, then one
+    token per step, each step's present K/V fed back as the next past. `run(feeds) -> outputs by name`
+    (an ORT session, or the rewritten model on PlusEP's kernels). Returns the new tokens."""
+    kv = [vi for vi in model.graph.input if vi.name.startswith("past_key_values.")]
+    past = {vi.name: np.zeros((1, vi.type.tensor_type.shape.dim[1].dim_value, 0, vi.type.tensor_type.shape.dim[3].dim_value),
+                              helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)) for vi in kv}
+    ids = np.asarray([list(prompt_ids)], np.int64)
+    tokens, total = [], 0
+    for _ in range(new_tokens):
+        total += ids.shape[1]
+        out = run({"input_ids": ids, "attention_mask": np.ones((1, total), np.int64), **past})
+        nxt = int(np.argmax(out["logits"][0, -1].astype(np.float32)))
+        tokens.append(nxt)
+        past = {n: out[n.replace("past_key_values", "present")] for n in past}
+        ids = np.asarray([[nxt]], np.int64)
+    return tokens

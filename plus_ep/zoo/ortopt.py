@@ -309,8 +309,13 @@ def genai_greedy(run, model: onnx.ModelProto, prompt_ids, new_tokens: int) -> li
     token per step, each step's present K/V fed back as the next past. `run(feeds) -> outputs by name`
     (an ORT session, or the rewritten model on PlusEP's kernels). Returns the new tokens."""
     kv = [vi for vi in model.graph.input if vi.name.startswith("past_key_values.")]
-    past = {vi.name: np.zeros((1, vi.type.tensor_type.shape.dim[1].dim_value, 0, vi.type.tensor_type.shape.dim[3].dim_value),
-                              helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)) for vi in kv}
+    cos = next((t for t in model.graph.initializer if t.name == "cos_cache"), None)
+
+    def empty(vi):       # [1, kv heads, 0, head size]; the builder leaves the head size symbolic (kv_cache_dim)
+        d = vi.type.tensor_type.shape.dim
+        head = d[3].dim_value or (2 * cos.dims[1] if cos is not None else 0)
+        return np.zeros((1, d[1].dim_value, 0, head), helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    past = {vi.name: empty(vi) for vi in kv}
     ids = np.asarray([list(prompt_ids)], np.int64)
     tokens, total = [], 0
     for _ in range(new_tokens):

@@ -168,6 +168,7 @@ def partition(original, rewritten) -> list[dict]:
         return []       # already rewritten: the EP claims its Fused nodes itself
     index = GraphIndex(original.graph)
     nodes, producer = index.nodes, index.producer
+    known = set(producer) | {i.name for i in original.graph.input} | {t.name for t in original.graph.initializer}
     groups = []
     for f in rewritten.graph.node:
         if not is_fused(f):
@@ -176,6 +177,12 @@ def partition(original, rewritten) -> list[dict]:
         if "plus_plan" not in attrs:
             continue
         boundary = {i for i in f.input if i}
+        if not boundary <= known or any(o and o not in producer for o in f.output):
+            # a contrib op the rewrite expanded into several fused nodes (Attention: the Q/K/V group and the
+            # attention): its pieces read or write values the model does not have, so ORT keeps the node
+            log.info("PlusEP planner: %s reads or writes values the model does not name (an expanded contrib "
+                     "op); its nodes stay with the next provider", f.name)
+            continue
         members, stack = set(), [producer[o] for o in f.output if o in producer]
         while stack:
             k = stack.pop()

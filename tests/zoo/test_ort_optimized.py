@@ -102,3 +102,26 @@ def test_genai_form_matches_the_real_builder(tmp_path):
                  for n in m.graph.node if n.domain == "com.microsoft" and n.op_type != "MatMulNBits"}
         return io, ops, attrs
     assert sig(ours) == sig(real)
+
+
+def test_plugin_ep_planner_claims_only_groups_of_model_nodes():
+    """The plugin EP claims groups of the model's own nodes: a fused node reading or writing values of an
+    expansion (the Q/K/V group and the attention of an Attention node; FastGelu's constants) is not a group
+    of the model's nodes, so ORT keeps those contrib nodes (they were claimed with wrong members before);
+    MatMul + SkipLayerNormalization (a LayerNormalization node at opset 17: no new constant) is claimed."""
+    from plus_ep.ep import partition
+    model = onnx.load(str(ortopt.bert_optimized("O3", layers=LAYERS)))
+    r = rewrite_detailed(model)
+    for n in r.model.graph.node:          # partition() reads the launch plan's presence only
+        if n.domain == "ai.plus_ep":
+            n.attribute.append(onnx.helper.make_attribute("plus_plan", "plan"))
+    groups = partition(model, r.model)
+    ops = {n.output[0]: n.op_type for n in model.graph.node}
+    claimed = [sorted(ops[m] for m in g["members"]) for g in groups]
+    assert claimed.count(["MatMul", "SkipLayerNormalization"]) == 2 * LAYERS
+    members = [m for g in groups for m in g["members"]]
+    assert len(members) == len(set(members))                     # disjoint
+    assert not any("Attention" in c or "FastGelu" in c for c in claimed)
+    for g in groups:                                             # each group computes its fused node's outputs
+        assert set(g["outputs"]) <= set(g["members"]) | {o for n in model.graph.node for o in n.output
+                                                        if n.output[0] in g["members"]}

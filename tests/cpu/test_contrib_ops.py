@@ -106,3 +106,17 @@ def test_a_model_without_contrib_ops_is_untouched():
     ex = contrib.expand_model(plain)
     assert ex.model is plain and not ex.groups and not ex.refused
     assert contrib.restore(plain, ex) is plain
+
+
+def test_the_interpreter_runs_a_contrib_statement():
+    """A +Graph statement holding a contrib node runs by the node's expansion (interpret.py), giving what
+    ORT's kernel gives."""
+    from plus_ep.graph_rewrites.interpret import run_pgraph
+    from plus_ep.graph_rewrites.ploop import Loop, PGraph, Stmt
+    case = next(c for c in CASES if c.name == "SkipSimplifiedLayerNorm_float32")
+    loop = Loop(10, True, ["skipSimplifiedLayerNormalization"], [Stmt(case.node, "skipSimplifiedLayerNormalization")])
+    pg = PGraph([loop], inputs=["x", "skip", "g"], outputs=["y", "sum"])
+    got = run_pgraph(pg, {k: case.feeds[k] for k in ("x", "skip", "g")}, opset=17)
+    want = cc.reference(case)
+    for name in ("y", "sum"):
+        assert cc.rel_err(got[name], want[name]) <= case.tol

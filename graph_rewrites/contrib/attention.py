@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from .emit import Emitter, Refused, attr, inp, out
+from .emit import Emitter, Refused, attr, inp, np_dtype, out
 
 
 # ---- the attention core --------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def key_mask(e: Emitter, mask, keys, batch_of, dtype: int, filter_value: float, 
 
     def make():
         if kind.startswith("raw"):
-            keep = e.op("Greater", mask, e.const(np.zeros((), dtype=_np_int(e.facts.dtype.get(mask)))))
+            keep = e.op("Greater", mask, e.const(np.zeros((), np_dtype(e.facts.dtype.get(mask, TensorProto.INT32)))))
             m = additive(e, keep, dtype, filter_value)
             return e.unsqueeze(m, [1, 2] if rank == 2 else [1])
         t = seq_range(e, *keys)                                            # [T]
@@ -115,11 +115,6 @@ def causal_mask(e: Emitter, queries, keys, past, dtype: int, filter_value: float
     key = ("causal", _sym(e.facts, *queries) or queries, _sym(e.facts, *keys) or keys, past, dtype,
            float(filter_value))
     return e.shared(key, make)
-
-
-def _np_int(dt):
-    return {TensorProto.INT32: np.int32, TensorProto.INT64: np.int64, TensorProto.BOOL: np.bool_,
-            TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}.get(dt, np.int32)
 
 
 # ---- Attention (BERT) ----------------------------------------------------------------------------

@@ -125,3 +125,14 @@ def test_plugin_ep_planner_claims_only_groups_of_model_nodes():
     for g in groups:                                             # each group computes its fused node's outputs
         assert set(g["outputs"]) <= set(g["members"]) | {o for n in model.graph.node for o in n.output
                                                         if n.output[0] in g["members"]}
+
+
+def test_explain_says_what_each_contrib_op_became():
+    from plus_ep.explain import explain, format_explanation
+    from plus_ep.warehouse import default_warehouse
+    r = rewrite_detailed(str(ortopt.bert_optimized("O2", layers=LAYERS)))
+    ex = explain(r, "attention", default_warehouse().get("attention"))
+    att = [c for c in ex["contrib"] if c["op"] == "Attention"]
+    assert len(att) == LAYERS and all("gemm_group" in c["detail"] and "attention" in c["detail"] for c in att)
+    text = format_explanation(ex, "bert-O2.onnx")
+    assert "contrib op BiasGelu" in text and "fused into gemm" in text

@@ -18,8 +18,9 @@ import re
 import sympy
 
 from ...graph_rewrites import ops
-from . import dtypes, symdim
+from . import dtypes, row_check, symdim
 from .cexpr import attr, lit
+from .forward import forward_map
 from .pointwise import bounds
 from .pull import Emitter, RenderError, describe
 
@@ -71,6 +72,8 @@ class RowProgram:
         self.scalars: list = []     # tile mode: per-row scalars, in plus_rt_stat[k][r] order
         self._open = None           # tile mode: (memo, indent, first new scalar) of the open per-row scope
         self._passes = 0
+        self.external = set(em.bound)   # tensors the caller bound (a GEMM-side x): not the rows' statistics
+        self._fwd = None
 
     # ---- indices -----------------------------------------------------------------------------
     def x_index(self, row="row", j="j") -> list:
@@ -86,6 +89,51 @@ class RowProgram:
         if self.trailing and sympy.simplify(symdim.numel(shp) - self.rows * self.length) == 0:
             return self.em.delinear(f"{row} * {self.em.c(self.length)} + {j}", shp)
         raise RenderError(f"output '{t}' of shape {shp} is not laid out like the rows {self.x_shape}")
+
+    def _forward(self) -> dict:
+        """tensor -> (index, conditions) of the element that element (row, j) of the rows becomes, for every
+        tensor reached from the rows (x and the row-shaped results) element-wise, through Transposes,
+        the Reshape family, Casts, Slices and Splits (forward.py)."""
+        if self._fwd is None:
+            em, fwd = self.em, {}
+            seeds = [self.nodes[0].input[0]] + [o for n in self.nodes for o in n.output[:1] if o]
+            for seed in seeds:
+                shp = em.shape(seed)
+                if len(shp) == len(self.x_shape) and all(
+                        sympy.simplify(a - b) == 0 for a, b in zip(shp, self.x_shape)):
+                    for t, where in forward_map(em, seed, self.x_index()).items():
+                        fwd.setdefault(t, where)
+            dep = {o for n in self.nodes for o in n.output if o}
+            for n in em.nodes:
+                if any(i in dep for i in n.input if i):
+                    dep.update(o for o in n.output if o)
+            self._fwd = {t: w for t, w in fwd.items() if t in dep}     # the statistics-bearing ones
+        return self._fwd
+
+    def store_index(self, t):
+        """(index, conditions) at which the thread at (row, j) stores row-shaped output `t`: the element
+        that (row, j) becomes when `t` is the rows' result in another layout (e.g. returned transposed),
+        so it is normalised with its own row's statistics; else `t`'s element at (row, j) (index_of)."""
+        fwd = self._forward()
+        if t in fwd:
+            return fwd[t]
+        return self.index_of(t), []
+
+    def split_stores(self, stores: dict) -> tuple:
+        """(per-row outputs, row-shaped outputs) of `stores`; RenderError for an output that is neither."""
+        per_row, row_shaped = {}, {}
+        for t, where in stores.items():
+            if t in self._forward():
+                row_shaped[t] = where
+                continue
+            try:
+                self.index_of(t)
+                row_shaped[t] = where
+            except RenderError:
+                if self.per_row_index(t) is None:
+                    raise
+                per_row[t] = where
+        return per_row, row_shaped
 
     # ---- code --------------------------------------------------------------------------------
     def _scalar(self, name, expr):
@@ -207,13 +255,21 @@ class RowProgram:
                 self._bind_norm(node, k)
 
     def _stores(self, stores: dict, index=None):
-        """Store each output at its index (index_of: row-shaped, at (row, j); or `index`, e.g. per_row_index)."""
+        """Store each output at its index (store_index: row-shaped, the element (row, j) becomes; or
+        `index`, e.g. per_row_index), under the conditions of a sliced output."""
         em = self.em
         for t, (ptr, dt) in stores.items():
-            idx = (index or self.index_of)(t)
+            idx, conds = (index(t), []) if index else self.store_index(t)
+            saved_memo, saved_indent = dict(em.memo), em.indent
+            if conds:
+                em.emit(f"if ({' && '.join(conds)}) {{")
+                em.indent = saved_indent + "  "
             val, ct = em.value(t, idx)
             em.emit(dtypes.store(dt, ptr, em.linear(idx, em.shape(t)),
                                  dtypes.convert(val, ct, dtypes.compute(dt))))
+            if conds:
+                em.indent, em.memo = saved_indent, saved_memo
+                em.emit("}")
 
     def per_row_index(self, t, row="row"):
         """Index of `t` at `row` when `t` holds one value per row (a reduction's own output, keepdims 0 or
@@ -229,18 +285,11 @@ class RowProgram:
         """The kernel; `stores` maps output tensor -> (pointer expr, dtype). Row-shaped outputs are stored
         by every thread over the row; per-row outputs (a reduction's result) once, by thread 0."""
         em = self.em
+        row_check.check(self, stores)
         em.reset()
         em.indent = "    "
         self._bind_all()
-        per_row, row_shaped = {}, {}
-        for t, where in stores.items():
-            try:
-                self.index_of(t)
-                row_shaped[t] = where
-            except RenderError:
-                if self.per_row_index(t) is None:
-                    raise
-                per_row[t] = where
+        per_row, row_shaped = self.split_stores(stores)
         if per_row:
             em.emit("if (threadIdx.x == 0) {")
             saved_indent, saved_memo = em.indent, dict(em.memo)
@@ -348,6 +397,9 @@ class RowProgram:
         if not self.trailing:
             raise RenderError(f"{describe(self.nodes[0])}: the row tile reduces trailing axes only")
         em = self.em
+        if self.split_stores(stores)[0]:
+            raise RenderError(f"{describe(self.nodes[0])}: the row tile stores no per-row outputs")
+        row_check.check(self, stores, tile=True)
         self.tile, self.scalars, self._open, self._passes, self._decls = True, [], None, 0, []
         em.reset()
         em.indent = "  "

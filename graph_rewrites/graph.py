@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from . import shape_fold
 from .errors import ModelError  # noqa: F401  (graph.ModelError: where the API and tests import it)
 from .index import GraphIndex
 from .ops import SHAPE_OPS
@@ -22,6 +23,7 @@ from .ops import SHAPE_OPS
 log = logging.getLogger("plus_ep.graph")
 
 SMALL_CONST = 4096            # elements: initializers up to this size are kept by value
+MAX_FOLD_ROUNDS = 4           # shape_fold rounds when inference leaves invented dims
 
 
 @dataclass
@@ -70,24 +72,23 @@ class GraphView:
     # ------------------------------------------------------------------------------------------
     def _infer_shapes(self):
         light = _strip_weights(self.model)
-        inferred = None
-        try:   # fast path: onnx's inference, kept when every dim is built from the input symbols
-            quick = onnx.shape_inference.infer_shapes(light, data_prop=True)
-            if _dims_from_inputs(quick):
-                inferred = quick
-        except Exception as exc:
-            log.debug("onnx shape inference failed: %s", exc)
-        if inferred is None:
-            try:   # follows Shape->Gather->Concat->Reshape chains of TorchScript exports
-                inferred = _ort_symbolic_shapes(light)
-            except Exception as exc:  # unknown ops, custom domains
-                log.debug("symbolic shape inference failed (%s); using onnx shape inference", exc)
-        if inferred is None:
-            try:
-                inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
-            except Exception as exc:
-                log.warning("shape inference failed: %s; loop sizes will be symbolic", exc)
-                inferred = light
+        inferred = _infer(light)
+        for _ in range(MAX_FOLD_ROUNDS):    # dims inference invented: fold static shape arithmetic, infer again
+            if inferred is light or _dims_from_inputs(inferred):
+                break
+            consts = shape_fold.fold(light, inferred)
+            if not consts:
+                break
+            light = shape_fold.with_constants(light, consts)
+            again = _infer(light)
+            if again is light:
+                break
+            inferred = again
+            for t, v in consts.items():
+                self.dtypes.setdefault(t, numpy_helper.from_array(np.asarray(v)).data_type)
+                self.shapes[t] = list(np.shape(v))
+                if v.dtype.kind in "iub" and v.size <= SMALL_CONST:
+                    self.consts.setdefault(t, v)
         g = inferred.graph
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             tt = vi.type.tensor_type
@@ -121,6 +122,30 @@ class GraphView:
 
     def node_label(self, i: int) -> str:
         return self.graph_index.label(i)
+
+
+def _infer(light: onnx.ModelProto) -> onnx.ModelProto:
+    """Shapes of `light`: onnx's inference when its dims all come from the input symbols, else ORT's symbolic
+    inference, else onnx's whatever it gives; `light` itself when everything failed."""
+    inferred = None
+    try:   # fast path: onnx's inference, kept when every dim is built from the input symbols
+        quick = onnx.shape_inference.infer_shapes(light, data_prop=True)
+        if _dims_from_inputs(quick):
+            inferred = quick
+    except Exception as exc:
+        log.debug("onnx shape inference failed: %s", exc)
+    if inferred is None:
+        try:   # follows Shape->Gather->Concat->Reshape chains of TorchScript exports
+            inferred = _ort_symbolic_shapes(light)
+        except Exception as exc:  # unknown ops, custom domains
+            log.debug("symbolic shape inference failed (%s); using onnx shape inference", exc)
+    if inferred is None:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+        except Exception as exc:
+            log.warning("shape inference failed: %s; loop sizes will be symbolic", exc)
+            inferred = light
+    return inferred
 
 
 def _dim(d) -> int | str | None:

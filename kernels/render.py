@@ -24,6 +24,7 @@ from .wire.plan import Launch, Plan, Route, check_bound, input_tokens
 from ..limits import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
 from .codegen.pull import Emitter, RenderError
 from .codegen.row import ROW_OPS, RowProgram
+from ..graph_rewrites.ops import SHAPE_OPS
 from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
 
 HEADER = '#include "plus_common.cuh"\n'
@@ -110,9 +111,11 @@ class Job:
         return f"args.out[{k}]", self.view.dtypes[t]
 
     def depends_on(self, roots) -> set:
+        """Tensors whose values depend on `roots`' values (a Shape/Size output depends on a shape only: the
+        support nodes of a Reshape, e.g. Swin's batch size, are side outputs a point-wise kernel stores)."""
         dep = set(roots)
         for n in self.nodes:
-            if any(i in dep for i in n.input if i):
+            if n.op_type not in SHAPE_OPS and any(i in dep for i in n.input if i):
                 dep.update(o for o in n.output if o)
         return dep
 

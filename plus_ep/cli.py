@@ -23,7 +23,7 @@ import onnx
 from .explain import explain, format_explanation, format_pattern_list
 from .kernels.arch import ARCHS
 from .options import FP32_MATH_DEFAULT, FP32_MATHS, cli_archs
-from .report_text import format_fused_report, format_rewrite_report, fused_report, is_rewritten
+from .report_text import format_fused_report, format_kernel_check, format_rewrite_report, fused_report, is_rewritten
 
 log = logging.getLogger("plus_ep")
 
@@ -135,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--graphs", action="store_true", help="print each fused subgraph's +Graph")
     ins.add_argument("--disable", metavar="PATTERN", nargs="+", default=[], action="extend",
                      help="warehouse patterns not to use")
+    ins.add_argument("--arch", metavar="ARCHS", default="auto",
+                     help="render every subgraph's kernels for these archs (no NVRTC compile) and report what a "
+                          "build delivers: subgraphs whose kernels cannot be rendered stay unfused, each listed "
+                          "once with its reason (default: as for rewrite; 'none': fusion only)")
     ins.set_defaults(func=cmd_inspect)
 
     ex = sub.add_parser("explain", parents=[common], help="show a pattern's best partial match and why it stopped",
@@ -263,7 +267,7 @@ def cmd_rewrite(args) -> int:
         raise UsageError(f"{args.output}: is a directory")
     archs = resolve_archs(args.arch)
     result = rewrite_detailed(args.input, disable=tuple(args.disable), archs=archs,
-                              progress=None, fp32_math=args.fp32_math)
+                              progress=None, fp32_math=args.fp32_math, warn=False)
     rep = report(result)
     if result.kernels is not None:
         for _, name, reason in result.kernels.failures:
@@ -429,13 +433,19 @@ def cmd_inspect(args) -> int:
         else:
             print(format_fused_report(rep, args.model, graphs=args.graphs))
         return 0
-    result = rewrite_detailed(model, disable=tuple(args.disable))
+    archs = resolve_archs(args.arch)
+    result = rewrite_detailed(model, disable=tuple(args.disable), archs=archs or None, compile_kernels=False,
+                              warn=False)
     rep = report(result)
+    failures = [{"node": name, "reason": reason} for _, name, reason in sorted(result.kernels.failures)] \
+        if result.kernels is not None else []
     if args.json:
-        print(json.dumps({"model": args.model, "rewritten": False, **rep}, indent=2))
+        print(json.dumps({"model": args.model, "rewritten": False, **rep, "kernel_archs": archs,
+                          "kernel_failures": failures}, indent=2))
     else:
         print(format_rewrite_report(rep, args.model, graphs=args.graphs))
         print(f"fp32 math: {rep['fp32_math']} ({_FP32_MATH_NOTE[rep['fp32_math']]})")
+        print(format_kernel_check(archs, len(rep["subgraphs"]), failures))
     return 0
 
 

@@ -114,6 +114,21 @@ def format_fused_report(rep: dict, name: str, graphs: bool = False) -> str:
     return "\n".join(lines)
 
 
+def format_kernel_check(archs, fused: int, failures: list) -> str:
+    """What `plus-ep inspect` adds about the kernels: the archs rendered, and each subgraph a build leaves
+    unfused with its reason (once; the counts above already leave them out)."""
+    if not archs:
+        return "kernels: not checked (--arch none): a build may leave some of these subgraphs unfused"
+    head = (f"kernels: rendered for {','.join(archs)} (NVRTC not run: a compile failure would still leave a "
+            "subgraph unfused)")
+    if not failures:
+        return f"{head}; all {fused} fused subgraphs get kernels"
+    lines = [f"{head}; {len(failures)} subgraphs get no kernels and stay with ONNX Runtime "
+             f"(not counted above):"]
+    lines += [f"  {f['node']}: {f['reason']}" for f in failures]
+    return "\n".join(lines)
+
+
 def _indent(text: str, pad: str = "    ") -> str:
     return "\n".join(pad + line for line in text.splitlines())
 

@@ -35,9 +35,11 @@ class RewriteResult:
 
 
 def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, progress=None,
-                     fp32_math=FP32_MATH_DEFAULT) -> RewriteResult:
+                     fp32_math=FP32_MATH_DEFAULT, compile_kernels: bool = True, warn: bool = True) -> RewriteResult:
     """Identify and fuse. With `archs` (e.g. ["sm_80", "sm_90"]) every fused node also carries its
-    launch plan and compiled kernels; subgraphs whose kernels fail stay unfused (with a warning)."""
+    launch plan and compiled kernels; subgraphs whose kernels fail stay unfused (with one warning each
+    unless `warn` is False: result.kernels.failures lists them). `compile_kernels=False` renders the
+    kernels without compiling them (what `plus-ep inspect` reports): the model carries plans, no images."""
     start = time.perf_counter()
     proto = load_model(model)
     where = "" if isinstance(model, onnx.ModelProto) else (
@@ -63,16 +65,21 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
     if archs:
         from .kernels.build.stage import build_kernels
         built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
-                              fp32_math=fp32_math, node_names=names)
+                              fp32_math=fp32_math, node_names=names,
+                              compile=compile_kernels)
         split = {k for k, _, _ in built.failures if getattr(subgraphs[k], "parts", None)}
         if split:     # a horizontal group whose kernels failed: build its members one by one instead
-            for k, name, _ in built.failures:
+            for k, name, why in built.failures:
                 if k in split:
-                    log.warning("%s: building its %d members as separate nodes", name, len(subgraphs[k].parts))
+                    log.info("%s: building its %d members as separate nodes (%s)", name, len(subgraphs[k].parts), why)
             subgraphs = [p for k, sg in enumerate(subgraphs) for p in (sg.parts if k in split else [sg])]
             names = _node_names(subgraphs)
             built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
-                                  fp32_math=fp32_math, node_names=names)
+                                  fp32_math=fp32_math, node_names=names,
+                                  compile=compile_kernels)
+        if warn:
+            for _, name, reason in sorted(built.failures):
+                log.warning("%s stays unfused: %s", name, reason)
         kept = sorted(built.attrs)      # the subgraphs whose kernels were built; the others stay unfused
         subgraphs, names = [subgraphs[k] for k in kept], [names[k] for k in kept]
         kernel_attrs = [built.attrs[k] for k in kept]
@@ -88,6 +95,8 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs, order, host,
                                    names[k]))
     out = fuse(proto, specs, view.graph_index) if specs else proto
+    if specs:
+        _shape_values_from_inputs(view, out, subgraphs)
     out = contrib.restore(out, expanded)         # contrib ops nothing of which fused keep ORT's kernel
     seconds = time.perf_counter() - start
     log.info("rewrote %d nodes into %d fused subgraphs in %.2fs", len(proto.graph.node), len(specs), seconds)
@@ -99,6 +108,22 @@ def _node_names(subgraphs) -> list[str]:
     number, so the warning's "plus_ep/gemm/1 stays unfused" never names a fused node, and the launcher's
     errors name the node its plan names."""
     return [node_name(sg.pattern.name, k) for k, sg in enumerate(subgraphs)]
+
+
+def _shape_values_from_inputs(view, out, subgraphs) -> None:
+    """Shape values a fused node's support nodes compute (Shape -> Gather of an inner tensor, moved in so the
+    contraction stays acyclic) and nodes outside read: computed for those readers from the graph inputs'
+    shapes instead (graph_rewrites/shape_fold.py), so they wait for no kernel output."""
+    from .graph_rewrites.shape_fold import input_shape_values
+    names = []
+    for sg in subgraphs:
+        for t in view.graph_index.boundary(sg.nodes)[1]:
+            p = view.producer.get(t)
+            if p is not None and not view.is_data_node(p) and t not in view.outputs:
+                names.append(t)
+    if names:
+        n = input_shape_values(view, out, names)
+        log.debug("%d shape values of fused nodes read from the graph inputs' shapes instead", n)
 
 
 def rewrite(model, warehouse=None, disable=(), archs=None, **kw) -> onnx.ModelProto:

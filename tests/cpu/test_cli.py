@@ -128,6 +128,36 @@ def test_inspect_table_and_json(chain, capsys):
     assert "loop0 [" in capsys.readouterr().out
 
 
+def test_inspect_reports_what_a_build_delivers(chain, capsys, monkeypatch):
+    """inspect renders the kernels (no compile) for --arch: a subgraph whose kernels cannot be rendered is
+    left out of the counts and listed once with its reason (issue 23: Swin's report said 175 -> 77 data
+    kernels where the build gave 151, and each reason was printed two or three times)."""
+    assert cli.main(["inspect", str(chain), "--arch", "sm_80,sm_90a"]) == 0
+    out = capsys.readouterr()
+    assert "kernels: rendered for sm_80,sm_90a" in out.out and "all 2 fused subgraphs get kernels" in out.out
+    fused_after = json.loads((cli.main(["inspect", str(chain), "--json", "--arch", "sm_80"]), capsys.readouterr().out)[1])
+    assert fused_after["kernel_failures"] == []
+
+    from plus_ep.kernels.build import stage as kernel_build
+    from plus_ep.kernels.codegen.pull import RenderError
+    real = kernel_build.render
+
+    def render(view, sg, ins, outs, node_name="fused", **kw):
+        if "/softmax/" in node_name:
+            raise RenderError(f"{node_name}: injected refusal")
+        return real(view, sg, ins, outs, node_name=node_name, **kw)
+    monkeypatch.setattr(kernel_build, "render", render)
+    assert cli.main(["inspect", str(chain), "--arch", "sm_80,sm_90a"]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert text.count("injected refusal") == 1, text            # once, though two archs were rendered
+    assert "1 subgraphs get no kernels and stay with ONNX Runtime" in out.out
+    assert "| Softmax | 1 | 1 |" in out.out                      # the counts leave the refused subgraph out
+    rep = json.loads((cli.main(["inspect", str(chain), "--json", "--arch", "sm_80"]), capsys.readouterr().out)[1])
+    assert [f["reason"] for f in rep["kernel_failures"]] == ["plus_ep/softmax/1: injected refusal"]
+    assert rep["data_kernels_after"] == 2
+
+
 def test_inspect_rewritten_model_reports_fused_nodes(chain, tmp_path, capsys):
     out = tmp_path / "out.onnx"
     assert cli.main(["rewrite", str(chain), "-o", str(out)]) == 0

@@ -1,4 +1,4 @@
-"""The row kernel's row-ownership check (kernels/row_check.py, issue 23): an output element whose value
+"""The row kernel's row-ownership check (kernels/codegen/row_check.py, issue 23): an output element whose value
 needs the statistics of another row than the one its thread block owns is refused with a reason instead
 of being computed with the wrong row's mean/rstd. Render-level, no kernels run."""
 import pytest

@@ -22,8 +22,9 @@ from . import match, ops
 from .build import build
 from .fuse import contract_units, order_units
 from .graph import GraphView
-from .lowering import lower_all
+from .lowering import lower_all, roll_groups
 from .horizontal import group_horizontal
+from .placement import conv_tail_reason
 from .ploop import PGraph
 from .subgraph import Subgraph  # noqa: F401  (identify.Subgraph: where callers import it)
 
@@ -66,6 +67,7 @@ class Identifier:
         self.view, self.warehouse = view, list(warehouse)
         self.index = view.graph_index
         self.nests = lower_all(view)
+        self.rolls = roll_groups(view)    # roll Concat -> its Slices (no nests): they join with the Concat
         self.refused: dict = {}          # node -> why the codegen cannot render it (kernels=True)
         if kernels:
             for i in list(self.nests):
@@ -77,6 +79,7 @@ class Identifier:
         self.steps: dict = {}            # seed -> [Step]
         self.groups: list = []           # horizontal step: {pattern, a, members, status, reason}
         self.support: set = set()        # shape-only nodes already moved into a subgraph
+        self.placed: dict = {}           # seed -> (nodes, reason): grown, then left to ORT (placement.py)
         self._verdicts: dict = {}
 
     def acyclic_with(self, nodes) -> bool:
@@ -203,7 +206,7 @@ class Identifier:
             nonlocal last
             if c in members or c not in unfused or c in rejected:
                 return False
-            trial = sorted(set(members) | {c} | self.shape_support(c, members))
+            trial = sorted(set(members) | {c} | set(self.rolls.get(c, ())) | self.shape_support(c, members))
             if not self.acyclic_with(trial):
                 steps.append(Step(c, role, False, Verdict(reasons={"*": "would create a cycle"})))
                 rejected.add(c)
@@ -250,7 +253,14 @@ class Identifier:
         return {p for p in self.index.producers_of(members) if p in self.nests}
 
     def _consumers(self, members):
-        return {u for u in self.index.consumers_of(members) if u in self.nests}
+        """Consumers with nests; a roll's Slices stand for their Concat (its view nest reads their source)."""
+        out = set()
+        for u in self.index.consumers_of(members):
+            if u in self.nests:
+                out.add(u)
+            else:
+                out.update(c for c, parts in self.rolls.items() if u in parts and c in self.nests)
+        return out
 
     # ---- Algorithm 1 -------------------------------------------------------------------------
     def run(self) -> list:
@@ -264,6 +274,11 @@ class Identifier:
             if sub is None or all(self.nests[i][0].kind == "view" for i in sub.nodes if i in self.nests) \
                     or not sub.outputs:      # dead code (nothing reads it): leave it to ORT
                 unfused.discard(seed)
+                continue
+            why = conv_tail_reason(self.view, sub)
+            if why is not None:              # placement.py: ORT's Conv kernel takes this tail
+                self.placed[seed] = (sub.nodes, why)
+                unfused.difference_update(sub.nodes)
                 continue
             unfused.difference_update(sub.nodes)
             self.support.update(i for i in sub.nodes if i not in self.nests)

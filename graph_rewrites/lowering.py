@@ -96,9 +96,19 @@ def lower_all(view: GraphView, strict: bool = False) -> dict:
     """Node index -> nests for every data node of the graph that lowers. Nodes holding subgraphs
     (If/Loop/Scan) stay out. strict=True raises on a data node the lowering does not know."""
     nests = {}
+    rolls = roll_groups(view)
+    parts = {p for ps in rolls.values() for p in ps}
     for i, node in enumerate(view.nodes):
         if not view.is_data_node(i) or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                            for a in node.attribute):
+            continue
+        if i in parts:          # a roll's Slices: the Concat's view nest stands for them (roll_groups)
+            continue
+        if i in rolls:
+            src = view.nodes[rolls[i][0]].input[0]
+            shape = view.shape(src)
+            nests[i] = [Nest(node, "roll", "view", [], {src: [()] * len(shape)}, {node.output[0]: []},
+                             view={node.output[0]: [(j,) for j in range(len(shape))]})]
             continue
         lowered = lower(view, node)
         if lowered is not None:
@@ -106,6 +116,84 @@ def lower_all(view: GraphView, strict: bool = False) -> dict:
         elif strict:
             raise ValueError(f"pattern uses {view.node_label(i)}, which the lowering does not know")
     return nests
+
+
+def roll_groups(view: GraphView) -> dict:
+    """Concat node -> its Slice nodes, for every Concat of step-1 Slices of one tensor along one axis whose
+    ranges tile that axis (torch.roll as the exporters write it: Concat(x[s:], x[:s])), each Slice read by
+    that Concat only. Such a group is a permutation of x's elements along the axis: it lowers to one view
+    nest (identity axes) and fuses as a unit (identify.py takes the Slices with the Concat)."""
+    out = {}
+    for i, node in enumerate(view.nodes):
+        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        got = _roll_parts(view, node)
+        if got is not None:
+            out[i] = got
+    return out
+
+
+def _roll_parts(view, node):
+    shape = view.shape(node.output[0])
+    ax = _attr(node, "axis")
+    if shape is None or ax is None:
+        return None
+    ax %= len(shape)
+    parts, srcs, ranges = [], set(), []
+    for t in node.input:
+        p = view.producer.get(t)
+        sl = view.nodes[p] if p is not None else None
+        if sl is None or sl.op_type != "Slice" or len(view.consumers.get(t, ())) != 1 or t in view.outputs:
+            return None
+        rng = _slice_range(view, sl, ax)
+        if rng is None:
+            return None
+        parts.append(p)
+        srcs.add(sl.input[0])
+        ranges.append(rng)
+    if len(srcs) != 1:
+        return None
+    src_shape = view.shape(next(iter(srcs)))
+    if src_shape is None or [str(d) for d in src_shape] != [str(d) for d in shape] or not isinstance(shape[ax], int):
+        return None
+    at, left = 0, sorted(ranges)
+    for lo, hi in left:
+        if lo != at:
+            return None
+        at = hi
+    return parts if at == shape[ax] else None
+
+
+def _slice_range(view, node, ax):
+    """[lo, hi) along `ax` of a step-1 Slice with constant starts/ends that leaves its other axes whole."""
+    import numpy as np
+    shape = view.shape(node.input[0])
+
+    def arg(k):
+        return view.const(node.input[k]) if len(node.input) > k and node.input[k] else None
+    starts, ends, axes, steps = arg(1), arg(2), arg(3), arg(4)
+    if any(len(node.input) > k and node.input[k] and arg(k) is None for k in (3, 4)):
+        return None
+    if shape is None or starts is None or ends is None or not isinstance(shape[ax], int):
+        return None
+    starts, ends = [int(v) for v in np.asarray(starts).reshape(-1)], [int(v) for v in np.asarray(ends).reshape(-1)]
+    axes = [int(v) % len(shape) for v in np.asarray(axes).reshape(-1)] if axes is not None else list(range(len(starts)))
+    steps = [int(v) for v in np.asarray(steps).reshape(-1)] if steps is not None else [1] * len(starts)
+    lo, hi = 0, shape[ax]
+    for s_, e_, a, st in zip(starts, ends, axes, steps):
+        if st != 1:
+            return None
+        d = shape[a]
+        if not isinstance(d, int):
+            return None
+        b = max(0, min(d, s_ + d if s_ < 0 else s_))
+        e = max(0, min(d, e_ + d if e_ < 0 else e_))
+        if a != ax:
+            if (b, e) != (0, d):
+                return None
+            continue
+        lo, hi = b, e
+    return (lo, hi) if lo < hi else None
 
 
 def lower(view: GraphView, node: onnx.NodeProto) -> list | None:
@@ -141,6 +229,10 @@ def _lower_one(ctx: _Ctx, node) -> Nest | None:
         return _gemm(ctx, node)
     if op == "Gather":
         return _gather(ctx, node)
+    if op == "Pad" and ops.pad_reason(node, ctx.view) is not None:
+        return None                 # only constant pads (and value) are fused: the loops depend on them
+    if op == "Pad":
+        return _injective(ctx, node)
     if op == "Split":
         return _split(ctx, node)
     if op in INJECTIVE:

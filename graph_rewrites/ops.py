@@ -85,7 +85,7 @@ for _n in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"):
 _add("Transpose", "view", role="view", index=True)
 
 # ---- injective -------------------------------------------------------------------------------
-for _n in ("Expand", "Slice", "Concat", "Split", "Gather", "Tile", "Trilu"):
+for _n in ("Expand", "Slice", "Concat", "Split", "Gather", "Tile", "Trilu", "Pad"):
     _add(_n, "injective", index=True)
 
 # ---- reductions, GEMM, composites ------------------------------------------------------------
@@ -149,6 +149,8 @@ def unrenderable_reason(node, view=None) -> str | None:
         return None
     if node.op_type == "Trilu" and len(node.input) > 1 and node.input[1] and view.const(node.input[1]) is None:
         return "Trilu's k is not a constant"
+    if node.op_type == "Pad":
+        return pad_reason(node, view)
     if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1] and (
             node.output[1] in view.consumers or node.output[1] in view.outputs):
         return "Dropout's mask output is read; the codegen passes only its data through"
@@ -156,6 +158,38 @@ def unrenderable_reason(node, view=None) -> str | None:
         mode = view.const(node.input[2])
         if mode is None or mode.size != 1 or bool(mode.reshape(-1)[0]):
             return "Dropout's training_mode is not a constant false: it may drop elements at random"
+    return None
+
+
+def pad_amounts(node, view):
+    """(begins, ends) per axis of a constant-mode Pad whose pads (and axes) are constants, else None."""
+    import numpy as np
+    if attr(node, "mode", b"constant") not in (b"constant", "constant") or len(node.input) < 2 or not node.input[1]:
+        return None
+    pads = view.const(node.input[1])
+    rank = len(view.shape(node.input[0]) or [])
+    if pads is None or not rank:
+        return None
+    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
+    axes = list(range(rank))
+    if len(node.input) > 3 and node.input[3]:
+        a = view.const(node.input[3])
+        if a is None:
+            return None
+        axes = [int(x) % rank for x in np.asarray(a).reshape(-1)]
+    if len(pads) != 2 * len(axes):
+        return None
+    begins, ends = [0] * rank, [0] * rank
+    for k, ax in enumerate(axes):
+        begins[ax], ends[ax] = pads[k], pads[k + len(axes)]
+    return begins, ends
+
+
+def pad_reason(node, view) -> str | None:
+    if pad_amounts(node, view) is None:
+        return "Pad is rendered only in constant mode with constant pads"
+    if len(node.input) > 2 and node.input[2] and view.const(node.input[2]) is None:
+        return "Pad's constant_value is not a constant"
     return None
 
 

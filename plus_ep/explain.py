@@ -75,10 +75,13 @@ def explain(result, name: str, pattern) -> dict:
         if best is None or key > best[0]:
             best = (key, seed, steps, status, matched)
 
+    placed = getattr(ident, "placed", {})
     out = {"pattern": name, "pattern_graph": pattern.graph.render() if pattern.graph is not None else None,
            "pattern_doc": pattern.doc, "seeds": len(ident.steps),
            "unrenderable": unrenderable(view, sorted(set(ident.nests) | set(ident.refused))),
-           "contrib": contrib_status(result)}
+           "contrib": contrib_status(result),
+           "placed": [{"seed": label(s), "nodes": [label(i) for i in nodes], "reason": why}
+                      for s, (nodes, why) in sorted(placed.items())]}
     if best is None:
         closest = []
         for seed, steps in list(ident.steps.items())[:5]:
@@ -109,7 +112,8 @@ def explain(result, name: str, pattern) -> dict:
                            "graph": graph.render() if graph is not None else None},
                steps=rows, stopped=stopped,
                fused_as=None if fused is None else {"subgraph": fused[0], "pattern": fused[1].pattern.name,
-                                                     "nodes": [label(i) for i in fused[1].nodes]})
+                                                     "nodes": [label(i) for i in fused[1].nodes]},
+               left_to_ort=placed[seed][1] if seed in placed else None)
     return out
 
 
@@ -150,6 +154,9 @@ def format_explanation(ex: dict, model_name: str) -> str:
             lines.append(f"contrib op {c['op']} '{c['node']}' expanded into {c['detail']}")
     for u in ex.get("unrenderable", []):
         lines.append(f"with kernels (--arch) {u['op']} '{u['node']}' stays out of every subgraph: {u['reason']}")
+    if ex.get("placed"):
+        lines.append(f"placement: {len(ex['placed'])} grown subgraphs left to ONNX Runtime (graph_rewrites/placement.py), "
+                     f"e.g. {', '.join(ex['placed'][0]['nodes'])}: {ex['placed'][0]['reason']}")
     if not ex["found"]:
         lines += [f"'{name}' never matched, even partially, any grown subgraph.",
                   "closest refusals (first seeds):"]
@@ -159,7 +166,9 @@ def format_explanation(ex: dict, model_name: str) -> str:
     fused = ex["fused_as"]
     lines.append(f"best match: grown from {ex['seed_op']} '{ex['seed']}', {ex['matched_steps']} accepted "
                  f"step{'s' if ex['matched_steps'] != 1 else ''} with '{name}' exact or partial")
-    if fused is None:
+    if ex.get("left_to_ort"):
+        lines.append(f"final result: {ex['left_to_ort']}")
+    elif fused is None:
         lines.append("final result: this seed's growth was not fused")
     else:
         lines.append(f"final result: fused as '{fused['pattern']}' (subgraph {fused['subgraph']}, "

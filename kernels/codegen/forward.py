@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sympy
 
+from ...graph_rewrites import ops
 from . import cexpr, dtypes
 from .cexpr import attr
 from .pull import VIEW_OPS, Emitter, RenderError, describe
@@ -27,7 +28,7 @@ def forward_map(em: Emitter, src: str, idx: list, barriers=()) -> dict:
         if not mapped or node.op_type in barriers or id(node) in barriers:
             continue
         first = fwd[mapped[0]]
-        if any(fwd[m] != first for m in mapped[1:]):
+        if any(fwd[m] != first for m in mapped[1:]) and node.op_type != "Concat":
             continue        # two differently indexed copies of the result meet: not element-wise
         in_idx, conds = first
         in_shape = em.shape(mapped[0])
@@ -42,6 +43,14 @@ def forward_map(em: Emitter, src: str, idx: list, barriers=()) -> dict:
             got = _slice(em, node, in_idx, in_shape)
             if got is not None:
                 fwd[node.output[0]] = (got[0], conds + got[1])
+        elif op == "Pad":
+            got = _pad(em, node, in_idx, in_shape)
+            if got is not None:
+                fwd[node.output[0]] = (got[0], conds + got[1])
+        elif op == "Concat":
+            got = _concat_of_slices(em, node, fwd)
+            if got is not None:
+                fwd[node.output[0]] = got
         elif op == "Split":
             ax = em._axis(attr(node, "axis", 0), len(in_shape))
             offset = sympy.Integer(0)
@@ -84,6 +93,90 @@ def _slice(em, node, idx, shape):
         if sympy.simplify(hi - d) != 0:
             conds.append(f"({idx[ax]}) < {em.c(hi)}")
     return out, conds
+
+
+def _pad(em, node, idx, shape):
+    """A Pad whose pads are all <= 0 (none, or a crop): each element lands at idx + begin, where it is
+    inside. Padding would leave output elements nobody computes: not followed."""
+    amounts = ops.pad_amounts(node, em.view)
+    if amounts is None or any(b > 0 or e > 0 for b, e in zip(*amounts)):
+        return None
+    out, conds = list(idx), []
+    for ax, (b, e) in enumerate(zip(*amounts)):
+        if b < 0:
+            conds.append(f"({idx[ax]}) >= {-b}LL")
+            out[ax] = f"({idx[ax]}) - {-b}LL"
+        if e < 0:
+            conds.append(f"({idx[ax]}) < {em.c(shape[ax] + e)}")
+    return out, conds
+
+
+def _concat_of_slices(em, node, fwd):
+    """Concat of step-1 Slices of one forward-reached tensor that tile its axis (a torch.roll: x[s:], x[:s]):
+    each element lands in exactly one part, at its offset. The index along the axis is a sum over the
+    parts of (the slice's range condition) * (the position in the output); the other axes must agree.
+    None for anything else."""
+    ax = attr(node, "axis")
+    parts = [t for t in node.input if t]
+    if ax is None or not parts:
+        return None
+    ax = em._axis(ax, len(em.shape(node.output[0])))
+    srcs, ranges, terms, offset = set(), [], [], sympy.Integer(0)
+    for t in parts:
+        sl = em.producer.get(t)
+        if t not in fwd or sl is None or sl.op_type != "Slice" or sl.input[0] not in fwd:
+            return None
+        got = _slice_range(em, sl, ax)
+        if got is None:
+            return None
+        srcs.add(sl.input[0])
+        ranges.append(got)
+        idx, conds = fwd[t]
+        terms.append((idx, conds, offset))
+        offset += got[1] - got[0]
+    if len(srcs) != 1:
+        return None
+    d = em.shape(srcs.pop())[ax]
+    at, left = sympy.Integer(0), list(ranges)       # the ranges must chain from 0 to d without overlap
+    while left:
+        nxt = next((r for r in left if sympy.simplify(r[0] - at) == 0), None)
+        if nxt is None:
+            return None
+        left.remove(nxt)
+        at = nxt[1]
+    if sympy.simplify(at - d) != 0:
+        return None
+    base = terms[0][0]
+    if any(any(a != b for k, (a, b) in enumerate(zip(idx, base)) if k != ax) for idx, _, _ in terms):
+        return None
+    pos = " + ".join(f"({' && '.join(c) or '1'}) * (({idx[ax]}) + {em.c(off)})" for idx, c, off in terms)
+    out = list(base)
+    out[ax] = f"({pos})"
+    return out, []
+
+
+def _slice_range(em, node, ax):
+    """[lo, hi) along `ax` of a step-1 Slice with constant starts/ends (other axes untouched), else None."""
+    try:
+        starts, ends = em._const_ints(node, 1), em._const_ints(node, 2)
+    except RenderError:
+        return None
+    shape = em.shape(node.input[0])
+    axes = em._const_ints(node, 3, list(range(len(starts))))
+    steps = em._const_ints(node, 4, [1] * len(starts))
+    lo, hi = sympy.Integer(0), shape[ax]
+    for s_, e_, a, st in zip(starts, ends, axes, steps):
+        a = em._axis(a, len(shape))
+        d = shape[a]
+        if a != ax:
+            if st != 1 or s_ not in (0,) or not (e_ >= 2**62 or sympy.simplify(e_ - d) == 0):
+                return None
+            continue
+        if st != 1:
+            return None
+        lo = d + s_ if s_ < 0 else sympy.Integer(s_)
+        hi = d + e_ if e_ < 0 else (d if e_ >= 2**62 else sympy.Integer(e_))
+    return lo, hi
 
 
 def bind_forward(em: Emitter, fwd: dict, src: str):

@@ -65,6 +65,8 @@ class Emitter:
         self._n = 0
         self.indent = "  "
         self._delin = []         # (index tuple, shape, linear expr) from delinear(), to undo in linear()
+        self.guards: list[str] = []   # conditions under which the values being pulled are used (Concat branches,
+        #                               Pad's inside test): a read outside them is never used (row_check.py)
 
     # ---- shapes and types ----------------------------------------------------------------------
     def shape(self, t) -> list:
@@ -249,6 +251,8 @@ class Emitter:
             return self._trilu(node, t, idx)
         if op == "Slice":
             return self._slice(node, idx)
+        if op == "Pad":
+            return self._pad(node, idx)
         if op == "Split":
             return self._split(node, t, idx)
         if op == "Concat":
@@ -355,6 +359,37 @@ class Emitter:
             out[ax] = f"{base} + ({idx[ax]}) * {st}" if st != 1 else f"{base} + {idx[ax]}"
         return self.value(src, out)
 
+    def _pad(self, node, idx):
+        """Constant-mode Pad: the input element at idx - begin, or the constant outside the input (a
+        negative pad crops: the index moves and nothing is outside)."""
+        amounts = ops.pad_amounts(node, self.view)
+        if amounts is None:
+            raise RenderError(f"{describe(node)}: {ops.pad_reason(node, self.view)}")
+        src = node.input[0]
+        shape = self.shape(src)
+        out, inside = list(idx), []
+        for ax, (b, e) in enumerate(zip(*amounts)):
+            if b:
+                out[ax] = f"({idx[ax]}) - {b}LL"
+            if b > 0:
+                inside.append(f"({out[ax]}) >= 0")
+            if b > 0 or e > 0:
+                inside.append(f"({out[ax]}) < {self.c(shape[ax])}")
+        if not inside:
+            return self.value(src, out)
+        fill = self._const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        ct = dtypes.compute(self.dtype(node.output[0]))
+        fill = _lit(np.asarray(fill).reshape(-1)[0] if fill is not None else 0, ct)
+        ok = self.tmp(" && ".join(inside), "bool", "p")
+        # every padded axis reads element 0 where the output is padding: the load stays in bounds
+        padded = {ax for ax, (b, e) in enumerate(zip(*amounts)) if b > 0 or e > 0}
+        src_idx = [self.tmp(f"{ok} ? {o} : 0LL", "long long", "p") if ax in padded else o
+                   for ax, o in enumerate(out)]
+        self.guards.append(" && ".join(inside))
+        v, vct = self.value(src, src_idx)
+        self.guards.pop()
+        return self.tmp(f"{ok} ? {dtypes.convert(v, vct, ct)} : {fill}", ct), ct
+
     def _split(self, node, t, idx):
         src = node.input[0]
         shape = self.shape(src)
@@ -391,7 +426,11 @@ class Emitter:
             else:
                 self.emit(f"{head} ({cond}) {{")
             self.indent = saved_indent + "  "
+            lo = f"({idx[ax]}) >= {self.c(offset)}" if offset != 0 else None
+            hi = cond if n < len(parts) - 1 else None
+            self.guards.append(" && ".join(c for c in (lo, hi) if c) or "1")
             e, ect = self.value(inp, sub)
+            self.guards.pop()
             self.emit(f"{name} = {dtypes.convert(e, ect, ct)};")
             self.indent = saved_indent
             self.memo = dict(saved_memo)

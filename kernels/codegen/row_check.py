@@ -34,13 +34,14 @@ class _Unprovable(Exception):
 class _Recording(dict):
     """Emitter.bound that records the index of every read of a bound tensor."""
 
-    def __init__(self, reads: list, ctx: list):
+    def __init__(self, reads: list, ctx: list, em):
         super().__init__()
-        self._reads, self._ctx = reads, ctx
+        self._reads, self._ctx, self._em = reads, ctx, em
 
     def __setitem__(self, t, fn):
         def rec(idx, t=t, fn=fn):
-            self._reads.append((t, list(idx), self._ctx[0]))
+            where, conds = self._ctx[0]
+            self._reads.append((t, list(idx), (where, conds + list(self._em.guards))))
             return fn(idx)
         super().__setitem__(t, rec)
 
@@ -139,7 +140,7 @@ def check(prog, stores: dict, tile: bool = False) -> None:
     subs = sample_dims(em)
     probe = Emitter(em.view, em.nodes, em.inputs, symdim.Symbols(), subs=subs)
     reads, ctx = [], [("the row reductions", [])]
-    probe.bound = _Recording(reads, ctx)
+    probe.bound = _Recording(reads, ctx, probe)
     external = set(prog.external)
     for t in external:
         probe.bound[t] = lambda idx: ("xin", "float")
@@ -169,7 +170,7 @@ def check(prog, stores: dict, tile: bool = False) -> None:
         try:
             vals = [np.broadcast_to(_c_eval(str(i), env), r.shape) for i in idx]
             live = np.ones(r.shape, bool)
-            for c in conds:      # a conditional store (a Slice of the rows) reads only where it stores
+            for c in conds:      # a conditional store, a Concat branch, Pad's inside: reads only where used
                 live &= np.broadcast_to(_c_eval(c, env), r.shape).astype(bool)
         except _Unprovable as exc:
             raise RenderError(f"{_who(prog, t)}: {where} reads '{t}' at an index the row kernel cannot "

@@ -214,12 +214,12 @@ def failed_rewrites(data: dict) -> list[str]:
 
 
 def parse_args(argv):
-    from plus_ep.zoo import EXPORTERS, FAMILIES, SIZES
+    from plus_ep.zoo import CORE_FAMILIES, EXPORTERS, SIZES
 
     ap = argparse.ArgumentParser(prog="python -m bench.fusion", description=__doc__.splitlines()[0])
     ap.add_argument("--size", choices=SIZES, default="small")
     ap.add_argument("--layers", type=int, default=None, help="override the zoo's layer count")
-    ap.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    ap.add_argument("--families", nargs="+", choices=CORE_FAMILIES, default=list(CORE_FAMILIES))
     ap.add_argument("--exporters", nargs="+", choices=EXPORTERS, default=list(EXPORTERS))
     ap.add_argument("--compile-arch", default="none",
                     help="also compile the kernels for this arch (e.g. sm_90) into a temporary cache")

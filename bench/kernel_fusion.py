@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     tmp = None if args.cache else tempfile.TemporaryDirectory(prefix="plus_ep_kernel_fusion_")
     cache = KernelCache(args.cache or tmp.name)
     runs = []
-    families = [] if args.families == ["none"] else args.families or zoo.FAMILIES
+    families = [] if args.families == ["none"] else args.families or zoo.CORE_FAMILIES   # wild ones: bench/wild_families.py
     for family in families:
         for exporter in args.exporters or zoo.EXPORTERS:
             try:

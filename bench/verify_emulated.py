@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     from plus_ep.rewrite import rewrite_detailed
     from plus_ep.verification.check import verify
     ap = argparse.ArgumentParser()
-    default = ["demo"] + [f"{f}-{e}" for f in zoo.FAMILIES for e in zoo.EXPORTERS]
+    default = ["demo"] + [f"{f}-{e}" for f in zoo.CORE_FAMILIES for e in zoo.EXPORTERS]
     ap.add_argument("--models", default=",".join(default))
     ap.add_argument("--modes", default="exact,tf32,fp16")
     ap.add_argument("--batch", type=int, default=None, help="one shape for every run (default: verify's own: "

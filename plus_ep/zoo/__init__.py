@@ -28,14 +28,14 @@ from __future__ import annotations
 import onnx
 
 from .cache import cache_dir
-from .configs import ATTN_IMPLEMENTATION, EXPORTERS, FAMILIES, SIZES, config
+from .configs import ATTN_IMPLEMENTATION, CORE_FAMILIES, EXPORTERS, FAMILIES, SIZES, WILD_FAMILIES, config
 from .exporters import OPSET, compare_with_torch
 from .exporters import export as _export
 from ..feeds import metadata, sample_inputs
 from ._deps import MissingModelsExtra
 
 __all__ = [
-    "FAMILIES", "EXPORTERS", "SIZES", "OPSET", "ATTN_IMPLEMENTATION",
+    "FAMILIES", "CORE_FAMILIES", "WILD_FAMILIES", "EXPORTERS", "SIZES", "OPSET", "ATTN_IMPLEMENTATION",
     "export", "load", "config", "sample_inputs", "metadata", "cache_dir",
     "compare_with_torch", "MissingModelsExtra",
 ]
@@ -46,6 +46,6 @@ def export(family, exporter, size="small", layers=None, cache_dir=None, **kwargs
     return _export(family, exporter, size, layers, cache_dir, **kwargs)
 
 
-def load(family, exporter, size="small", layers=None, cache_dir=None) -> onnx.ModelProto:
+def load(family, exporter, size="small", layers=None, cache_dir=None, **kwargs) -> onnx.ModelProto:
     """The exported model as an ``onnx.ModelProto`` (exports it first if needed)."""
-    return onnx.load(str(export(family, exporter, size, layers, cache_dir)))
+    return onnx.load(str(export(family, exporter, size, layers, cache_dir, **kwargs)))

@@ -6,7 +6,11 @@ from typing import Any
 
 from . import _deps
 
-FAMILIES = ("bert", "albert", "gpt2", "t5", "vit", "llama")
+# the transformer families the zoo started with (the benchmarks' fusion tables and budgets), and those added
+# for architectures in the wild (issue 23: window attention, Conv front-ends, a causal text tower)
+CORE_FAMILIES = ("bert", "albert", "gpt2", "t5", "vit", "llama")
+WILD_FAMILIES = ("swin", "resnet", "whisper", "clip")
+FAMILIES = CORE_FAMILIES + WILD_FAMILIES
 EXPORTERS = ("torchscript", "dynamo")
 SIZES = ("small", "real")
 
@@ -17,11 +21,20 @@ SIZES = ("small", "real")
 # classic MatMul-Div-Add-Softmax-MatMul pattern.
 ATTN_IMPLEMENTATION: dict[str, str | None] = {f: None for f in FAMILIES}
 
-# Default layer count per (family, size).
+# Default layer count per (family, size). Swin: stages of two blocks each (a patch merging between
+# stages); ResNet: basic blocks per stage of four (2 = ResNet-18); Whisper: encoder layers.
 DEFAULT_LAYERS = {
-    "small": {"bert": 12, "albert": 12, "gpt2": 12, "t5": 12, "vit": 12, "llama": 4},
-    "real": {"bert": 12, "albert": 12, "gpt2": 12, "t5": 12, "vit": 12, "llama": 4},
+    "small": {"bert": 12, "albert": 12, "gpt2": 12, "t5": 12, "vit": 12, "llama": 4,
+              "swin": 2, "resnet": 2, "whisper": 4, "clip": 12},
+    "real": {"bert": 12, "albert": 12, "gpt2": 12, "t5": 12, "vit": 12, "llama": 4,
+             "swin": 4, "resnet": 2, "whisper": 4, "clip": 12},
 }
+
+# Families whose random weights are made "realistic" after transformers' init (models.realistic_weights):
+# norm weights != 1, biases != 0, BatchNorm statistics != (0, 1). The existing six keep transformers' init
+# (their cached exports and recorded results stay valid).
+REALISTIC = ("swin", "resnet", "whisper", "clip")
+WEIGHTS_SCHEME = "realistic-v1"      # in the config (and so the cache key) of those families
 
 # Keyword arguments of the transformers config classes.
 _KWARGS: dict[str, dict[str, dict[str, Any]]] = {
@@ -45,6 +58,20 @@ _KWARGS: dict[str, dict[str, dict[str, Any]]] = {
                       num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=512, rms_norm_eps=1e-5,
                       rope_theta=500000.0, tie_word_embeddings=False),
+        # 14 x 14 patches, 7 x 7 windows (49 tokens: odd): 4 windows and a shifted block in stage 1, one
+        # window in stage 2 (7 x 7 patches after the merging; transformers does not shift a whole-image window)
+        "swin": dict(image_size=28, patch_size=2, num_channels=3, embed_dim=32, window_size=7,
+                     mlp_ratio=2.0),
+        # ResNet-18's structure (basic blocks, 2 per stage) at a quarter of its widths, 32 x 32 images
+        "resnet": dict(num_channels=3, embedding_size=16, hidden_sizes=[16, 32, 64, 128],
+                       layer_type="basic", image_size=32),
+        # 15 encoder positions (odd), from 30 feature frames
+        "whisper": dict(num_mel_bins=16, max_source_positions=15, d_model=64,
+                        encoder_attention_heads=4, encoder_ffn_dim=128, vocab_size=1000,
+                        decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=128,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1),
+        "clip": dict(vocab_size=1000, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                     max_position_embeddings=77, bos_token_id=998, eos_token_id=999, pad_token_id=1),
     },
     "real": {
         # bert-base-uncased
@@ -75,6 +102,19 @@ _KWARGS: dict[str, dict[str, dict[str, Any]]] = {
                       rope_scaling=dict(rope_type="llama3", factor=32.0,
                                         low_freq_factor=1.0, high_freq_factor=4.0,
                                         original_max_position_embeddings=8192)),
+        # microsoft/swin-tiny-patch4-window7-224
+        "swin": dict(image_size=224, patch_size=4, num_channels=3, embed_dim=96, window_size=7,
+                     mlp_ratio=4.0),
+        # microsoft/resnet-18
+        "resnet": dict(num_channels=3, embedding_size=64, hidden_sizes=[64, 128, 256, 512],
+                       layer_type="basic", image_size=224),
+        # openai/whisper-tiny encoder
+        "whisper": dict(num_mel_bins=80, max_source_positions=1500, d_model=384,
+                        encoder_attention_heads=6, encoder_ffn_dim=1536, vocab_size=51865,
+                        decoder_layers=1, decoder_attention_heads=6, decoder_ffn_dim=1536),
+        # openai/clip-vit-base-patch32 text tower
+        "clip": dict(vocab_size=49408, hidden_size=512, num_attention_heads=8, intermediate_size=2048,
+                     max_position_embeddings=77, bos_token_id=49406, eos_token_id=49407, pad_token_id=1),
     },
 }
 
@@ -85,6 +125,10 @@ _CLASSES = {
     "t5": "T5Config",
     "vit": "ViTConfig",
     "llama": "LlamaConfig",
+    "swin": "SwinConfig",
+    "resnet": "ResNetConfig",
+    "whisper": "WhisperConfig",
+    "clip": "CLIPTextConfig",
 }
 
 
@@ -105,8 +149,9 @@ def resolve_layers(family: str, size: str, layers: int | None) -> int:
     return n
 
 
-def config(family: str, size: str = "small", layers: int | None = None):
-    """The transformers config used for ``family`` at ``size`` (``layers`` overrides depth)."""
+def config(family: str, size: str = "small", layers: int | None = None, overrides: dict | None = None):
+    """The transformers config used for ``family`` at ``size`` (``layers`` overrides depth, ``overrides``
+    any other field, e.g. a tinier width for a test)."""
     n = resolve_layers(family, size, layers)
     tf = _deps.transformers()
     kwargs = dict(_KWARGS[size][family])
@@ -115,10 +160,24 @@ def config(family: str, size: str = "small", layers: int | None = None):
     elif family == "t5":
         kwargs["num_layers"] = n
         kwargs["num_decoder_layers"] = n
+    elif family == "swin":
+        kwargs["depths"] = [2] * n
+        kwargs["num_heads"] = [2 * 2 ** k if size == "small" else 3 * 2 ** k for k in range(n)]
+    elif family == "resnet":
+        kwargs["depths"] = [n] * 4
+    elif family == "whisper":
+        kwargs["encoder_layers"] = n
     else:
         kwargs["num_hidden_layers"] = n
-    kwargs["use_cache"] = False
+    if family not in ("swin", "resnet"):
+        kwargs["use_cache"] = False
+    kwargs.update(overrides or {})
+    image_size = kwargs.pop("image_size", None) if family == "resnet" else None
     cfg = getattr(tf, _CLASSES[family])(**kwargs)
+    if image_size is not None:
+        cfg.image_size = image_size             # ResNetConfig has none: the export's static image side
+    if family in REALISTIC:
+        cfg.plus_ep_weights = WEIGHTS_SCHEME
     if family == "t5":
         cfg.use_cache = False
     # Dropout is inactive in eval mode anyway; pin the attention implementation.

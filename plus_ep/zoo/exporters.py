@@ -31,6 +31,8 @@ def example_feeds(family: str, cfg, batch=EXAMPLE_BATCH, seq=EXAMPLE_SEQ,
         if name == "pixel_values":
             specs.append((name, np.float32,
                           (batch, cfg.num_channels, cfg.image_size, cfg.image_size)))
+        elif name == "input_features":
+            specs.append((name, np.float32, (batch, cfg.num_mel_bins, 2 * cfg.max_source_positions)))
         elif name == "decoder_input_ids":
             specs.append((name, np.int64, (batch, dec_seq)))
         else:
@@ -40,7 +42,7 @@ def example_feeds(family: str, cfg, batch=EXAMPLE_BATCH, seq=EXAMPLE_SEQ,
 
 def _meta_numbers(family: str, cfg) -> dict[str, str]:
     meta = {}
-    if hasattr(cfg, "vocab_size") and family != "vit":
+    if hasattr(cfg, "vocab_size") and family not in ("vit", "whisper"):
         meta["vocab_size"] = str(cfg.vocab_size)
     if getattr(cfg, "type_vocab_size", None):
         meta["type_vocab_size"] = str(cfg.type_vocab_size)
@@ -221,15 +223,17 @@ def compare_with_torch(path, family: str, size: str = "small", layers: int | Non
 # ------------------------------------------------------------------------------ export
 
 def export(family: str, exporter: str, size: str = "small", layers: int | None = None,
-           cache_dir=None, verify: bool | None = None, force: bool = False) -> pathlib.Path:
+           cache_dir=None, verify: bool | None = None, force: bool = False,
+           overrides: dict | None = None) -> pathlib.Path:
     """Path of the cached ONNX export of ``family``, exporting it if needed.
 
     ``verify`` (default: True for size "small") compares ORT CPU with torch
-    before the file is put into the cache.
+    before the file is put into the cache. ``overrides``: config fields to change
+    (e.g. a tinier width for a test); they are part of the cache key.
     """
     check_args(family, size, exporter)
     n_layers = resolve_layers(family, size, layers)
-    cfg = make_config(family, size, n_layers)
+    cfg = make_config(family, size, n_layers, overrides)
     opset = OPSET[exporter]
     directory = cache.cache_dir(cache_dir)
     key_hash = cache.config_hash(cfg, opset)

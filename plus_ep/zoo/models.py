@@ -15,6 +15,10 @@ INPUTS = {
     "t5": ("input_ids", "attention_mask", "decoder_input_ids"),
     "vit": ("pixel_values",),
     "llama": ("input_ids", "attention_mask"),
+    "swin": ("pixel_values",),
+    "resnet": ("pixel_values",),
+    "whisper": ("input_features",),
+    "clip": ("input_ids", "attention_mask"),
 }
 OUTPUTS = {
     "bert": ("last_hidden_state", "pooler_output"),
@@ -23,6 +27,10 @@ OUTPUTS = {
     "t5": ("last_hidden_state", "encoder_last_hidden_state"),
     "vit": ("last_hidden_state", "pooler_output"),
     "llama": ("last_hidden_state",),
+    "swin": ("last_hidden_state", "pooler_output"),
+    "resnet": ("last_hidden_state", "pooler_output"),
+    "whisper": ("last_hidden_state",),
+    "clip": ("last_hidden_state", "pooler_output"),
 }
 _DIMS = {
     "input_ids": {0: "batch", 1: "seq"},
@@ -30,6 +38,7 @@ _DIMS = {
     "token_type_ids": {0: "batch", 1: "seq"},
     "decoder_input_ids": {0: "batch", 1: "dec_seq"},
     "pixel_values": {0: "batch"},
+    "input_features": {0: "batch"},
 }
 _OUT_DIMS = {
     "last_hidden_state": {0: "batch", 1: "seq"},
@@ -46,7 +55,7 @@ def output_dims(family: str) -> dict[str, dict[int, str]]:
     dims = {name: dict(_OUT_DIMS[name]) for name in OUTPUTS[family]}
     if family == "t5":
         dims["last_hidden_state"] = {0: "batch", 1: "dec_seq"}
-    if family == "vit":
+    if family in ("vit", "swin", "resnet", "whisper"):
         dims["last_hidden_state"] = {0: "batch"}
     return dims
 
@@ -86,13 +95,23 @@ def _wrapper_classes():
                              decoder_input_ids=decoder_input_ids, use_cache=False)
             return out.last_hidden_state, out.encoder_last_hidden_state
 
-    class Vision(_Base):  # vit
+    class Vision(_Base):  # vit, swin, resnet
         def forward(self, pixel_values):
             out = self.model(pixel_values=pixel_values)
             return out.last_hidden_state, out.pooler_output
 
+    class AudioEncoder(_Base):  # whisper (the encoder of WhisperModel)
+        def forward(self, input_features):
+            return (self.model(input_features=input_features).last_hidden_state,)
+
+    class TextTower(_Base):  # clip (CLIPTextModel: causal mask + padding mask, pooled at the EOS token)
+        def forward(self, input_ids, attention_mask):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+            return out.last_hidden_state, out.pooler_output
+
     return {"bert": Encoder, "albert": Encoder, "gpt2": Decoder, "llama": Decoder,
-            "t5": Seq2Seq, "vit": Vision}
+            "t5": Seq2Seq, "vit": Vision, "swin": Vision, "resnet": Vision,
+            "whisper": AudioEncoder, "clip": TextTower}
 
 
 _MODEL_CLASSES = {
@@ -102,7 +121,38 @@ _MODEL_CLASSES = {
     "t5": "T5Model",
     "vit": "ViTModel",
     "llama": "LlamaModel",
+    "swin": "SwinModel",
+    "resnet": "ResNetModel",
+    "whisper": "WhisperModel",
+    "clip": "CLIPTextModel",
 }
+
+
+def realistic_weights(model, seed: int = 0) -> None:
+    """Weights a trained model could have where transformers' init leaves them trivial: every norm's
+    weight 1 + 0.25 N(0, 1) and bias 0.1 N(0, 1), BatchNorm running mean 0.1 N(0, 1) and variance in
+    [0.5, 1.5], every Linear/Conv bias 0.05 N(0, 1), Swin's relative position bias tables N(0, 0.5)."""
+    torch = _deps.torch()
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(t, scale):
+        return torch.randn(t.shape, generator=g, dtype=t.dtype) * scale
+    norms = (torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.modules.batchnorm._BatchNorm)
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if isinstance(mod, norms) or type(mod).__name__.endswith(("RMSNorm", "LayerNorm")):
+                if getattr(mod, "weight", None) is not None:
+                    mod.weight.copy_(1 + randn(mod.weight, 0.25))
+                if getattr(mod, "bias", None) is not None:
+                    mod.bias.copy_(randn(mod.bias, 0.1))
+                if getattr(mod, "running_mean", None) is not None:
+                    mod.running_mean.copy_(randn(mod.running_mean, 0.1))
+                    mod.running_var.copy_(0.5 + torch.rand(mod.running_var.shape, generator=g))
+            elif isinstance(mod, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d)) and mod.bias is not None:
+                mod.bias.copy_(randn(mod.bias, 0.05))
+            table = getattr(mod, "relative_position_bias_table", None)
+            if isinstance(table, torch.nn.Parameter):
+                table.copy_(randn(table, 0.5))
 
 
 def build(family: str, size: str = "small", layers: int | None = None, cfg=None) -> Built:
@@ -112,6 +162,10 @@ def build(family: str, size: str = "small", layers: int | None = None, cfg=None)
     cfg = make_config(family, size, layers) if cfg is None else cfg
     torch.manual_seed(0)
     model = getattr(tf, _MODEL_CLASSES[family])(cfg)
+    if family == "whisper":
+        model = model.get_encoder()
+    if getattr(cfg, "plus_ep_weights", None):
+        realistic_weights(model)
     model = model.to(torch.float32).eval()
     wrapper = _wrapper_classes()[family](model).eval()
     return Built(family, cfg, model, wrapper)

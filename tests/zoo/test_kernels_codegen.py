@@ -6,7 +6,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from tests.support import golden
+from tests.support import golden, zoo_models
 from plus_ep.kernels.wire import plan as plan_text
 from plus_ep.kernels.build.cache import KernelCache
 from plus_ep import zoo
@@ -22,7 +22,7 @@ def kcache(tmp_path_factory):
     return KernelCache(tmp_path_factory.mktemp("kernels"))
 
 
-@pytest.mark.parametrize("family", zoo.FAMILIES)
+@pytest.mark.parametrize("family", zoo_models.FAMILIES)     # the new families: test_wild_families.py
 def test_every_subgraph_renders_and_compiles(family, kcache):
     for exporter in zoo.EXPORTERS:
         model = zoo.load(family, exporter, "small", layers=2)

@@ -17,9 +17,11 @@ ort = pytest.importorskip("onnxruntime")
 
 from plus_ep import zoo  # noqa: E402
 from plus_ep.zoo import exporters, models  # noqa: E402
+from tests.support import zoo_models  # noqa: E402
 
 LAYERS = 2
-CASES = [(f, e) for f in zoo.FAMILIES for e in zoo.EXPORTERS]
+# the six transformer families; swin, resnet, whisper and clip: tests/zoo/test_wild_families.py
+CASES = [(f, e) for f in zoo_models.FAMILIES for e in zoo.EXPORTERS]
 SHAPES = [(2, 7), (1, 16)]
 
 
@@ -142,7 +144,7 @@ def test_configs():
     vit = zoo.config("vit", "small")
     assert (vit.image_size // vit.patch_size) ** 2 + 1 == 17
     with pytest.raises(ValueError):
-        zoo.config("resnet", "small")
+        zoo.config("convnext", "small")
     with pytest.raises(ValueError):
         zoo.export("bert", "onnxscript")
 

@@ -135,7 +135,6 @@ def check(prog, stores: dict, tile: bool = False) -> None:
     """Raise RenderError unless every element `prog` stores for `stores` (output -> (ptr, dtype)) reads
     row-bound tensors of its own row only; `tile`: the GEMM row tile, whose GEMM-side tensor (bound by
     the caller) holds the CTA's own rows only."""
-    from .row import RowProgram
     em = prog.em
     subs = sample_dims(em)
     probe = Emitter(em.view, em.nodes, em.inputs, symdim.Symbols(), subs=subs)
@@ -144,7 +143,7 @@ def check(prog, stores: dict, tile: bool = False) -> None:
     external = set(prog.external)
     for t in external:
         probe.bound[t] = lambda idx: ("xin", "float")
-    p = RowProgram(probe, prog.nodes, prog.entry)
+    p = type(prog)(probe, prog.nodes, prog.entry)       # a RowProgram over the probe (no import: row.py imports us)
     p.external = external
     p._bind_all()
     per_row, row_shaped = p.split_stores(stores)

@@ -8,8 +8,9 @@ from plus_ep.graph_rewrites.identify import Subgraph
 from plus_ep.kernels.codegen import row as row_mod
 from plus_ep.kernels.codegen.pull import RenderError
 from plus_ep.kernels.render import render
+from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
-from plus_ep.warehouse.registry import default_warehouse
+from plus_ep.warehouse import default_warehouse
 from tests.support import row_layout_models as M
 
 
@@ -26,14 +27,14 @@ def test_transposed_product_of_the_rows_is_refused():
     """Z = Y * Transpose(Y) over square rows: element (i, j) needs rows i and j."""
     view, sg, ins, outs = _row_subgraph(M.square_mixed("transposed_product"), "layernorm")
     with pytest.raises(RenderError, match=r"needs 'Y' of another row.*not fused"):
-        render(view, sg, ins, outs, arch="sm_80", node_name="rows")
+        render(view, sg, ins, outs, Target("sm_80"), node_name="rows")
 
 
 def test_per_row_mean_broadcast_along_the_columns_is_refused():
     """X - ReduceMean(X, keepdims=0) over square X: numpy broadcasting subtracts mean[j] from column j."""
     view, sg, ins, outs = _row_subgraph(M.square_mixed("mean"), "row_reduction")
     with pytest.raises(RenderError, match=r"'mu' of another row"):
-        render(view, sg, ins, outs, arch="sm_80", node_name="rows")
+        render(view, sg, ins, outs, Target("sm_80"), node_name="rows")
 
 
 def test_the_check_catches_the_old_store_order(monkeypatch):
@@ -44,7 +45,7 @@ def test_the_check_catches_the_old_store_order(monkeypatch):
     sg = next(s for s in res.subgraphs if s.pattern.template in ("row_reduce", "reduce"))
     ins, outs = res.view.graph_index.boundary(sg.nodes)
     assert set(outs) == {"Y", "YT"}
-    render(res.view, sg, ins, outs, arch="sm_80", node_name="rows")
+    render(res.view, sg, ins, outs, Target("sm_80"), node_name="rows")
     monkeypatch.setattr(row_mod.RowProgram, "store_index", lambda self, t: (self.index_of(t), []))
     with pytest.raises(RenderError, match=r"output 'YT' needs 'Y' of another row"):
-        render(res.view, sg, ins, outs, arch="sm_80", node_name="rows")
+        render(res.view, sg, ins, outs, Target("sm_80"), node_name="rows")

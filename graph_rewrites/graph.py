@@ -61,7 +61,7 @@ class GraphView:
                 view.consts[init.name] = numpy_helper.to_array(init)
         for n in view.nodes:
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-                arr = _constant_value(n)
+                arr = shape_fold.constant_value(n)
                 if arr is not None:
                     view.consts[n.output[0]] = arr
         if infer:
@@ -240,21 +240,6 @@ def _dims_from_inputs(model) -> bool:
                 if not d.dim_param or any(p not in symbols for p in parts):
                     return False
     return True
-
-
-def _constant_value(node):
-    for a in node.attribute:
-        if a.name == "value" and a.t is not None:
-            return numpy_helper.to_array(a.t)
-        if a.name == "value_int":
-            return np.array(a.i, dtype=np.int64)
-        if a.name == "value_ints":
-            return np.array(list(a.ints), dtype=np.int64)
-        if a.name == "value_float":
-            return np.array(a.f, dtype=np.float32)
-        if a.name == "value_floats":
-            return np.array(list(a.floats), dtype=np.float32)
-    return None
 
 
 def _strip_weights(model: onnx.ModelProto) -> onnx.ModelProto:

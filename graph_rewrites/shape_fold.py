@@ -57,7 +57,8 @@ def _eval_dim(d, env_syms: dict):
     return int(v) if v.is_Integer else None
 
 
-def _const_value(node):
+def constant_value(node):
+    """The value of a Constant node (any of its value attributes), else None."""
     for a in node.attribute:
         if a.name == "value":
             return numpy_helper.to_array(a.t)
@@ -108,7 +109,7 @@ def _evaluate(model, shapes: dict, env_syms: dict, runner) -> dict:
                                                      for a in node.attribute):
             continue
         if node.op_type == "Constant":
-            v = _const_value(node)
+            v = constant_value(node)
             if v is not None:
                 vals[node.output[0]] = v
             continue

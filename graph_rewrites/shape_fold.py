@@ -208,7 +208,8 @@ def input_shape_values(view, model: onnx.ModelProto, names: list) -> int:
     intermediate tensors' shapes, e.g. Swin's batch size from Gather(Shape(x), 0)) from the graph inputs'
     shapes instead, for the nodes of `model` (the rewritten model) that read them: they no longer wait for a
     fused node's output (which stays, read by nobody). Only values that are constants or c * an input symbol
-    are rerouted. Returns how many were."""
+    are rerouted, for plain nodes only (a fused node's inputs stay as its plan and ORT's graph name them).
+    Returns how many were."""
     g = model.graph
     where = {}
     for vi in view.model.graph.input:
@@ -266,8 +267,8 @@ def input_shape_values(view, model: onnx.ModelProto, names: list) -> int:
             new_nodes.append(helper.make_node("Cast", [out], [f"{base}/cast"], to=dt))
             out = f"{base}/cast"
         for n in g.node:
-            if t in n.output:
-                continue
+            if t in n.output or n.domain == "ai.plus_ep":
+                continue        # fused nodes keep their inputs: the EP matches them with ORT's graph by name
             for k, i in enumerate(n.input):
                 if i == t:
                     n.input[k] = out

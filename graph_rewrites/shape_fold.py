@@ -246,6 +246,9 @@ def input_shape_values(view, model: onnx.ModelProto, names: list) -> int:
         base = f"plus_ep/shape/{t}"
         parts = []
         for k, (c, s) in enumerate(elems):
+            if s is not None and c == 1:
+                parts.append(sym_tensor(s))
+                continue
             const = f"{base}/c{k}"
             new_inits.append(numpy_helper.from_array(np.array([c], np.int64), const))
             if s is None:

@@ -12,7 +12,8 @@ from plus_ep.graph_rewrites.shape_fold import fold
 from plus_ep.kernels.render import render
 from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
-from tests.support.static_shape_models import padded_window_model
+from plus_ep.report import data_kernels
+from tests.support.static_shape_models import batch_size_leak_model, padded_window_model
 
 
 def test_invented_dims_become_numbers():
@@ -43,3 +44,20 @@ def test_every_subgraph_renders_and_the_rewrite_runs():
     want = ort.InferenceSession(m.SerializeToString()).run(None, {"X": x})[0]
     got = ort.InferenceSession(r.model.SerializeToString()).run(None, {"X": x})[0]
     assert np.abs(want - got).max() <= 1e-5
+
+
+def test_shape_values_outside_read_the_graph_inputs_shapes():
+    """The batch size a GEMM subgraph's support nodes compute (Gather(Shape(inner), 0)) is read by a Reshape
+    outside too: that reader gets it from Shape(X) instead of waiting for the fused node's output (which
+    made its shape Concat a data kernel), and the rewrite computes the same."""
+    m = batch_size_leak_model()
+    r = rewrite_detailed(m)
+    assert [sg.pattern.name for sg in r.subgraphs] == ["gemm"]
+    concat = next(n for n in r.model.graph.node if n.op_type == "Unsqueeze" and "bu2" in n.output)
+    assert concat.input[0].startswith("plus_ep/shape/b/")
+    assert data_kernels(r.model) == 1
+    rng = np.random.default_rng(1)
+    feeds = {"X": rng.standard_normal((3, 4, 8)).astype(np.float32), "X2": rng.standard_normal((3, 3, 5)).astype(np.float32)}
+    want = ort.InferenceSession(m.SerializeToString()).run(None, feeds)
+    got = ort.InferenceSession(r.model.SerializeToString()).run(None, feeds)
+    assert all(np.abs(a - b).max() <= 1e-5 for a, b in zip(want, got))

@@ -39,3 +39,25 @@ def padded_window_model(H=6, W=6, C=8, window=3, seed=0) -> onnx.ModelProto:
                           [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch_windows", window, window, 2 * C])],
                           inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def batch_size_leak_model(seed=0) -> onnx.ModelProto:
+    """TorchScript's way of reshaping: the batch size is Gather(Shape(mm), 0) of an inner tensor (a support
+    node the GEMM's subgraph takes in, so contracting it stays acyclic), and a Reshape outside reads it too."""
+    rng = np.random.default_rng(seed)
+    n = helper.make_node
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 8)) / 3).astype(np.float32), "W"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(8)).astype(np.float32), "B"),
+             i64("zero", 0), i64("ax0", [0]), i64("c32", [32]), i64("m1", [-1])]
+    nodes = [n("MatMul", ["X", "W"], ["mm"]), n("Add", ["mm", "B"], ["mb"]),
+             n("Shape", ["mb"], ["s"]), n("Gather", ["s", "zero"], ["b"], axis=0),
+             n("Unsqueeze", ["b", "ax0"], ["bu"]), n("Concat", ["bu", "c32"], ["shp"], axis=0),
+             n("Reshape", ["mb", "shp"], ["Y"]),
+             n("Unsqueeze", ["b", "ax0"], ["bu2"]), n("Concat", ["bu2", "m1"], ["shp2"], axis=0),
+             n("Reshape", ["X2", "shp2"], ["Z"])]
+    g = helper.make_graph(nodes, "leak", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 4, 8]),
+                                          helper.make_tensor_value_info("X2", TensorProto.FLOAT, ["batch", 3, 5])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 32]),
+                           helper.make_tensor_value_info("Z", TensorProto.FLOAT, ["batch", 15])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)

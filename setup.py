@@ -1,12 +1,16 @@
 """Builds the native launcher (plus_ep/_launcher*.so) with the system C compiler.
 
-Project metadata lives in pyproject.toml; this file only adds the C library. It is an ordinary
-shared library exporting RegisterCustomOps for ONNX Runtime (not an importable Python module):
-plain C11, no CUDA toolkit or ONNX Runtime headers needed; the CUDA driver is dlopen'ed at run time.
+Project metadata lives in pyproject.toml; this file only adds the C libraries and the wheel's tag. Both
+are ordinary shared libraries, not importable Python modules: the launcher exports RegisterCustomOps and
+the plugin-EP entry points for ONNX Runtime, the emulated driver the CUDA driver API (plain C11, no CUDA
+toolkit or ONNX Runtime headers needed; the CUDA driver is dlopen'ed at run time). Neither has a
+PyInit_ or links libpython, so one wheel serves every CPython 3.10+: it is tagged py3-none-<platform>
+(tests/native/test_wheel.py checks the tag, the exports and the manylinux repair).
 """
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_ext import build_ext
 
 NATIVE = Path("plus_ep") / "native"
@@ -21,6 +25,19 @@ class BuildLauncher(build_ext):
 
     def get_export_symbols(self, ext):
         return []
+
+
+class PlatformWheel(bdist_wheel):
+    """py3-none-<platform>: the libraries are platform code but use no Python C API (no PyInit_, no
+    libpython), so the wheel is not tied to one CPython version or ABI."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.root_is_pure = False
+
+    def get_tag(self):
+        _, _, plat = super().get_tag()
+        return "py3", "none", plat
 
 
 launcher = Extension(
@@ -42,4 +59,4 @@ emucuda = Extension(
     libraries=["pthread"],
 )
 
-setup(ext_modules=[launcher, emucuda], cmdclass={"build_ext": BuildLauncher})
+setup(ext_modules=[launcher, emucuda], cmdclass={"build_ext": BuildLauncher, "bdist_wheel": PlatformWheel})

@@ -190,8 +190,12 @@ class Status:
         say(f"{self.step}: {status}: {detail}")
 
 
+def stamp(msg: str) -> str:
+    return f"[lease {time.strftime('%H:%M:%S')}] {msg}"
+
+
 def say(msg: str) -> None:
-    print(f"[lease {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    print(stamp(msg), flush=True)
 
 
 def write_json(path, data) -> None:

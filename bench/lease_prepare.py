@@ -29,6 +29,8 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
+from plus_ep import progress
+
 from . import lease_env, lease_models
 
 FLOATS = (T.FLOAT, T.FLOAT16, T.BFLOAT16, T.DOUBLE)
@@ -354,18 +356,23 @@ def main(carry: str, short: bool = False) -> int:
     t0 = time.perf_counter()
     cases, notes = lease_models.cases(short)
     done, failed = [], []
-    for case in cases:
-        for arch in case.archs:
-            t = time.perf_counter()
-            try:
-                meta = prepare_case(case, arch, root / "models")
-                done.append(f"{case.name}__{arch}")
-                lease_env.say(f"prepare: {case.name} [{arch}] {len(meta['nodes'])} nodes, kernels "
-                              f"{','.join(meta['kernels'])} [{' '.join(meta['features'])}] "
-                              f"({time.perf_counter() - t:.0f}s)")
-            except Exception as e:  # noqa: BLE001 - every case is reported, the manifest says which failed
-                failed.append(f"{case.name}__{arch}: {type(e).__name__}: {e}"[:600])
-                lease_env.say(f"prepare: {case.name} [{arch}] FAILED: {failed[-1]}")
+    # a bar over the carried models on a terminal (plus_ep/progress.py); the per-model lines print above it
+    with progress.bar("prepare: carried models", total=sum(len(c.archs) for c in cases), unit="models") as bar:
+        for case in cases:
+            for arch in case.archs:
+                t = time.perf_counter()
+                bar.update(0, note=f"{case.name} [{arch}]")
+                try:
+                    meta = prepare_case(case, arch, root / "models")
+                    done.append(f"{case.name}__{arch}")
+                    bar.write(lease_env.stamp(f"prepare: {case.name} [{arch}] {len(meta['nodes'])} nodes, kernels "
+                                              f"{','.join(meta['kernels'])} [{' '.join(meta['features'])}] "
+                                              f"({time.perf_counter() - t:.0f}s)"))
+                except Exception as e:  # noqa: BLE001 - every case is reported, the manifest says which failed
+                    failed.append(f"{case.name}__{arch}: {type(e).__name__}: {e}"[:600])
+                    bar.write(lease_env.stamp(f"prepare: {case.name} [{arch}] FAILED: {failed[-1]}"))
+                bar.update()
+    lease_env.say("prepare: the carried kernel cache (BERT layers) ...")
     cache = kernel_cache(root, short)
     import onnxruntime as ort
     import plus_ep

@@ -1,13 +1,16 @@
 """`plus-ep` command line: rewrite a model offline, inspect the fusion report, explain a pattern.
 
-    plus-ep rewrite in.onnx -o out.onnx [--arch sm_80,sm_90 | --arch none] [--disable PATTERN ...] [--report]
+    plus-ep rewrite in.onnx -o out.onnx [--arch sm_80,sm_90,sm_90a | --arch none] [--disable PATTERN ...] [--report]
     plus-ep inspect model.onnx [--json] [--graphs]
     plus-ep explain model.onnx --pattern attention
     plus-ep explain --list
+    plus-ep cache info | clear [KIND ...] | trim
+    plus-ep --version
 
 Errors are one line on stderr (`plus-ep: error: ...`): exit 2 for input the compiler cannot read
-(not ONNX, truncated, missing, cyclic, unknown pattern), exit 1 for an internal error; `--debug`
-re-raises instead, for developers.
+(not ONNX, truncated, missing, cyclic, unknown pattern, bad option), exit 1 for an internal error;
+`--debug` re-raises instead, for developers. Long steps show a progress bar on a terminal
+(plus_ep/progress.py); `-q` hides it, `-v` prints lines as the work goes instead.
 """
 from __future__ import annotations
 
@@ -20,9 +23,11 @@ import sys
 import tempfile
 import onnx
 
+from . import progress
 from .explain import explain, format_explanation, format_pattern_list
 from .kernels.arch import ARCHS
-from .options import FP32_MATH_DEFAULT, FP32_MATHS, cli_archs
+from . import config
+from .options import DEFAULT_ARCHS, FP32_MATH_DEFAULT, FP32_MATHS, cli_archs
 from .report_text import format_fused_report, format_kernel_check, format_rewrite_report, fused_report, is_rewritten
 
 log = logging.getLogger("plus_ep")
@@ -36,24 +41,58 @@ class UsageError(ValueError):
     """Bad arguments or input the user can fix (exit code 2)."""
 
 
+class _Version(argparse.Action):
+    """`--version`: PlusEP's version and the versions that decide what it builds and loads."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
+def version_text() -> str:
+    import platform
+
+    import onnxruntime as ort
+    from . import __version__
+    return (f"{PROG} {__version__} (onnxruntime {ort.__version__}, onnx {onnx.__version__}, "
+            f"Python {platform.python_version()})")
+
+
+def _zoo_help() -> str:
+    from .zoo.configs import EXPORTERS, FAMILIES, SIZES
+    return (f"a path, or zoo:FAMILY[/EXPORTER][@SIZE] for a model-zoo export (built with torch on first use, "
+            f"the [models] extra): families {', '.join(FAMILIES)}; exporters {', '.join(EXPORTERS)} "
+            f"(default {EXPORTERS[0]}); sizes {', '.join(SIZES)} (default {SIZES[0]}); e.g. zoo:bert, "
+            f"zoo:gpt2/dynamo@real")
+
+
 # ------------------------------------------------------------------------------------------------
 # argument parsing
 # ------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    def flags(default_verbose, default_debug):
+    def flags(default_verbose, default_debug, default_quiet):
         p = argparse.ArgumentParser(add_help=False)
         p.add_argument("-v", "--verbose", action="count", default=default_verbose,
-                       help="log progress (-v: INFO, -vv: DEBUG) on the 'plus_ep' logger")
+                       help="print progress lines as the work goes and log (-v: INFO, -vv: DEBUG) on the "
+                            "'plus_ep' logger")
+        p.add_argument("-q", "--quiet", action="store_true", default=default_quiet,
+                       help="no progress bar (it shows only on a terminal anyway)")
         p.add_argument("--debug", action="store_true", default=default_debug,
                        help="re-raise errors with a traceback instead of a one-line message")
         return p
 
     # the flags work before or after the command; SUPPRESS keeps a subcommand's defaults from
     # overwriting what was given before it
-    common = flags(argparse.SUPPRESS, argparse.SUPPRESS)
+    common = flags(argparse.SUPPRESS, argparse.SUPPRESS, argparse.SUPPRESS)
+    model_help = _zoo_help()
     ap = argparse.ArgumentParser(
-        prog=PROG, parents=[flags(0, False)],
-        description="PlusEP: PluS-style pluggable graph fusion for ONNX models.")
+        prog=PROG, parents=[flags(0, False, False)],
+        description="PlusEP: PluS-style pluggable graph fusion for ONNX models.",
+        epilog=f"MODEL and IN: {model_help}.")
+    ap.add_argument("--version", action=_Version, help="print the version (and onnxruntime's, onnx's) and exit")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -61,15 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Identify fusable subgraphs and save the rewritten model. The output "
                                     "runs on any ONNX Runtime (fused nodes carry their original "
                                     "subgraph as a model-local function).")
-    rw.add_argument("input", metavar="IN", help="input .onnx model")
+    rw.add_argument("input", metavar="IN", help=f"input .onnx model: {model_help}")
     rw.add_argument("-o", "--output", metavar="OUT", required=True, help="output .onnx path")
     rw.add_argument("--disable", metavar="PATTERN", nargs="+", default=[], action="extend",
                     help="warehouse patterns not to use")
     rw.add_argument("--report", action="store_true", help="also print the fusion report")
     rw.add_argument("--arch", metavar="ARCHS", default="auto",
                     help=f"GPU archs to compile the kernels for, comma-separated ({', '.join(ARCHS)}); "
-                         "'auto' (default): the local GPU, else sm_80,sm_90; 'none': no kernels "
-                         "(portable functions only)")
+                         f"'auto' (default): the local GPU, else {','.join(DEFAULT_ARCHS)}; 'none': no kernels "
+                         "(portable functions only). sm_90a: Hopper's wgmma/TMA kernels, which run on H100/H200 "
+                         "only; sm_90: portable Hopper kernels")
     rw.add_argument("--fp32-math", choices=FP32_MATHS, default=FP32_MATH_DEFAULT,
                     help=f"fp32 GEMMs and attention: TF32 tensor cores ('tf32') or exact SIMT ('exact'); "
                          f"default {FP32_MATH_DEFAULT!r}, as ONNX Runtime's CUDA EP (use_tf32=1)")
@@ -97,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "on). Compares each fused node's outputs with its function body on the same "
                                     "inputs, and the model's outputs with the original graph. Exit 1 on any "
                                     "mismatch beyond tolerance, checker finding, or node whose kernels did not run.")
-    vf.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels")
+    vf.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels (path)")
     vf.add_argument("--arch", metavar="ARCHS", default=None,
                     help="image archs to verify, comma-separated (default: every arch in the packs)")
     vf.add_argument("--batch", type=int, default=None,
@@ -130,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", parents=[common], help="print the fusion report of a model",
                          description="Rewrite in memory and print the fusion report; for a model that is "
                                      "already rewritten, report its fused nodes.")
-    ins.add_argument("model", metavar="MODEL", help=".onnx model")
+    ins.add_argument("model", metavar="MODEL", help=f".onnx model: {model_help}")
     ins.add_argument("--json", action="store_true", help="print the whole report as JSON")
     ins.add_argument("--graphs", action="store_true", help="print each fused subgraph's +Graph")
     ins.add_argument("--disable", metavar="PATTERN", nargs="+", default=[], action="extend",
@@ -145,10 +185,26 @@ def build_parser() -> argparse.ArgumentParser:
                         description="For the named pattern, show the largest subgraph growth where it "
                                     "matched exactly or partially, each step with the pattern's reason, "
                                     "and the reason growth stopped.")
-    ex.add_argument("model", metavar="MODEL", nargs="?", help=".onnx model")
+    ex.add_argument("model", metavar="MODEL", nargs="?", help=f".onnx model: {model_help}")
     ex.add_argument("--pattern", "-p", metavar="NAME", help="warehouse pattern name")
     ex.add_argument("--list", action="store_true", help="list the warehouse patterns with their +Graphs")
     ex.set_defaults(func=cmd_explain)
+
+    kinds = ", ".join(config.CACHE_KINDS)
+    ca = sub.add_parser("cache", parents=[common], help="show, clear or trim PlusEP's caches",
+                        description=f"PlusEP's caches under the cache root (PLUS_EP_CACHE_DIR, else "
+                                    f"{config.DEFAULT_ROOT}): compiled kernels, rewritten models, model-zoo exports "
+                                    f"(PLUS_EP_ZOO_DIR). The kernel and model caches stay under a size limit "
+                                    f"(PLUS_EP_KERNEL_CACHE_LIMIT, PLUS_EP_MODEL_CACHE_LIMIT), the entries used "
+                                    f"longest ago removed first.")
+    csub = ca.add_subparsers(dest="cache_command", metavar="ACTION")
+    csub.required = True
+    ci = csub.add_parser("info", parents=[common], help="size and entries per kind, limits, folders")
+    ci.add_argument("--json", action="store_true", help="print it as JSON")
+    cc = csub.add_parser("clear", parents=[common], help=f"remove cached entries (kinds: {kinds}; default all)")
+    cc.add_argument("kinds", metavar="KIND", nargs="*", help=f"which caches to clear: {kinds} (default: all three)")
+    csub.add_parser("trim", parents=[common], help="apply the size limits now (least recently used entries first)")
+    ca.set_defaults(func=cmd_cache)
     return ap
 
 
@@ -159,6 +215,7 @@ def main(argv=None) -> int:
     except SystemExit as exc:           # --help, or argparse's own usage error (exit 2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     _setup_logging(args.verbose)
+    progress.set_mode("quiet" if args.quiet else "lines" if args.verbose else "auto")
     try:
         for field in ("input", "model"):
             if isinstance(getattr(args, field, None), str) and getattr(args, field).startswith("zoo:"):
@@ -266,6 +323,7 @@ def cmd_rewrite(args) -> int:
     if os.path.isdir(out):
         raise UsageError(f"{args.output}: is a directory")
     archs = resolve_archs(args.arch)
+    check_patterns(args.disable)
     result = rewrite_detailed(args.input, disable=tuple(args.disable), archs=archs,
                               progress=None, fp32_math=args.fp32_math, warn=False)
     rep = report(result)
@@ -273,7 +331,7 @@ def cmd_rewrite(args) -> int:
         for _, name, reason in result.kernels.failures:
             print(f"note: {name} stays unfused: {reason}", file=sys.stderr)
     if not result.subgraphs:
-        _copy_untouched(args.input, result.model, out)
+        _copy_untouched(result.model, out, args.input)
         print(f"{args.input}: nothing to fuse; wrote the model unchanged to {args.output} "
               f"({rep['data_kernels_before']} data kernels, {result.seconds:.2f}s)")
     else:
@@ -325,6 +383,14 @@ def cmd_profile(args) -> int:
     return 0 if rep["ok"] else 1
 
 
+def check_patterns(names) -> None:
+    """--disable: every name a warehouse pattern (options.pattern_problem, as the `disable` option)."""
+    from .options import pattern_problem
+    problem = pattern_problem(names)
+    if problem:
+        raise UsageError(f"--disable: {problem}")
+
+
 def resolve_archs(spec: str) -> list:
     """--arch: 'auto' = the local GPU's arch, else sm_80 and sm_90; 'none' = no kernels (options.cli_archs)."""
     try:
@@ -333,15 +399,30 @@ def resolve_archs(spec: str) -> list:
         raise UsageError(f"--arch: {exc}") from None
 
 
+def _names_out(fn):
+    """An OSError while writing through a hidden temporary (`.plus-ep-*.onnx.tmp`) names OUT instead."""
+    def wrapped(model, out, *a, **kw):
+        try:
+            return fn(model, out, *a, **kw)
+        except OSError as exc:
+            if exc.filename is not None and os.path.basename(str(exc.filename)).startswith(".plus-ep-"):
+                raise OSError(exc.errno, f"cannot write it ({exc.strerror or exc})", out) from None
+            raise
+    wrapped.__doc__, wrapped.__name__ = fn.__doc__, fn.__name__
+    return wrapped
+
+
 def _has_external_data(model: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
-def _copy_untouched(src, model: onnx.ModelProto, out: str) -> None:
-    """Nothing fused: copy the input file byte for byte when that is self-contained."""
+@_names_out
+def _copy_untouched(model: onnx.ModelProto, out: str, src) -> None:
+    """Nothing fused: copy the input file byte for byte when that is self-contained and already at the IR
+    version `model` has (rewrite lowers one onnxruntime cannot load)."""
     try:
         probe = onnx.load(os.fspath(src), load_external_data=False)
-        self_contained = not _has_external_data(probe)
+        self_contained = not _has_external_data(probe) and probe.ir_version == model.ir_version
     except Exception:  # noqa: BLE001
         self_contained = False
     if self_contained and os.path.abspath(src) != out:
@@ -358,6 +439,7 @@ def _copy_untouched(src, model: onnx.ModelProto, out: str) -> None:
         save_model(model, out)
 
 
+@_names_out
 def save_model(model: onnx.ModelProto, out: str) -> str | None:
     """Save atomically: write into a temporary file (or folder, with external data) in the output's
     directory, then os.replace; a failure never leaves a partial OUT. Models too large for one
@@ -419,6 +501,91 @@ def _remove(path: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# cache
+# ------------------------------------------------------------------------------------------------
+def cache_folders() -> dict:
+    """{kind: folder} of the three caches (plus_ep/config.py's layout)."""
+    return {config.KERNELS: config.kernel_cache_dir(), config.MODELS: config.model_cache_dir(),
+            config.ZOO: config.zoo_dir()}
+
+
+def cache_info() -> dict:
+    from . import model_cache
+    from .kernels.build.cache import KernelCache, tree_size
+    folders = cache_folders()
+    out = {"root": str(config.cache_root()), "kinds": {}}
+    counts = {config.KERNELS: lambda: len(KernelCache(folders[config.KERNELS]).entries()),
+              config.MODELS: lambda: len(model_cache.entries()),
+              config.ZOO: lambda: sum(1 for f in folders[config.ZOO].glob("*.onnx"))
+              if folders[config.ZOO].is_dir() else 0}
+    for kind, folder in folders.items():
+        limit = config.cache_limit(kind) if kind in config.CACHE_LIMITS else None
+        out["kinds"][kind] = {"folder": str(folder), "bytes": tree_size(folder) if folder.exists() else 0,
+                              "entries": counts[kind](), "limit": limit}
+    out["bytes"] = sum(k["bytes"] for k in out["kinds"].values())
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def cmd_cache(args) -> int:
+    from .kernels.build.cache import KernelCache
+    from . import model_cache
+    folders = cache_folders()
+    if args.cache_command == "info":
+        info = cache_info()
+        if args.json:
+            print(json.dumps(info, indent=1))
+            return 0
+        print(f"PlusEP caches under {info['root']}")
+        for kind, k in info["kinds"].items():
+            limit = "" if k["limit"] is None else (f", limit {_mib(k['limit'])}" if k["limit"] else ", no limit")
+            print(f"  {kind:<8} {_mib(k['bytes']):>12}  {k['entries']:>6} entries{limit}  {k['folder']}")
+        print(f"  {'total':<8} {_mib(info['bytes']):>12}")
+        return 0
+    if args.cache_command == "trim":
+        gone = KernelCache(folders[config.KERNELS]).evict() + model_cache.evict()
+        print(f"removed {len(gone)} least recently used entries ({_mib(sum(e.size for e in gone))})")
+        return 0
+    kinds = args.kinds or list(config.CACHE_KINDS)
+    bad = [k for k in kinds if k not in config.CACHE_KINDS]
+    if bad:
+        raise UsageError(f"cache clear: unknown kind {bad[0]!r}; kinds: {', '.join(config.CACHE_KINDS)}")
+    from .kernels.build.cache import tree_size
+    for kind in dict.fromkeys(kinds):
+        folder = folders[kind]
+        before = tree_size(folder) if folder.exists() else 0
+        if kind == config.KERNELS:
+            KernelCache(folder).clear()
+        else:
+            _clear_folder(folder)
+        left = tree_size(folder) if folder.exists() else 0
+        print(f"{kind}: removed {_mib(before - left)} from {folder}"
+              + (f" ({_mib(left)} left: in use or not removable)" if left else ""))
+    return 0
+
+
+def _clear_folder(folder) -> None:
+    """Remove what a model or zoo cache folder holds; another process's export in progress (a `.tmp-*`
+    staging folder younger than an hour) is left alone."""
+    import time
+    if not folder.is_dir():
+        return
+    for child in folder.iterdir():
+        try:
+            if child.name.startswith(".tmp-") and time.time() - child.stat().st_mtime < 3600:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        except OSError as exc:
+            log.warning("cannot remove %s (%s)", child, exc.strerror or exc)
+
+
+# ------------------------------------------------------------------------------------------------
 # inspect
 # ------------------------------------------------------------------------------------------------
 def cmd_inspect(args) -> int:
@@ -434,8 +601,9 @@ def cmd_inspect(args) -> int:
             print(format_fused_report(rep, args.model, graphs=args.graphs))
         return 0
     archs = resolve_archs(args.arch)
+    check_patterns(args.disable)
     result = rewrite_detailed(model, disable=tuple(args.disable), archs=archs or None, compile_kernels=False,
-                              warn=False)
+                              warn=False, runtime_ir=False)   # a report: nothing is written
     rep = report(result)
     failures = [{"node": name, "reason": reason} for _, name, reason in sorted(result.kernels.failures)] \
         if result.kernels is not None else []
@@ -474,7 +642,7 @@ def cmd_explain(args) -> int:
     if is_rewritten(model):
         print(f"note: {args.model} is already rewritten; its ai.plus_ep::Fused nodes are opaque to "
               "identification, so explain the original model for a full picture", file=sys.stderr)
-    result = rewrite_detailed(model, warehouse=wh)
+    result = rewrite_detailed(model, warehouse=wh, runtime_ir=False)
     print(format_explanation(explain(result, args.pattern, wh.get(args.pattern)), args.model))
     return 0
 

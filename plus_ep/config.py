@@ -27,8 +27,8 @@ import os
 import pathlib
 from dataclasses import dataclass
 
-__all__ = ["VARIABLES", "Variable", "cache_root", "kernel_cache_dir", "model_cache_dir", "zoo_dir",
-           "get", "flag", "integer", "path", "source_digest", "package_roots", "markdown_table"]
+__all__ = ["VARIABLES", "Variable", "cache_root", "kernel_cache_dir", "model_cache_dir", "zoo_dir", "CACHE_KINDS",
+           "get", "flag", "integer", "size", "path", "source_digest", "package_roots", "markdown_table"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,12 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "Folder of exported zoo models, when they should live apart from the cache root."),
     Variable("PLUS_EP_BENCH_DIR", "`<zoo folder>/bench`", "`bench/export.py`",
              "Folder of the benchmark's exports."),
+    Variable("PLUS_EP_KERNEL_CACHE_LIMIT", "`2G`", "`plus_ep.kernels.build.cache`",
+             "Size limit of the kernel cache (`500M`, `2G`, bytes; `0`: none): past it, the entries used "
+             "longest ago are removed after a store (to 90% of the limit)."),
+    Variable("PLUS_EP_MODEL_CACHE_LIMIT", "`8G`", "`plus_ep.model_cache`",
+             "Size limit of the rewritten-model cache, read and applied as the kernel cache's "
+             "(the entry just stored always stays)."),
     Variable("PLUS_EP_ASSERT_CACHED", "off", "`plus_ep.kernels.build.cache`",
              "`1`: a kernel-cache miss raises `CacheMiss` instead of compiling (proves a warm start "
              "compiles nothing)."),
@@ -97,6 +103,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
 
 DEFAULT_ROOT = "~/.cache/plus_ep"
 KERNELS, MODELS, ZOO = "kernels", "models", "zoo"        # the folders under the cache root
+CACHE_KINDS = (KERNELS, MODELS, ZOO)                      # `plus-ep cache info/clear`
+# the size limits of the two caches that evict (the zoo keeps its exports until cleared)
+CACHE_LIMITS = {KERNELS: ("PLUS_EP_KERNEL_CACHE_LIMIT", 2 << 30), MODELS: ("PLUS_EP_MODEL_CACHE_LIMIT", 8 << 30)}
 
 
 def _known(name: str) -> str:
@@ -124,6 +133,36 @@ def integer(name: str, default: int) -> int:
         return int(value)
     except ValueError:
         raise ValueError(f"{name}={value!r}: expected an integer") from None
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "2G", "500M", "1.5GiB", "123" (binary units); ValueError otherwise."""
+    import re
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"{text!r} is not a size: write it like 500M, 2G or a byte count")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def size(name: str, default: int) -> int:
+    """A size variable in bytes (`parse_size`); 0 means no limit."""
+    value = get(name)
+    if value is None:
+        return default
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise ValueError(f"{name}={value!r}: {e}") from None
+
+
+def cache_limit(kind: str) -> int:
+    """The size limit of the kernel or model cache in bytes (0: none)."""
+    name, default = CACHE_LIMITS[kind]
+    return size(name, default)
 
 
 def path(name: str) -> pathlib.Path | None:

@@ -34,10 +34,11 @@ MIN_ORT = (1, 25)
 log = logging.getLogger("plus_ep")
 
 _lock = threading.Lock()
-_state: dict = {"path": None, "lib": None, "planner": None}
+_state: dict = {"path": None, "lib": None, "planner": None, "option_check": None}
 _memo: dict = {}          # (path, mtime, size, options) -> planned groups, for the process
 
 _PLANNER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p)
+_OPTION_CHECK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
 
 
 def ort_version() -> tuple[int, int]:
@@ -317,6 +318,23 @@ def _register_with_emulator(groups: list[dict]) -> None:
             emu.register_pack(blob, g["node"], arch)
 
 
+def _option_check(json_b, err, err_len) -> int:
+    """ep_factory.c's callback: plus_ep/options.py's check on a session's PlusEP options (JSON); a bad one
+    writes the one-line reason into `err` and returns 1, so ONNX Runtime refuses the session with it."""
+    try:
+        try:
+            opts = json.loads(json_b.decode())
+        except ValueError:
+            return 0                     # too long to pass whole: the C checks stand
+        options.check(opts)
+        return 0
+    except BaseException as e:  # noqa: BLE001  (never let an exception cross into C)
+        msg = (str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}").splitlines()[0]
+        data = msg.encode()[:max(int(err_len) - 1, 0)]
+        ctypes.memmove(err, data + b"\0", len(data) + 1)
+        return 1
+
+
 def _install_planner(path: str) -> None:
     lib = ctypes.CDLL(path)        # the same loaded object ONNX Runtime uses
     lib.PlusEP_SetPlanner.argtypes = [_PLANNER]
@@ -330,3 +348,8 @@ def _install_planner(path: str) -> None:
     cb = _PLANNER(_planner)
     _state["lib"], _state["planner"] = lib, cb      # keep both alive for the process
     lib.PlusEP_SetPlanner(cb)
+    if hasattr(lib, "PlusEP_SetOptionCheck"):
+        lib.PlusEP_SetOptionCheck.argtypes = [_OPTION_CHECK]
+        lib.PlusEP_SetOptionCheck.restype = None
+        _state["option_check"] = check = _OPTION_CHECK(_option_check)
+        lib.PlusEP_SetOptionCheck(check)

@@ -9,6 +9,12 @@ The key covers everything the rewritten model depends on: the model's bytes, the
 PlusEP's version, the digest of PlusEP's own sources (`config.source_digest()`, so a changed rewriter
 or template never returns a stale model) and the loaded warehouse (`Warehouse.digest()`: pattern
 names, order, options and the source of every pattern, user patterns included).
+
+Size limit (PLUS_EP_MODEL_CACHE_LIMIT, default 8 GiB; plus_ep/config.py): a hit marks its entry used
+(the .json's modification time) and a store applies the limit with the kernel cache's rule
+(`kernels/build/cache.py: lru_evict`, least recently used first, the entry just stored kept), one
+process at a time (a non-blocking flock on `<models>/.evict.lock`). An entry is removed .json first, so
+a concurrent reader sees a miss (it rebuilds), never a model without its check.
 """
 from __future__ import annotations
 
@@ -16,10 +22,12 @@ import hashlib
 import json
 import logging
 import os
+import pathlib
+import time
 import warnings
 
 from . import config
-from .kernels.build.cache import package_version
+from .kernels.build.cache import TOUCH_EVERY, CacheEntry, lru_evict, package_version, try_lock
 from .kernels.build.files import write_atomic
 from .kernels.target import FP32_MATH_DEFAULT
 
@@ -67,7 +75,63 @@ def read(path: str) -> bytes | None:
             except OSError:
                 pass
         return None
+    try:                # mark it used (the least recently used entries go first past the size limit)
+        if time.time() - os.stat(meta_path).st_mtime > TOUCH_EVERY:
+            os.utime(meta_path)
+    except OSError:
+        pass
     return data
+
+
+def entries(cache_dir=None) -> list[CacheEntry]:
+    """The model cache's entries (model + .json), by key; an entry without its .json counts as used at 0."""
+    folder = config.model_cache_dir(cache_dir)
+    by_key: dict = {}
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        stem, ext = os.path.splitext(name)
+        if ext in (".onnx", ".json") and not name.startswith("."):
+            by_key.setdefault(stem, []).append(folder / name)
+    out = []
+    for key, paths in by_key.items():
+        size, used = 0, 0.0
+        for p in paths:
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            size += st.st_size
+            if p.suffix == ".json":
+                used = st.st_mtime
+        # the .json first: a reader then misses the entry instead of reading a model without its check
+        out.append(CacheEntry(key, tuple(sorted(paths, key=lambda p: p.suffix != ".json")), size, used))
+    return out
+
+
+def evict(cache_dir=None, limit: int | None = None, keep=()) -> list[CacheEntry]:
+    """Apply the size limit (default PLUS_EP_MODEL_CACHE_LIMIT) to the model cache; returns what went."""
+    limit = config.cache_limit(config.MODELS) if limit is None else limit
+    folder = config.model_cache_dir(cache_dir)
+    if limit <= 0 or not folder.is_dir():
+        return []
+
+    def remove(e):
+        for p in e.paths:
+            try:
+                os.remove(p)
+            except OSError:
+                pass
+    with try_lock(pathlib.Path(folder) / ".evict.lock") as got:
+        if not got:
+            return []
+        removed = lru_evict(entries(cache_dir), limit, remove, keep)
+    if removed:
+        log.info("PlusEP: removed %d least recently used rewritten models (%.1f MiB) from %s to stay under %.1f MiB",
+                 len(removed), sum(e.size for e in removed) / 2**20, folder, limit / 2**20)
+    return removed
 
 
 def store(path: str, data: bytes) -> None:
@@ -121,4 +185,6 @@ def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
     except OSError as exc:
         _warn_once(f"PlusEP: cannot store the rewritten model in {os.path.dirname(path)} "
                    f"({exc.strerror or exc}); it is rebuilt by the next session")
+    else:
+        evict(opts.get("cache_dir"), keep=(key,))
     return data

@@ -140,6 +140,78 @@ def _shape_constant(name, inits, constants):
         return None
 
 
+# ------------------------------------------------------------------------- what onnxruntime loads
+_RUNTIME_LIMITS: list = []
+# element types newer than IR 8, with the IR version that introduced them (onnx's IR changelog): a model
+# holding one cannot go below that IR
+TYPE_IR = {onnx.TensorProto.FLOAT8E4M3FN: 9, onnx.TensorProto.FLOAT8E4M3FNUZ: 9, onnx.TensorProto.FLOAT8E5M2: 9,
+           onnx.TensorProto.FLOAT8E5M2FNUZ: 9, onnx.TensorProto.UINT4: 10, onnx.TensorProto.INT4: 10,
+           onnx.TensorProto.FLOAT4E2M1: 11, 24: 12, 25: 13, 26: 13, 27: 14, 28: 14}   # FLOAT8E8M0, [U]INT2, FLOAT6*
+FUNCTION_OVERLOAD_IR = 10     # model-local functions with an overload field (graph_rewrites/fuse.py writes them)
+
+
+def runtime_limits() -> tuple[int, int]:
+    """(highest IR version, highest default-domain opset) the installed onnxruntime loads, probed once per
+    process with a one-node model (a few milliseconds per try). The one probe: `plus-ep verify` refuses
+    what it cannot load, `rewrite` writes an IR it can (`for_runtime`)."""
+    if _RUNTIME_LIMITS:
+        return _RUNTIME_LIMITS[0]
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    def loads(ir: int, opset: int) -> bool:
+        g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir)
+        try:
+            ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            return True
+        except Exception:  # noqa: BLE001 - any refusal means "not loadable"
+            return False
+    ir = next((v for v in range(onnx.IR_VERSION + 2, 3, -1) if loads(v, 13)), 3)
+    opset = next((v for v in range(onnx.defs.onnx_opset_version() + 2, 6, -1) if loads(min(ir, 10), v)), 7)
+    _RUNTIME_LIMITS.append((ir, opset))
+    return ir, opset
+
+
+def min_ir_version(proto: onnx.ModelProto) -> tuple[int, str]:
+    """The lowest IR version `proto` can be written at, and what decides it: its opset imports (onnx's
+    version table), its element types (TYPE_IR) and its model-local functions."""
+    from onnx import helper
+    best = (helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True), "its opset imports")
+    if proto.functions:
+        best = max(best, (FUNCTION_OVERLOAD_IR, "its model-local functions"))
+    types = {t.data_type for t in proto.graph.initializer}
+    for vi in list(proto.graph.input) + list(proto.graph.output) + list(proto.graph.value_info):
+        types.add(vi.type.tensor_type.elem_type)
+    for t in sorted(types):
+        if t in TYPE_IR and TYPE_IR[t] > best[0]:
+            best = (TYPE_IR[t], f"its {onnx.TensorProto.DataType.Name(t)} tensors")
+    return best
+
+
+def for_runtime(proto: onnx.ModelProto, where: str = "") -> onnx.ModelProto:
+    """`proto` at an IR version the installed onnxruntime loads: unchanged when it already does; else
+    lowered to the highest IR onnxruntime loads (set in place), when nothing in the model needs more
+    (`min_ir_version`); else ModelError (one line: what needs the newer IR and what to do). onnx >= 1.23
+    writes IR 14 by default, which onnxruntime 1.31 refuses."""
+    ir, _ = runtime_limits()
+    if proto.ir_version <= ir:
+        return proto
+    need, why = min_ir_version(proto)
+    if need > ir:
+        import onnxruntime as ort
+        pre = f"{where}: " if where else ""
+        raise ModelError(f"{pre}ONNX IR version {proto.ir_version}, and {why} need IR >= {need}, but the installed "
+                         f"onnxruntime {ort.__version__} loads IR versions up to {ir}: export the model for an older "
+                         f"opset, or install a newer onnxruntime")
+    log.info("%sIR version %d -> %d, the highest the installed onnxruntime loads", f"{where}: " if where else "",
+             proto.ir_version, ir)
+    proto.ir_version = ir
+    return proto
+
+
 def fusable_opset(proto: onnx.ModelProto) -> bool:
     """Whether PlusEP lowers the model's default-domain ops: opset MIN_OPSET .. the newest onnx knows."""
     default = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]

@@ -7,13 +7,13 @@ JSON); tests/cpu/test_options.py checks ep_factory.c's names and accepted values
     opts = options.check({"arch": "sm_90", "verify": "true"})   # strings; ValueError names the option
     options.fp32_math(opts), options.disabled(opts), options.verify(opts)
     options.arch_for(opts, cc="9.0")          # the `arch` option, else the device's: "sm_90a"
-    options.cli_archs("auto")                 # the local GPU's arch, else ["sm_80", "sm_90"]
+    options.cli_archs("auto")                 # the local GPU's arch, else ["sm_80", "sm_90a"]
 
 | option    | values                         | default                                           |
 |-----------|--------------------------------|---------------------------------------------------|
-| arch      | an arch of kernels/arch.py     | the local GPU's, else the EP device's             |
+| arch      | an arch of kernels/arch.py (sm_80, ..., sm_90a) | the local GPU's, else the EP device's |
 | cache_dir | a folder                       | $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep         |
-| disable   | comma-separated pattern names  | none                                              |
+| disable   | comma-separated pattern names of the warehouse, or `all` | none                    |
 | fp32_math | exact, tf32                    | tf32 (as ONNX Runtime's CUDA EP, use_tf32=1)      |
 | verify    | 1, 0, true, false (any case)   | 0                                                 |
 | cuda_graph | 1, 0, true, false (any case)  | 0 (1: the plugin EP captures a run into a CUDA graph and replays it) |
@@ -22,6 +22,18 @@ JSON); tests/cpu/test_options.py checks ep_factory.c's names and accepted values
 
 The last three are the plugin EP's own (plus_ep/native/ep_stream.c); `plus_ep.InferenceSession` passes
 them on.
+
+Bad options, one way everywhere: `check` raises ValueError naming the option and what it accepts, and every
+front end turns that into its own error at once, never a fallback: `plus_ep.InferenceSession` raises it,
+the plugin EP's factory (ep_factory.c) refuses the session with the same text (its C checks of names and
+values, then, in a Python process, this `check` through the option-check callback plus_ep/ep.py installs,
+which also knows the warehouse's pattern names), and the CLI exits 2 with it.
+
+Archs (`DEFAULT_ARCHS`, the policy): sm_80 SASS runs on every Ampere and Ada GPU (sm_86, sm_89) and its
+PTX is what a newer GPU JIT-compiles; sm_90a holds the Hopper kernels (wgmma, TMA, clusters) that run on
+compute capability 9.0 exactly (H100, H200), which the launcher prefers there. Plain sm_90 kernels add
+nothing on a 9.0 device once sm_90a is built; build sm_90 instead of sm_90a only to leave out
+the arch-specific instructions (debugging, comparing).
 """
 from __future__ import annotations
 
@@ -30,7 +42,7 @@ from dataclasses import dataclass
 from .kernels.target import FP32_MATH_DEFAULT, FP32_MATHS
 
 NAME = "PlusEP"                   # the provider name in providers=[...] and the EP library's name
-DEFAULT_ARCHS = ("sm_80", "sm_90")    # `plus-ep rewrite --arch auto` on a machine without a GPU PlusEP builds for
+DEFAULT_ARCHS = ("sm_80", "sm_90a")   # `plus-ep rewrite --arch auto` on a machine without a GPU PlusEP builds for
 VERIFY_ON, VERIFY_OFF = ("1", "true"), ("0", "false", "")   # compared case-insensitively, as ep_factory.c
 
 
@@ -49,7 +61,7 @@ OPTIONS = (   # in the order ep_factory.c's OPTION_NAMES lists them
     Option("cuda_graph", "0", VERIFY_ON + VERIFY_OFF[:2], "1: capture a run of PlusEP's stream into a CUDA graph "
                                                           "and replay it (device-bound inputs and outputs)"),
     Option("cuda_graph_warmup", "1", (), "runs before the CUDA-graph capture (0 to 1000)"),
-    Option("disable", "", (), "comma-separated pattern names not to fuse"),
+    Option("disable", "", (), "comma-separated pattern names not to fuse ('all': none fused)"),
     Option("fp32_math", FP32_MATH_DEFAULT, FP32_MATHS, "fp32 GEMMs and attention: TF32 tensor cores ('tf32') or "
                                                       "exact SIMT ('exact')"),
     Option("kernel_times", "0", VERIFY_ON + VERIFY_OFF[:2], "1: CUDA events around each node's launches "
@@ -61,14 +73,28 @@ NAMES = tuple(o.name for o in OPTIONS)
 _BY_NAME = {o.name: o for o in OPTIONS}
 
 
+ORT_OWN = ("device_id",)          # ORT's own selector among an EP's devices: accepted, not PlusEP's
+
+
 def check(opts: dict | None) -> dict[str, str]:
     """`opts` as strings (True -> "1"), validated: an unknown name or a value outside an option's
-    accepted ones raises ValueError naming the option and what it accepts (ep_factory.c's rules)."""
+    accepted ones raises ValueError naming the option and what it accepts (ep_factory.c's rules, plus
+    the warehouse's pattern names for `disable`)."""
+    from .kernels.arch import ARCHS
     out = {}
     for name, value in (opts or {}).items():
+        if name in ORT_OWN:
+            continue
         if name not in _BY_NAME:
-            raise ValueError(f"unknown PlusEP provider option {name!r}; known: {', '.join(NAMES)}")
+            raise ValueError(f"unknown PlusEP provider option {name!r} (session config entry ep.plusep.{name}); "
+                             f"known options: {', '.join(NAMES)}")
         text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        if name == "arch" and text and text not in ARCHS:
+            raise ValueError(f"PlusEP provider option arch={text!r}: use " + " or ".join(repr(a) for a in ARCHS))
+        if name == "disable":
+            problem = pattern_problem([p.strip() for p in text.split(",") if p.strip()])
+            if problem:
+                raise ValueError(f"PlusEP provider option disable={text!r}: {problem}")
         if name in FLAGS:
             _verify_flag(text, name)
         elif name == "cuda_graph_warmup" and not (text.isdigit() and int(text) <= 1000):
@@ -78,6 +104,20 @@ def check(opts: dict | None) -> dict[str, str]:
                              + " or ".join(repr(v) for v in _BY_NAME[name].values))
         out[name] = text
     return out
+
+
+def pattern_problem(names) -> str | None:
+    """Why `names` (patterns not to fuse) cannot be used: an unknown one, named with the warehouse's
+    patterns; None when they are all known (or "all")."""
+    names = [n for n in names if n != "all"]
+    if not names:
+        return None
+    from .warehouse import default_warehouse
+    have = [p.name for p in default_warehouse()]
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        return f"unknown pattern {unknown[0]!r}; patterns: {', '.join(have)} (or 'all')"
+    return None
 
 
 def _verify_flag(text: str, name: str = "verify") -> bool:
@@ -100,8 +140,12 @@ def fp32_math(opts: dict) -> str:
 
 
 def disabled(opts: dict) -> tuple[str, ...]:
-    """The `disable` option's pattern names, sorted."""
-    return tuple(sorted(p.strip() for p in (opts.get("disable") or "").split(",") if p.strip()))
+    """The `disable` option's pattern names, sorted; "all" stands for every pattern of the warehouse."""
+    names = sorted(p.strip() for p in (opts.get("disable") or "").split(",") if p.strip())
+    if "all" in names:
+        from .warehouse import default_warehouse
+        return tuple(sorted(p.name for p in default_warehouse()))
+    return tuple(names)
 
 
 def arch_for(opts: dict, cc: str | None = None) -> str | None:

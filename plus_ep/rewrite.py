@@ -16,7 +16,7 @@ from .graph_rewrites.identify import Identifier
 from .kernels.target import FP32_MATH_DEFAULT
 from .warehouse import default_warehouse
 
-from .model_check import check_model, fusable_opset, load_model  # noqa: F401  (load_model: public API)
+from .model_check import check_model, for_runtime, fusable_opset, load_model, runtime_limits  # noqa: F401
 
 log = logging.getLogger("plus_ep")
 
@@ -35,11 +35,14 @@ class RewriteResult:
 
 
 def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, progress=None,
-                     fp32_math=FP32_MATH_DEFAULT, compile_kernels: bool = True, warn: bool = True) -> RewriteResult:
+                     fp32_math=FP32_MATH_DEFAULT, compile_kernels: bool = True, warn: bool = True,
+                     runtime_ir: bool = True) -> RewriteResult:
     """Identify and fuse. With `archs` (e.g. ["sm_80", "sm_90"]) every fused node also carries its
     launch plan and compiled kernels; subgraphs whose kernels fail stay unfused (with one warning each
     unless `warn` is False: result.kernels.failures lists them). `compile_kernels=False` renders the
-    kernels without compiling them (what `plus-ep inspect` reports): the model carries plans, no images."""
+    kernels without compiling them (what `plus-ep inspect` reports): the model carries plans, no images.
+    runtime_ir: the result has an IR version the installed onnxruntime loads (lowered when the model
+    allows it, else ModelError: model_check.for_runtime); False leaves it as fusion made it (reports)."""
     start = time.perf_counter()
     proto = load_model(model)
     where = "" if isinstance(model, onnx.ModelProto) else (
@@ -98,6 +101,12 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
     if specs:
         _shape_values_from_inputs(view, out, subgraphs)
     out = contrib.restore(out, expanded)         # contrib ops nothing of which fused keep ORT's kernel
+    if runtime_ir and out.ir_version > runtime_limits()[0]:
+        if out is model:                  # never change the caller's ModelProto
+            copy = onnx.ModelProto()
+            copy.CopyFrom(out)
+            out = copy
+        out = for_runtime(out, where)
     seconds = time.perf_counter() - start
     log.info("rewrote %d nodes into %d fused subgraphs in %.2fs", len(proto.graph.node), len(specs), seconds)
     return RewriteResult(out, subgraphs, view, ident, seconds, built, fp32_math, source, expanded)

@@ -23,6 +23,15 @@ removes what it wrote, so no partial entry stays behind. `build` is try-load -> 
 <root>/locks/<key>.lock, between processes and threads) -> try-load -> compile -> put, so concurrent
 builders of one kernel compile it once. With PLUS_EP_ASSERT_CACHED=1 a miss raises CacheMiss instead
 of compiling: tests use it to prove a warm start compiles nothing.
+
+Size limit (PLUS_EP_KERNEL_CACHE_LIMIT, default 2 GiB; plus_ep/config.py): a hit marks its entry used
+(meta.json's modification time, touched at most once a minute), and past the limit the entries used
+longest ago are removed, down to 90% of it (`evict`, run after stores at most every few seconds and at
+the end of `compile_all`). Eviction takes a non-blocking flock on <root>/locks/evict.lock, so one process
+evicts at a time; it removes an entry the way `get` removes a damaged one (rename, then delete), so a
+concurrent reader sees the whole entry or a miss and compiles again; a folder without meta.json is another
+process's store in progress and is left alone unless it is an hour old. `lru_evict` is the one eviction
+rule, shared with the rewritten-model cache (plus_ep/model_cache.py).
 """
 
 from __future__ import annotations
@@ -52,6 +61,82 @@ SCHEMA = 2   # 2: entries hold kernel.ptx
 ENV_ASSERT_CACHED = "PLUS_EP_ASSERT_CACHED"
 
 CUBIN, PTX, SOURCE, META = "kernel.cubin", "kernel.ptx", "kernel.cu", "meta.json"
+
+
+EVICT_TO = 0.9              # eviction goes down to this share of the limit
+EVICT_EVERY = 5.0           # seconds between the eviction checks `build` runs after a store
+TOUCH_EVERY = 60.0          # a hit refreshes its entry's last-used time when it is older than this
+STALE_SECONDS = 3600.0      # an entry folder without meta.json this old is a dead writer's leftover
+
+
+@dataclass
+class CacheEntry:
+    """One cache entry for eviction: its name, files or folder, bytes and last use (epoch seconds)."""
+    name: str
+    paths: tuple
+    size: int
+    used: float
+
+
+def tree_size(path: pathlib.Path) -> int:
+    """Bytes of the files under `path` (a file: its size); vanished files count 0."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        total = 0
+        for dirpath, _, files in os.walk(path):
+            for f in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, f)).st_size
+                except OSError:
+                    pass
+        return total
+    except OSError:
+        return 0
+
+
+def lru_evict(entries, limit: int, remove, keep=()) -> list:
+    """The one eviction rule: when the entries' total exceeds `limit` bytes (> 0), `remove(entry)` the least
+    recently used ones (not those named in `keep`) until the total is at most EVICT_TO x limit. Returns
+    the removed entries."""
+    entries = list(entries)
+    total = sum(e.size for e in entries)
+    if limit <= 0 or total <= limit:
+        return []
+    target, removed = int(limit * EVICT_TO), []
+    for e in sorted(entries, key=lambda e: (e.used, e.name)):
+        if total <= target:
+            break
+        if e.name in keep:
+            continue
+        remove(e)
+        total -= e.size
+        removed.append(e)
+    return removed
+
+
+@contextmanager
+def try_lock(path: pathlib.Path):
+    """A non-blocking exclusive flock on `path`: yields True when taken, False when another process
+    holds it or the folder cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            import fcntl
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # pragma: no cover - not POSIX
+            pass
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 class CacheMiss(RuntimeError):
@@ -113,6 +198,7 @@ class KernelCache:
         self.stats = CacheStats()
         self._stats_lock = threading.Lock()
         self._warned_unwritable = False
+        self._last_evict = 0.0
 
     def __repr__(self) -> str:
         return f"KernelCache({str(self.root)!r}, {self.stats})"
@@ -200,9 +286,19 @@ class KernelCache:
             self._count(corrupt=1)
             self._remove(entry)
             return None
+        self._touch(entry / META)
         return CompileResult(cubin=cubin, log=meta.get("log", ""), resources=resources,
                              seconds=time.perf_counter() - t0, cached=True, arch=meta["arch"], key=key,
                              ptx=ptx.decode())
+
+    @staticmethod
+    def _touch(meta: pathlib.Path) -> None:
+        """Mark the entry used now (its meta.json's mtime), when the mark is older than TOUCH_EVERY."""
+        try:
+            if time.time() - meta.stat().st_mtime > TOUCH_EVERY:
+                os.utime(meta)
+        except OSError:     # a read-only cache: it is never evicted by this process either
+            pass
 
     def _remove(self, entry: pathlib.Path) -> None:
         trash = entry.with_name(f".trash-{entry.name}-{uuid.uuid4().hex[:8]}")
@@ -291,10 +387,54 @@ class KernelCache:
                             self.put(key, source, result, name=name, options=options)
                         except OSError as e:
                             self._unwritable(e)
+                        else:
+                            if time.monotonic() - self._last_evict > EVICT_EVERY:
+                                self.evict(keep=(key,))
                     log.debug("kernel cache: compiled %s (%s) in %.2fs -> %s", name, arch, result.seconds, key)
                     return result
         self._count(hits=1)
         return hit
+
+    # ------------------------------------------------------------------------------- size limit
+    def entries(self) -> list[CacheEntry]:
+        """Every entry (a dead writer's leftover folder counts as used at time 0); not the lock files."""
+        out = []
+        if not self.root.is_dir():
+            return out
+        now = time.time()
+        for shard in self.root.iterdir():
+            if len(shard.name) != 2 or not shard.is_dir():
+                continue
+            for entry in shard.iterdir():
+                if entry.name.startswith(".trash-"):
+                    continue
+                try:
+                    used = (entry / META).stat().st_mtime
+                except OSError:
+                    try:
+                        if now - entry.stat().st_mtime < STALE_SECONDS:
+                            continue            # another process may be storing it right now
+                    except OSError:
+                        continue
+                    used = 0.0
+                out.append(CacheEntry(entry.name, (entry,), tree_size(entry), used))
+        return out
+
+    def evict(self, limit: int | None = None, keep=()) -> list[CacheEntry]:
+        """Apply the size limit (default PLUS_EP_KERNEL_CACHE_LIMIT): least recently used entries first,
+        down to EVICT_TO x limit. One process at a time (a non-blocking lock: a busy lock skips)."""
+        self._last_evict = time.monotonic()
+        limit = config.cache_limit(config.KERNELS) if limit is None else limit
+        if limit <= 0 or not self.root.is_dir():
+            return []
+        with try_lock(self.root / "locks" / "evict.lock") as got:
+            if not got:
+                return []
+            removed = lru_evict(self.entries(), limit, lambda e: self._remove(e.paths[0]), keep)
+        if removed:
+            log.info("kernel cache: removed %d least recently used entries (%.1f MiB) to stay under %.1f MiB",
+                     len(removed), sum(e.size for e in removed) / 2**20, limit / 2**20)
+        return removed
 
     def clear(self) -> None:
         """Remove every entry (and lock file) under the root."""

@@ -26,12 +26,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
+from ... import progress as _progress
 from . import nvrtc, sources
 from .cache import KernelCache
 from .nvrtc import CompileError, CompileResult
@@ -71,53 +70,23 @@ class ResourceError(CompileError):
         super().__init__(name, result.log, f"{name} ({result.arch}): " + "; ".join(problems))
 
 
-class _Progress:
-    """One updating line on stderr: `compiling kernels 12/40 [sm_90] 3.1s`."""
-
-    def __init__(self, total: int, enabled: bool, stream=None):
-        self.total, self.enabled = total, enabled and total > 0
-        self.stream = stream or sys.stderr
-        self.done = 0
-        self.t0 = time.perf_counter()
-        self._lock = threading.Lock()
-        self._width = 0
-
-    def step(self, arch: str) -> None:
-        if not self.enabled:
-            return
-        with self._lock:
-            self.done += 1
-            text = f"compiling kernels {self.done}/{self.total} [{arch}] {time.perf_counter() - self.t0:.1f}s"
-            pad = " " * max(0, self._width - len(text))
-            self._width = len(text)
-            self.stream.write("\r" + text + pad)
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _isatty(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | None = None) -> list:
     """Compile `jobs`; returns one CompileResult or Exception per job, in job order.
 
     cache: a KernelCache; None uses KernelCache() (<cache root>/kernels, plus_ep/config.py);
     False compiles without any cache. workers: threads (default min(cpu_count, 8)).
-    progress: True shows the progress line on stderr, False never, None when stderr is a terminal.
+    progress: a bar on stderr (plus_ep/progress.py): None follows its mode (a bar when stderr is a
+    terminal), True shows one anyway, False never.
     """
     jobs = list(jobs)
     if cache is None:
         cache = KernelCache()
     workers = workers or min(os.cpu_count() or 1, 8)
-    bar = _Progress(len(jobs), progress if progress is not None else _isatty(sys.stderr))
+    with _progress.bar("compiling kernels", total=len(jobs), unit="kernels", enabled=progress) as bar:
+        return _compile_all(jobs, cache, workers, bar)
+
+
+def _compile_all(jobs, cache, workers, bar) -> list:
     t0 = time.perf_counter()
 
     # One compile per distinct (source, arch, options); a bad arch fails only its own jobs.
@@ -130,7 +99,7 @@ def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | N
             ident = (sources.body(source), nvrtc.parse_arch(job.arch), tuple(str(o) for o in job.options))
         except ValueError as e:
             results[i] = e
-            bar.step(str(job.arch))
+            bar.update(note=str(job.arch))
             continue
         unique.setdefault(ident, []).append(i)
         first_source.setdefault(ident, source)
@@ -159,24 +128,21 @@ def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | N
     if unique:
         with ThreadPoolExecutor(max_workers=min(workers, len(unique)), thread_name_prefix="plus-nvrtc") as pool:
             futures = {pool.submit(run, ident, jobs[idx[0]]): (ident, idx) for ident, idx in unique.items()}
-            try:
-                for fut in as_completed(futures):
-                    ident, idx = futures[fut]
-                    try:
-                        outcome = fut.result()
-                    except Exception as e:  # CompileError, CacheMiss, OSError from the cache, ...
-                        outcome = e
-                    if isinstance(outcome, CompileResult):
-                        n_cached += outcome.cached
-                        n_compiled += not outcome.cached
-                    for i in idx:
-                        results[i] = _checked(jobs[i], outcome, ident in relaxed_idents)
-                        bar.step(ident[1])
-            finally:
-                bar.close()
-    else:
-        bar.close()
+            for fut in as_completed(futures):
+                ident, idx = futures[fut]
+                try:
+                    outcome = fut.result()
+                except Exception as e:  # CompileError, CacheMiss, OSError from the cache, ...
+                    outcome = e
+                if isinstance(outcome, CompileResult):
+                    n_cached += outcome.cached
+                    n_compiled += not outcome.cached
+                for i in idx:
+                    results[i] = _checked(jobs[i], outcome, ident in relaxed_idents)
+                bar.update(len(idx), note=f"{ident[1]}, {n_compiled} compiled, {n_cached} cached")
 
+    if n_compiled and isinstance(cache, KernelCache):
+        cache.evict()         # the size limit, once per batch (build() checks at most every few seconds)
     n_failed = sum(isinstance(r, Exception) for r in results)
     log.info("kernels: %d jobs, %d compiled, %d cached, %d failed, %d compiled again with one block per SM "
              "after a spill, in %.1fs", len(jobs), n_compiled, n_cached, n_failed, len(relaxed_idents),

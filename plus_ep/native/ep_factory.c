@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,27 @@ void plus_ep_log(const OrtLogger* logger, int level, const char* fmt, ...) {
 /* ---- provider options ---- */
 
 static const char* const OPTION_NAMES = "arch, cache_dir, cuda_graph, cuda_graph_warmup, disable, fp32_math, kernel_times, verify";
+/* The archs PlusEP builds kernels for (kernels/arch.py ARCHS; tests/cpu/test_options.py ties the two). */
+static const char* const ARCH_NAMES[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"};
+
+/* plus_ep/options.py's check, installed by `import plus_ep` (plus_ep/ep.py): the options as a JSON object;
+ * returns nonzero and writes the one-line reason into err when one is bad. Without Python (a C host) the
+ * checks below are all there is; with it, this one also knows the warehouse's pattern names. */
+typedef int (*plus_ep_option_check_fn)(const char* options_json, char* err, size_t err_len);
+static _Atomic(plus_ep_option_check_fn) g_option_check;
+EXPORT void PlusEP_SetOptionCheck(plus_ep_option_check_fn fn) { atomic_store(&g_option_check, fn); }
+
+/* Append "key": "value" to a JSON object being built in out (escaped; control characters as \u00XX). */
+static void json_pair(char* out, size_t n, const char* key, const char* value) {
+    size_t len = strlen(out);
+    len += (size_t)snprintf(out + len, len < n ? n - len : 0, "%s\"%s\": \"", len > 1 ? ", " : "", key);
+    for (const unsigned char* p = (const unsigned char*)value; *p && len + 8 < n; p++) {
+        if (*p == '"' || *p == '\\') len += (size_t)snprintf(out + len, n - len, "\\%c", *p);
+        else if (*p < 0x20) len += (size_t)snprintf(out + len, n - len, "\\u%04x", *p);
+        else out[len++] = (char)*p, out[len] = 0;
+    }
+    if (len + 2 < n) snprintf(out + len, n - len, "\"");
+}
 
 static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* value) {
     struct { const char* name; char* buf; size_t n; } text[] = {
@@ -59,6 +81,16 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
         if (!strcmp(name, "fp32_math") && strcmp(value, "exact") && strcmp(value, "tf32"))
             return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP provider option fp32_math='%s': use 'exact' or 'tf32'",
                                   value);
+        if (!strcmp(name, "arch") && *value) {
+            size_t k = 0, n_arch = sizeof ARCH_NAMES / sizeof *ARCH_NAMES;
+            while (k < n_arch && strcmp(value, ARCH_NAMES[k])) k++;
+            if (k == n_arch) {
+                char use[256] = "";
+                for (k = 0; k < n_arch; k++)
+                    snprintf(use + strlen(use), sizeof use - strlen(use), "%s'%s'", k ? " or " : "", ARCH_NAMES[k]);
+                return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP provider option arch='%s': use %s", value, use);
+            }
+        }
         return NULL;
     }
     if (!strcmp(name, "verify")) {
@@ -87,7 +119,7 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
     }
     /* device_id is ORT's own selector among the EP's devices (providers=[("PlusEP", {"device_id": "1"})]). */
     if (!strcmp(name, "device_id")) return NULL;
-    return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP: unknown provider option '%s' (session config entry ep.plusep.%s); "
+    return plus_ep_status(ORT_INVALID_ARGUMENT, "unknown PlusEP provider option '%s' (session config entry ep.plusep.%s); "
                           "known options: %s", name, name, OPTION_NAMES);
 }
 
@@ -105,10 +137,20 @@ OrtStatus* plus_ep_read_options(const OrtSessionOptions* so, plus_ep_options* o)
     size_t n = 0;
     if (kv) ORT_CALL(plus_ep_api, GetKeyValuePairs)(kv, &keys, &values, &n);
     static const char prefix[] = "ep.plusep.";
+    char json[8192] = "{";
     for (size_t i = 0; i < n && !st; i++)
-        if (keys[i] && !strncmp(keys[i], prefix, sizeof prefix - 1))
+        if (keys[i] && !strncmp(keys[i], prefix, sizeof prefix - 1)) {
             st = set_option(o, keys[i] + sizeof prefix - 1, values[i] ? values[i] : "");
+            json_pair(json, sizeof json - 2, keys[i] + sizeof prefix - 1, values[i] ? values[i] : "");
+        }
     if (kv) ORT_CALL(plus_ep_api, ReleaseKeyValuePairs)(kv);
+    plus_ep_option_check_fn check = atomic_load(&g_option_check);
+    if (!st && check && json[1]) {           /* the Python owner's verdict on what C accepted */
+        strcat(json, "}");
+        char err[PLUS_ERR_LEN] = "";
+        if (check(json, err, sizeof err))
+            st = plus_ep_status(ORT_INVALID_ARGUMENT, "%s", err[0] ? err : "PlusEP: bad provider options");
+    }
     return st;
 }
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from .. import progress as _progress
 from .emulator import library_path
 
 __all__ = ["pack_archs", "verify", "verify_text"]
@@ -83,31 +84,11 @@ def _runtime_problem(model: onnx.ModelProto, path) -> str | None:
     return None
 
 
-_MAX_LOADABLE: list = []
-
-
 def max_loadable() -> tuple[int, int]:
-    """(highest IR version, highest default-domain opset) the installed onnxruntime loads, probed once with
-    a one-node model."""
-    if _MAX_LOADABLE:
-        return _MAX_LOADABLE[0]
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    def loads(ir: int, opset: int) -> bool:
-        g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir)
-        try:
-            ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-            return True
-        except Exception:  # noqa: BLE001 - any refusal means "not loadable"
-            return False
-    ir = next((v for v in range(onnx.IR_VERSION + 2, 3, -1) if loads(v, 13)), 3)
-    opset = next((v for v in range(onnx.defs.onnx_opset_version() + 2, 6, -1) if loads(min(ir, 10), v)), 7)
-    _MAX_LOADABLE.append((ir, opset))
-    return ir, opset
+    """(highest IR version, highest default-domain opset) the installed onnxruntime loads: the one probe,
+    plus_ep/model_check.py's (rewrite lowers the IR version with it)."""
+    from ..model_check import runtime_limits
+    return runtime_limits()
 
 
 def verify(model, archs=None, batch: int | None = None, seq: int | None = None, inputs=None, seed: int = 0,
@@ -154,8 +135,7 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
             raise ValueError(problem)
         feeds = _feeds(proto, inputs, batch, seq, seed)
         np.savez(tmp / "inputs.npz", **feeds)
-        if progress is None:
-            progress = sys.stderr.isatty()
+        progress = _progress.resolve(progress)       # "bar" (a terminal), "lines" (-v) or "off"
         request = {"model": str(path), "inputs": str(tmp / "inputs.npz"), "archs": archs, "progress": progress,
                    "seed": seed, **(extra or {})}
         (tmp / "request.json").write_text(json.dumps(request))
@@ -164,7 +144,7 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         r = subprocess.run([sys.executable, "-m", "plus_ep.verification.run", str(tmp / "request.json"),
                             str(tmp / "result.json")], env=env, timeout=timeout, check=False,
-                           stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=None if progress != "off" else subprocess.PIPE, text=True)
         if r.returncode != 0 or not (tmp / "result.json").exists():
             parts = [(name, (text or "").strip()[-3000:]) for name, text in (("stderr", r.stderr), ("stdout", r.stdout))]
             shown = "\n".join(f"--- its {name} (last 3000 characters):\n{text}" for name, text in parts if text)

@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import ExitStack
 
 import numpy as np
 import onnx
 from onnx import helper
 
+from .. import progress as _progress
 from .emulator import Emulator
 from .tolerances import compare, node_math, tolerance
 
@@ -291,7 +293,7 @@ def run(request: dict) -> dict:
     profiling = bool(request.get("profile"))
     # verify runs every CTA (outputs are compared); a profile may sample CTAs (outputs then partial)
     emu.sample_ctas = request.get("sample_ctas") if profiling else None
-    progress = request.get("progress", False)
+    progress = request.get("progress", "off")     # plus_ep/progress.py: "bar", "lines" or "off"
     seed = int(request.get("seed", 0))
 
     exposed, _ = _exposed(model, fused)
@@ -332,14 +334,12 @@ def run(request: dict) -> dict:
     for arch in request["archs"]:
         emu.set_arch(arch)
         emu.reset_records()
-        total = [0, time.perf_counter()]
+        bars = ExitStack()        # closed after this arch's runs
+        pbar = bars.enter_context(_progress.bar(f"[{arch}] kernels on the PTX interpreter", unit="launches",
+                                                enabled=progress))
 
-        def tick(rec, total=total, arch=arch):
-            total[0] += 1
-            if progress:
-                sys.stderr.write(f"\r[{arch}] kernels run on the PTX interpreter: {total[0]} launches, "
-                                 f"{time.perf_counter() - total[1]:.0f}s ({rec.entry} of {rec.node or 'ptx'})   ")
-                sys.stderr.flush()
+        def tick(rec, pbar=pbar):
+            pbar.update(note=f"{rec.entry} of {rec.node or 'ptx'}")
         emu.progress = tick
         t0 = time.perf_counter()
         got, error = _run_launcher(exposed_bytes, feeds)
@@ -419,8 +419,7 @@ def run(request: dict) -> dict:
                 result["errors"].append(f"[{arch}] {st['label']}: {serr}")
             timing[st["label"]] = round(time.perf_counter() - t1, 2)
 
-        if progress:
-            sys.stderr.write("\n")
+        bars.close()
         seconds = time.perf_counter() - t0
         result["archs"].append({"arch": arch, "seconds": round(seconds, 2), "launches": launches, "error": error,
                                 "timing": timing})

@@ -13,6 +13,7 @@ import onnx
 
 from . import _deps, cache
 from .configs import check_args, config as make_config, resolve_layers
+from .. import progress
 from ..feeds import META_PREFIX, random_feeds, sample_inputs
 from . import models
 
@@ -244,6 +245,11 @@ def export(family: str, exporter: str, size: str = "small", layers: int | None =
 
     torch = _deps.torch()
     directory.mkdir(parents=True, exist_ok=True)
+    with progress.task(f"zoo: exporting {family} ({exporter}, {size}, {n_layers} layers)"):
+        return _export(family, exporter, size, n_layers, cfg, opset, key_hash, directory, target, verify, torch)
+
+
+def _export(family, exporter, size, n_layers, cfg, opset, key_hash, directory, target, verify, torch):
     built = models.build(family, size, n_layers, cfg=cfg)
     args = models.torch_inputs(family, example_feeds(family, cfg))
     with tempfile.TemporaryDirectory(dir=directory, prefix=".tmp-") as td:

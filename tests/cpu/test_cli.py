@@ -105,7 +105,7 @@ def test_rewrite_nothing_to_fuse_copies(tmp_path, capsys):
     g = helper.make_graph([helper.make_node("Identity", ["X"], ["Y"])], "id",
                           [helper.make_tensor_value_info("X", F, [2])], [helper.make_tensor_value_info("Y", F, [2])])
     src = tmp_path / "id.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), src)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=9), src)
     out = tmp_path / "id_out.onnx"
     assert cli.main(["rewrite", str(src), "-o", str(out)]) == 0
     assert "nothing to fuse" in capsys.readouterr().out

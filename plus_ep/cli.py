@@ -618,7 +618,7 @@ def cmd_inspect(args) -> int:
 
 
 _FP32_MATH_NOTE = {"tf32": "TF32 tensor cores for fp32 GEMMs and attention, as ONNX Runtime's CUDA EP by default "
-                           "(use_tf32=1); plus-ep rewrite --fp32-math exact for exact fp32",
+                           "(use_tf32=1); plus-ep rewrite IN -o OUT --fp32-math exact for exact fp32",
                    "exact": "exact fp32 SIMT GEMMs and attention"}
 
 

@@ -77,7 +77,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "`1`: the launcher registers nothing (fused nodes run their function bodies) and the "
              "plugin EP offers no device."),
     Variable("PLUS_EP_VERBOSE", "off", "`plus_ep/native/ort_op.c`",
-             "`1`: the launcher prints why it registered nothing."),
+             "`1`: the launcher prints why it registered nothing at every registration (without it: one "
+             "warning per process when no CUDA driver is usable, none for `PLUS_EP_DISABLE=1`)."),
     Variable("PLUS_EP_CUDA_LIBRARY", "`libcuda.so.1`", "`plus_ep/native/driver.c`, `ep_factory.c`, "
              "`ep_memory.c`", "Another CUDA driver library (the emulated driver, the tests' stand-in)."),
     Variable("PLUS_EP_VIRTUAL_GPU", "off", "`plus_ep/native/ep_factory.c`",

@@ -8,7 +8,8 @@ The library exports ``RegisterCustomOps`` (this path) and the plugin-EP entry po
 ``CreateEpFactories`` / ``ReleaseEpFactory`` ("PlusEP" in providers=[...], registered by
 ``import plus_ep``; see plus_ep/ep.py). ``RegisterCustomOps`` registers nothing (so Fused nodes run their
 model-local function bodies) when the CUDA driver cannot be loaded or reports no device, or when
-``PLUS_EP_DISABLE=1``; ``PLUS_EP_VERBOSE=1`` prints why. ``PLUS_EP_CUDA_LIBRARY`` names another driver
+``PLUS_EP_DISABLE=1``; without a usable driver it warns once per process on stderr (``PLUS_EP_VERBOSE=1``:
+at every registration; ``PLUS_EP_DISABLE=1``: never). ``PLUS_EP_CUDA_LIBRARY`` names another driver
 library (tests use a stand-in). The environment is read once per process, at the first registration.
 """
 from __future__ import annotations

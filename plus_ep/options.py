@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from .kernels.target import FP32_MATH_DEFAULT, FP32_MATHS
 
 NAME = "PlusEP"                   # the provider name in providers=[...] and the EP library's name
-DEFAULT_ARCHS = ("sm_80", "sm_90a")   # `plus-ep rewrite --arch auto` on a machine without a GPU PlusEP builds for
+DEFAULT_ARCHS = ("sm_80", "sm_90a")   # what the CLI's `--arch auto` builds on a machine without a GPU PlusEP builds for
 VERIFY_ON, VERIFY_OFF = ("1", "true"), ("0", "false", "")   # compared case-insensitively, as ep_factory.c
 
 

@@ -93,14 +93,14 @@ class _Lines:
             now = time.perf_counter()
             if now - self.last >= LINE_SECONDS or (self.total and self.n >= self.total):
                 self.last = now
-                self.write(self._line())
+                print(self._line(), file=self.stream, flush=True)
 
     def refresh(self) -> None:
         with self._lock:
             now = time.perf_counter()
             if now - self.last >= LINE_SECONDS:
                 self.last = now
-                self.write(self._line())
+                print(self._line(), file=self.stream, flush=True)
 
     def write(self, text: str, file=None) -> None:
         print(text, file=file or sys.stdout, flush=True)

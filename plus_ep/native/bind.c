@@ -268,7 +268,7 @@ int plus_kernel_geom(const plus_plan* p, const plus_kernel_spec* k, const plus_e
         if (x[i] > limit[i]) {
             snprintf(err, errlen, "kernel `%s` %s = %" PRId64 " exceeds CUDA's limit of %" PRId64 " for this input size "
                      "(grid %" PRId64 ",%" PRId64 ",%" PRId64 " block %" PRId64 ",%" PRId64 ",%" PRId64 "; plan line %d `%s`); "
-                     "split the input, or rewrite the model with `plus-ep rewrite --disable <pattern>` to leave such "
+                     "split the input, or rewrite the model with `plus-ep rewrite IN -o OUT --disable <pattern>` to leave such "
                      "subgraphs unfused", k->entry, what[i], x[i],
                      limit[i], x[0], x[1], x[2], x[3], x[4], x[5], k->line, plus_plan_line(p, k->line));
             return -1;

@@ -9,7 +9,8 @@
  * Nothing is registered (and RegisterCustomOps still succeeds) when PLUS_EP_DISABLE=1, when the CUDA
  * driver cannot be loaded ($PLUS_EP_CUDA_LIBRARY or libcuda.so.1), cuInit fails or it reports no
  * device: ORT then inlines each Fused node's model-local function and runs the original subgraph.
- * Set PLUS_EP_VERBOSE=1 to print why nothing was registered. */
+ * Without a usable driver it warns once per process on stderr (the model then runs unfused); set
+ * PLUS_EP_VERBOSE=1 to print why nothing was registered every time, PLUS_EP_DISABLE=1 for silence. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdatomic.h>
@@ -559,7 +560,12 @@ EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase
     }
     const char* why = NULL;
     if (!plus_driver_get(&why)) {
-        if (verbose) fprintf(stderr, "PlusEP: %s; registering nothing (function bodies run)\n", why);
+        /* Loud, once per process: the model still runs, but unfused, and a server would not know why. */
+        static atomic_int warned;
+        if (!atomic_exchange(&warned, 1) || verbose)
+            fprintf(stderr, "PlusEP: WARNING: %s; ai.plus_ep::Fused nodes run their original subgraphs, without "
+                    "PlusEP's kernels (set PLUS_EP_DISABLE=1 to run them unfused on purpose, without this warning)\n",
+                    why);
         return NULL;
     }
     atomic_store(&g_api, api);

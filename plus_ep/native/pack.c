@@ -107,7 +107,7 @@ int plus_pack_select(const plus_pack* packs, int n, int major, int minor, char* 
     for (int i = 0; i < n && len >= 0 && (size_t)len < errlen; i++)
         len += snprintf(err + len, errlen - (size_t)len, " %s", packs[i].arch);
     if (len >= 0 && (size_t)len < errlen)
-        snprintf(err + len, errlen - (size_t)len, "%s); rebuild the model with `plus-ep rewrite --arch sm_%d%d`",
+        snprintf(err + len, errlen - (size_t)len, "%s); rebuild the model with `plus-ep rewrite IN -o OUT --arch sm_%d%d`",
                  n ? "" : " none", major, minor);
     return -1;
 }

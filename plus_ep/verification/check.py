@@ -122,10 +122,10 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
         have = pack_archs(proto)
         if not fused:
             raise ValueError(f"{path.name} has no ai.plus_ep::Fused nodes: rewrite it first "
-                             "(`plus-ep rewrite MODEL --arch sm_80,sm_90a`)")
+                             "(`plus-ep rewrite MODEL -o MODEL.plus.onnx --arch sm_80,sm_90a`)")
         if not have:
             raise ValueError(f"the fused nodes of {path.name} carry no kernel images: rewrite it with "
-                             "kernels (`plus-ep rewrite MODEL --arch sm_80,sm_90a`)")
+                             "kernels (`plus-ep rewrite MODEL -o MODEL.plus.onnx --arch sm_80,sm_90a`)")
         archs = list(archs) if archs else have
         missing = [a for a in archs if a not in have]
         if missing:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-_HINT = "install the models extra: pip install 'plus-ep[models]'"
+_HINT = ("install the models extra: pip install -e '.[models]' in the PlusEP checkout "
+         "(or pip install torch transformers onnxscript)")
 
 
 class MissingModelsExtra(ImportError):

@@ -1,0 +1,107 @@
+"""A small HTTP inference server for a PlusEP-rewritten model: one ONNX Runtime session, many requests.
+
+    pip install -e '.[serve]'                        # in the PlusEP checkout: fastapi + uvicorn
+    plus-ep rewrite model.onnx -o model.plus.onnx    # kernels for sm_80 and sm_90a
+    python docs/deploy/server.py model.plus.onnx --port 8000
+    curl -s localhost:8000/health
+    curl -s localhost:8000/infer -H 'content-type: application/json' \
+         -d '{"inputs": {"X": {"shape": [1, 8, 64], "dtype": "float32", "data": [0.0, ...]}}}'
+
+The process holds ONE session for its lifetime, with PlusEP's custom-op library registered (the launcher
+runs the fused nodes' kernels on the CUDA EP's stream; without a usable CUDA driver it warns once and
+the fused nodes run their original subgraphs). ONNX Runtime's `run` is safe to call from several threads
+at once, so FastAPI's thread pool serves concurrent requests from the one session; scale out with more
+processes (uvicorn --workers N), each holding its own session, or one process per GPU.
+
+`--plugin-ep` uses the "PlusEP" execution provider instead (onnxruntime >= 1.25), which also fuses a
+model that was not rewritten (`plus_ep.InferenceSession`).
+
+Requests and responses are JSON: each tensor as {"shape": [...], "dtype": "float32", "data": [flat
+values]}. JSON keeps float32 values exact (they round-trip through Python floats); binary payloads
+(e.g. numpy's .npy over application/octet-stream) are the next step for large tensors.
+"""
+from __future__ import annotations
+
+import argparse
+import threading
+
+import numpy as np
+
+
+def make_session(model: str, plugin_ep: bool = False, providers=None):
+    """The one session of the server."""
+    import onnxruntime as ort
+
+    import plus_ep
+    providers = list(providers or [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+                                   if p in ort.get_available_providers()])
+    if plugin_ep:
+        return plus_ep.InferenceSession(model, providers=["PlusEP", *providers])
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(plus_ep.get_library_path())
+    return ort.InferenceSession(model, so, providers=providers)
+
+
+def decode(tensor: dict) -> np.ndarray:
+    return np.asarray(tensor["data"], dtype=np.dtype(tensor.get("dtype", "float32"))).reshape(tensor["shape"])
+
+
+def encode(array: np.ndarray) -> dict:
+    a = np.asarray(array)
+    return {"shape": list(a.shape), "dtype": str(a.dtype), "data": a.ravel().tolist()}
+
+
+def create_app(session):
+    """A FastAPI app serving `session`: GET /health, GET /metadata, POST /infer."""
+    from fastapi import FastAPI, HTTPException
+
+    app = FastAPI(title="PlusEP model server")
+    inputs = {i.name: i for i in session.get_inputs()}
+    served = {"requests": 0}
+    lock = threading.Lock()
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"ok": True, "requests": served["requests"], "providers": session.get_providers()}
+
+    @app.get("/metadata")
+    def metadata() -> dict:
+        return {"inputs": [{"name": i.name, "type": i.type, "shape": i.shape} for i in session.get_inputs()],
+                "outputs": [{"name": o.name, "type": o.type, "shape": o.shape} for o in session.get_outputs()]}
+
+    @app.post("/infer")
+    def infer(body: dict) -> dict:     # a plain def: FastAPI runs it in its thread pool, requests overlap
+        try:
+            feeds = {name: decode(t) for name, t in body["inputs"].items()}
+        except (KeyError, TypeError, ValueError) as e:
+            raise HTTPException(400, f"bad request body: {type(e).__name__}: {e}") from None
+        unknown = sorted(set(feeds) - set(inputs))
+        missing = sorted(set(inputs) - set(feeds))
+        if unknown or missing:
+            raise HTTPException(400, f"inputs: unknown {unknown}, missing {missing}; the model takes {sorted(inputs)}")
+        try:
+            outs = session.run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - ORT's errors (shapes, dtypes) are the client's
+            raise HTTPException(400, " ".join(str(e).split())[:500]) from None
+        with lock:
+            served["requests"] += 1
+        return {"outputs": {o.name: encode(v) for o, v in zip(session.get_outputs(), outs)}}
+
+    return app
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", help="the rewritten .onnx model (plus-ep rewrite)")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--plugin-ep", action="store_true", help='use the "PlusEP" execution provider')
+    ap.add_argument("--cpu", action="store_true", help="CPUExecutionProvider only (no CUDA EP)")
+    args = ap.parse_args(argv)
+    import uvicorn
+    session = make_session(args.model, args.plugin_ep, ["CPUExecutionProvider"] if args.cpu else None)
+    uvicorn.run(create_app(session), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from plus_ep import cli, config, options, progress, session
 from plus_ep.model_check import for_runtime, min_ir_version, runtime_limits

@@ -256,7 +256,7 @@ def test_options_reach_the_ep_and_unknown_ones_are_named(tmp_path, fake_cuda):
     off, _ = child({"model": str(path), "how": "names", "feeds": "add", "n": 2,
                     "options": {"disable": "all"}}, env)
     assert off["out"] == [2.0, 3.0] and "PlusEP" not in off["assigned"], off
-    for opts, needle in (({"bogus": "1"}, "unknown provider option 'bogus'"),
+    for opts, needle in (({"bogus": "1"}, "unknown PlusEP provider option 'bogus'"),
                          ({"fp32_math": "fast"}, "fp32_math='fast'")):
         res, err = child({"model": str(path), "how": "devices", "feeds": "add", "n": 2, "options": opts}, env)
         assert needle in res.get("error", "") + err, (res, err)
@@ -310,7 +310,7 @@ def test_c_host(tmp_path, flags):
         r = run_host(host, lib, model, 4, env, "fp32_math=exact")
         assert r.returncode == 0 and f"mode {mode}" in r.stdout and want in r.stdout, (r.stdout, r.stderr[-2000:])
     r = run_host(host, lib, model, 4, {"PLUS_EP_CUDA_LIBRARY": str(fake)}, "bogus=1")
-    assert r.returncode == 1 and "unknown provider option 'bogus'" in r.stdout, r.stdout
+    assert r.returncode == 1 and "unknown PlusEP provider option 'bogus'" in r.stdout, r.stdout
 
 
 def test_c_host_on_the_emulated_driver_is_a_clear_error(tmp_path):

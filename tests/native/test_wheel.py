@@ -58,3 +58,34 @@ def test_source_digest_reads_the_installed_layout(wheel, tmp_path):
                  "plus_ep.graph_rewrites/fuse.py", "plus_ep.warehouse/registry.py"):
         assert want in got["files"]
     assert not [f for f in got["files"] if f.startswith("plus_ep/kernels/")]   # counted under its own root
+
+
+def test_wheel_is_tagged_for_what_it_is(wheel):
+    """py3-none-<platform>: the launcher and the emulated driver are plain shared libraries (no PyInit_,
+    no libpython), so one wheel serves every CPython >= 3.10; LICENSE and the short description inside."""
+    name = wheel.name
+    assert "-py3-none-linux_" in name, name
+    z = zipfile.ZipFile(wheel)
+    info = next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))
+    wheel_meta = z.read(info).decode()
+    assert "Root-Is-Purelib: false" in wheel_meta and "Tag: py3-none-" in wheel_meta, wheel_meta
+    meta = z.read(info.replace("WHEEL", "METADATA")).decode()
+    assert "License-Expression: Apache-2.0" in meta and "Requires-Python: >=3.10" in meta
+    assert "onnx-graphsurgeon" not in meta and "Requires-Dist: tqdm" in meta
+    assert len(meta.split("\n\n", 1)[1].splitlines()) < 40 and "README.md" in meta       # the short description
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in z.namelist())
+    for lib in [n for n in z.namelist() if n.endswith(".so")]:
+        data = z.read(lib)
+        assert b"PyInit_" not in data and b"libpython" not in data, lib
+
+
+def test_manylinux_repair(wheel, tmp_path):
+    """auditwheel (the [test] extra) grafts nothing and retags the wheel manylinux_<glibc>."""
+    if subprocess.run([sys.executable, "-c", "import auditwheel"], capture_output=True).returncode:
+        pytest.skip("auditwheel is not installed (pip install -e '.[test]')")
+    r = subprocess.run([sys.executable, "-m", "auditwheel", "repair", "-w", str(tmp_path), str(wheel)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (fixed,) = tmp_path.glob("plus_ep-*.whl")
+    assert "-py3-none-manylinux_" in fixed.name, fixed.name
+    assert not [n for n in zipfile.ZipFile(fixed).namelist() if n.startswith("plus_ep.libs/")]    # nothing grafted

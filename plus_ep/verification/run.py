@@ -111,7 +111,10 @@ def _dedup_key(node, values: dict) -> str:
     import hashlib
     h = hashlib.sha256()
     h.update(f"{node.domain}:{node.op_type}:{node.overload}".encode())
-    h.update("\n".join(ln for ln in _plan(node).splitlines() if not ln.startswith("node ")).encode())
+    from ..kernels.wire.plan import parse
+    plan = parse(_plan(node))
+    plan.node = ""                                  # the layers' plans differ by the node name only
+    h.update(plan.text().encode())
     for a in node.attribute:
         if a.name.startswith("plus_images_"):
             h.update(a.name.encode() + a.t.raw_data)
@@ -475,11 +478,11 @@ def _expected_loads(node, arch: str) -> list:
     if blob is None:
         return []
     digests = [hashlib.sha256(im.cubin).hexdigest() for im in parse_pack(blob)]
+    from ..kernels.wire.plan import parse
     seen = []
-    for line in _plan(node).splitlines():
-        t = line.split(" ")
-        if t[0] == "kernel" and len(t) > 2 and int(t[2]) not in seen:
-            seen.append(int(t[2]))
+    for launch in (ln for route in parse(_plan(node)).routes for ln in route.launches):
+        if launch.image not in seen:
+            seen.append(launch.image)
     return [digests[i] for i in seen if i < len(digests)]
 
 

@@ -353,7 +353,9 @@ def session_cache(tmp_path, monkeypatch):
 
 
 def _model_entries(root: pathlib.Path) -> list:
-    return sorted(p.name for p in (root / "models").iterdir()) if (root / "models").exists() else []
+    """The model cache's entries (.onnx + .json); the eviction lock file (.evict.lock) is not one."""
+    folder = root / "models"
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else []
 
 
 def test_model_cache_damaged_entry_is_rebuilt(small_model, session_cache, caplog):

@@ -427,7 +427,7 @@ def test_launch_limit_error_names_the_node(h):
     msg = h.err("run", h.file(plan), "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin"),
                 "--in", "1:70000", "--in", "1:70000")
     assert msg.startswith("PlusEP node 'my add': kernel `fake_add` grid.y = 70000 exceeds CUDA's limit of 65535")
-    assert "plus-ep rewrite --disable <pattern>" in msg
+    assert "plus-ep rewrite IN -o OUT --disable <pattern>" in msg
 
 
 def test_shape_inference_binding(h):
@@ -471,7 +471,7 @@ def test_select_arch_none(h, archs, cc, present):
     major, minor = cc.split()
     msg = h.err("select", archs or ",", major, minor)
     assert f"no kernel image for the device's arch sm_{major}{minor} (images present: {present})" in msg
-    assert f"`plus-ep rewrite --arch sm_{major}{minor}`" in msg
+    assert f"`plus-ep rewrite IN -o OUT --arch sm_{major}{minor}`" in msg
 
 
 def test_pack_parsing(h):
@@ -572,7 +572,7 @@ def test_arch_choice_at_load(h, tmp_path):
         assert f"load dev=0 entries=8 tags={tag}" in log.read_text()
     msg = h.err("run", h.file(ADD_PLAN), *packs[2:], "--in", "1:3", "--in", "1:3", env={"FAKE_CUDA_CC": "80"})
     assert ("PlusEP node 'my add': no kernel image for the device's arch sm_80 (images present: sm_90 sm_90a); "
-            "rebuild the model with `plus-ep rewrite --arch sm_80`") in msg
+            "rebuild the model with `plus-ep rewrite IN -o OUT --arch sm_80`") in msg
 
 
 def test_two_devices_load_their_own_images(h, tmp_path):

@@ -86,10 +86,10 @@ def test_library_path_and_exports(library):
     if nm:
         out = subprocess.run([nm, "-D", "--defined-only", library], capture_output=True, text=True, check=True).stdout
         # the custom-op entry point, the plugin-EP entry points, the planner hooks, and the statistics of
-        # the device pool and the nodes (plus_ep/native/ep*.c)
+        # the device pool and the nodes, the option check (plus_ep/native/ep*.c)
         assert sorted(l.split()[-1] for l in out.splitlines() if l.strip()) == [
             "CreateEpFactories", "PlusEP_MemoryStats", "PlusEP_NodeStats", "PlusEP_PlanAddGroup",
-            "PlusEP_PlanSetError", "PlusEP_ResetNodeStats", "PlusEP_SetPlanner", "RegisterCustomOps",
+            "PlusEP_PlanSetError", "PlusEP_ResetNodeStats", "PlusEP_SetOptionCheck", "PlusEP_SetPlanner", "RegisterCustomOps",
             "ReleaseEpFactory"]
         undefined = subprocess.run([nm, "-D", "--undefined-only", library], capture_output=True, text=True).stdout
         assert "cuInit" not in undefined and "Ort" not in undefined   # no link-time CUDA or ORT dependency
@@ -187,7 +187,7 @@ def test_missing_arch(tmp_path, library, fake_cuda):
     res, _ = run(tmp_path, library, add_model(), {"PLUS_EP_CUDA_LIBRARY": str(fake_cuda), "FAKE_CUDA_CC": "80"})
     assert res["stage"] == "run"
     assert ("PlusEP node 'fused_add': no kernel image for the device's arch sm_80 (images present: sm_90); "
-            "rebuild the model with `plus-ep rewrite --arch sm_80`") in res["error"]
+            "rebuild the model with `plus-ep rewrite IN -o OUT --arch sm_80`") in res["error"]
 
 
 @pytest.mark.parametrize("plan,packs,expected", [

@@ -183,5 +183,5 @@ def test_missing_torch_message(monkeypatch):
     from plus_ep.zoo import _deps
 
     monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(ImportError, match=r"pip install 'plus-ep\[models\]'"):
+    with pytest.raises(ImportError, match=r"install the models extra: pip install -e '\.\[models\]'"):
         _deps.torch()

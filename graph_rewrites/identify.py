@@ -110,6 +110,28 @@ class Identifier:
                     stack.append(p)
         return found
 
+    def shape_between(self, trial):
+        """`trial` with the nodes on paths that leave it and come back, when each of them is a shape-only
+        node (Shape -> Gather -> Concat -> a Reshape's target) read by nothing but those paths and `trial`:
+        a present K/V that the attention's GQA Reshape/Expand targets read the Shape of (the KV-cache
+        concat of a decoder). None when another node lies between."""
+        below = above = 0
+        for m in trial:
+            below |= self.desc[m]
+            above |= self.anc[m]
+        ts = set(trial)
+        between = {x for x in range(len(self.view.nodes)) if x not in ts and below >> x & 1 and above >> x & 1}
+        if not between:
+            return None
+        closed = ts | between
+        for x in between:
+            if x in self.nests or x in self.support or self.view.is_data_node(x):
+                return None
+            for t in self.view.nodes[x].output:
+                if t in self.view.outputs or any(u not in closed for u in self.view.consumers.get(t, ())):
+                    return None
+        return sorted(closed)
+
     def evaluate(self, nodes, seed) -> Verdict:
         full = self.pgraph(nodes)
         g = full.canonical(strict=False)
@@ -208,6 +230,8 @@ class Identifier:
                 return False
             trial = sorted(set(members) | {c} | set(self.rolls.get(c, ())) | self.shape_support(c, members))
             if not self.acyclic_with(trial):
+                trial = self.shape_between(trial)
+            if trial is None or not self.acyclic_with(trial):
                 steps.append(Step(c, role, False, Verdict(reasons={"*": "would create a cycle"})))
                 rejected.add(c)
                 return False

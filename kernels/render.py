@@ -102,7 +102,8 @@ class Job:
             free = sorted(d.free_symbols - bound, key=str)
             new = sympy.Symbol("_".join(str(s) for s in sorted(d.free_symbols, key=str)),
                                integer=True, positive=True)
-            subs[free[0]] = sympy.simplify(new * free[0] / d)
+            # batch*seq: seq = batch_seq / batch; past+seq (a KV cache's length): past = past_seq - seq
+            subs[free[0]] = sympy.simplify(free[0] + new - d if d.is_Add else new * free[0] / d)
             bound.add(new)
         return subs
 

@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="batch size of the random inputs (default: batch 1, seq 8 for the model run, plus stress "
                          "runs at that shape and at one spanning every kernel tile; --batch/--seq run one shape)")
     vf.add_argument("--seq", type=int, default=None, help="sequence length of the random inputs (see --batch)")
+    vf.add_argument("--past", type=int, default=0, metavar="N",
+                    help="KV-cache length of a decoder exported with past key/values: --seq 1 --past N runs one "
+                         "decode step at past length N (default 0: the prefill)")
     vf.add_argument("--inputs", metavar="NPZ", help="inputs from an .npz file instead of random ones")
     vf.add_argument("--no-stress", action="store_true",
                     help="skip the node-level runs on synthetic inputs (only the model run on its inputs)")
@@ -358,12 +361,12 @@ def cmd_demo(args) -> int:
 def cmd_verify(args) -> int:
     from .verification.check import verify, verify_text
     archs = resolve_archs(args.arch) if args.arch else None
-    if (args.batch is not None and args.batch < 1) or (args.seq is not None and args.seq < 1):
-        raise UsageError("--batch and --seq must be at least 1")
-    if args.inputs and (args.batch is not None or args.seq is not None):
-        raise UsageError("--inputs fixes the shapes: leave out --batch and --seq")
+    if (args.batch is not None and args.batch < 1) or (args.seq is not None and args.seq < 1) or args.past < 0:
+        raise UsageError("--batch and --seq must be at least 1, --past at least 0")
+    if args.inputs and (args.batch is not None or args.seq is not None or args.past):
+        raise UsageError("--inputs fixes the shapes: leave out --batch, --seq and --past")
     report = verify(args.model, archs=archs, batch=args.batch, seq=args.seq, inputs=args.inputs, seed=args.seed,
-                    stress=not args.no_stress)
+                    stress=not args.no_stress, past=args.past)
     if args.json:
         print(json.dumps(report, indent=1, default=float))
     else:

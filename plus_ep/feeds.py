@@ -11,6 +11,8 @@ import onnx
 
 META_PREFIX = "plus_ep.zoo."
 _SEQ_DIMS = ("seq", "dec_seq", "sequence", "sequence_length", "seq_len")
+# a KV cache's length (decoders exported with past key/values: PlusEP's zoo, Optimum)
+_PAST_DIMS = ("past", "past_sequence_length", "past_seq_len", "past_len", "past_length")
 _INT_INPUTS_DEFAULT_VOCAB = 1000
 
 
@@ -72,9 +74,11 @@ def _guess_vocab(model: onnx.ModelProto, input_name: str) -> int | None:
     return index_limits(model).get(input_name)
 
 
-def _symbol(name: str, axis: int, batch: int, seq: int, dec_seq: int) -> int:
+def _symbol(name: str, axis: int, batch: int, seq: int, dec_seq: int, past: int = 0) -> int:
     if name == "dec_seq":
         return dec_seq
+    if name in _PAST_DIMS:
+        return past
     if name in _SEQ_DIMS or (axis == 1 and name != "batch"):
         return seq
     return batch
@@ -83,7 +87,7 @@ def _symbol(name: str, axis: int, batch: int, seq: int, dec_seq: int) -> int:
 _EXPR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\s*[*+\-/]\s*([A-Za-z_][A-Za-z0-9_]*|[0-9]+))+$")
 
 
-def _expression(text: str, axis: int, batch: int, seq: int, dec_seq: int) -> int | None:
+def _expression(text: str, axis: int, batch: int, seq: int, dec_seq: int, past: int = 0) -> int | None:
     """A dim_param that is arithmetic over symbols (`batch*seq`, `seq+1`, `2*seq` written `seq*2`), as
     exporters and PlusEP's rewriter write them: each symbol gets its usual value, the result must be a
     positive whole number."""
@@ -91,7 +95,7 @@ def _expression(text: str, axis: int, batch: int, seq: int, dec_seq: int) -> int
         return None
     import sympy
     expr = sympy.sympify(text)
-    values = {s: _symbol(str(s), -1, batch, seq, dec_seq) for s in expr.free_symbols}
+    values = {s: _symbol(str(s), -1, batch, seq, dec_seq, past) for s in expr.free_symbols}
     v = expr.subs(values)
     if not v.is_integer or int(v) < 1:
         raise ValueError(f"dimension {text!r} (axis {axis}) evaluates to {v} with batch={batch}, seq={seq}; "
@@ -99,14 +103,14 @@ def _expression(text: str, axis: int, batch: int, seq: int, dec_seq: int) -> int
     return int(v)
 
 
-def _shape(vi: onnx.ValueInfoProto, batch: int, seq: int, dec_seq: int) -> tuple[int, ...]:
+def _shape(vi: onnx.ValueInfoProto, batch: int, seq: int, dec_seq: int, past: int = 0) -> tuple[int, ...]:
     dims = []
     for i, d in enumerate(vi.type.tensor_type.shape.dim):
         if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
             continue
-        value = _expression(d.dim_param, i, batch, seq, dec_seq) if d.dim_param else None
-        dims.append(value if value is not None else _symbol(d.dim_param, i, batch, seq, dec_seq))
+        value = _expression(d.dim_param, i, batch, seq, dec_seq, past) if d.dim_param else None
+        dims.append(value if value is not None else _symbol(d.dim_param, i, batch, seq, dec_seq, past))
     return tuple(dims)
 
 
@@ -127,6 +131,10 @@ def random_feeds(specs, meta: dict[str, str], batch: int, seq: int,
                 # right padding on the last row: zero out the tail (keep >= 1 token)
                 pad = max(1, shape[1] // 3)
                 arr[-1, shape[1] - pad:] = 0
+        elif name == "position_ids" and len(shape) == 2:
+            # the positions of the last shape[1] tokens of a sequence: a decoder's past comes first
+            total = max((len(s) > 1 and s[1] for n, _, s in specs if "mask" in n), default=shape[1])
+            arr = np.broadcast_to(np.arange(total - shape[1], total), shape).astype(dtype)
         elif np.issubdtype(dtype, np.integer) and name in limits:
             arr = rng.integers(0, limits[name], size=shape).astype(dtype)
         elif name == "token_type_ids":
@@ -145,14 +153,16 @@ def random_feeds(specs, meta: dict[str, str], batch: int, seq: int,
 
 def sample_inputs(model_path_or_proto: Union[str, os.PathLike, onnx.ModelProto],
                   batch: int = 2, seq: int = 7, seed: int = 0,
-                  dec_seq: int | None = None) -> dict[str, np.ndarray]:
+                  dec_seq: int | None = None, past: int = 0) -> dict[str, np.ndarray]:
     """Valid random feeds for every graph input of an ONNX model.
 
     int64 ids are drawn from ``[0, vocab)`` (vocab from the zoo metadata, else
     from the embedding table the ids index), attention masks are ones with the
     tail of the last row zeroed (right padding), ``pixel_values`` are standard
     normal float32. Symbolic dims named ``batch`` get ``batch``, ``dec_seq`` get
-    ``dec_seq`` (default ``seq``), other symbolic dims get ``seq``.
+    ``dec_seq`` (default ``seq``), a KV cache's length (``past``, ``past_sequence_length``, ...) gets
+    ``past`` (a decoder exported with past key/values: ``past=0`` is the prefill, ``seq=1, past=N`` a
+    decode step), other symbolic dims get ``seq``. ``position_ids [batch, seq]`` count on from the past.
     """
     model = _load_graph_only(model_path_or_proto)
     meta = metadata(model)
@@ -163,7 +173,7 @@ def sample_inputs(model_path_or_proto: Union[str, os.PathLike, onnx.ModelProto],
         if vi.name in initializer_names:
             continue
         dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        specs.append((vi.name, dtype, _shape(vi, batch, seq, dec_seq)))
+        specs.append((vi.name, dtype, _shape(vi, batch, seq, dec_seq, past)))
     return random_feeds(specs, meta, batch, seq, dec_seq, seed, limits=index_limits(model))
 
 

@@ -13,6 +13,7 @@ from .graph_rewrites.contrib import decoders
 from .graph_rewrites.fuse import FusedSubgraph, fuse, node_name
 from .graph_rewrites.graph import GraphView, ModelError
 from .graph_rewrites.identify import Identifier
+from .graph_rewrites.shape_reads import read_shapes_through_copies
 from .kernels.target import FP32_MATH_DEFAULT
 from .warehouse import default_warehouse
 
@@ -51,6 +52,7 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
     source = proto
     expanded = contrib.expand_model(proto)       # contrib ops -> their standard-op subgraphs
     proto = expanded.model
+    proto, _ = read_shapes_through_copies(proto)   # Shape nodes read through copies (shape_reads.py)
     wh = warehouse if warehouse is not None else default_warehouse()
     if disable:
         wh = wh.without(disable)

@@ -7,6 +7,10 @@ import re
 import sympy
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+# functions ONNX Runtime's symbolic shape inference writes into dims (a Reshape's -1 over a sum:
+# floor(64*batch*(past+seq)/(16*past+16*seq))): sympy's, not symbols
+_FUNCTIONS = {"floor": sympy.floor, "ceiling": sympy.ceiling, "Min": sympy.Min, "Max": sympy.Max,
+              "Mod": sympy.Mod}
 
 
 class DimError(ValueError):
@@ -20,9 +24,14 @@ def parse(dim) -> sympy.Expr:
         return dim
     if dim is None:
         raise DimError("unknown dimension")
-    names = {n: sympy.Symbol(n, integer=True, nonnegative=True) for n in _NAME.findall(str(dim))}
+    names = {n: sympy.Symbol(n, integer=True, nonnegative=True) for n in _NAME.findall(str(dim))
+             if n not in _FUNCTIONS}
     try:
-        return sympy.sympify(str(dim), locals=names)
+        expr = sympy.sympify(str(dim), locals={**_FUNCTIONS, **names})
+        if expr.has(sympy.floor, sympy.ceiling):      # the quotient cancels: floor(4*batch) is 4*batch
+            expr = expr.replace(lambda x: isinstance(x, (sympy.floor, sympy.ceiling)),
+                                lambda x: type(x)(sympy.cancel(x.args[0])))
+        return expr
     except (sympy.SympifyError, TypeError, SyntaxError) as exc:
         raise DimError(f"cannot read dimension {dim!r}: {exc}") from None
 

@@ -1,4 +1,4 @@
-"""Byte-level access to the three state spaces (global, shared, param) for decoded ops, with the
+"""Byte-level access to the state spaces (global, shared, param, local) for decoded ops, with the
 out-of-bounds errors, the checker hooks and the memory counters in one place."""
 from __future__ import annotations
 
@@ -61,6 +61,23 @@ def shared_write(M, op, addrs, data, tids, count=True):
     if M.counters is not None and count:
         M.counters.shared(M, op, a, size, tids, "st")
     M.smem[idx] = data
+
+
+def local_access(M, op, addrs, size, tids, data=None):
+    """Each thread's own .local bytes at `addrs` (offsets in its local frame): read [n, size], or write
+    `data`. Private memory: no race or counter bookkeeping."""
+    a = addrs.astype(np.int64)
+    bad = (a < 0) | (a + size > M.lmem.shape[1])
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise PtxError(f"out-of-bounds local access of {size} bytes at {int(a[k]):#x} by thread {int(tids[k])} "
+                       f"of CTA {M.ctaid}: its frame has {M.lmem.shape[1]} bytes", form=op.form, line=op.line,
+                       kernel=M.name)
+    rows, cols = tids[:, None], a[:, None] + np.arange(size)
+    if data is None:
+        return M.lmem[rows, cols]
+    M.lmem[rows, cols] = data
+    return None
 
 
 def global_read(M, op, addrs, size, tids, nc=False):

@@ -362,6 +362,7 @@ def launch_clusters(kernel, grid, block, shared_bytes, params, memory, checks, a
             sr["%cluster_nctarank"][:] = n
             sr["%is_explicit_cluster"][:] = int(explicit)
             M.smem = np.full(sizes[r], 0xFF, np.uint8)
+            M.lmem = np.full((T, kernel.local_bytes), 0xFF, np.uint8)
             M.alive = np.ones(T, bool)
             M.cp.reset()
             M.wg.reset()

@@ -10,6 +10,7 @@ cluster.launch_clusters, which runs each cluster's CTAs interleaved through the 
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,7 @@ from .decode import Op, decode
 from .errors import PtxError
 from .machine import Machine
 from .memory import GlobalMemory
-from .parse import parse
+from .parse import global_bytes, parse
 
 MAX_STEPS = 20_000_000
 
@@ -86,6 +87,19 @@ class Kernel:
                 self.shared_layout[nm] = off
                 off += var.size
         self.static_shared_bytes = off
+        # .local arrays (per thread): offsets in the local state space, where ld/st.local address them
+        off, self.local_layout = 0, {}
+        for nm, var in getattr(fn, "local_vars", {}).items():
+            off = -(-off // var.align) * var.align
+            self.local_layout[nm] = off
+            off += var.size
+        self.local_bytes = off
+        # module-scope .global variables this kernel references (sinf/cosf's 2/pi table): mapped into
+        # the launch's global memory on first use (Module.global_addresses)
+        used_globals: set = set()
+        for st in fn.stmts:
+            _collect_syms(st.operands, module.parsed.globals, used_globals)
+        self.used_globals = sorted(used_globals)
         self._dyn_align = max([16] + [v.align for nm, v in names.items() if v.size is None and nm in used])
         self._dyn_names = [nm for nm, v in names.items() if v.size is None and nm in used]
 
@@ -127,6 +141,7 @@ class Kernel:
             for k, nm in enumerate(("%ctaid.x", "%ctaid.y", "%ctaid.z")):
                 M.sregs[nm][:] = cta[k]
             M.smem = np.full(smem_size, 0xFF, np.uint8)           # poison: NaN in every float width
+            M.lmem = np.full((T, self.local_bytes), 0xFF, np.uint8)
             M.cp.reset()
             M.wg.reset()
             if M.checks is not None:
@@ -169,6 +184,8 @@ class Kernel:
         M.shared_syms = dict(self.shared_layout)
         for nm in self._dyn_names:
             M.shared_syms[nm] = dyn_base
+        M.local_syms = dict(self.local_layout)
+        M.global_syms = self.module.global_addresses(memory, self.used_globals) if self.used_globals else {}
         M.counters = Counters(self, T)
         M.checks = Checks(self, memory) if checks else None
         M.cp = CpAsyncState(T)
@@ -216,6 +233,7 @@ class Module:
         self.name = name
         self.text = text
         self.parsed = parse(text)
+        self._globals = weakref.WeakKeyDictionary()      # GlobalMemory -> {name: address}
         self.kernels = {nm: Kernel(self, fn) for nm, fn in self.parsed.functions.items()}
 
     @classmethod
@@ -226,6 +244,20 @@ class Module:
             if e.kernel is None and name:
                 e.args = (f"{e.args[0]} [module {name}]",)
             raise
+
+    def global_addresses(self, memory, names) -> dict:
+        """Addresses of module-scope .global variables `names` in `memory`, each mapped (its initializer's
+        bytes) the first time a launch into that memory needs it."""
+        have = self._globals.setdefault(memory, {})
+        for nm in names:
+            if nm not in have:
+                align, size = self.parsed.globals[nm]
+                if size is None:
+                    raise PtxError(f"module-scope .global {nm} has no size", kernel=None)
+                ty, init = self.parsed.global_init.get(nm, ("b8", ""))
+                buf = np.frombuffer(global_bytes(size, ty, init), np.uint8).copy()
+                have[nm] = memory.map_array(buf, f"{self.name}:{nm}")
+        return {nm: have[nm] for nm in names}
 
     def kernel(self, name: str) -> Kernel:
         k = self.kernels.get(name)

@@ -51,6 +51,9 @@ class Machine:
         self.rng = np.random.default_rng(0)
         self.shared_syms: dict = {}
         self.param_syms: dict = {}
+        self.local_syms: dict = {}              # .local arrays: offset in the local state space
+        self.global_syms: dict = {}             # module-scope .global variables: their global address
+        self.lmem = np.zeros((threads, 0), np.uint8)   # each thread's .local bytes
         self.alive = np.ones(threads, bool)
 
     # ------------------------------------------------------------------------------ registers
@@ -180,6 +183,10 @@ class Machine:
             return self.shared_syms[name]
         if name in self.param_syms:
             return self.param_syms[name]
+        if name in self.local_syms:
+            return self.local_syms[name]
+        if name in self.global_syms:
+            return self.global_syms[name]
         raise PtxError(f"unknown symbol {name} (module-scope .global variables are not supported)",
                        kernel=self.name)
 

@@ -137,6 +137,22 @@ def _mad(stmt):
         if rnd is None:
             raise unsupported(stmt, "mad.f32 needs a rounding modifier")
         return _fma_like(stmt, ty, rnd, ftz, sat)
+    if ty in INT_T and mode == "wide" and not sat and not ftz and int(ty[1:]) in (16, 32):
+        # d (2n bits) = a * b (n-bit operands, product exact in 2n bits) + c (2n bits), wrapping
+        wty = ty[0] + str(2 * int(ty[1:]))
+        wdt = S.np_dtype(wty)
+        ops = _ops(stmt, 4)
+
+        def factory(M):
+            put = M.wr(ops[0], wty)
+            a, b, c = M.rd(ops[1], ty), M.rd(ops[2], ty), M.rd(ops[3], wty)
+
+            def run(m):
+                prod = np.multiply(np.asarray(a()).astype(wdt), np.asarray(b()).astype(wdt), dtype=wdt)
+                with np.errstate(over="ignore"):
+                    return put(np.add(prod, np.asarray(c()).astype(wdt), dtype=wdt), m)
+            return run
+        return Op(stmt.line, stmt.opcode, "op", "int", factory)
     if ty not in INT_T or mode != "lo" or sat or ftz:
         raise unsupported(stmt)
     dt = S.np_dtype(ty)

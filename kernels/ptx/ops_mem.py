@@ -18,11 +18,11 @@ LDST_T = ("b8", "u8", "s8", "b16", "u16", "s16", "f16", "bf16", "b32", "u32", "s
 
 
 def _space(mo, stmt):
-    """global | shared | cluster (.shared::cluster) | param | generic (no state space)."""
+    """global | shared | cluster (.shared::cluster) | param | local | generic (no state space)."""
     sp = mo.take("global", "shared", "param", "local", "const", "shared::cta", "shared::cluster")
     if sp is None:
         return "generic"
-    if sp in ("local", "const"):
+    if sp == "const":
         raise unsupported(stmt, f".{sp} state space")
     return {"shared::cta": "shared", "shared::cluster": "cluster"}.get(sp, sp)
 
@@ -74,7 +74,7 @@ def _ld(stmt):
     if ty in ("b8", "u8", "s8"):
         esize = 1
     cls = {"global": "ld.global", "shared": "ld.shared", "param": "ld.param", "cluster": "ld.shared",
-           "generic": "ld.global"}[sp]
+           "generic": "ld.global", "local": "ld.local"}[sp]
     load_ty = {"b8": "u8"}.get(ty, ty)
 
     def factory(M):
@@ -92,6 +92,8 @@ def _ld(stmt):
                 raw = A.shared_read(M, op, a, esize * n, tids)
             elif sp == "param":
                 raw = A.param_read(M, op, a, esize * n, tids)
+            elif sp == "local":
+                raw = A.local_access(M, op, a, esize * n, tids)
             elif sp == "cluster":
                 raw = C.dsmem_read(M, op, a, esize * n, tids)
             else:
@@ -125,7 +127,8 @@ def _st(stmt):
         raise unsupported(stmt, "vector size")
     sty = {"b8": "u8"}.get(ty, ty)
     esize = np.dtype(np_dtype(sty)).itemsize
-    cls = {"global": "st.global", "shared": "st.shared", "cluster": "st.shared", "generic": "st.global"}[sp]
+    cls = {"global": "st.global", "shared": "st.shared", "cluster": "st.shared", "generic": "st.global",
+           "local": "st.local"}[sp]
 
     def factory(M):
         ag = addr_getter(M, dst)
@@ -146,6 +149,8 @@ def _st(stmt):
                 A.shared_write(M, op, a, data, tids)
             elif sp == "cluster":
                 C.dsmem_write(M, op, a, data, tids)
+            elif sp == "local":
+                A.local_access(M, op, a, data.shape[1], tids, data)
             else:
                 _generic_write(M, op, a, data, tids)
         return run

@@ -3,7 +3,10 @@
 Only the syntax NVRTC emits is read (PTX ISA 9.0): module directives, `.global`/`.shared` variables,
 `.entry` functions with `.param` declarations, `.reg` declarations (also inside `{ }` scopes of inline
 asm, renamed per scope so that an inner `p` never aliases an outer one), labels, guarded
-instructions. Anything else (a `.func`, `.local`, `.const`) is a PtxError naming the line.
+instructions, and the `.local` arrays of an entry (the stack frame NVRTC gives sinf/cosf's slow argument
+reduction: per-thread memory, `Function.local_vars`), and module-scope `.global` arrays with their
+initializers (its 2/pi table, `global_bytes`). Anything else (a `.func`, `.const`) is a PtxError naming
+the line.
 
 Statements are returned raw (`Stmt`); `decode.py` turns each into an executable op once.
 """
@@ -113,6 +116,14 @@ class Stmt:
 
 
 @dataclass
+class LocalVar:
+    """A `.local` array of an entry: one private copy per thread."""
+    name: str
+    align: int
+    size: int
+
+
+@dataclass
 class SharedVar:
     name: str
     align: int
@@ -140,6 +151,30 @@ class ParsedModule:
     functions: dict                 # entry name -> Function
     shared: dict                    # module-scope shared name -> SharedVar
     globals: dict                   # module-scope .global name -> (align, size)
+    global_init: dict = field(default_factory=dict)   # name -> (element type, initializer text or "")
+
+
+def global_bytes(size: int, ty: str, init: str) -> bytes:
+    """The bytes of a module-scope .global variable: its `= {...}` (or `= v`) initializer's elements of
+    type `ty` (integers, or 0f/0d hex floats and decimals), zero after them; all zero without one."""
+    import struct
+    out = bytearray(size)
+    text = init.strip().strip("{}")
+    if not text.strip():
+        return bytes(out)
+    bits = TYPE_BITS.get(ty, 8)
+    width = max(bits // 8, 1)
+    for k, tok in enumerate(t.strip() for t in text.split(",")):
+        if (k + 1) * width > size:
+            raise PtxError(f"initializer of {size} bytes has more elements than fit")
+        if tok.lower().startswith(("0f", "0d")) and ty[0] == "f":
+            raw = int(tok[2:], 16).to_bytes(width, "little")
+        elif ty[0] == "f":
+            raw = struct.pack("<f" if width == 4 else "<d", float(tok))
+        else:
+            raw = (int(tok, 0) & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+        out[k * width:(k + 1) * width] = raw
+    return bytes(out)
 
 
 _PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)(?:\[(\d+)\])?")
@@ -163,6 +198,7 @@ def parse(text: str) -> ParsedModule:
     functions: dict = {}
     shared: dict = {}
     globs: dict = {}
+    init: dict = {}
     i, n = 0, len(lines)
     while i < n:
         ln = lines[i].strip()
@@ -190,13 +226,14 @@ def parse(text: str) -> ParsedModule:
                     shared[name] = SharedVar(name, int(align or max(elem, 1)), size)
                 elif space == "global":
                     globs[name] = (int(align or 1), size)
+                    init[name] = (ty, ln.split("=", 1)[1].rstrip(";") if "=" in ln else "")
                 else:
                     raise PtxError(f"module-scope .{space} variables are not supported", form=f".{space}",
                                    line=i + 1)
             elif not ln.startswith((".file", ".loc", ".section", "@@")):
                 raise PtxError(f"unexpected module-level statement {ln!r}", line=i + 1)
         i += 1
-    return ParsedModule(version, target, functions, shared, globs)
+    return ParsedModule(version, target, functions, shared, globs, init)
 
 
 def _parse_function(lines: list[str], start: int):
@@ -310,7 +347,8 @@ def _parse_function(lines: list[str], start: int):
         raise PtxError(f"function {name}: body not closed", line=start + 1)
     fn = Function(name, params, regs, stmts, labels, first_line=start + 1)
     _cluster_directives(fn, head, start + 1)
-    fn.shared_local = shared_local
+    fn.shared_local = {k: v for k, v in shared_local.items() if isinstance(v, SharedVar)}
+    fn.local_vars = {k: v for k, v in shared_local.items() if isinstance(v, LocalVar)}
     return fn, i
 
 
@@ -342,11 +380,16 @@ def _statement(st: str, line: int, regs, stmts, declare, rename, shared_local):
                 declare(m.group(1), nm.strip())
             return
         m = _VAR.match(st)
-        if m and m.group(1) == "shared":
-            _, align, vec, ty, name, arr, count = m.groups()
+        if m and m.group(1) in ("shared", "local"):
+            space, align, vec, ty, name, arr, count = m.groups()
             elem = TYPE_BITS.get(ty, 8) // 8 * (int(vec) if vec else 1)
             size = None if (arr is not None and count == "") else elem * (int(count) if count else 1)
-            shared_local[name] = SharedVar(name, int(align or elem), size)
+            if space == "local":
+                if size is None:
+                    raise PtxError(f".local array {name} without a size", form=".local", line=line)
+                shared_local[name] = LocalVar(name, int(align or elem), size)
+            else:
+                shared_local[name] = SharedVar(name, int(align or elem), size)
             return
         if st.startswith((".pragma", ".loc", ".maxntid", ".reqntid", ".minnctapersm", ".maxnreg")):
             return

@@ -47,10 +47,10 @@ def pack_archs(model: onnx.ModelProto) -> list[str]:
     return sorted(seen)
 
 
-def _feeds(model: onnx.ModelProto, inputs, batch: int, seq: int, seed: int) -> dict:
+def _feeds(model: onnx.ModelProto, inputs, batch: int, seq: int, seed: int, past: int = 0) -> dict:
     from ..feeds import check_feeds, sample_inputs
     if inputs is None:
-        feeds = sample_inputs(model, batch=batch, seq=seq, seed=seed)
+        feeds = sample_inputs(model, batch=batch, seq=seq, seed=seed, past=past)
         check_feeds(model, feeds, source="the default inputs")
         return feeds
     source = "--inputs"
@@ -92,7 +92,7 @@ def max_loadable() -> tuple[int, int]:
 
 
 def verify(model, archs=None, batch: int | None = None, seq: int | None = None, inputs=None, seed: int = 0,
-           progress: bool | None = None, timeout: float | None = None, stress: bool = True) -> dict:
+           progress: bool | None = None, timeout: float | None = None, stress: bool = True, past: int = 0) -> dict:
     """Verify `model` (path or ModelProto of a rewritten model with kernels). Returns the report dict
     (see verify_text); report["ok"] is the verdict. archs: default every arch in the packs.
 
@@ -100,14 +100,16 @@ def verify(model, archs=None, batch: int | None = None, seq: int | None = None, 
     fused node runs on synthetic inputs (plus_ep/verification/stress.py) at the cheapest shape where its
     chosen routes span every tile they can, with a ragged remainder (plus_ep/verification/shapes.py: seq 8,
     else batch 2 at seq 17, 37, 67, 133 or 259); batch / seq / inputs fix the one shape everything runs
-    at. stress=False: the model run only."""
-    auto = batch is None and seq is None and inputs is None
+    at. stress=False: the model run only. past: the KV-cache length of a decoder exported with past
+    key/values (0: the prefill; seq=1, past=N: a decode step at past length N); a past also fixes the shape."""
+    auto = batch is None and seq is None and inputs is None and not past
     return run_emulated(model, archs, 1 if batch is None else batch, 8 if seq is None else seq, inputs, seed,
-                        progress, timeout, extra={"stress": stress, "auto_shapes": auto and stress})
+                        progress, timeout, extra={"stress": stress, "auto_shapes": auto and stress}, past=past)
 
 
 def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, seed: int = 0,
-                 progress: bool | None = None, timeout: float | None = None, extra: dict | None = None) -> dict:
+                 progress: bool | None = None, timeout: float | None = None, extra: dict | None = None,
+                 past: int = 0) -> dict:
     """The child-process run behind verify (and, with extra={"profile": True, ...}, profile)."""
     with tempfile.TemporaryDirectory(prefix="plus_ep_verify_") as tmp:
         tmp = Path(tmp)
@@ -133,7 +135,7 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
         problem = _runtime_problem(proto, path)
         if problem:
             raise ValueError(problem)
-        feeds = _feeds(proto, inputs, batch, seq, seed)
+        feeds = _feeds(proto, inputs, batch, seq, seed, past)
         np.savez(tmp / "inputs.npz", **feeds)
         progress = _progress.resolve(progress)       # "bar" (a terminal), "lines" (-v) or "off"
         request = {"model": str(path), "inputs": str(tmp / "inputs.npz"), "archs": archs, "progress": progress,

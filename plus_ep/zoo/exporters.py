@@ -147,12 +147,14 @@ def _fix_output_dims(model: onnx.ModelProto, family: str, example_shapes) -> Non
                 d.dim_value = int(shape[axis])
 
 
-def postprocess(model: onnx.ModelProto, family: str, example_shapes=None) -> onnx.ModelProto:
+def postprocess(model: onnx.ModelProto, family: str | None, example_shapes=None) -> onnx.ModelProto:
+    """Local functions inlined, unused opsets dropped, the zoo's dim names (family None: names kept)."""
     if len(model.functions):
         model = onnx.inliner.inline_local_functions(model)
         del model.functions[:]
     _drop_unused_opsets(model)
-    _rename_dims(model, family)
+    if family is not None:
+        _rename_dims(model, family)
     if example_shapes is not None:
         _fix_output_dims(model, family, example_shapes)
     bad = sorted({f"{n.domain}::{n.op_type}" for n in model.graph.node

@@ -273,6 +273,23 @@ def test_integer_wrap(xs):
         assert int(h) == (x * y) >> 32 and int(w) == x * y
 
 
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(xs=st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1)),
+                   min_size=1, max_size=N))
+def test_mad_wide_wraps_at_64_bits(xs):
+    """mad.wide.u32 / .s32: the 32 x 32 -> 64-bit product plus a 64-bit addend, modulo 2^64."""
+    a = arr([x for x, _, _ in xs], np.uint32)
+    b = arr([y for _, y, _ in xs], np.uint32)
+    c = arr([z for _, _, z in xs], np.uint64)
+    u = run1("mad.wide.u32 %d, %a, %b, %c", "u64", [("u32", a), ("u32", b), ("u64", c)])
+    s = run1("mad.wide.s32 %d, %a, %b, %c", "s64", [("s32", a.view(np.int32)), ("s32", b.view(np.int32)),
+                                                     ("s64", c.view(np.int64))])
+    for x, y, z, gu, gs in zip(a.tolist(), b.tolist(), c.tolist(), u, s):
+        assert int(gu) == (x * y + z) % 2**64
+        sx, sy = (x - 2**32 if x >= 2**31 else x), (y - 2**32 if y >= 2**31 else y)
+        assert int(gs) % 2**64 == (sx * sy + z) % 2**64
+
+
 # ------------------------------------------------------------------------------------ conversions
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -39,8 +39,31 @@
 //                   row start is 16-byte aligned (pointer aligned, ld a multiple of 16 bytes).
 //                   PLUS_QKV_STRIDED sets the default of the three others. Ignored by MATH 0.
 //   PLUS_ATTN_OUT_T element type the default output hook stores (default plus_qkv_t)
+//   PLUS_ATTN_KV_CACHE  1: K and V are a decoder's KV cache, Concat(past, new) along the keys, and the
+//                   kernel also writes that concatenation (`present`): every K/V row it loads into shared
+//                   memory is stored once, by one CTA per (batch, KV head, key tile) (the last query tile,
+//                   first head of the group), through plus_k_present / plus_v_present. plus_k / plus_v are
+//                   indexed by the KV head (not the query head) and give every row, past and new.
+//   PLUS_K_PAST_STRIDED / PLUS_V_PAST_STRIDED (MATH 1/2, with PLUS_ATTN_KV_CACHE)
+//                   1: rows j < plus_attn_past(args) are copied with 16-byte cp.async from the past tensor
+//                   through plus_k_ptr / plus_k_ld (plain [.., past, D] rows, 16-byte aligned); the new rows
+//                   j >= past come from the element hook.
+//   PLUS_ATTN_GQA_PACK G > 1: grouped-query packing. A block serves KV head blockIdx.y and the G query heads
+//                   that share it: its rows are the pairs (query i, head h = hkv * G + g), row p = i * G + g,
+//                   so K and V are read once for the group (decode: G * Sq rows fill one 16-row mma tile).
+//                   Needs H == G * Hkv; the query is read through plus_q (no PLUS_Q_STRIDED).
+//   PLUS_ATTN_SPLIT 1: split-KV (flash-decoding). blockIdx.x = query tile + query tiles * split; each of the
+//                   plus_attn_splits(args) splits walks its share of the key tiles. With one split the block
+//                   stores as usual; with more it writes its unnormalised fp32 output row, the row's maximum
+//                   logit m and sum l to scratch[0], and plus_attention_combine (grid cdiv(B*H*Sq*D, 256),
+//                   block 256) merges them: O = sum_s e^(m_s - M) O_s / sum_s e^(m_s - M) l_s, M = max_s m_s,
+//                   with the exponential of the path (exp2f in base 2 on tensor cores, expf on SIMT), in fp32.
+//                   scratch[0] holds splits * B*H*Sq * (D + 2) floats.
 //
 // Hooks (each has a default below; the codegen #defines PLUS_HAS_<NAME> before defining its own):
+//   PLUS_HAS_KV_PRESENT  (PLUS_ATTN_KV_CACHE; no default) long long plus_attn_past(args) (rows of the past),
+//                        void plus_k_present(args, b, hkv, j, d, x) and plus_v_present(...) (store present)
+//   PLUS_HAS_ATTN_SPLITS int plus_attn_splits(args); default v[5]
 //   PLUS_HAS_ATTN_SHAPE  PlusAttnShape plus_attn_shape(args)            default {v[0], v[1], v[2], v[3], v[4]}
 //   PLUS_HAS_QKV_PTR     const plus_qkv_t* plus_q_ptr(args, b, h) and long long plus_q_ld(args) (row
 //                        stride in elements), same for k and v with the kv head; default: contiguous
@@ -51,7 +74,7 @@
 //   PLUS_HAS_ATTN_OUT    void plus_attn_out(args, b, h, i, d, o); default stores [B, H, Sq, D] to out[0]
 // PlusAttnShape comes from plus_common.cuh (hooks precede this file).
 //
-// Entry: plus_attention, grid (cdiv(Sq, PLUS_BQ), H, B), block PLUS_WARPS*32, dynamic shared memory
+// Entry: plus_attention, grid (cdiv(Sq * G, PLUS_BQ) * splits, H (packed: Hkv), B), block PLUS_WARPS*32, dynamic shared memory
 // PLUS_ATTN_SMEM_BYTES (kernels/attention/configs.py mirrors the formula). A query row whose keys are all
 // masked produces 0, or NaN with PLUS_MASKED_ROW_NAN 1 (the graph's softmax over all -inf without the
 // Where(IsNaN(p), 0, p) guard).
@@ -98,6 +121,33 @@
 #endif
 #ifndef PLUS_ATTN_OUT_T
 #define PLUS_ATTN_OUT_T plus_qkv_t
+#endif
+#ifndef PLUS_ATTN_KV_CACHE
+#define PLUS_ATTN_KV_CACHE 0
+#endif
+#ifndef PLUS_K_PAST_STRIDED
+#define PLUS_K_PAST_STRIDED 0
+#endif
+#ifndef PLUS_V_PAST_STRIDED
+#define PLUS_V_PAST_STRIDED 0
+#endif
+#ifndef PLUS_ATTN_GQA_PACK
+#define PLUS_ATTN_GQA_PACK 1
+#endif
+#ifndef PLUS_ATTN_SPLIT
+#define PLUS_ATTN_SPLIT 0
+#endif
+#if PLUS_ATTN_KV_CACHE && !defined(PLUS_HAS_KV_PRESENT)
+#error "attention.cuh: PLUS_ATTN_KV_CACHE needs plus_attn_past, plus_k_present and plus_v_present (PLUS_HAS_KV_PRESENT)"
+#endif
+#if (PLUS_K_PAST_STRIDED || PLUS_V_PAST_STRIDED) && !PLUS_ATTN_KV_CACHE
+#error "attention.cuh: PLUS_K/V_PAST_STRIDED read a KV cache's past: they need PLUS_ATTN_KV_CACHE"
+#endif
+#if (PLUS_K_PAST_STRIDED && PLUS_K_STRIDED) || (PLUS_V_PAST_STRIDED && PLUS_V_STRIDED)
+#error "attention.cuh: an operand is either strided (PLUS_K/V_STRIDED) or a cache with a strided past, not both"
+#endif
+#if PLUS_ATTN_GQA_PACK > 1 && PLUS_Q_STRIDED
+#error "attention.cuh: PLUS_ATTN_GQA_PACK reads the query through plus_q (no PLUS_Q_STRIDED)"
 #endif
 
 #if PLUS_MATH != 0 && PLUS_MATH != 1 && PLUS_MATH != 2
@@ -184,6 +234,10 @@ PLUS_DEV float plus_v(const PlusArgs& a, long long b, long long hkv, long long j
 }
 #endif
 
+#if PLUS_ATTN_SPLIT && !defined(PLUS_HAS_ATTN_SPLITS)
+PLUS_DEV int plus_attn_splits(const PlusArgs& a) { return (int)a.v[5]; }
+#endif
+
 #ifndef PLUS_HAS_SCORE
 PLUS_DEV float plus_score(const PlusArgs&, long long, long long, long long, long long, float s) { return s; }
 #endif
@@ -208,24 +262,34 @@ constexpr int BKV = PLUS_BKV;
 constexpr int WARPS = PLUS_WARPS;
 constexpr int NT = PLUS_WARPS * 32;  // threads per block
 constexpr float LOG2E = 1.4426950408889634f;
+constexpr int G = PLUS_ATTN_GQA_PACK;  // query heads per block row group (1: one head per block)
 
-// What the block needs to know about its problem, computed once.
+// What the block needs to know about its problem, computed once. Rows of the block are "tile rows" p:
+// the query index i = p / G of head h + p % G (G = 1: p is the query index, h the block's head).
 struct Tile {
-  long long b, h, hkv;
-  int q0;         // first query row of the block
+  long long b, h, hkv;  // h: the block's (first) query head
+  long long B, H;       // batch and query heads (split partials are indexed by them)
+  int q0;         // first tile row of the block
   int Sq, Skv;
+  int rows;       // tile rows of the problem: Sq * G
   int off;        // Skv - Sq: query i sees keys j <= i + off under PLUS_CAUSAL
-  int n_tiles;    // key/value tiles the block visits
+  int n_tiles;    // key/value tiles the block's query tile sees
+  int kt0, kt1;   // the key tiles this block visits (its split's share of [0, n_tiles))
+  int split, nsplit;
+  bool writer;    // PLUS_ATTN_KV_CACHE: this block stores the K/V rows it loads into present
 };
 
-// Logit of one (i, j) pair: -inf outside the problem or under the causal mask, otherwise the score hook.
-// The hook is only called for real pairs, so it may index inputs by i and j without guards.
-PLUS_DEV float logit(const PlusArgs& args, const Tile& t, int i, int j, float s) {
-  bool ok = i < t.Sq && j < t.Skv;
+PLUS_DEV int row_i(int p) { return p / G; }
+PLUS_DEV long long row_h(const Tile& t, int p) { return G > 1 ? t.h + p % G : t.h; }
+
+// Logit of one (tile row p, key j) pair: -inf outside the problem or under the causal mask, otherwise the
+// score hook. The hook is only called for real pairs, so it may index inputs by i and j without guards.
+PLUS_DEV float logit(const PlusArgs& args, const Tile& t, int p, int j, float s) {
+  bool ok = p < t.rows && j < t.Skv;
 #if PLUS_CAUSAL
-  ok = ok && j <= i + t.off;
+  ok = ok && j <= row_i(p) + t.off;
 #endif
-  return ok ? plus_score(args, t.b, t.h, i, j, s) : -CUDART_INF_F;
+  return ok ? plus_score(args, t.b, row_h(t, p), row_i(p), j, s) : -CUDART_INF_F;
 }
 
 // Does a key tile starting at kv0 need per-element masking for query rows [r0, r0 + rows)? Without a score
@@ -237,7 +301,7 @@ PLUS_DEV bool tile_needs_mask(const Tile& t, int kv0, int r0, int rows) {
 #else
   bool edge = kv0 + BKV > t.Skv;
 #if PLUS_CAUSAL
-  edge = edge || kv0 + BKV - 1 > r0 + t.off;  // the tile's last key is hidden from the first row
+  edge = edge || kv0 + BKV - 1 > row_i(r0) + t.off;  // the tile's last key is hidden from the first row
 #endif
   (void)rows;
   return edge;
@@ -264,22 +328,74 @@ PLUS_DEV Tile make_tile(const PlusArgs& args) {
   const PlusAttnShape s = plus_attn_shape(args);
   Tile t;
   t.b = blockIdx.z;
-  t.h = blockIdx.y;
+  t.B = s.B;
+  t.H = s.H;
   const long long group = s.H / s.Hkv;  // query heads per kv head (GQA / MQA)
+#if PLUS_ATTN_GQA_PACK > 1
+  t.hkv = blockIdx.y;
+  t.h = t.hkv * G;
+#else
+  t.h = blockIdx.y;
   t.hkv = t.h / group;
-  t.q0 = (int)blockIdx.x * BQ;
+#endif
   t.Sq = (int)s.Sq;
   t.Skv = (int)s.Skv;
+  t.rows = t.Sq * G;
   t.off = t.Skv - t.Sq;
+  const int qtiles = (t.rows + BQ - 1) / BQ;
+#if PLUS_ATTN_SPLIT
+  t.nsplit = max(plus_attn_splits(args), 1);
+  const int qt = (int)blockIdx.x % qtiles;
+  t.split = (int)blockIdx.x / qtiles;
+#else
+  t.nsplit = 1;
+  const int qt = (int)blockIdx.x;
+  t.split = 0;
+#endif
+  t.q0 = qt * BQ;
   int kv_end = t.Skv;
 #if PLUS_CAUSAL
-  // The block's last real row min(q0 + BQ, Sq) - 1 sees keys up to that row + off.
-  kv_end = min(kv_end, min(t.q0 + BQ, t.Sq) + t.off);
+  // The block's last real row min(q0 + BQ, rows) - 1 (query i = row / G) sees keys up to i + off.
+  kv_end = min(kv_end, row_i(min(t.q0 + BQ, t.rows) - 1) + 1 + t.off);
   kv_end = max(kv_end, 0);
 #endif
   t.n_tiles = (kv_end + BKV - 1) / BKV;
+  const int per = (t.n_tiles + t.nsplit - 1) / t.nsplit;
+  t.kt0 = min(t.split * per, t.n_tiles);
+  t.kt1 = min(t.kt0 + per, t.n_tiles);
+  // the last query tile sees every key (bottom-right causal), and one head per group stores
+  t.writer = PLUS_ATTN_KV_CACHE && qt == qtiles - 1 && (G > 1 || t.h % group == 0);
+  (void)group;
   return t;
 }
+
+#if PLUS_ATTN_KV_CACHE
+// The rows [kv0, kv0 + BKV) of a K or V tile just loaded (a [BKV][STRIDE] shared tile), stored to present
+// through `f(j, d, x)`; only the block's writer calls this.
+template <int STRIDE, typename T, typename F>
+PLUS_DEV void store_present(const T* tile, int kv0, int Skv, F f) {
+#pragma unroll 1
+  for (int e = threadIdx.x; e < BKV * D; e += NT) {
+    const int r = e / D, d = e % D, j = kv0 + r;
+    if (j < Skv) f(j, d, plus_f(tile[r * STRIDE + d]));
+  }
+}
+#endif
+
+#if PLUS_ATTN_SPLIT
+// One split's result for tile row p: the unnormalised output o (element d), the row's max logit m (-inf: no
+// key seen) and sum l, into scratch[0] for plus_attention_combine.
+PLUS_DEV float* split_row(const PlusArgs& args, const Tile& t, int p) {
+  const long long rows = t.B * t.H * t.Sq;
+  const long long row = (t.b * t.H + row_h(t, p)) * t.Sq + row_i(p);
+  return (float*)args.scratch[0] + ((long long)t.split * rows + row) * D;
+}
+PLUS_DEV float* split_ml(const PlusArgs& args, const Tile& t, int p) {
+  const long long rows = t.B * t.H * t.Sq;
+  const long long row = (t.b * t.H + row_h(t, p)) * t.Sq + row_i(p);
+  return (float*)args.scratch[0] + (long long)t.nsplit * rows * D + ((long long)t.split * rows + row) * 2;
+}
+#endif
 
 // Fill a [ROWS][STRIDE] shared tile element by element from a loader f(row, d) -> value (which guards its
 // own edges). Loads are issued in groups of CH before the stores so several global loads are in flight per
@@ -335,10 +451,10 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
   const int half = lane >> 4, hl = lane & 15;
   const int wrow0 = warp * RW;    // first block row of this warp
 
-  // Query tile (rows past Sq are zero; they are computed but never stored).
+  // Query tile (rows past the problem are zero; they are computed but never stored).
   fill_tile<BQ, D>(sQ, [&](int r, int d) -> float {
-    const int i = t.q0 + r;
-    return i < t.Sq ? plus_q(args, t.b, t.h, i, d) : 0.0f;
+    const int p = t.q0 + r;
+    return p < t.rows ? plus_q(args, t.b, row_h(t, p), row_i(p), d) : 0.0f;
   });
 
   float o[RL][ND];
@@ -351,7 +467,7 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
     for (int c = 0; c < ND; ++c) o[r][c] = 0.0f;
   }
 
-  for (int kt = 0; kt < t.n_tiles; ++kt) {
+  for (int kt = t.kt0; kt < t.kt1; ++kt) {
     const int kv0 = kt * BKV;
     __syncthreads();  // everyone is done with the previous K / V tiles (and the Q tile is stored)
     fill_tile<BKV, KSTR>(sK, [&](int r, int d) -> float {
@@ -363,6 +479,12 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
       return j < t.Skv ? plus_v(args, t.b, t.hkv, j, d) : 0.0f;
     });
     __syncthreads();
+#if PLUS_ATTN_KV_CACHE
+    if (t.writer) {
+      store_present<KSTR>(sK, kv0, t.Skv, [&](int j, int d, float x) { plus_k_present(args, t.b, t.hkv, j, d, x); });
+      store_present<D>(sV, kv0, t.Skv, [&](int j, int d, float x) { plus_v_present(args, t.b, t.hkv, j, d, x); });
+    }
+#endif
 
     // S = Q K^T for the lane's RL rows x NJ columns, 4 head dims at a time.
     float s[RL][NJ];
@@ -442,15 +564,35 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
     // The next write of sP comes after the __syncthreads at the top of the loop.
   }
 
+#if PLUS_ATTN_SPLIT
+  if (t.nsplit > 1) {  // this split's unnormalised rows, their max and sum (plus_attention_combine merges)
+#pragma unroll
+    for (int r = 0; r < RL; ++r) {
+      const float lsum = row_sum<16>(l[r]);
+      const int p = t.q0 + wrow0 + 2 * r + half;
+      if (p < t.rows) {
+        float* out = split_row(args, t, p);
+#pragma unroll
+        for (int c = 0; c < ND; ++c) out[hl + 16 * c] = o[r][c];
+        if (hl == 0) {
+          float* ml = split_ml(args, t, p);
+          ml[0] = m[r];
+          ml[1] = lsum;
+        }
+      }
+    }
+    return;
+  }
+#endif
   // Normalise and store. l == 0 means every key of the row was masked: the output is 0 (or NaN).
 #pragma unroll
   for (int r = 0; r < RL; ++r) {
     const float lsum = row_sum<16>(l[r]);
     const float inv = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
-    const int i = t.q0 + wrow0 + 2 * r + half;
-    if (i < t.Sq) {
+    const int p = t.q0 + wrow0 + 2 * r + half;
+    if (p < t.rows) {
 #pragma unroll
-      for (int c = 0; c < ND; ++c) plus_attn_out(args, t.b, t.h, i, hl + 16 * c, o[r][c] * inv);
+      for (int c = 0; c < ND; ++c) plus_attn_out(args, t.b, row_h(t, p), row_i(p), hl + 16 * c, o[r][c] * inv);
     }
   }
 }
@@ -506,10 +648,11 @@ PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) { plus_cp_as
 // ---- tile loads: either cp.async from a strided tensor or element hooks ----
 
 // ROWS rows of D elements starting at row `row0` of the [S][ld] matrix at `src`; rows >= S become zeros.
+// `nrows` < ROWS leaves the tile's rows from nrows on untouched (another loader fills them).
 template <int ROWS>
-PLUS_DEV void load_async(T* dst, const T* src, long long ld, int row0, int S) {
+PLUS_DEV void load_async(T* dst, const T* src, long long ld, int row0, int S, int nrows = ROWS) {
   constexpr int CPR = D / CH;  // 16-byte chunks per row
-  constexpr int N = ROWS * CPR;
+  const int N = nrows * CPR;
   // Not unrolled on purpose: fully unrolled, the compiler keeps one 64-bit pointer per chunk alive across
   // the whole key loop (strength reduction), which costs dozens of registers; recomputing is cheap.
   src += row0 * ld;
@@ -527,13 +670,31 @@ PLUS_DEV void load_q(const PlusArgs& args, const Tile& t, T* sQ) {
   load_async<BQ>(sQ, plus_q_ptr(args, t.b, t.h), plus_q_ld(args), t.q0, t.Sq);
 #else
   fill_tile<BQ, TSTR>(sQ, [&](int r, int d) -> float {
-    const int i = t.q0 + r;
-    return i < t.Sq ? plus_q(args, t.b, t.h, i, d) : 0.0f;
+    const int p = t.q0 + r;
+    return p < t.rows ? plus_q(args, t.b, row_h(t, p), row_i(p), d) : 0.0f;
   });
 #endif
 }
+
+#if PLUS_K_PAST_STRIDED || PLUS_V_PAST_STRIDED
+// A KV cache tile: rows j < past by cp.async from the past tensor at `past_src` (row stride ld), the rows
+// from past on (the new keys, then the zero padding past Skv) from the element hook f(j, d).
+template <typename F>
+PLUS_DEV void load_cache_tile(T* dst, const T* past_src, long long ld, const Tile& t, int kv0, int past, F f) {
+  const int from_past = max(0, min(BKV, min(past, t.Skv) - kv0));
+  if (from_past > 0) load_async<BKV>(dst, past_src, ld, kv0, past, from_past);
+#pragma unroll 1
+  for (int e = threadIdx.x + from_past * D; e < BKV * D; e += NT) {
+    const int r = e / D, d = e % D, j = kv0 + r;
+    dst[r * TSTR + d] = plus_cvt<T>(j < t.Skv ? f(j, d) : 0.0f);
+  }
+}
+#endif
 PLUS_DEV void load_k(const PlusArgs& args, const Tile& t, T* sK, int kv0) {
-#if PLUS_K_STRIDED
+#if PLUS_K_PAST_STRIDED
+  load_cache_tile(sK, plus_k_ptr(args, t.b, t.hkv), plus_k_ld(args), t, kv0, (int)plus_attn_past(args),
+                  [&](int j, int d) -> float { return plus_k(args, t.b, t.hkv, j, d); });
+#elif PLUS_K_STRIDED
   load_async<BKV>(sK, plus_k_ptr(args, t.b, t.hkv), plus_k_ld(args), kv0, t.Skv);
 #elif PLUS_K_KEY_MAJOR
   // The hook reads a tensor whose key index j is contiguous (a materialised K^T): lanes take consecutive
@@ -564,7 +725,10 @@ PLUS_DEV void load_k(const PlusArgs& args, const Tile& t, T* sK, int kv0) {
 #endif
 }
 PLUS_DEV void load_v(const PlusArgs& args, const Tile& t, T* sV, int kv0) {
-#if PLUS_V_STRIDED
+#if PLUS_V_PAST_STRIDED
+  load_cache_tile(sV, plus_v_ptr(args, t.b, t.hkv), plus_v_ld(args), t, kv0, (int)plus_attn_past(args),
+                  [&](int j, int d) -> float { return plus_v(args, t.b, t.hkv, j, d); });
+#elif PLUS_V_STRIDED
   load_async<BKV>(sV, plus_v_ptr(args, t.b, t.hkv), plus_v_ld(args), kv0, t.Skv);
 #else
   fill_tile<BKV, TSTR>(sV, [&](int r, int d) -> float {
@@ -603,7 +767,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int wrow0 = warp * 16;  // the warp's first row within the block
-  const int i0 = t.q0 + wrow0 + g, i1 = i0 + 8;
+  const int i0 = t.q0 + wrow0 + g, i1 = i0 + 8;  // this thread's tile rows
 
   float o[NDT][4];
 #pragma unroll
@@ -620,17 +784,21 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     for (int e = 0; e < 4; ++e) a[e] = operand(a[e]);
   };
 
-  if (t.n_tiles > 0) {
+  if (t.kt1 > t.kt0) {
     load_q(args, t, sQ);
-    load_k(args, t, sK, 0);
+    load_k(args, t, sK, t.kt0 * BKV);
     plus_cp_async_commit();
   }
 
-  for (int kt = 0; kt < t.n_tiles; ++kt) {
+  for (int kt = t.kt0; kt < t.kt1; ++kt) {
     const int kv0 = kt * BKV;
     plus_cp_async_wait<0>();
     __syncthreads();  // K(kt) (and Q) visible to all; every warp is done reading V(kt - 1)
-    if (Q_REGS && kt == 0) {
+#if PLUS_ATTN_KV_CACHE
+    if (t.writer)
+      store_present<TSTR>(sK, kv0, t.Skv, [&](int j, int d, float x) { plus_k_present(args, t.b, t.hkv, j, d, x); });
+#endif
+    if (Q_REGS && kt == t.kt0) {
 #pragma unroll
       for (int kk = 0; kk < KD; ++kk) q_frag(qf[Q_REGS ? kk : 0], kk);
     }
@@ -705,7 +873,11 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 
     plus_cp_async_wait<0>();
     __syncthreads();  // V(kt) visible; every warp is done reading K(kt)
-    if (kt + 1 < t.n_tiles) {
+#if PLUS_ATTN_KV_CACHE
+    if (t.writer)
+      store_present<TSTR>(sV, kv0, t.Skv, [&](int j, int d, float x) { plus_v_present(args, t.b, t.hkv, j, d, x); });
+#endif
+    if (kt + 1 < t.kt1) {
       load_k(args, t, sK, kv0 + BKV);
       plus_cp_async_commit();
     }
@@ -752,6 +924,29 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 #endif
   }
 
+#if PLUS_ATTN_SPLIT
+  if (t.nsplit > 1) {  // this split's unnormalised rows, their max and sum (plus_attention_combine merges)
+#pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+      const float lsum = row_sum<4>(l[rh]);
+      const int p = rh ? i1 : i0;
+      if (p < t.rows) {
+        float* out = split_row(args, t, p);
+#pragma unroll
+        for (int n = 0; n < NDT; ++n) {
+          out[n * 8 + 2 * q] = o[n][2 * rh];
+          out[n * 8 + 2 * q + 1] = o[n][2 * rh + 1];
+        }
+        if (q == 0) {
+          float* ml = split_ml(args, t, p);
+          ml[0] = m[rh];
+          ml[1] = lsum;
+        }
+      }
+    }
+    return;
+  }
+#endif
   // ---- normalise and store; l == 0: the row saw no key (all masked), its output is 0 (or NaN) ----
   float inv[2];
 #pragma unroll
@@ -776,19 +971,19 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     __syncthreads();
 #pragma unroll 2
     for (int e = threadIdx.x; e < BQ * D; e += NT) {
-      const int r = e / D, d = e % D, i = t.q0 + r;
-      if (i < t.Sq) plus_attn_out(args, t.b, t.h, i, d, so[r * OSTR + d]);
+      const int r = e / D, d = e % D, p = t.q0 + r;
+      if (p < t.rows) plus_attn_out(args, t.b, row_h(t, p), row_i(p), d, so[r * OSTR + d]);
     }
   } else {
 #pragma unroll
     for (int rh = 0; rh < 2; ++rh) {
-      const int i = rh ? i1 : i0;
-      if (i < t.Sq) {
+      const int p = rh ? i1 : i0;
+      if (p < t.rows) {
 #pragma unroll
         for (int n = 0; n < NDT; ++n) {
           const int d = n * 8 + 2 * q;
-          plus_attn_out(args, t.b, t.h, i, d, o[n][2 * rh] * inv[rh]);
-          plus_attn_out(args, t.b, t.h, i, d + 1, o[n][2 * rh + 1] * inv[rh]);
+          plus_attn_out(args, t.b, row_h(t, p), row_i(p), d, o[n][2 * rh] * inv[rh]);
+          plus_attn_out(args, t.b, row_h(t, p), row_i(p), d + 1, o[n][2 * rh + 1] * inv[rh]);
         }
       }
     }
@@ -816,3 +1011,39 @@ extern "C" __global__ void PLUS_ATTN_BOUNDS plus_attention(const PlusArgs args) 
   plus_attn::simt(args, reinterpret_cast<float*>(plus_attn_smem));
 #endif
 }
+
+#if PLUS_ATTN_SPLIT
+// Split-KV combine: one thread per output element (b, h, i, d) merges the splits' partials in split order,
+// rescaling each by e^(m_s - M) with the exponential of the path that made them, all in fp32. A row no split
+// saw a key of gives 0 (or NaN), as one block would.
+extern "C" __global__ void __launch_bounds__(256) plus_attention_combine(const PlusArgs args) {
+  const PlusAttnShape s = plus_attn_shape(args);
+  const int ns = max(plus_attn_splits(args), 1);
+  const long long rows = s.B * s.H * s.Sq;
+  const long long e = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (e >= rows * PLUS_HEAD_DIM) return;
+  const long long row = e / PLUS_HEAD_DIM;
+  const int d = (int)(e % PLUS_HEAD_DIM);
+  const float* part = (const float*)args.scratch[0];
+  const float* ml = part + (long long)ns * rows * PLUS_HEAD_DIM;
+  float mx = -CUDART_INF_F;
+  for (int k = 0; k < ns; ++k) mx = fmaxf(mx, ml[(k * rows + row) * 2]);
+  float lsum = 0.0f, acc = 0.0f;
+  if (mx != -CUDART_INF_F) {
+    for (int k = 0; k < ns; ++k) {
+      const float mk = ml[(k * rows + row) * 2];
+      if (mk == -CUDART_INF_F) continue;  // that split saw no key of the row: nothing to add
+#if PLUS_MATH != 0
+      const float w = exp2f((mk - mx) * plus_attn::LOG2E);
+#else
+      const float w = expf(mk - mx);
+#endif
+      lsum = fmaf(w, ml[(k * rows + row) * 2 + 1], lsum);
+      acc = fmaf(w, part[(k * rows + row) * PLUS_HEAD_DIM + d], acc);
+    }
+  }
+  const float inv = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
+  const long long b = row / (s.H * s.Sq), h = (row / s.Sq) % s.H, i = row % s.Sq;
+  plus_attn_out(args, b, h, i, d, acc * inv);
+}
+#endif

@@ -5,8 +5,8 @@ through the PTX cache (plus_ep.kernels.ptx.build).
 The matrix: every GEMM config x dtype on sm_80, sm_90 and sm_90a (B layout and alignment rotate over the configs
 so that every (math, dtype, B layout, alignment) occurs on every arch), split-K and hooked variants; every
 wgmma config x dtype on sm_90a (all four B layout x alignment pairs on the 64-row config, two on the others); every attention config x dtype on sm_80 and one
-per (math, head dim, dtype) on sm_90 / sm_90a with causal / strided rotating, plus the BSHD hooks; the
-golden sources on all three archs.
+per (math, head dim, dtype) on sm_90 / sm_90a with causal / strided rotating, plus the BSHD hooks and the
+KV-cache forms (tests/support/decode_attention_cases.py); the golden sources on all three archs.
 """
 from __future__ import annotations
 
@@ -108,6 +108,12 @@ def census_sources() -> list[tuple[str, str, str]]:
         for arch in ("sm_80", "sm_90"):
             out.append((f"attn-hooks-{cfg.name}-{dtype}", ac.source(cfg, dtype, causal=1, strided=0, hooks=hooks,
                                                                     extra_defines=hook_defs), arch))
+    # the KV-cache forms (present stores, past cp.async, GQA packing, split-KV + combine): every case on
+    # sm_80 (where tests/emulated/test_ptx_decode_attention.py executes them), the first two on sm_90/sm_90a
+    from tests.support.decode_attention_cases import CASES as DECODE_CASES, source as decode_source
+    for k, c in enumerate(DECODE_CASES):
+        for arch in ("sm_80",) + (("sm_90", "sm_90a") if k < 2 else ()):
+            out.append((f"attn-decode-{c.id}", decode_source(c), arch))
     for p in sorted(GOLDEN.glob("*.cu")):
         for arch in ARCHS:
             out.append((f"golden-{p.stem}", p.read_text(), arch))

@@ -72,6 +72,7 @@ class GraphView:
     # ------------------------------------------------------------------------------------------
     def _infer_shapes(self):
         light = _strip_weights(self.model)
+        _parenthesize_dims(light)
         inferred = _infer(light)
         for _ in range(MAX_FOLD_ROUNDS):    # dims inference invented: fold static shape arithmetic, infer again
             if inferred is light or _dims_from_inputs(inferred):
@@ -219,6 +220,18 @@ def _ort_symbolic_shapes(light: onnx.ModelProto):
                   ", ".join(guessed[:5]))
         out, _ = run(False)
     return out
+
+
+def _parenthesize_dims(model) -> None:
+    """Declared dims that are expressions (Optimum's `past_sequence_length + sequence_length`) wrapped in
+    parentheses, in place: both shape inferences build products by joining dim names with `*`, which
+    would read `batch*past+seq` for a Flatten of [batch, past+seq]."""
+    g = model.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        for d in vi.type.tensor_type.shape.dim:
+            p = d.dim_param
+            if p and not p.isidentifier() and not (p.startswith("(") and p.endswith(")")):
+                d.dim_param = f"({p})"
 
 
 def _dims_from_inputs(model) -> bool:

@@ -307,9 +307,28 @@ class Identifier:
             unfused.difference_update(sub.nodes)
             self.support.update(i for i in sub.nodes if i not in self.nests)
             result.append(sub)
+        for sub in result:
+            self._take_constants(sub)
         result = self.group_horizontal(result)
         check_partition(self, result)
         return result
+
+    def _take_constants(self, sub) -> None:
+        """Constant nodes read only by `sub` move into it: their values are literals of its kernels, not
+        inputs of its node (a TorchScript export's shape chains read dozens of them: Unsqueeze axes,
+        Gather indices), which keeps the node within the launcher's input limit."""
+        members = set(sub.nodes)
+        take = set()
+        for p in self.index.producers_of(sub.nodes):
+            n = self.view.nodes[p]
+            if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or p in self.support:
+                continue
+            if all(u in members for t in n.output for u in self.view.consumers.get(t, ())) and \
+                    not any(t in self.view.outputs for t in n.output):
+                take.add(p)
+        if take:
+            sub.nodes = tuple(sorted(members | take))
+            self.support.update(take)
 
     def group_horizontal(self, subgraphs: list) -> list:
         """The horizontal step (graph_rewrites/horizontal.py)."""

@@ -859,12 +859,13 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
         o[n][2 * rh] *= alpha;
         o[n][2 * rh + 1] *= alpha;
       }
-      const float ml = m_use * LOG2E;
+      // (s - m) first: an additive mask of the float's lowest value (transformers' padding) puts every logit
+      // of a row, or of a split's share of it, near -3.4e38, where m * LOG2E would overflow to -inf
 #pragma unroll
       for (int n = 0; n < NKT; ++n) {
 #pragma unroll
         for (int e = 2 * rh; e < 2 * rh + 2; ++e) {
-          const float p = exp2f(fmaf(s[n][e], LOG2E, -ml));
+          const float p = exp2f((s[n][e] - m_use) * LOG2E);
           l[rh] += p;
           s[n][e] = p;
         }

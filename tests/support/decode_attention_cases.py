@@ -108,10 +108,13 @@ def run(case: Case, arch: str = "sm_80"):
     q = rng.standard_normal((B, Hh, Sq, D)).astype(np.float32)
     pk, nk = (rng.standard_normal((B, Hkv, n, D)).astype(np.float32) for n in (P, Sq))
     pv, nv = (rng.standard_normal((B, Hkv, n, D)).astype(np.float32) for n in (P, Sq))
-    mask = np.where(rng.random((B, Skv)) < 0.15, -np.inf, rng.standard_normal((B, Skv)) * 0.1).astype(np.float32)
+    lowest = np.finfo(np.float32).min              # transformers' padding: the lowest float, not -inf
+    mask = np.where(rng.random((B, Skv)) < 0.15, lowest, rng.standard_normal((B, Skv)) * 0.1).astype(np.float32)
     mask[:, -1] = 0.0                              # every query sees its own key ...
     if case.dead_row:
-        mask[1, :] = -np.inf                       # ... but batch row 1, all padding
+        mask[1, :] = -np.inf                       # ... but batch row 1, all padding (-inf: its output is 0)
+    if B > 1 and P > 32 and not case.dead_row:
+        mask[-1, :32] = lowest                     # a split whose keys are all padding (its m near -3.4e38)
     dev = H.Device()
     enc = [H.encode(x, case.dtype) for x in (q, pk, nk, pv, nv)]
     ptrs = [dev.upload(d, nm) for (d, _), nm in zip(enc, ("Q", "pastK", "newK", "pastV", "newV"))]

@@ -163,7 +163,7 @@ def kv_cache(job, em, mm1, mm2, H, D) -> KVCache | None:
                 break
     if len(found) != 2 or found["k"][2] != found["v"][2] or found["k"][0] == found["v"][0]:
         return None
-    (k, kn, hkv, k_scale, k_past), (v, vn, _, _, v_past) = found["k"], found["v"]
+    (k, _, hkv, k_scale, k_past), (v, _, _, _, v_past) = found["k"], found["v"]
     past = em.shape(k_past)[2]
     if sympy.simplify(past - em.shape(v_past)[2]) != 0:
         return None

@@ -3,7 +3,6 @@
     from plus_ep.zoo import decoders
     path = decoders.export("llama", "torchscript")          # cached .onnx path (2 layers, fp32)
     feeds = decoders.feeds(path, batch=2, seq=1, past=20)   # a decode step at past length 20
-    tokens = decoders.greedy(run, prompts, steps=24)         # greedy generation through any runner
 
 The graph has Optimum's inputs and outputs: ``input_ids [batch, seq]``, ``attention_mask [batch,
 past+seq]``, ``position_ids [batch, seq]``, per layer ``past_key_values.{i}.key/.value [batch, kv_heads,
@@ -15,6 +14,7 @@ RMSNorm, no biases) and ``qwen2`` (the same with Q/K/V biases). Sizes: ``small``
 of 16, 2 KV heads, fp32; CPU tests) and ``real`` (Llama-3.2-1B width: hidden 2048, 32 heads of 64,
 8 KV heads, MLP 8192, fp16, a 256-token vocabulary so that a layer and not the LM head dominates).
 Both torch exporters; dims are renamed ``batch``, ``seq``, ``past`` (and ``past+seq``) in both.
+Greedy generation through a rewritten model's kernels: plus_ep/verification/generate.py.
 """
 from __future__ import annotations
 
@@ -269,41 +269,3 @@ def compare_with_torch(path, wrapper, cfg, atol: float = 1e-4) -> float:
             if not diff <= atol:
                 raise AssertionError(f"{name} at b{batch} s{seq} past {past}: max abs diff {diff:.3g} > {atol}")
     return worst
-
-
-# ------------------------------------------------------------------------------- generation
-
-def greedy(step, cfg, prompts: list[list[int]], steps: int, pad_id: int = 0, on_step=None) -> np.ndarray:
-    """Greedy generation of `steps` tokens for a batch of prompts (left-padded to one length), through
-    `step(feeds) -> (logits, presents)` (any runner of the exported graph: ORT, PlusEP, torch).
-    `on_step(k, feeds, logits)` sees every step (k = 0: the prefill). Returns the new tokens [batch, steps]."""
-    batch, longest = len(prompts), max(len(p) for p in prompts)
-    ids = np.full((batch, longest), pad_id, np.int64)
-    mask = np.zeros((batch, longest), np.int64)
-    for b, p in enumerate(prompts):
-        ids[b, longest - len(p):] = p
-        mask[b, longest - len(p):] = 1
-    dt = np.dtype(cfg.plus_ep_dtype)
-    past = [np.zeros((batch, cfg.num_key_value_heads, 0, cfg.head_dim), dt) for _ in range(2 * cfg.num_hidden_layers)]
-    out = []
-    for k in range(steps):
-        pos = np.cumsum(mask, axis=1) - 1
-        pos = np.where(mask == 0, 1, pos)[:, mask.shape[1] - ids.shape[1]:]
-        f = {"input_ids": ids, "attention_mask": mask, "position_ids": pos.astype(np.int64)}
-        f.update({n: p for n, p in zip(names(cfg.num_hidden_layers)[0][3:], past)})
-        logits, past = step(f)
-        if on_step is not None:
-            on_step(k, f, logits)
-        nxt = np.argmax(logits[:, -1, :], axis=-1).astype(np.int64)
-        out.append(nxt)
-        ids = nxt[:, None]
-        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
-    return np.stack(out, axis=1)
-
-
-def ort_step(sess):
-    """A `greedy` step function over an onnxruntime session of the exported graph."""
-    def step(f):
-        outs = sess.run(None, f)
-        return outs[0], outs[1:]
-    return step

@@ -59,6 +59,11 @@ def config(family: str, size: str = "small", layers: int | None = None, override
     cfg = getattr(tf, _CLASSES[family][0])(**kwargs)
     cfg.plus_ep_weights = WEIGHTS
     cfg.plus_ep_dtype = DTYPES[size]
+    if cfg.plus_ep_dtype == "float16":
+        # torch's SDPA math path on the CPU computes half inputs in fp32, and the TorchScript export then
+        # keeps o_proj (and the attention) in fp32; eager attention exports the fp16 graph a GPU serves
+        # (softmax in fp32 between Casts, as transformers writes it)
+        cfg._attn_implementation = "eager"
     return cfg
 
 

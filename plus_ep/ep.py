@@ -193,6 +193,13 @@ def partition(original, rewritten) -> list[dict]:
             stack.extend(producer[i] for i in nodes[k].input if i and i not in boundary and i in producer)
         if not members or any(not nodes[k].output or not nodes[k].output[0] for k in members):
             continue
+        if not index.is_convex(members):
+            # the rewrite read a Shape through a copy (graph_rewrites/shape_reads.py: a KV cache's layer-0
+            # concat whose Shape the causal mask reads); in the model ORT partitions, that Shape still hangs
+            # off the group, which ORT would refuse to fuse
+            log.info("PlusEP planner: %s is not convex in the model as ONNX Runtime holds it (a Shape the "
+                     "rewrite read through a copy); its nodes stay with the next provider", f.name)
+            continue
         packs = {name[len("plus_images_"):]: numpy_helper.to_array(a.t).tobytes()
                  for name, a in attrs.items() if name.startswith("plus_images_")}
         groups.append({"node": f.name, "members": [nodes[k].output[0] for k in sorted(members)],

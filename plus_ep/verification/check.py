@@ -91,6 +91,15 @@ def max_loadable() -> tuple[int, int]:
     return runtime_limits()
 
 
+def emulated_env() -> dict:
+    """The environment of a child process whose launcher runs on the emulated CUDA driver (the launcher
+    reads PLUS_EP_CUDA_LIBRARY once per process)."""
+    env = dict(os.environ, PLUS_EP_CUDA_LIBRARY=library_path())
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def verify(model, archs=None, batch: int | None = None, seq: int | None = None, inputs=None, seed: int = 0,
            progress: bool | None = None, timeout: float | None = None, stress: bool = True, past: int = 0) -> dict:
     """Verify `model` (path or ModelProto of a rewritten model with kernels). Returns the report dict
@@ -141,9 +150,7 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
         request = {"model": str(path), "inputs": str(tmp / "inputs.npz"), "archs": archs, "progress": progress,
                    "seed": seed, **(extra or {})}
         (tmp / "request.json").write_text(json.dumps(request))
-        env = dict(os.environ, PLUS_EP_CUDA_LIBRARY=library_path())
-        root = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env = emulated_env()
         r = subprocess.run([sys.executable, "-m", "plus_ep.verification.run", str(tmp / "request.json"),
                             str(tmp / "result.json")], env=env, timeout=timeout, check=False,
                            stdout=subprocess.PIPE, stderr=None if progress != "off" else subprocess.PIPE, text=True)

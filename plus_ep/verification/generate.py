@@ -24,7 +24,6 @@ every step, and no launch reported a checker finding. Nothing here is timed on a
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -180,8 +179,7 @@ def _launcher_run(request: dict) -> dict:
 def generate(original, rewritten, prompts: list, steps: int = 24, archs=None, timeout: float | None = None) -> dict:
     """Greedy generation through `rewritten`'s kernels on the interpreter against `original` on ORT CPU (see
     the module doc). Returns the report; report["ok"] is the verdict."""
-    from .check import pack_archs
-    from .emulator import library_path
+    from .check import emulated_env, pack_archs
     original, rewritten = str(Path(original).resolve()), str(Path(rewritten).resolve())
     proto = onnx.load(rewritten, load_external_data=False)
     io = decoder_io(proto)
@@ -197,11 +195,8 @@ def generate(original, rewritten, prompts: list, steps: int = 24, archs=None, ti
         request = {"model": rewritten, "reference": str(tmp / "reference.npz"), "prompts": prompts, "steps": steps,
                    "archs": archs}
         (tmp / "request.json").write_text(json.dumps(request))
-        env = dict(os.environ, PLUS_EP_CUDA_LIBRARY=library_path())
-        root = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         r = subprocess.run([sys.executable, "-m", "plus_ep.verification.generate", str(tmp / "request.json"),
-                            str(tmp / "result.json")], env=env, timeout=timeout, check=False,
+                            str(tmp / "result.json")], env=emulated_env(), timeout=timeout, check=False,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0 or not (tmp / "result.json").exists():
             raise RuntimeError(f"the generation process failed (exit {r.returncode}):\n{(r.stderr or '')[-3000:]}")

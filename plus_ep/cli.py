@@ -164,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--arch", metavar="ARCH", default=None, help="image arch (default: sm_90a if present, else the first)")
     pf.add_argument("--batch", type=int, default=1)
     pf.add_argument("--seq", type=int, default=8)
+    pf.add_argument("--past", type=int, default=0, metavar="N",
+                    help="KV-cache length of a decoder exported with past key/values (--seq 1 --past N: a decode step)")
     pf.add_argument("--inputs", metavar="NPZ", help="inputs from an .npz file instead of random ones")
     pf.add_argument("--sample-ctas", type=int, default=None, metavar="N",
                     help="run N CTAs per launch (corners first) and scale the counts to the grid")
@@ -381,7 +383,7 @@ def cmd_profile(args) -> int:
                          "Nsight Compute's job)")
     arch = resolve_archs(args.arch)[0] if args.arch else None
     rep = profile(args.model, arch=arch, batch=args.batch, seq=args.seq, inputs=args.inputs,
-                  sample_ctas=args.sample_ctas)
+                  sample_ctas=args.sample_ctas, past=args.past)
     print(json.dumps(rep, indent=1, default=float) if args.json else profile_text(rep))
     return 0 if rep["ok"] else 1
 

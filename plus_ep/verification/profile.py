@@ -68,14 +68,15 @@ def node_profile(row: dict, gpu=H100_SXM) -> dict:
 
 
 def profile(model, arch=None, batch: int = 1, seq: int = 8, inputs=None, sample_ctas=None,
-            progress=None) -> dict:
+            progress=None, past: int = 0) -> dict:
+    """past: the KV-cache length of a decoder exported with past key/values (seq=1: a decode step)."""
     import onnx
     if arch is None:
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
         have = pack_archs(proto)
         arch = "sm_90a" if "sm_90a" in have else (have[0] if have else "sm_90a")
     raw = run_emulated(model, [arch], batch, seq, inputs, progress=progress,
-                       extra={"profile": True, "sample_ctas": sample_ctas})
+                       extra={"profile": True, "sample_ctas": sample_ctas}, past=past)
     rows = [node_profile(r) for r in raw["nodes"]]
     return {"model": raw["model"], "arch": arch, "gpu": H100_SXM["name"], "inputs": raw.get("inputs", {}),
             "sample_ctas": sample_ctas,

@@ -38,7 +38,7 @@ def rewritten(family, exporter, tmp, archs=("sm_80", "sm_90a")):
     return path
 
 
-@pytest.mark.parametrize("family,exporter", [("llama", "torchscript"), ("llama", "dynamo"), ("qwen2", "dynamo")])
+@pytest.mark.parametrize("family,exporter", [("llama", "torchscript"), ("qwen2", "dynamo")])
 def test_each_layer_attention_takes_its_kv_cache(family, exporter):
     res = rewrite_detailed(export(family, exporter))
     view = res.view
@@ -60,14 +60,14 @@ def test_each_layer_attention_takes_its_kv_cache(family, exporter):
 
 
 def test_greedy_generation_through_the_kernels(tmp_path_factory):
-    """Prefill of two left-padded prompts (20 and 13 tokens) and two decode steps (past 20, 21), then a
+    """Qwen2 (Q/K/V biases), dynamo export: prefill of two left-padded prompts (20 and 13 tokens) and two decode steps (past 20, 21), then a
     one-token prompt and its first decode step (past 0, 1), with the sm_80 kernels (sm_90a's run in
     tests/emulated/test_decode_attention_verify.py and the slow test; compiling both doubles the cost)."""
     from plus_ep.verification.generate import generate, generate_text
     tmp = str(tmp_path_factory.mktemp("decoders"))
-    model = rewritten("llama", "dynamo", tmp, ("sm_80",))
+    model = rewritten("qwen2", "dynamo", tmp, ("sm_80",))
     for prompts, steps, pasts in ((PROMPTS, 3, [0, 20, 21]), ([[17]], 2, [0, 1])):
-        rep = generate(export("llama", "dynamo"), model, prompts, steps)
+        rep = generate(export("qwen2", "dynamo"), model, prompts, steps)
         assert rep["ok"], generate_text(rep)
         for a in rep["archs"]:          # ok means: tokens equal, logits in bounds, every node launched, no finding
             assert [r["past"] for r in a["steps"]] == pasts

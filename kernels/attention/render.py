@@ -350,13 +350,15 @@ def decode_route(job, cache: KVCache, math_: int, D: int, Sq):
     dp = routes._padded(D)
     # the menu's 16-row tile, under names of its own (a spill excludes the decode config, not the prefill
     # routes' one), then the same tile with a 255-register budget (a decode hook set is heavy: RoPE's
-    # sinf/cosf for the new key rows, the mask)
+    # sinf/cosf for the new key rows, the mask; ptxas's own target spilled the SIMT tile on sm_90a).
+    # Where both spill (D = 256 packed on sm_90a) there is no decode route: the full-sequence routes serve
     menu = []
     for e in ac.entries(math_, dp):
         if e[0] == 16:
             base = ac.make_config(math_, dp, *e[:3], None, *e[3:])
             menu.append(ac.make_config(math_, dp, *e[:3], f"{base.name}_decode", *e[3:]))
-            menu.append(ac.make_config(math_, dp, *e[:3], f"{base.name}_decode_b8", 8))
+            blocks = max(1, 8 // e[2])          # a 256-register budget: 65536 / (blocks * 32 * warps)
+            menu.append(ac.make_config(math_, dp, *e[:3], f"{base.name}_decode_b{blocks}", blocks))
     try:
         usable = routes._usable(menu, job.target, f"decode attention (head dim {D})") if menu else []
     except routes.NoConfig:

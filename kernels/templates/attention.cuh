@@ -323,36 +323,40 @@ PLUS_DEV float row_sum(float x) {
   return x;
 }
 
-// Run-time tile setup shared by both paths.
+// Run-time tile setup shared by both paths. (Statements in the order of the plain form: ptxas's register
+// allocation of the big tensor-core configs follows it closely.)
 PLUS_DEV Tile make_tile(const PlusArgs& args) {
   const PlusAttnShape s = plus_attn_shape(args);
   Tile t;
   t.b = blockIdx.z;
-  t.B = s.B;
-  t.H = s.H;
-  const long long group = s.H / s.Hkv;  // query heads per kv head (GQA / MQA)
 #if PLUS_ATTN_GQA_PACK > 1
   t.hkv = blockIdx.y;
   t.h = t.hkv * G;
+  const long long group = G;
 #else
   t.h = blockIdx.y;
+  const long long group = s.H / s.Hkv;  // query heads per kv head (GQA / MQA)
   t.hkv = t.h / group;
 #endif
-  t.Sq = (int)s.Sq;
-  t.Skv = (int)s.Skv;
-  t.rows = t.Sq * G;
-  t.off = t.Skv - t.Sq;
-  const int qtiles = (t.rows + BQ - 1) / BQ;
+#if PLUS_ATTN_SPLIT || PLUS_ATTN_KV_CACHE
+  const int qtiles = ((int)s.Sq * G + BQ - 1) / BQ;
+#endif
 #if PLUS_ATTN_SPLIT
+  t.B = s.B;
+  t.H = s.H;
   t.nsplit = max(plus_attn_splits(args), 1);
   const int qt = (int)blockIdx.x % qtiles;
   t.split = (int)blockIdx.x / qtiles;
 #else
-  t.nsplit = 1;
   const int qt = (int)blockIdx.x;
   t.split = 0;
+  t.nsplit = 1;
 #endif
   t.q0 = qt * BQ;
+  t.Sq = (int)s.Sq;
+  t.Skv = (int)s.Skv;
+  t.rows = t.Sq * G;
+  t.off = t.Skv - t.Sq;
   int kv_end = t.Skv;
 #if PLUS_CAUSAL
   // The block's last real row min(q0 + BQ, rows) - 1 (query i = row / G) sees keys up to i + off.
@@ -360,11 +364,20 @@ PLUS_DEV Tile make_tile(const PlusArgs& args) {
   kv_end = max(kv_end, 0);
 #endif
   t.n_tiles = (kv_end + BKV - 1) / BKV;
+#if PLUS_ATTN_SPLIT
   const int per = (t.n_tiles + t.nsplit - 1) / t.nsplit;
   t.kt0 = min(t.split * per, t.n_tiles);
   t.kt1 = min(t.kt0 + per, t.n_tiles);
+#else
+  t.kt0 = 0;
+  t.kt1 = t.n_tiles;
+#endif
+#if PLUS_ATTN_KV_CACHE
   // the last query tile sees every key (bottom-right causal), and one head per group stores
-  t.writer = PLUS_ATTN_KV_CACHE && qt == qtiles - 1 && (G > 1 || t.h % group == 0);
+  t.writer = qt == qtiles - 1 && (G > 1 || t.h % group == 0);
+#else
+  t.writer = false;
+#endif
   (void)group;
   return t;
 }

@@ -40,7 +40,7 @@ PLUS_DEV float plus_q(const PlusArgs& args, long long b, long long h, long long 
 PLUS_DEV float plus_k(const PlusArgs& args, long long b, long long h, long long j, int d) {
   const long long seq = args.v[1];
   if (d >= 16) return 0.0f;
-  const float x3 = plus_load<float>(args.in[2], (((b) * 4LL + h) * 16LL + d) * seq + j);
+  const float x3 = plus_load<float>(args.in[1], (((b) * 4LL + h) * 16LL + d) * seq + j);
   const float t4 = (x3 * 0.5f);
   return t4;
 }
@@ -48,13 +48,13 @@ PLUS_DEV float plus_k(const PlusArgs& args, long long b, long long h, long long 
 PLUS_DEV float plus_v(const PlusArgs& args, long long b, long long h, long long j, int d) {
   const long long seq = args.v[1];
   if (d >= 16) return 0.0f;
-  const float x5 = plus_load<float>(args.in[8], (((b) * 4LL + h) * seq + j) * 16LL + d);
+  const float x5 = plus_load<float>(args.in[3], (((b) * 4LL + h) * seq + j) * 16LL + d);
   return x5;
 }
 #define PLUS_HAS_SCORE 1
 PLUS_DEV float plus_score(const PlusArgs& args, long long b, long long h, long long i, long long j, float s) {
   const long long seq = args.v[1];
-  const bool x6 = plus_load<bool>(args.in[4], (((b)) * seq + i) * seq + j);
+  const bool x6 = plus_load<bool>(args.in[2], (((b)) * seq + i) * seq + j);
   const float t7 = (x6 ? 0.0f : (-CUDART_INF_F));
   const float t8 = (s + t7);
   return t8;

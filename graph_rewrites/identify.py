@@ -16,6 +16,7 @@ every group formed and every sibling refused, with the reason (``plus-ep explain
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 from . import match, ops
@@ -24,6 +25,7 @@ from .fuse import contract_units, order_units
 from .graph import GraphView
 from .lowering import lower_all, roll_groups
 from .horizontal import group_horizontal
+from ..limits import LITERAL_ELEMENTS
 from .placement import conv_tail_reason
 from .ploop import PGraph
 from .subgraph import Subgraph  # noqa: F401  (identify.Subgraph: where callers import it)
@@ -321,7 +323,8 @@ class Identifier:
         take = set()
         for p in self.index.producers_of(sub.nodes):
             n = self.view.nodes[p]
-            if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or p in self.support:
+            if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or p in self.support \
+                    or _constant_size(n) > LITERAL_ELEMENTS:     # a kernel cannot hold it as a literal
                 continue
             if all(u in members for t in n.output for u in self.view.consumers.get(t, ())) and \
                     not any(t in self.view.outputs for t in n.output):
@@ -333,6 +336,18 @@ class Identifier:
     def group_horizontal(self, subgraphs: list) -> list:
         """The horizontal step (graph_rewrites/horizontal.py)."""
         return group_horizontal(self, subgraphs)
+
+
+def _constant_size(node) -> int:
+    """Elements of a Constant node's value."""
+    for a in node.attribute:
+        if a.name == "value":
+            return math.prod(a.t.dims)
+        if a.name == "sparse_value":
+            return math.prod(a.sparse_tensor.dims)
+        if a.name in ("value_ints", "value_floats", "value_strings"):
+            return len(a.ints) + len(a.floats) + len(a.strings)
+    return 1          # value_int, value_float, value_string
 
 
 def check_partition(ident: Identifier, subgraphs) -> None:

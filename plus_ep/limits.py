@@ -24,5 +24,10 @@ MAX_ARCHS = 24         # PLUS_MAX_ARCHS: archs named by the `arch` records
 MAX_STACK = 32         # PLUS_MAX_STACK: expression evaluation depth
 MAX_SHAPEV = 16        # PLUS_MAX_SHAPEV: `shapev` lines (= the FusedHost<n> op types, graph_rewrites/fuse.py)
 
+# generated code (the one number here without a C mirror, so not named MAX_*): a constant a kernel
+# holds as a literal array has at most this many elements (kernels/codegen/pull.py); a larger Constant
+# node stays outside a subgraph and is its input (graph_rewrites/identify.py)
+LITERAL_ELEMENTS = 64
+
 # an image pack (kernels/wire/pack.py writes it, plus_ep/native/pack.c reads it)
 MAX_IMAGES = 4096      # PACK_MAX_IMAGES

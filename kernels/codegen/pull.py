@@ -15,11 +15,11 @@ from onnx import TensorProto
 
 from ...graph_rewrites import ops
 from ...graph_rewrites.index import describe_node
+from ...limits import LITERAL_ELEMENTS
 from . import cexpr, dtypes, symdim
 from .cexpr import attr
 
 VIEW_OPS = ops.with_role("alias")        # same elements, same order: pulled through a reshape
-MAX_LITERAL_ARRAY = 64
 
 
 class RenderError(ValueError):
@@ -204,7 +204,7 @@ class Emitter:
         ct = dtypes.compute(dtypes_of(arr))
         if arr.size == 1:
             return _lit(arr.reshape(-1)[0], ct), ct
-        if arr.size > MAX_LITERAL_ARRAY:
+        if arr.size > LITERAL_ELEMENTS:
             return None
         self._n += 1
         name = f"c{self._n}"
@@ -263,6 +263,8 @@ class Emitter:
             return self._elementwise(node, out_shape, idx)
         if op == "Shape":
             return self._shape_value(node, idx)
+        if op == "Range":
+            return self._range(node, t, idx)
         raise RenderError(f"{describe(node)}: operator {op} has no element expression "
                           f"outside its template")
 
@@ -437,6 +439,14 @@ class Emitter:
             offset = end
         self.emit("}")
         return name, ct
+
+    def _range(self, node, t, idx):
+        """Range: element i is start + i * delta, each computed on its own (as ORT's CUDA Range; its CPU
+        kernel adds delta repeatedly, which differs for floats in the last bits only)."""
+        ct = dtypes.compute(self.dtype(t))
+        start, _ = self.value(node.input[0], [])
+        delta, _ = self.value(node.input[2], [])
+        return self.tmp(f"({ct})({start}) + ({ct})({idx[0]}) * ({ct})({delta})", ct), ct
 
     def _shape_value(self, node, idx):
         dims = self.shape(node.input[0])

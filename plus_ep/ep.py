@@ -140,7 +140,10 @@ def plan_groups(path: str, opts: dict) -> list[dict]:
                     "the file as it is", path, e)
         graph = original
     ropts = {k: opts[k] for k in ("cache_dir", "disable", "fp32_math") if opts.get(k)}
-    rewritten = onnx.load_model_from_string(rewritten_model(graph.SerializeToString(), arch, ropts))
+    # shape_reads off: every group must be convex in the graph ORT partitions, where each Shape still
+    # reads its copy (partition() below leaves a group that is not with the next provider)
+    rewritten = onnx.load_model_from_string(rewritten_model(graph.SerializeToString(), arch, ropts,
+                                                            shape_reads=False))
     groups = partition(graph, rewritten)
     if graph is not original:
         _add_original_names(groups, graph, original)
@@ -194,11 +197,10 @@ def partition(original, rewritten) -> list[dict]:
         if not members or any(not nodes[k].output or not nodes[k].output[0] for k in members):
             continue
         if not index.is_convex(members):
-            # the rewrite read a Shape through a copy (graph_rewrites/shape_reads.py: a KV cache's layer-0
-            # concat whose Shape the causal mask reads); in the model ORT partitions, that Shape still hangs
-            # off the group, which ORT would refuse to fuse
-            log.info("PlusEP planner: %s is not convex in the model as ONNX Runtime holds it (a Shape the "
-                     "rewrite read through a copy); its nodes stay with the next provider", f.name)
+            # a group ORT would refuse to fuse (plan_groups rewrites with Shape nodes reading their copies,
+            # so none should be; kept as the guard)
+            log.info("PlusEP planner: %s is not convex in the model as ONNX Runtime holds it; its nodes stay "
+                     "with the next provider", f.name)
             continue
         packs = {name[len("plus_images_"):]: numpy_helper.to_array(a.t).tobytes()
                  for name, a in attrs.items() if name.startswith("plus_images_")}

@@ -35,15 +35,17 @@ log = logging.getLogger("plus_ep")
 _warned: set = set()
 
 
-def model_key(model_bytes: bytes, arch: str, disable=(), fp32_math: str = FP32_MATH_DEFAULT, warehouse=None) -> str:
-    """sha256 naming the rewritten model. `warehouse`: the loaded Warehouse (default_warehouse())."""
+def model_key(model_bytes: bytes, arch: str, disable=(), fp32_math: str = FP32_MATH_DEFAULT, warehouse=None,
+              shape_reads: bool = True) -> str:
+    """sha256 naming the rewritten model. `warehouse`: the loaded Warehouse (default_warehouse());
+    shape_reads: rewrite_detailed's (False: the plugin EP planner's rewrite)."""
     if warehouse is None:
         from .warehouse import default_warehouse
         warehouse = default_warehouse()
     h = hashlib.sha256()
     for part in (f"arch {arch}", "disable " + ",".join(sorted(disable)), f"fp32_math {fp32_math}",
                  f"plus_ep {package_version()}", "sources " + config.source_digest(),
-                 "warehouse " + warehouse.digest()):
+                 "warehouse " + warehouse.digest()) + (() if shape_reads else ("shape_reads off",)):
         h.update(part.encode() + b"\n")
     h.update(b"model\n" + hashlib.sha256(model_bytes).digest())
     return h.hexdigest()
@@ -160,25 +162,26 @@ def _warn_once(msg):
         log.info(msg)
 
 
-def rewritten_model(model_bytes: bytes, arch: str, opts: dict) -> bytes:
+def rewritten_model(model_bytes: bytes, arch: str, opts: dict, shape_reads: bool = True) -> bytes:
     """The rewritten model with kernels for `arch`, from the model cache (this module) or
-    built now. Kernels go to the kernel cache under the same root (`cache_dir` option, else
-    $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep: see plus_ep/config.py). A cache folder that cannot be
-    written (read only, disk full) warns once and the model is built without being stored."""
+    built now (shape_reads: rewrite_detailed's). Kernels go to the kernel cache under the same root
+    (`cache_dir` option, else $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep: see plus_ep/config.py). A cache
+    folder that cannot be written (read only, disk full) warns once and the model is built without being
+    stored."""
     from .kernels.build.cache import KernelCache
     from .rewrite import rewrite_detailed
     from .warehouse import default_warehouse
     from . import options
     disable, fp32_math = options.disabled(opts), options.fp32_math(opts)
     warehouse = default_warehouse()
-    key = model_key(model_bytes, arch, disable, fp32_math, warehouse)
+    key = model_key(model_bytes, arch, disable, fp32_math, warehouse, shape_reads)
     path = entry(key, opts.get("cache_dir"))
     cached = read(path)
     if cached is not None:
         log.info("PlusEP: rewritten model from cache %s", path)
         return cached
     result = rewrite_detailed(model_bytes, warehouse=warehouse, disable=disable, archs=[arch], fp32_math=fp32_math,
-                              cache=KernelCache(config.kernel_cache_dir(opts.get("cache_dir"))))
+                              shape_reads=shape_reads, cache=KernelCache(config.kernel_cache_dir(opts.get("cache_dir"))))
     data = result.model.SerializeToString()
     try:
         store(path, data)

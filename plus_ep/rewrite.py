@@ -37,13 +37,16 @@ class RewriteResult:
 
 def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, progress=None,
                      fp32_math=FP32_MATH_DEFAULT, compile_kernels: bool = True, warn: bool = True,
-                     runtime_ir: bool = True) -> RewriteResult:
+                     runtime_ir: bool = True, shape_reads: bool = True) -> RewriteResult:
     """Identify and fuse. With `archs` (e.g. ["sm_80", "sm_90"]) every fused node also carries its
     launch plan and compiled kernels; subgraphs whose kernels fail stay unfused (with one warning each
     unless `warn` is False: result.kernels.failures lists them). `compile_kernels=False` renders the
     kernels without compiling them (what `plus-ep inspect` reports): the model carries plans, no images.
     runtime_ir: the result has an IR version the installed onnxruntime loads (lowered when the model
-    allows it, else ModelError: model_check.for_runtime); False leaves it as fusion made it (reports)."""
+    allows it, else ModelError: model_check.for_runtime); False leaves it as fusion made it (reports).
+    shape_reads: Shape nodes read through copies first (graph_rewrites/shape_reads.py), which lets a
+    subgraph take a copy whose Shape another chain reads; False for the plugin EP's planner, whose groups
+    must be convex in the graph ONNX Runtime holds, where each Shape still reads its copy."""
     start = time.perf_counter()
     proto = load_model(model)
     where = "" if isinstance(model, onnx.ModelProto) else (
@@ -52,7 +55,8 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
     source = proto
     expanded = contrib.expand_model(proto)       # contrib ops -> their standard-op subgraphs
     proto = expanded.model
-    proto, _ = read_shapes_through_copies(proto)   # Shape nodes read through copies (shape_reads.py)
+    if shape_reads:
+        proto, _ = read_shapes_through_copies(proto)
     wh = warehouse if warehouse is not None else default_warehouse()
     if disable:
         wh = wh.without(disable)

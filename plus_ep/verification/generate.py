@@ -187,7 +187,7 @@ def generate(original, rewritten, prompts: list, steps: int = 24, archs=None, ti
     archs = list(archs) if archs else have
     if not have or any(a not in have for a in archs):
         raise ValueError(f"{Path(rewritten).name}: no image packs for {', '.join(a for a in archs if a not in have) or archs} "
-                         "(rewrite it with kernels: `plus-ep rewrite MODEL --arch sm_80,sm_90a`)")
+                         "(rewrite it with kernels: `plus-ep rewrite MODEL -o OUT --arch sm_80,sm_90a`)")
     tokens, logits = _reference(original, io, prompts, steps)
     with tempfile.TemporaryDirectory(prefix="plus_ep_generate_") as tmp:
         tmp = Path(tmp)

@@ -20,7 +20,7 @@ from .build import sources
 from .attention.render import render_attention
 from .gemm.render import render_gemm, render_gemm_group
 from .target import Target
-from .wire.plan import Launch, Plan, Route, check_bound, input_tokens
+from .wire.plan import Launch, Plan, Route, check_bound, checked_composite_dims, input_tokens
 from ..limits import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
 from .codegen.pull import Emitter, RenderError
 from .codegen.row import ROW_OPS, RowProgram
@@ -60,6 +60,7 @@ class Job:
         for t in self.inputs:   # number the symbols the inputs bind first
             self.plan.inputs.append((em.dtype(t), input_tokens(em.shape(t), self.syms)))
         self._shape_values()
+        checked_composite_dims(self.plan, [em.shape(t) for t in self.inputs], self.syms)
         for t in self.outputs:
             self.plan.outputs.append((em.dtype(t), [self.syms.rpn(d) for d in em.shape(t)]))
 

@@ -113,7 +113,32 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("--fp32-math", choices=FP32_MATHS, default=FP32_MATH_DEFAULT,
                     help=f"fp32 GEMMs and attention: TF32 tensor cores ('tf32') or exact SIMT ('exact'); "
                          f"default {FP32_MATH_DEFAULT!r}, as ONNX Runtime's CUDA EP (use_tf32=1)")
+    rw.add_argument("--sign", metavar="KEY",
+                    help="sign every fused node's kernels with this Ed25519 private key (`plus-ep keygen`; "
+                         "needs the [sign] extra): machines whose PLUS_EP_TRUSTED_KEYS lists its public key run them")
     rw.set_defaults(func=cmd_rewrite)
+
+    tr = sub.add_parser("trust", parents=[common], help="rebuild a rewritten model's kernels here; trust them if identical",
+                        description="A model file is data: the launcher runs its embedded kernels only when this "
+                                    "installation built them, a configured key signed them, or you opt out "
+                                    "(README, Deployment). This rebuilds every fused node from its function body "
+                                    "(this installation's renderer and NVRTC, kernels from the local cache) and "
+                                    "records the nodes whose plan and images come out byte-identical in the trust "
+                                    "manifest ($PLUS_EP_TRUST_DIR, else <cache root>/trusted).")
+    tr.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels")
+    tr.add_argument("-o", "--output", metavar="OUT",
+                    help="when some node differs: write the locally built model (trusted) here")
+    tr.add_argument("--accept", action="store_true",
+                    help="trust the embedded kernels as they are, without rebuilding (an explicit opt-out for "
+                         "this model)")
+    tr.add_argument("--status", action="store_true", help="only print how each fused node is trusted")
+    tr.set_defaults(func=cmd_trust)
+
+    kg = sub.add_parser("keygen", parents=[common], help="make an Ed25519 key for signing rewritten models",
+                        description="Write a new Ed25519 private key (PEM, mode 0600) and KEY.pub with its public "
+                                    "line, the form PLUS_EP_TRUSTED_KEYS files list. Needs the [sign] extra.")
+    kg.add_argument("key", metavar="KEY", help="private key file to write")
+    kg.set_defaults(func=cmd_keygen)
 
     dm = sub.add_parser("demo", parents=[common], help="build a small BERT, rewrite and compile it, compare",
                         description="Build a small BERT with onnx (no torch), rewrite it with kernels, print the "
@@ -329,8 +354,14 @@ def cmd_rewrite(args) -> int:
         raise UsageError(f"{args.output}: is a directory")
     archs = resolve_archs(args.arch)
     check_patterns(args.disable)
+    if args.sign and not archs:
+        raise UsageError("--sign needs kernels to sign (drop --arch none)")
     result = rewrite_detailed(args.input, disable=tuple(args.disable), archs=archs,
                               progress=None, fp32_math=args.fp32_math, warn=False)
+    signed = 0
+    if args.sign:
+        from . import trust
+        signed = trust.sign_model(result.model, args.sign)
     rep = report(result)
     if result.kernels is not None:
         for _, name, reason in result.kernels.failures:
@@ -345,10 +376,59 @@ def cmd_rewrite(args) -> int:
               f"({rep['functions']} distinct), data kernels {rep['data_kernels_before']} -> "
               f"{rep['data_kernels_after']}, {result.seconds:.2f}s"
               + (f" (weights in {os.path.basename(external)})" if external else "")
-              + (f", kernels for {','.join(archs)}" if archs else ", no kernels"))
+              + (f", kernels for {','.join(archs)}" if archs else ", no kernels")
+              + (f", {signed} nodes signed" if args.sign else ""))
     if args.report:
         print()
         print(format_rewrite_report(rep, args.input))
+    return 0
+
+
+def cmd_trust(args) -> int:
+    from . import trust
+    model = onnx.load(args.model)
+    nodes = trust.status(model)
+    if not nodes:
+        raise UsageError(f"{args.model}: no fused node carries kernels (nothing to trust)")
+    if args.status:
+        for n in nodes:
+            print(f"{n.node}  {n.digest[:16]}  {n.how or 'NOT TRUSTED'}")
+        print(f"{sum(bool(n.how) for n in nodes)} of {len(nodes)} fused nodes trusted here")
+        return 0 if all(n.how for n in nodes) else 1
+    if args.accept:
+        trust.record_model(model, f"accepted without rebuilding (plus-ep trust --accept {args.model})")
+        print(f"warning: {args.model}: the embedded kernels of its {len(nodes)} fused nodes are trusted as they are, "
+              "unchecked; a model file can carry any GPU code", file=sys.stderr)
+        return 0
+    r = trust.rebuild(model)
+    for node in trust.kernel_nodes(model):
+        if r.same.get(node.name):
+            trust.record(trust.node_digest(node), f"rebuilt here byte-identical ({args.model}): node {node.name}")
+    width = max(len(n) for n in r.same)
+    for name, same in r.same.items():
+        print(f"{name:<{width}}  {'identical: trusted' if same else 'DIFFERS from the local build'}")
+    differ = [k for k, v in r.same.items() if not v]
+    print(f"{args.model}: {len(r.same) - len(differ)} of {len(r.same)} fused nodes rebuilt byte-identical "
+          f"({','.join(r.archs)}, fp32 math {r.fp32_math}, {r.seconds:.1f}s)")
+    if not differ:
+        return 0
+    if args.output:
+        out = save_model(r.local, os.path.abspath(args.output))
+        print(f"wrote the locally built model to {args.output} (its kernels are trusted here)"
+              + (f"; weights in {os.path.basename(out)}" if out else ""))
+        return 0
+    _error(f"{args.model}: {len(differ)} fused node(s) differ from what this installation builds from their "
+           f"function bodies ({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''}); the launcher refuses "
+           "them. Run the locally built model instead: plus-ep trust MODEL -o OUT")
+    return 1
+
+
+def cmd_keygen(args) -> int:
+    from . import trust
+    pub, line = trust.keygen(args.key)
+    print(f"wrote {args.key} (private, mode 0600) and {pub}:\n{line}\n"
+          "List that line in the file PLUS_EP_TRUSTED_KEYS names on every machine that should run models signed "
+          f"with `plus-ep rewrite --sign {args.key}`.")
     return 0
 
 

@@ -84,6 +84,18 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("PLUS_EP_VIRTUAL_GPU", "off", "`plus_ep/native/ep_factory.c`",
              "`1`: the plugin EP describes the driver's devices as GPUs itself when ORT found none "
              "(tests of the GPU path with a stand-in driver)."),
+    # ---- the trust policy for embedded kernels (plus_ep/trust.py; enforced in plus_ep/native/trust.c)
+    Variable("PLUS_EP_TRUST", "`verify`", "`plus_ep/native/trust.c`, `plus_ep.trust`",
+             "`any`: run every model's embedded kernel images without a trust check (one warning per process); "
+             "`verify` (the default): only images this installation built or rebuilt (trust manifest) or that a "
+             "key of `PLUS_EP_TRUSTED_KEYS` signed."),
+    Variable("PLUS_EP_TRUST_DIR", "`<cache root>/trusted`", "`plus_ep/native/trust.c`, `plus_ep.trust`",
+             "The trust manifest: digests of the fused nodes whose kernels this installation built or rebuilt "
+             "byte-identical (`plus-ep rewrite`, `plus-ep trust`). Servers: a read-only folder filled at deploy "
+             "time."),
+    Variable("PLUS_EP_TRUSTED_KEYS", "none", "`plus_ep/native/trust.c`, `plus_ep.trust`",
+             "File of Ed25519 public keys (`ed25519 <base64> [comment]` lines, from `plus-ep keygen`) whose "
+             "signatures (`plus-ep rewrite --sign KEY`) make a model's kernels run."),
     # ---- tests and benchmarks
     Variable("PLUS_EP_SLOW_TESTS", "off", "`tests/conftest.py`",
              "`1`: also run the tests marked `slow` (the zoo-wide `plus-ep verify` matrix, about 10 minutes on 2 "
@@ -104,6 +116,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
 
 DEFAULT_ROOT = "~/.cache/plus_ep"
 KERNELS, MODELS, ZOO = "kernels", "models", "zoo"        # the folders under the cache root
+TRUSTED = "trusted"     # the trust manifest's folder under the root (plus_ep/trust.py): policy, not a cache
 CACHE_KINDS = (KERNELS, MODELS, ZOO)                      # `plus-ep cache info/clear`
 # the size limits of the two caches that evict (the zoo keeps its exports until cleared)
 CACHE_LIMITS = {KERNELS: ("PLUS_EP_KERNEL_CACHE_LIMIT", 2 << 30), MODELS: ("PLUS_EP_MODEL_CACHE_LIMIT", 8 << 30)}

@@ -19,6 +19,7 @@ JSON); tests/cpu/test_options.py checks ep_factory.c's names and accepted values
 | cuda_graph | 1, 0, true, false (any case)  | 0 (1: the plugin EP captures a run into a CUDA graph and replays it) |
 | cuda_graph_warmup | a run count, 0 to 1000 | 1 (runs before the capture)                          |
 | kernel_times | 1, 0, true, false (any case) | 0 (1: CUDA events around each node's launches, `PlusEP_NodeStats`) |
+| trust     | any, verify                    | verify (embedded kernels run only when trusted: plus_ep/trust.py; any: opt out, warns once) |
 
 The last three are the plugin EP's own (plus_ep/native/ep_stream.c); `plus_ep.InferenceSession` passes
 them on.
@@ -66,6 +67,8 @@ OPTIONS = (   # in the order ep_factory.c's OPTION_NAMES lists them
                                                       "exact SIMT ('exact')"),
     Option("kernel_times", "0", VERIFY_ON + VERIFY_OFF[:2], "1: CUDA events around each node's launches "
                                                             "(PlusEP_NodeStats)"),
+    Option("trust", "verify", ("any", "verify"), "any: run a rewritten model's embedded kernels without the trust "
+                                                 "check (plus_ep/trust.py; one warning per process)"),
     Option("verify", "0", VERIFY_ON + VERIFY_OFF[:2], "1: compare one random run with the plain providers"),
 )
 FLAGS = ("cuda_graph", "kernel_times", "verify")   # on/off options, read as `verify` is

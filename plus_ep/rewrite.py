@@ -1,6 +1,7 @@
 """`plus_ep.rewrite(model)`: identify fused subgraphs and rewrite them into ai.plus_ep::Fused nodes."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -113,6 +114,8 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
             copy.CopyFrom(out)
             out = copy
         out = for_runtime(out, where)
+    if built is not None and specs and compile_kernels:      # what this installation built: trusted here
+        _built_here(out, kernel_attrs, archs, fp32_math, disable)
     seconds = time.perf_counter() - start
     log.info("rewrote %d nodes into %d fused subgraphs in %.2fs", len(proto.graph.node), len(specs), seconds)
     return RewriteResult(out, subgraphs, view, ident, seconds, built, fp32_math, source, expanded)
@@ -139,6 +142,20 @@ def _shape_values_from_inputs(view, out, subgraphs) -> None:
     if names:
         n = input_shape_values(view, out, names)
         log.debug("%d shape values of fused nodes read from the graph inputs' shapes instead", n)
+
+
+def _built_here(model: onnx.ModelProto, kernel_attrs: list, archs, fp32_math: str, disable) -> None:
+    """Record the kernels this rewrite built in the trust manifest (plus_ep/trust.py: the launcher runs
+    them), and the options it used in the model's metadata (what `plus-ep trust` rebuilds with)."""
+    from . import trust
+    for attrs in kernel_attrs:
+        trust.record(trust.digest_of_attrs(attrs), f"built here: node {trust.plan_node(attrs['plus_plan'])}")
+    from .kernels import nvrtc
+    meta = json.dumps({"archs": [str(nvrtc.parse_arch(a)) for a in archs], "fp32_math": fp32_math,
+                       "disable": sorted(disable)})
+    for p in [p for p in model.metadata_props if p.key == trust.REWRITE_METADATA]:
+        model.metadata_props.remove(p)
+    model.metadata_props.append(onnx.StringStringEntryProto(key=trust.REWRITE_METADATA, value=meta))
 
 
 def rewrite(model, warehouse=None, disable=(), archs=None, **kw) -> onnx.ModelProto:

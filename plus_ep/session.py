@@ -11,7 +11,11 @@ and a bad model fails with plus_ep's ModelError before any session exists; then 
 rewritten model and the same providers to onnxruntime.InferenceSession, where the plugin EP claims
 the Fused nodes. Options (strings, ORT style, passed on to the EP as well): arch (default: the local
 GPU, else the EP device's), cache_dir, disable (comma-separated pattern names), fp32_math ("tf32", the
-default as in ONNX Runtime's CUDA EP, | "exact"), verify ("1": compare one random run against the plain providers and warn on a mismatch).
+default as in ONNX Runtime's CUDA EP, | "exact"), trust ("any": run a rewritten model's embedded kernels
+unverified), verify ("1": compare one random run against the plain providers and warn on a mismatch).
+A model that already carries kernels (`plus-ep rewrite` output) runs them when this installation trusts
+them (plus_ep/trust.py); otherwise its fused nodes are rebuilt here from their function bodies and the
+local build runs (recorded as trusted), unless trust is "any" or PLUS_EP_TRUST=any.
 Without a usable GPU the original model goes to ONNX Runtime unchanged and the EP (inert) warns
 once. Without "PlusEP" it is exactly onnxruntime.InferenceSession.
 """
@@ -40,6 +44,22 @@ def _split_providers(providers, provider_options):
         else:
             rest.append((name, o) if o else name)
     return (options.check(plus) if plus is not None else None), rest
+
+
+def _trusted(model_bytes: bytes, opts: dict) -> bytes:
+    """A model with embedded kernels: itself when trusted or rebuilt here byte-identical, else the local
+    build of its fused nodes (plus_ep/trust.py). Unchanged when it carries none or trust is "any"."""
+    if b"plus_plan" not in model_bytes:
+        return model_bytes
+    from . import config, trust
+    from .kernels.cache import KernelCache
+    if opts.get("trust") == "any" or trust.policy() == "any":
+        return model_bytes
+    model, what = trust.resolve(onnx.load_model_from_string(model_bytes),
+                                cache=KernelCache(config.kernel_cache_dir(opts.get("cache_dir"))),
+                                cache_dir=opts.get("cache_dir"))
+    log.info("PlusEP: %s", what)
+    return model.SerializeToString()
 
 
 def _model_bytes(path_or_bytes) -> bytes:
@@ -74,7 +94,7 @@ class InferenceSession(ort.InferenceSession):
             self.plus_ep_arch = None
             return
         original = _model_bytes(path_or_bytes)
-        model = rewritten_model(original, arch, plus)
+        model = rewritten_model(_trusted(original, plus), arch, plus)
         names = [p if isinstance(p, str) else p[0] for p in rest]
         if gpu and "CUDAExecutionProvider" in ort.get_available_providers() and "CUDAExecutionProvider" not in names:
             providers.insert(1, "CUDAExecutionProvider")

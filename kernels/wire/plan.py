@@ -120,6 +120,28 @@ def input_tokens(shape, syms: symdim.Symbols) -> list:
     return out
 
 
+def checked_composite_dims(plan: Plan, shapes, syms: symdim.Symbols) -> None:
+    """Each `*` dim of an `in` line whose expression (a [batch*seq, C] input's first dim) reads only
+    symbols the plan binds (input axes, `shapev`) becomes that expression, which the launcher checks
+    against the tensor ONNX Runtime hands over once every symbol is bound: a kernel never indexes an
+    input by sizes its actual shape does not have. `shapes[i]` are input i's dims. Numbering is
+    unchanged: only symbols already numbered are read."""
+    bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
+    bound |= {f"s{k}" for k, _, _ in plan.shapev}
+    for i, (dt, dims) in enumerate(plan.inputs):
+        for d, tok in enumerate(dims):
+            if tok != "*" or shapes[i] is None or d >= len(shapes[i]):
+                continue
+            e = symdim.parse(shapes[i][d])
+            names = {str(f) for f in e.free_symbols}
+            if not names or not names <= set(syms.names) or not {f"s{syms.names.index(n)}" for n in names} <= bound:
+                continue
+            try:
+                dims[d] = syms.rpn(e)
+            except symdim.DimError:
+                continue
+
+
 def check_bound(plan: Plan, node_name: str, sources=()):
     """Every symbol the plan's expressions or the kernels use must be bound by an input dim or a
     shape tensor's value (`shapev`)."""

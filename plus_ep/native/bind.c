@@ -55,6 +55,11 @@ static void put_expected(sbuf* b, const plus_plan* p, const plus_in_spec* s) {
         if (d) put(b, ",");
         if (s->kind[d] == PLUS_DIM_ANY) put(b, "*");
         else if (s->kind[d] == PLUS_DIM_LIT) put(b, "%" PRId64, s->val[d]);
+        else if (s->kind[d] == PLUS_DIM_EXPR) {
+            char e[256];
+            plus_expr_text(p, s->dexpr[d], e, sizeof e);
+            put(b, "(%s)", e);
+        }
         else if (p->sym_name[s->val[d]][0]) put(b, "%s", p->sym_name[s->val[d]]);
         else put(b, "s%" PRId64, s->val[d]);
     }
@@ -183,6 +188,16 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
     for (size_t i = 0; i < n_in; i++)
         if (inputs[i].present && bind_input(p, i, &inputs[i], names, &b->env, err, errlen)) return -1;
     if (bind_shapev(p, inputs, names, &b->env, err, errlen)) return -1;
+    for (size_t i = 0; i < n_in; i++)   /* expression dims, now that every symbol is bound */
+        for (int d = 0; inputs[i].present && d < p->in[i].rank; d++) {
+            if (p->in[i].kind[d] != PLUS_DIM_EXPR) continue;
+            int64_t want;
+            char why[160];
+            if (plus_expr_eval(p, p->in[i].dexpr[d], &b->env, &want, err, errlen)) return -1;
+            if (inputs[i].dims[d] == want) continue;
+            snprintf(why, sizeof why, "dim %d must be %" PRId64 " from the other dims", d, want);
+            return input_error(p, i, names, &inputs[i], why, err, errlen);
+        }
     for (int i = 0; i < p->n_val; i++)
         if (plus_expr_eval(p, p->val[i], &b->env, &b->env.v[p->val_slot[i]], err, errlen)) return -1;
     for (int o = 0; o < p->n_out; o++)

@@ -11,6 +11,7 @@
 
 #include "ep.h"
 #include "ort_tensor.h"
+#include "trust.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -137,7 +138,8 @@ static char* attr_string(const OrtNode* n, const char* name) {
     return s;
 }
 
-/* The node's attributes named plus_images_<arch>: the archs (into names) and the attributes. */
+/* The node's attributes named plus_images_<arch>: the archs (into names) and the attributes. -1 when
+ * there are more than max or an arch name does not fit (a model the launcher refuses). */
 static int image_attrs(const OrtNode* n, char names[][PLUS_NAME_LEN], const OrtOpAttr** attrs, int max) {
     size_t count = 0;
     OrtStatus* st = ORT_CALL(plus_ep_api, Node_GetNumAttributes)(n, &count);
@@ -146,12 +148,16 @@ static int image_attrs(const OrtNode* n, char names[][PLUS_NAME_LEN], const OrtO
     if (!all) return 0;
     int k = 0;
     if (!(st = ORT_CALL(plus_ep_api, Node_GetAttributes)(n, all, count)))
-        for (size_t i = 0; i < count && k < max; i++) {
+        for (size_t i = 0; i < count && k >= 0; i++) {
             const char* name = NULL;
             OrtStatus* s2 = ORT_CALL(plus_ep_api, OpAttr_GetName)(all[i], &name);
             if (s2 || !name || strncmp(name, "plus_images_", 12)) {
                 plus_ep_drop(s2);
                 continue;
+            }
+            if (k == max || strlen(name + 12) >= PLUS_NAME_LEN) {
+                k = -1;
+                break;
             }
             snprintf(names[k], PLUS_NAME_LEN, "%s", name + 12);
             attrs[k++] = all[i];
@@ -279,8 +285,11 @@ static int unclaimable(const plus_ep* ep, const OrtNode* n, char* why, size_t wn
         int k = image_attrs(n, names, attrs, PLUS_MAX_ARCHS);
         for (int i = 0; i < k; i++) snprintf(packs[i].arch, sizeof packs[i].arch, "%.127s", names[i]);
         char err[PLUS_ERR_LEN];
-        if (plus_pack_select(packs, k, ep->cc_major, ep->cc_minor, err, sizeof err) < 0 &&
-            !ptx_pack_fits(attrs, names, k, ep->cc_major, ep->cc_minor))
+        if (k < 0)
+            rc = snprintf(why, wn, "it has more than %d plus_images_<arch> attributes or an arch name of %d bytes "
+                          "or more", PLUS_MAX_ARCHS, PLUS_NAME_LEN);
+        else if (plus_pack_select(packs, k, ep->cc_major, ep->cc_minor, err, sizeof err) < 0 &&
+                 !ptx_pack_fits(attrs, names, k, ep->cc_major, ep->cc_minor))
             rc = snprintf(why, wn, "%s", err);
     }
     free(plan);
@@ -590,6 +599,11 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
         in.staged[i] = 0;
         if (v && (st = describe(nd, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i])))
             return st;
+        const char* bad = v ? plus_ort_tensor_problem(in.desc[i].dtype, in.desc[i].rank, in.dims[i], in.elems[i],
+                                                      in.data[i], -1, NULL) : NULL;
+        if (bad)
+            return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP node '%s': input %d cannot go to a kernel: %s",
+                                  plus_kernel_node(nd->k), i, bad);
     }
     /* Shape tensors the plan reads on the host (`shapev`, kernels/CONTRACT.md §3): in place when
      * staging, else copied from device memory after the node's stream (plus_kernel_read_shape_inputs).
@@ -640,9 +654,13 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
     int temp[PLUS_MAX_OUT] = {0};
     for (int o = 0; o < nd->n_out; o++) {
         long long elems = 1;
-        for (int d = 0; d < plan->out[o].rank; d++) elems *= b.out_dims[o][d];
+        for (int d = 0; d < plan->out[o].rank && elems >= 0; d++)
+            if (__builtin_mul_overflow(elems, (long long)b.out_dims[o][d], &elems)) elems = -1;
         long long bytes = plus_tensor_bytes(plan->out[o].dtype, elems);
-        out_bytes[o] = bytes > 0 ? (size_t)bytes : 0;
+        if (bytes < 0)
+            return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP node '%s': output %d of the plan's shape has more "
+                                  "bytes than fit in int64 (plan line %d)", plus_kernel_node(nd->k), o, plan->out[o].line);
+        out_bytes[o] = (size_t)bytes;
         if (nd->out_map[o] < 0) {
             temp[o] = 1;
             continue;
@@ -658,6 +676,10 @@ static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContex
             return plus_ep_status(ORT_FAIL, "PlusEP node '%s': output %d is %s in the graph but %s in the plan (line %d)",
                                   plus_kernel_node(nd->k), o, plus_dtype_name(dtype), plus_dtype_name(plan->out[o].dtype),
                                   plan->out[o].line);
+        const char* bad = plus_ort_tensor_problem(dtype, rank, dims, elems, out_data[o], plan->out[o].rank, b.out_dims[o]);
+        if (bad)
+            return plus_ep_status(ORT_FAIL, "PlusEP node '%s': output %d cannot go to a kernel: %s",
+                                  plus_kernel_node(nd->k), o, bad);
         if (ep->mode == PLUS_MODE_GPU && out_data[o] && !plus_ep_on_gpu(EP_CALL(plus_ep_epapi, Value_GetMemoryDevice)(v)))
             return plus_ep_status(ORT_FAIL, "PlusEP node '%s': ONNX Runtime allocated output %d in host memory; the "
                                   "kernels write device memory", plus_kernel_node(nd->k), o);
@@ -771,6 +793,11 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
         }
         const OrtOpAttr* attrs[PLUS_MAX_ARCHS];
         int k = image_attrs(nodes[0], archs, attrs, PLUS_MAX_ARCHS);
+        if (k < 0) {
+            st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': more than %d plus_images_<arch> attributes, or an arch "
+                                "name of %d bytes or more", node, PLUS_MAX_ARCHS, PLUS_NAME_LEN);
+            goto done;
+        }
         for (int i = 0; i < k; i++) {
             const void* data = NULL;
             size_t bytes = 0;
@@ -787,6 +814,19 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
         }
         if ((st = io_names(nodes[0], 0, &orig_in, &n_orig_in)) || (st = io_names(nodes[0], 1, &orig_out, &n_orig_out)))
             goto done;
+        /* The trust policy (trust.h) before anything of the node is loaded. Planned groups (below) come
+         * from this process's own rewriter, not from the model file. */
+        plus_trust_opts to = {.any = !strcmp(ep->opts.trust, "any"), .any_source = "provider option trust=any",
+                              .cache_dir = ep->opts.cache_dir};
+        char warning[PLUS_ERR_LEN];
+        char* sig = attr_string(nodes[0], PLUS_TRUST_SIG_ATTR);
+        int trusted = plus_trust_check(node, plan, packs, n_packs, sig, &to, warning, sizeof warning, err, sizeof err);
+        free(sig);
+        if (trusted < 0) {
+            st = plus_ep_status(ORT_FAIL, "%s", err);
+            goto done;
+        }
+        if (warning[0]) plus_ep_log(ep->logger, ORT_LOG_WARNING, "%s", warning);
     } else {   /* a planned group of original nodes */
         const plus_ep_group* g = n ? find_group(ep, first_output(nodes[0])) : NULL;
         if (!g) {

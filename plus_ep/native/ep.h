@@ -40,6 +40,7 @@ typedef struct {
     char cache_dir[1024];
     char disable[1024];     /* comma-separated pattern names; "all" claims nothing */
     char fp32_math[16];     /* "exact" | "tf32" | "" (not set: the planner's default, tf32) */
+    char trust[16];         /* "any": run unverified embedded kernels (trust.h) | "verify" | "" (the default) */
     int verify;
     int cuda_graph;         /* 1: capture the run into a CUDA graph and replay it (ep_stream.c) */
     int cuda_graph_warmup;  /* runs before the capture (default 1) */

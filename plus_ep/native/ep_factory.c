@@ -44,7 +44,7 @@ void plus_ep_log(const OrtLogger* logger, int level, const char* fmt, ...) {
 
 /* ---- provider options ---- */
 
-static const char* const OPTION_NAMES = "arch, cache_dir, cuda_graph, cuda_graph_warmup, disable, fp32_math, kernel_times, verify";
+static const char* const OPTION_NAMES = "arch, cache_dir, cuda_graph, cuda_graph_warmup, disable, fp32_math, kernel_times, trust, verify";
 /* The archs PlusEP builds kernels for (kernels/arch.py ARCHS; tests/cpu/test_options.py ties the two). */
 static const char* const ARCH_NAMES[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"};
 
@@ -71,6 +71,7 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
     struct { const char* name; char* buf; size_t n; } text[] = {
         {"arch", o->arch, sizeof o->arch}, {"cache_dir", o->cache_dir, sizeof o->cache_dir},
         {"disable", o->disable, sizeof o->disable}, {"fp32_math", o->fp32_math, sizeof o->fp32_math},
+        {"trust", o->trust, sizeof o->trust},
     };
     for (size_t i = 0; i < sizeof text / sizeof *text; i++) {
         if (strcmp(name, text[i].name)) continue;
@@ -91,6 +92,9 @@ static OrtStatus* set_option(plus_ep_options* o, const char* name, const char* v
                 return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP provider option arch='%s': use %s", value, use);
             }
         }
+        if (!strcmp(name, "trust") && strcmp(value, "any") && strcmp(value, "verify"))
+            return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP provider option trust='%s': use 'any' (run embedded "
+                                  "kernels unverified) or 'verify' (the default)", value);
         return NULL;
     }
     if (!strcmp(name, "verify")) {

@@ -128,6 +128,23 @@ fail:
     return -1;
 }
 
+void plus_expr_text(const plus_plan* plan, plus_expr e, char* buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < e.n && len + 1 < n; i++) {
+        const plus_item* it = &plan->items[e.off + i];
+        const char* name = NULL;
+        for (size_t k = 0; k < sizeof OPS / sizeof OPS[0]; k++)
+            if (OPS[k].op == it->op) name = OPS[k].name;
+        int w = it->op == PX_LIT ? snprintf(buf + len, n - len, "%s%" PRId64, i ? "," : "", it->arg)
+                : it->op == PX_SYM ? snprintf(buf + len, n - len, "%ss%" PRId64, i ? "," : "", it->arg)
+                : it->op == PX_VAL ? snprintf(buf + len, n - len, "%sv%" PRId64, i ? "," : "", it->arg)
+                : snprintf(buf + len, n - len, "%s%s", i ? "," : "", name ? name : "?");
+        if (w < 0) break;
+        len += (size_t)w < n - len ? (size_t)w : n - len - 1;
+    }
+}
+
 /* Floor division / modulo (the contract's operands are non-negative; negatives round down). */
 static int64_t floordiv(int64_t a, int64_t b) {
     int64_t q = a / b;
@@ -172,7 +189,10 @@ int plus_expr_eval(const plus_plan* plan, plus_expr e, const plus_env* env, int6
             if (b == 0) { what = "division by zero"; break; }
             if (b == -1 && a == INT64_MIN) { what = "overflow in division"; break; }
             if (it->op == PX_DIV) r = floordiv(a, b);
-            else if (it->op == PX_MOD) r = a - floordiv(a, b) * b;
+            else if (it->op == PX_MOD) {   /* a % b shifted into b's sign (a - floordiv(a,b)*b overflows near INT64_MIN) */
+                r = a % b;
+                if (r != 0 && ((r < 0) != (b < 0))) r += b;
+            }
             else if (a == INT64_MIN) what = "overflow in cdiv";
             else r = -floordiv(-a, b);
             break;

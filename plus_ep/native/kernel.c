@@ -178,13 +178,16 @@ int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUcontex
     if (r) rc = cu_fail(k, d, r, err, errlen, "synchronising before reading a shape tensor");
     for (size_t i = 0; i < n_in && i < (size_t)p->n_in && !rc; i++) {
         if (!p->in[i].host || !in[i].present || !dev[i] || in[i].host) continue;
+        /* Only a tensor of the plan's element type and rank is copied (the copy's length follows from
+         * them); any other is left to plus_bind, which reports it. */
+        if (in[i].dtype != p->in[i].dtype || in[i].rank != p->in[i].rank) continue;
         int last = -1;   /* the highest element any shapev line reads */
         for (int j = 0; j < p->n_shapev; j++)
             if (p->shapev[j].input == (int)i && p->shapev[j].elem > last) last = p->shapev[j].elem;
         int64_t n = in[i].rank == 0 ? 1 : in[i].dims[0];
         if (last < 0 || n <= 0) continue;
         if (last >= n) last = (int)n - 1;   /* plus_bind reports the missing element */
-        size_t elsize = in[i].dtype == 7 ? 8 : 4;
+        size_t elsize = p->in[i].dtype == 7 ? 8 : 4;   /* int64 or int32 (plan.c: shapev inputs) */
         r = d->cuMemcpyDtoH(vals->v[used], (CUdeviceptr)(uintptr_t)dev[i], elsize * (size_t)(last + 1));
         if (r) rc = cu_fail(k, d, r, err, errlen, "copying a shape tensor to the host (cuMemcpyDtoH)");
         else in[i].host = vals->v[used++];

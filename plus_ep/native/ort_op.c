@@ -21,6 +21,16 @@
 #include "kernel.h"
 #include "ort_tensor.h"
 #include "ort_abi.h"
+#include "trust.h"
+
+/* Session config entries (API 24, ORT >= 1.24; read only when the runtime is that new). */
+typedef struct OrtKeyValuePairs OrtKeyValuePairs;
+#define X(name, slot, ret, ...) typedef ret (*name##_fn)(__VA_ARGS__); enum { name##_slot = slot };
+X(KernelInfo_GetConfigEntries, 391, OrtStatus*, const OrtKernelInfo*, OrtKeyValuePairs**)
+X(KVPairs_GetValue, 297, const char*, const OrtKeyValuePairs*, const char*)
+X(KVPairs_Release, 300, void, OrtKeyValuePairs*)
+#undef X
+static atomic_int g_has_config_entries;   /* the runtime's API has slot 391 */
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -184,6 +194,45 @@ static OrtStatus* check_host_inputs(const OrtApi* api, const OrtKernelInfo* info
     return NULL;
 }
 
+/* An optional STRING attribute, malloc'ed; NULL when absent. */
+static char* optional_string(const OrtApi* api, const OrtKernelInfo* info, const char* name) {
+    size_t n = 0;
+    OrtStatus* st = ORT_CALL(api, KernelInfoGetAttribute_string)(info, name, NULL, &n);
+    char* s = st || !n ? NULL : malloc(n);
+    if (s && (st = ORT_CALL(api, KernelInfoGetAttribute_string)(info, name, s, &n))) free(s), s = NULL;
+    if (st) ORT_CALL(api, ReleaseStatus)(st);
+    if (s) s[n - 1] = 0;
+    return s;
+}
+
+/* The trust policy (trust.h) before anything of the node is loaded: a refused node fails the session
+ * with the reason and the ways out; the session's opt-out is its config entry plus_ep.trust=any. */
+static OrtStatus* check_trust(const OrtApi* api, const OrtKernelInfo* info, const char* node, const char* plan,
+                              const plus_pack_src* packs, int n_packs) {
+    plus_trust_opts o = {.any = 0, .any_source = "session option " PLUS_TRUST_SESSION_KEY "=any", .cache_dir = NULL};
+    char err[PLUS_ERR_LEN], warning[PLUS_ERR_LEN];
+    if (atomic_load(&g_has_config_entries)) {
+        OrtKeyValuePairs* kv = NULL;
+        OrtStatus* st = ORT_CALL(api, KernelInfo_GetConfigEntries)(info, &kv);
+        if (st) ORT_CALL(api, ReleaseStatus)(st);
+        const char* v = kv ? ORT_CALL(api, KVPairs_GetValue)(kv, PLUS_TRUST_SESSION_KEY) : NULL;
+        if (v && !strcmp(v, "any")) o.any = 1;
+        else if (v && *v && strcmp(v, "verify")) {
+            snprintf(err, sizeof err, "PlusEP node '%s': session option %s='%s': use 'any' or 'verify'", node,
+                     PLUS_TRUST_SESSION_KEY, v);
+            ORT_CALL(api, KVPairs_Release)(kv);
+            return make_status(api, ORT_INVALID_ARGUMENT, err);
+        }
+        if (kv) ORT_CALL(api, KVPairs_Release)(kv);
+    }
+    char* sig = optional_string(api, info, PLUS_TRUST_SIG_ATTR);
+    int rc = plus_trust_check(node, plan, packs, n_packs, sig, &o, warning, sizeof warning, err, sizeof err);
+    free(sig);
+    if (rc < 0) return make_status(api, ORT_FAIL, err);
+    if (warning[0]) log_warning(api, info, warning);
+    return NULL;
+}
+
 /* ---- CreateKernelV2 / KernelDestroy ---- */
 
 static void destroy_kernel(void* p) {
@@ -255,6 +304,7 @@ static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const 
     }
     for (size_t i = 0; i < n_names; i++) names[i] = get_input_name(api, info, i);
 
+    if ((st = check_trust(api, info, node, plan, packs, n_packs))) goto done;
     if (plus_kernel_create(node, plan, packs, n_packs, (const char* const*)names, n_names, &ok->k, err, sizeof err)) {
         st = make_status(api, ORT_FAIL, err);
         goto done;
@@ -340,6 +390,12 @@ static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
         if (v && (st = describe(ok, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i],
                                 "reading an input")))
             return st;
+        const char* bad = v ? plus_ort_tensor_problem(in.desc[i].dtype, in.desc[i].rank, in.dims[i], in.elems[i],
+                                                      in.data[i], -1, NULL) : NULL;
+        if (bad) {
+            snprintf(err, sizeof err, "PlusEP node '%s': input %zu cannot go to a kernel: %s", node, i, bad);
+            return make_status(api, ORT_INVALID_ARGUMENT, err);
+        }
         /* Shape tensors the plan reads (`shapev`): host memory on the CPU twin and in the CPU-resident
          * inputs of a `FusedHost<n>` op; else (an old `Fused` node on the CUDA twin) copied below, after
          * the stream's queued work: one synchronisation per run. */
@@ -373,6 +429,11 @@ static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
         if (dtype != plan->out[o].dtype) {
             snprintf(err, sizeof err, "PlusEP node '%s': output %zu is %s in the graph but %s in the plan (line %d)",
                      node, o, plus_dtype_name(dtype), plus_dtype_name(plan->out[o].dtype), plan->out[o].line);
+            return make_status(api, ORT_FAIL, err);
+        }
+        const char* bad = plus_ort_tensor_problem(dtype, rank, dims, elems, data, plan->out[o].rank, b.out_dims[o]);
+        if (bad) {
+            snprintf(err, sizeof err, "PlusEP node '%s': output %zu cannot go to a kernel: %s", node, o, bad);
             return make_status(api, ORT_FAIL, err);
         }
         args.out[o] = data;
@@ -569,6 +630,10 @@ EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase
         return NULL;
     }
     atomic_store(&g_api, api);
+    int major = 0, minor = 0;   /* session config entries for the trust opt-out: ORT >= 1.24 */
+    const char* version = api_base->GetVersionString ? api_base->GetVersionString() : NULL;
+    if (version && sscanf(version, "%d.%d", &major, &minor) == 2)
+        atomic_store(&g_has_config_entries, major > 1 || (major == 1 && minor >= 24));
     OrtCustomOpDomain* dom = NULL;   /* never released: it must outlive the sessions */
     OrtStatus* st = ORT_CALL(api, CreateCustomOpDomain)("ai.plus_ep", &dom);
     pthread_once(&g_ops_once, init_ops);

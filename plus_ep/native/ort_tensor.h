@@ -14,4 +14,10 @@
 OrtStatus* plus_ort_describe(const OrtApi* api, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
                              long long* elems, void** data, int* too_deep);
 
+/* Why a tensor ORT handed over cannot go to a kernel, or NULL when it can: a negative dim, an element
+ * count that overflows, no data behind a non-empty tensor, an element type without a size; for an
+ * output (want_rank >= 0) also any shape other than the one asked for (want_dims). */
+const char* plus_ort_tensor_problem(int dtype, int rank, const int64_t* dims, long long elems, const void* data,
+                                    int want_rank, const int64_t* want_dims);
+
 #endif

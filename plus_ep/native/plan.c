@@ -75,6 +75,7 @@ static int dtype_tok(parser* ps, int i, int* out) {
     if (index_tok(ps, i, 1, 64, "dtype", &v)) return -1;
     int d = plus_dtype_from_onnx((int)v);
     if (d < 0) return fail(ps, "unknown ONNX dtype %" PRId64, v);
+    if (!plus_dtype_bits(d)) return fail(ps, "dtype %" PRId64 " (%s) has no fixed size: no kernel takes it", v, plus_dtype_name(d));
     *out = d;
     return 0;
 }
@@ -99,6 +100,11 @@ static int rec_in(parser* ps) {
         const char* t = ps->tok[4 + d];
         if (!strcmp(t, "*")) {
             s->kind[d] = PLUS_DIM_ANY;
+        } else if (strchr(t, ',')) {   /* an expression over symbols: checked after binding (bind.c) */
+            char msg[PLUS_ERR_LEN];
+            if (plus_expr_compile(p, t, PLUS_MAX_SYM, 0, &s->dexpr[d], msg, sizeof msg)) return fail(ps, "%s", msg);
+            s->dexpr[d].line = ps->line;
+            s->kind[d] = PLUS_DIM_EXPR;
         } else if (t[0] == 's') {
             char* end;
             if (t[1] < '0' || t[1] > '9') return fail(ps, "bad dim `%s`", t);
@@ -298,11 +304,12 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
         s = nl + 1;
     }
     if (plan->n_lines > 1 && !*plan->lines[plan->n_lines - 1]) plan->n_lines--;   /* final newline */
-    for (int i = 0; i < plan->n_lines; i++) {    /* which value slots the plan sets */
-        int k;
-        char c;
-        if (sscanf(plan->lines[i], "val %d%c", &k, &c) == 2 && c == ' ' && k >= 0 && k < PLUS_MAX_V)
-            ps.all_vmask |= 1u << k;
+    for (int i = 0; i < plan->n_lines; i++) {    /* which value slots the plan sets (`val <k> ...`) */
+        const char* l = plan->lines[i];
+        if (strncmp(l, "val ", 4)) continue;
+        int k = 0, digits = 0;
+        for (l += 4; *l >= '0' && *l <= '9' && digits < 3; l++, digits++) k = k * 10 + (*l - '0');
+        if (digits && *l == ' ' && k < PLUS_MAX_V) ps.all_vmask |= 1u << k;
     }
     int ended = 0, rc = 0;
     for (int i = 0; i < plan->n_lines && !rc; i++) {
@@ -346,6 +353,17 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
     if (!rc && plan->n_in == 0) rc = (snprintf(err, errlen, "plus_plan: no `in` lines"), -1);
     if (!rc && plan->n_out == 0) rc = (snprintf(err, errlen, "plus_plan: no `out` lines"), -1);
     if (!rc && plan->n_routes == 0) rc = (snprintf(err, errlen, "plus_plan: no `route` lines"), -1);
+    for (int i = 0; i < plan->n_in && !rc; i++)   /* symbols in `in` expressions: numbered by some `in`/`shapev` */
+        for (int d = 0; d < plan->in[i].rank && !rc; d++) {
+            if (plan->in[i].kind[d] != PLUS_DIM_EXPR) continue;
+            const plus_expr* e = &plan->in[i].dexpr[d];
+            for (int j = 0; j < e->n && !rc; j++)
+                if (plan->items[e->off + j].op == PX_SYM && plan->items[e->off + j].arg >= plan->n_sym) {
+                    ps.line = plan->in[i].line;
+                    rc = fail(&ps, "dim %d reads symbol s%" PRId64 ", which no `in` or `shapev` line binds", d,
+                              plan->items[e->off + j].arg);
+                }
+        }
     if (!rc && plan->n_groups && plan->group_first[plan->n_groups - 1] == plan->n_routes)
         rc = (snprintf(err, errlen, "plus_plan: the last `arch` record has no routes"), -1);
     if (!rc && !plan->n_groups) plan->n_groups = 1;   /* one group of every route, serving every pack */

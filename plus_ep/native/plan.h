@@ -24,12 +24,15 @@ enum {
 typedef struct { int32_t op; int64_t arg; } plus_item;
 typedef struct { int32_t off, n, line; } plus_expr;   /* items[off .. off+n), plan line (1-based) */
 
-enum { PLUS_DIM_LIT, PLUS_DIM_ANY, PLUS_DIM_SYM };
+/* An `in` dim: a literal, `*` (any), `sK` (binds or checks symbol K), or an expression over symbols
+ * (`s0,s1,*`: a [batch*seq, C] input), checked once every input axis and shape tensor is bound. */
+enum { PLUS_DIM_LIT, PLUS_DIM_ANY, PLUS_DIM_SYM, PLUS_DIM_EXPR };
 typedef struct {
     int dtype;                          /* ONNX Runtime element type (C API numbering) */
     int rank;
     int kind[PLUS_MAX_RANK];
     int64_t val[PLUS_MAX_RANK];         /* literal, or symbol index */
+    plus_expr dexpr[PLUS_MAX_RANK];     /* PLUS_DIM_EXPR: the expression */
     int line;
     int host;                           /* 1: a shape tensor the launcher reads on the host (`shapev`) */
 } plus_in_spec;
@@ -86,6 +89,9 @@ const char* plus_plan_line(const plus_plan* plan, int line);   /* "" when out of
  * v<k> may be used. Returns 0 or -1 with the reason in err. */
 int plus_expr_compile(plus_plan* plan, const char* tok, int nsym, uint32_t vmask, plus_expr* out,
                       char* err, size_t errlen);
+
+/* An expression written back as its token ("s0,s1,*"), truncated to n. */
+void plus_expr_text(const plus_plan* plan, plus_expr e, char* buf, size_t n);
 
 /* Values an expression reads. */
 typedef struct {

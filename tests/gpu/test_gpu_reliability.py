@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _child_env(extra=None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FAKE_CUDA_", "PLUS_EP_")) or k == "PLUS_EP_CACHE_DIR"}   # its trust manifest
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.update(extra or {})
     return env

@@ -28,6 +28,8 @@
 #include "driver.h"
 #include "kernel.h"
 #include "plus_plan.h"
+#include "sha256.h"
+#include "trust.h"
 #include "host_util.h"
 
 
@@ -548,6 +550,56 @@ static int cmd_threads(int argc, char** argv) {
     return failures ? 2 : 0;
 }
 
+/* trust NODE PLAN [--sig TEXT] [--any] [ARCH=PACKFILE]...: the node digest, then how the policy
+ * treats the node ("trusted manifest|signed|optout", "warning: ...") or "error: ...". */
+static int cmd_trust(int argc, char** argv) {
+    CHECK(argc >= 2, "usage: trust NODE PLAN [--sig TEXT] [--any] [ARCH=PACK]...");
+    char* plan = slurp(argv[1], NULL);
+    plus_pack_src packs[PLUS_MAX_ARCHS];
+    char* blobs[PLUS_MAX_ARCHS];
+    int n = 0;
+    const char* sig = NULL;
+    plus_trust_opts o = {.any = 0, .any_source = "the harness's --any", .cache_dir = NULL};
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--sig") && i + 1 < argc) sig = argv[++i];
+        else if (!strcmp(argv[i], "--any")) o.any = 1;
+        else {
+            char* eq = strchr(argv[i], '=');
+            CHECK(eq && n < PLUS_MAX_ARCHS, "ARCH=PACK");
+            *eq = 0;
+            size_t len;
+            blobs[n] = slurp(eq + 1, &len);
+            packs[n] = (plus_pack_src){.arch = argv[i], .data = (const uint8_t*)blobs[n], .size = len};
+            n++;
+        }
+    }
+    uint8_t d[32];
+    char hex[65], err[PLUS_ERR_LEN], warning[PLUS_ERR_LEN];
+    plus_trust_digest(plan, packs, n, d);
+    plus_sha256_hex(d, hex);
+    printf("digest %s\n", hex);
+    int rc = plus_trust_check(argv[0], plan, packs, n, sig, &o, warning, sizeof warning, err, sizeof err);
+    if (warning[0]) printf("warning: %s\n", warning);
+    if (rc > 0) printf("trusted %s\n", rc == PLUS_TRUST_MANIFEST ? "manifest" : rc == PLUS_TRUST_SIGNED ? "signed" : "optout");
+    else printf("error: %s\n", err);
+    for (int i = 0; i < n; i++) free(blobs[i]);
+    free(plan);
+    return rc > 0 ? 0 : 1;
+}
+
+/* keys FILE: the key ids of a PLUS_EP_TRUSTED_KEYS file, or "error: ...". */
+static int cmd_keys(int argc, char** argv) {
+    CHECK(argc == 1, "usage: keys FILE");
+    char* text = slurp(argv[0], NULL);
+    plus_trust_key keys[PLUS_TRUST_MAX_KEYS];
+    char err[256];
+    int n = plus_trust_parse_keys(text, keys, PLUS_TRUST_MAX_KEYS, err, sizeof err);
+    free(text);
+    if (n < 0) return printf("error: %s\n", err), 1;
+    for (int i = 0; i < n; i++) printf("%s\n", keys[i].id);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     CHECK(argc >= 2, "usage: harness COMMAND ...");
@@ -560,5 +612,7 @@ int main(int argc, char** argv) {
     if (!strcmp(c, "pack")) return cmd_pack(argc - 2, argv + 2);
     if (!strcmp(c, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(c, "threads")) return cmd_threads(argc - 2, argv + 2);
+    if (!strcmp(c, "trust")) return cmd_trust(argc - 2, argv + 2);
+    if (!strcmp(c, "keys")) return cmd_keys(argc - 2, argv + 2);
     CHECK(0, "unknown command %s", c);
 }

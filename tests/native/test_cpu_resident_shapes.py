@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from plus_ep import config, trust
+
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
@@ -32,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
 GCC = shutil.which("gcc") or shutil.which("cc")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
-SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "ort_tensor.c", "ort_op.c"]
+SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c", "ort_tensor.c",
+           "ort_op.c"]
 
 pytestmark = pytest.mark.skipif(GCC is None, reason="needs a C compiler")
 
@@ -87,8 +90,11 @@ def host(request, builds, tmp_path):
             p = tmp_path / "plan.txt"
             p.write_text(plan)
             extra = [str(p), f"sm_90={pack}"]
+            # the test vouches for its stand-in kernels: their digest in its own trust manifest
+            trust.record(trust.digest(plan, {"sm_90": pack.read_bytes()}), "tests: stand-in packs", tmp_path)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
         env.update({"PLUS_EP_CUDA_LIBRARY": str(fake), "ASAN_OPTIONS": "detect_leaks=1",
+                    "PLUS_EP_TRUST_DIR": str(trust.trust_dir(tmp_path)),
                     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"})
         cmd = [str(exe), *args[:3], *extra, *args[3:]]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
@@ -177,7 +183,7 @@ def test_ort_runs_a_host_node(tmp_path, library, fake_cuda, registered):
     runs (Z = S[0] = 4)."""
     path = tmp_path / "m.onnx"
     onnx.save(_host_model(), path)
-    env = {"PATH": "/usr/bin:/bin"}
+    env = {"PATH": "/usr/bin:/bin", "PLUS_EP_CACHE_DIR": str(config.cache_root())}   # its trust manifest
     if registered:
         env["PLUS_EP_CUDA_LIBRARY"] = str(fake_cuda)
     else:

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
 TESTS_NATIVE = ROOT / "tests" / "native"
-LAUNCHER_SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c"]
+LAUNCHER_SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c"]
 GCC = shutil.which("gcc") or shutil.which("cc")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 
@@ -242,6 +242,9 @@ EXPRESSIONS = [
     ("0,0,||", "0"), ("0,3,||", "1"), ("0,!", "1"), ("5,!", "0"), ("1,10,20,?", "10"), ("0,10,20,?", "20"),
     ("-5,3,+", "-2"), ("-7,2,/", "-4"), ("-7,2,%", "1"), ("42", "42"),
     ("9223372036854775807", "9223372036854775807"),
+    # found by fuzz_expr: a - floordiv(a, b) * b overflowed int64 near INT64_MIN (floor modulo, Python's %)
+    ("-9223372036854775807,1,-,3,%", "1"), ("-9223372036854775807,1,-,-3,%", "-2"),
+    ("9223372036854775807,-2,%", "-1"), ("-9223372036854775803,7,%", "4"),
     ("s0,s1,*,128,cdiv", "24"),      # s0=32 s1=96
     ("v3,s0,+", "39"),               # v3=7
     ("s0,64,<,s1,128,<=,&&,s1,s0,?", "96"),
@@ -373,6 +376,11 @@ def test_shape_tensor_read_from_device_memory(h, tmp_path):
     out = h.ok(*args, "--staged")
     assert "out0 float32 [2,7,768]" in out
     assert "is -3, not a size" in h.err(*args[:-2], "--in", "7:3=v:2,-3,768", "--read-shapes")
+    # A shape tensor of another element type or rank than the plan's is never copied (the copy's
+    # length follows the plan's type): binding reports it. uint8[3] once read 16 bytes of a 3-byte buffer.
+    for spec in ("2:3", "6:1", "7:1x3"):
+        msg = h.err(*args[:-2], "--in", spec, "--read-shapes")
+        assert "input 1 'Y': expected int64[3], got" in msg, msg
 
 
 def test_shapev_parse_errors(h):
@@ -703,3 +711,114 @@ def test_threadsanitizer(tmp_path):
         rc, out = h("threads", h.file(ADD_PLAN), "--pack", "sm_90=" + packf, "16", "100", *extra,
                     env={"TSAN_OPTIONS": "halt_on_error=1 exitcode=66"})
         assert rc == 0 and "failures=0" in out, out
+
+
+# ---------------------------------------------------------------- `in` dims that are expressions
+
+COMPOSITE_PLAN = """plusplan 1
+node rows
+in 0 1 2 s0,s1,* 16
+in 1 1 3 s0 s1 16
+out 0 1 3 s0 s1 16
+val 0 s0
+val 1 s1
+route 0 1
+kernel 0 0 fake_copy s0,s1,*,16,*,4,* 1 1 1 1 1 0
+end
+"""
+
+
+def test_expression_dim_is_checked_against_the_tensor(h):
+    """A [batch*seq, C] input (GPT-2's GEMM + LayerNorm rows) is checked once batch and seq are bound by
+    a later input: a tensor with fewer rows is an error, never a kernel reading past it."""
+    plan = h.file(COMPOSITE_PLAN)
+    assert "route=0" in h.ok("bind", plan, "1:6x16", "1:2x3x16")
+    msg = h.err("bind", plan, "1:5x16", "1:2x3x16")
+    assert "input 0 'X': expected float32[(s0,s1,*),16], got float32[5,16] (dim 0 must be 6 from the other dims" in msg
+    assert "reads symbol s2, which no `in` or `shapev` line binds" in h.err(
+        "parse", h.file(_edit(COMPOSITE_PLAN, "s0,s1,* 16", "s0,s2,* 16")))
+
+
+# ---------------------------------------------------------------- trust policy (trust.c, plus_ep/trust.py)
+
+def _trust_args(h, plan: str, packs: dict) -> list[str]:
+    return ["trust", "my add", h.file(plan)] + [f"{a}={h.file(b, '.bin')}" for a, b in packs.items()]
+
+
+def test_digest_is_pythons(h):
+    """trust.c and plus_ep/trust.py hash a node alike: plan and packs in byte order of arch."""
+    from plus_ep import trust
+    packs = {"sm_90a": one_pack("a"), "sm_80": one_pack("b"), "sm_100": b"\x00\x01" * 700}
+    out = h(*_trust_args(h, ADD_PLAN, packs), env={"PLUS_EP_TRUST_DIR": str(h.dir / "none")})[1]
+    assert f"digest {trust.digest(ADD_PLAN, packs).hex()}\n" in out
+    assert trust.digest(ADD_PLAN, packs) != trust.digest(ADD_PLAN, {"sm_90a": packs["sm_80"], "sm_80": packs["sm_90a"],
+                                                                   "sm_100": packs["sm_100"]})
+
+
+def test_manifest_admits_exactly_the_recorded_node(h, monkeypatch):
+    from plus_ep import trust
+    monkeypatch.delenv("PLUS_EP_TRUST_DIR", raising=False)
+    packs = {"sm_90": one_pack("a")}
+    env = {"PLUS_EP_CACHE_DIR": str(h.dir)}        # the default trust dir: <cache root>/trusted
+    msg = h.err(*_trust_args(h, ADD_PLAN, packs), env=env)
+    assert msg.startswith("PlusEP node 'my add': refusing its embedded kernel images") and "plus-ep trust MODEL" in msg
+    assert f"is in no trust manifest ({h.dir}/trusted)" in msg
+    assert "PLUS_EP_TRUST=any" in msg and "plus_ep.trust=any" in msg
+    trust.record(trust.digest(ADD_PLAN, packs), "test", cache_dir=h.dir)
+    assert "trusted manifest" in h.ok(*_trust_args(h, ADD_PLAN, packs), env=env)
+    assert "trusted manifest" in h.ok(*_trust_args(h, ADD_PLAN, packs), env={"PLUS_EP_TRUST_DIR": str(h.dir / "trusted")})
+    # one byte of another image, another plan, or the same images under another arch: refused
+    assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, {"sm_90": one_pack("b")}), env=env)
+    assert "refusing" in h.err(*_trust_args(h, ADD_PLAN.replace("256", "128"), packs), env=env)
+    assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, {"sm_80": packs["sm_90"]}), env=env)
+    assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, {"sm_90": packs["sm_90"], "sm_80": packs["sm_90"]}), env=env)
+
+
+def test_opt_out_admits_and_warns(h):
+    args = _trust_args(h, ADD_PLAN, {"sm_90": one_pack("a")})
+    env = {"PLUS_EP_TRUST_DIR": str(h.dir / "none")}
+    for extra_env, extra_arg, how in (({"PLUS_EP_TRUST": "any"}, [], "PLUS_EP_TRUST=any"),
+                                      ({}, ["--any"], "the harness's --any")):
+        out = h.ok(*args, *extra_arg, env={**env, **extra_env})
+        assert "trusted optout" in out and f"warning: PlusEP: {how}: the embedded kernels of node 'my add'" in out
+    assert "PLUS_EP_TRUST='yes' is not a policy" in h.err(*args, env={**env, "PLUS_EP_TRUST": "yes"})
+
+
+@pytest.mark.parametrize("text,ok", [
+    ("", True), ("# comment\n\n", True),
+    ("ed25519 " + "A" * 43 + "=", True), ("ed25519 " + "A" * 43 + "= laptop key\n", True),
+    ("ed25519 " + "A" * 43 + "B", False),        # not padded
+    ("ed25519 " + "A" * 42 + "B=", False),       # bits set in the padding
+    ("ed25519 " + "A" * 40 + "=", False),        # too short
+    ("rsa " + "A" * 43 + "=", False), ("ed25519", False), ("ed25519 !" + "A" * 42 + "=", False),
+])
+def test_keys_file(h, text, ok):
+    rc, out = h("keys", h.file(text))
+    assert (rc == 0) == ok, out
+    if not ok:
+        assert out.startswith("error: line ")
+
+
+def test_signature_by_a_configured_key(h):
+    """A node signed with `plus-ep rewrite --sign` runs where PLUS_EP_TRUSTED_KEYS lists the key (verified
+    by the system's libcrypto); another key, a listed key over other bytes, or junk: refused."""
+    pytest.importorskip("cryptography", reason="signing needs the [sign] extra (cryptography)")
+    import base64
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.hazmat.primitives import serialization
+    from plus_ep import trust
+    packs = {"sm_90": one_pack("a")}
+    keys = [ed25519.Ed25519PrivateKey.generate() for _ in range(2)]
+    raw = [k.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) for k in keys]
+    sig = keys[0].sign(trust.SIGNATURE_TAG + trust.digest(ADD_PLAN, packs))
+    attr = f"ed25519 {trust.key_id(raw[0])} {base64.b64encode(sig).decode()}"
+    listed = h.file(trust.public_line(raw[0], "release") + "\n")
+    env = {"PLUS_EP_TRUST_DIR": str(h.dir / "none"), "PLUS_EP_TRUSTED_KEYS": listed}
+    args = _trust_args(h, ADD_PLAN, packs)
+    assert "trusted signed" in h.ok(*args, "--sig", attr, env=env)
+    assert "which PLUS_EP_TRUSTED_KEYS=" in h.err(*args, "--sig", attr,
+                                                  env={**env, "PLUS_EP_TRUSTED_KEYS": h.file(trust.public_line(raw[1]))})
+    assert "does not match the node's plan and images" in h.err(
+        *_trust_args(h, ADD_PLAN, {"sm_90": one_pack("b")}), "--sig", attr, env=env)
+    assert "PLUS_EP_TRUSTED_KEYS lists no keys" in h.err(*args, "--sig", attr, env={"PLUS_EP_TRUST_DIR": "/none"})
+    assert "not the base64 of 64 bytes" in h.err(*args, "--sig", attr[:-8], env=env)

@@ -67,7 +67,8 @@ except Exception as e:
 def run(tmp_path, library, m, env, mode="run", n=5):
     path = tmp_path / "model.onnx"
     onnx.save(m, path)
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("FAKE_CUDA_", "PLUS_EP_")) or k == "PLUS_EP_CACHE_DIR"}   # its trust manifest
     e.update(env)
     r = subprocess.run([sys.executable, "-c", RUNNER, str(path), mode, str(n), library], capture_output=True,
                        text=True, env=e, timeout=300)

@@ -232,7 +232,8 @@ def test_bytes_model_is_not_planned(tmp_path, fake_cuda):
     path = tmp_path / "raw_add.onnx"
     onnx.save(raw_add_model(), path)
     code = RUNNER.replace('spec["model"], so', 'open(spec["model"], "rb").read(), so')
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("FAKE_CUDA_", "PLUS_EP_")) or k == "PLUS_EP_CACHE_DIR"}   # its trust manifest
     e.update({"PLUS_EP_CUDA_LIBRARY": str(fake_cuda), "PYTHONPATH": str(ROOT)})
     r = subprocess.run([sys.executable, "-c", code, json.dumps({"model": str(path), "how": "names", "feeds": "add",
                                                                  "n": 3})],
@@ -288,7 +289,8 @@ def build_host(out: Path, flags: list[str]) -> tuple[Path, Path, Path]:
 
 
 def run_host(host, lib, model, n, env, *opts):
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("FAKE_CUDA_", "PLUS_EP_")) or k == "PLUS_EP_CACHE_DIR"}   # its trust manifest
     e.update({"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", **env})
     r = subprocess.run([str(host), ort_c_library(), str(lib), str(model), str(n), *opts], capture_output=True,
                        text=True, env=e, timeout=300)

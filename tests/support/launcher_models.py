@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from plus_ep import trust
 from plus_ep.kernels.wire.pack import write as write_pack
 
 # n <= 1024: fake_add_marker (x + y + 1000); larger: fake_fill (every element = v1 = 7).
@@ -49,11 +50,16 @@ def fake_pack(tag: str) -> bytes:
     return pack([f"FAKECUBIN\n#{tag}\n{''.join(e + chr(10) for e in entries)}".encode() + b"\0"])
 
 
-def fused_node(name, inputs, outputs, overload, plan, packs):
+def fused_node(name, inputs, outputs, overload, plan, packs, vouch=True):
+    """A Fused node with a hand-written plan and stand-in packs. vouch: the test trusts them (their
+    digest goes into the trust manifest of $PLUS_EP_CACHE_DIR, as `plus-ep trust --accept` would)."""
     attrs = {"plus_plan": plan}
     for arch, data in packs.items():
         attrs[f"plus_images_{arch}"] = numpy_helper.from_array(np.frombuffer(data, dtype=np.uint8), name="")
-    return helper.make_node("Fused", inputs, outputs, name=name, domain="ai.plus_ep", overload=overload, **attrs)
+    node = helper.make_node("Fused", inputs, outputs, name=name, domain="ai.plus_ep", overload=overload, **attrs)
+    if vouch:
+        trust.record(trust.node_digest(node), "tests: stand-in packs")
+    return node
 
 
 def function(overload, inputs, body_op, body_inputs=None):

@@ -1,0 +1,72 @@
+/* libFuzzer entry point `trust`: the trust policy's parsers (trust.c) on arbitrary text: a
+ * PLUS_EP_TRUSTED_KEYS file, a `plus_signature` attribute, base64 of any wanted length; and the node
+ * digest and the whole check (no manifest, no keys: a refusal naming the node) over a fuzzed plan and
+ * packs. Input: a selector byte, then the text (keys, signature, base64) or plan NUL + packs. */
+#include <stdio.h>
+
+#include "trust.h"
+#include "fuzz_util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    fz_in in = {data, size};
+    uint8_t sel = fz_u8(&in);
+    char err[PLUS_ERR_LEN];
+    switch (sel % 4) {
+    case 0: {
+        char* text = fz_cstr(&in);
+        plus_trust_key keys[8];
+        int n = plus_trust_parse_keys(text, keys, 8, err, sizeof err);
+        if (n > 8) abort();
+        for (int i = 0; i < n; i++)
+            if (strlen(keys[i].id) != 16) abort();
+        free(text);
+        break;
+    }
+    case 1: {
+        char* text = fz_cstr(&in);
+        char id[17];
+        uint8_t sig[64];
+        if (!plus_trust_parse_signature(text, id, sig, err, sizeof err) && strlen(id) != 16) abort();
+        free(text);
+        break;
+    }
+    case 2: {
+        size_t want = fz_u8(&in) % 80, len;
+        uint8_t* s = fz_blob(&in, in.n, &len);   /* not NUL-terminated: the decoder reads exactly len bytes */
+        uint8_t out[80];
+        (void)plus_trust_b64((const char*)s, len, out, want);
+        free(s);
+        break;
+    }
+    default: {
+        char* plan = fz_cstr(&in);
+        int n = fz_u8(&in) % 5;
+        char* arch[4];
+        uint8_t* blob[4];
+        plus_pack_src src[4];
+        for (int i = 0; i < n; i++) {
+            arch[i] = fz_cstr(&in);
+            size_t got;
+            blob[i] = fz_blob(&in, (size_t)fz_bytes_le(&in, 2), &got);
+            src[i] = (plus_pack_src){.arch = arch[i], .data = blob[i], .size = got};
+        }
+        char* sig = fz_cstr(&in);
+        uint8_t d1[32], d2[32];
+        plus_trust_digest(plan, src, n, d1);
+        if (n >= 2) {   /* the digest does not depend on the packs' order */
+            plus_pack_src t = src[0];
+            src[0] = src[1], src[1] = t;
+        }
+        plus_trust_digest(plan, src, n, d2);
+        if (memcmp(d1, d2, 32) && (n < 2 || strcmp(src[0].arch, src[1].arch))) abort();
+        char warning[PLUS_ERR_LEN];
+        plus_trust_opts o = {0};
+        if (plus_trust_check("node", plan, src, n, sig[0] ? sig : NULL, &o, warning, sizeof warning, err, sizeof err) >= 0)
+            abort();   /* nothing is trusted here: no manifest, no keys, no opt-out */
+        for (int i = 0; i < n; i++) free(arch[i]), free(blob[i]);
+        free(sig);
+        free(plan);
+    }
+    }
+    return 0;
+}

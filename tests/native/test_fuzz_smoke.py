@@ -1,0 +1,45 @@
+"""CI smoke run of the launcher's libFuzzer harnesses (tests/native/fuzz): each entry point is built with
+clang (-fsanitize=fuzzer,address,undefined) and fuzzed for a few seconds from the committed seed corpus
+(taken from real rewritten models); any crash, sanitizer report or leak fails. The regression inputs
+(tests/native/fuzz/regressions/<entry>/: every crash a fuzzer ever found) are replayed first. The long
+run is `python -m bench.fuzz` (bench/results/*-fuzz.json).
+
+clang and libFuzzer come from the distribution (`apt-get install clang libclang-rt-dev`; .ci/run
+installs them); without them the test skips with the reason.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.support import fuzz
+
+SECONDS = 5      # per entry point: seven entry points + one build of everything stay under CI's 2-minute budget
+
+pytestmark = pytest.mark.skipif(fuzz.clang() is None, reason=f"libFuzzer unavailable: {fuzz.why_unavailable()}")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fuzzers")
+    return fuzz.build_all(out, fuzz.clang())
+
+
+@pytest.mark.parametrize("entry", list(fuzz.ENTRIES))
+def test_regressions_replay(built, entry, tmp_path):
+    """Every input that once crashed an entry point runs clean now."""
+    cases = sorted((fuzz.FUZZ / "regressions" / entry).glob("*")) if (fuzz.FUZZ / "regressions" / entry).is_dir() else []
+    if not cases:
+        pytest.skip(f"no regression inputs for {entry}")
+    r = subprocess.run([str(built[entry]), *map(str, cases)], capture_output=True, text=True, env=fuzz.env(entry != "trust"),
+                       cwd=str(tmp_path), timeout=120)
+    assert r.returncode == 0 and "ERROR:" not in r.stderr and "runtime error" not in r.stderr, r.stderr[-4000:]
+
+
+@pytest.mark.parametrize("entry", list(fuzz.ENTRIES))
+def test_fuzz_smoke(built, entry, tmp_path):
+    r = fuzz.run(built[entry], entry, tmp_path, seconds=SECONDS)
+    assert r.returncode == 0 and not r.crashes and not r.sanitizer_reports, (
+        f"fuzz_{entry}: exit {r.returncode}, artifacts {r.crashes}\n{r.log_tail}")
+    assert r.execs > 1000 and r.cov > 20, f"fuzz_{entry} barely ran: {r}"

@@ -391,8 +391,9 @@ def cmd_trust(args) -> int:
     if not nodes:
         raise UsageError(f"{args.model}: no fused node carries kernels (nothing to trust)")
     if args.status:
+        width = max(len(n.node) for n in nodes)
         for n in nodes:
-            print(f"{n.node}  {n.digest[:16]}  {n.how or 'NOT TRUSTED'}")
+            print(f"{n.node:<{width}}  {n.digest[:16]}  {n.how or 'NOT TRUSTED'}")
         print(f"{sum(bool(n.how) for n in nodes)} of {len(nodes)} fused nodes trusted here")
         return 0 if all(n.how for n in nodes) else 1
     if args.accept:

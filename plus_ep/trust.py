@@ -89,9 +89,12 @@ def digest_of_attrs(attrs: dict) -> bytes:
 
 
 def plan_node(plan: str | bytes) -> str:
-    """The `node` line of a plan (for notes and messages)."""
-    text = plan.decode("utf-8", "replace") if isinstance(plan, bytes) else plan
-    return next((ln[5:] for ln in text.splitlines() if ln.startswith("node ")), "?")
+    """The node a plan names (for notes and messages)."""
+    from .kernels.plan import PlanSyntaxError, node_of
+    try:
+        return node_of(plan.decode("utf-8", "replace") if isinstance(plan, bytes) else plan)
+    except PlanSyntaxError:
+        return "?"
 
 
 def kernel_nodes(model: onnx.ModelProto) -> list:
@@ -315,9 +318,13 @@ def rewrite_options(model: onnx.ModelProto) -> dict:
             opts = {}
     archs = opts.get("archs")
     if not archs:
+        from .kernels.plan import PlanSyntaxError, parse
         for node in kernel_nodes(model):
-            line = next((ln for ln in _plan(node).decode().splitlines() if ln.startswith("archs ")), None)
-            archs = line.split()[1:] if line else sorted(_packs(node))
+            try:
+                archs = parse(_plan(node).decode("utf-8", "replace")).archs
+            except PlanSyntaxError:
+                archs = None
+            archs = archs or sorted(_packs(node))
             break
     fp32 = opts.get("fp32_math")
     return {"archs": list(archs or []), "fp32_math": fp32 if fp32 in ("tf32", "exact") else FP32_MATH_DEFAULT,

@@ -12,6 +12,7 @@ kernels for sm_80 and sm_90a (kernels from the kernel cache). Every fused node g
           terminators, not code; the committed corpus stays small)
   kernel  plan, those packs and inputs (models whose tensors all fit the harness's element cap)
   ortop   the same as ONNX Runtime would hand them to the custom op
+  trust   its digest input (plan, packs, a signature), plus a keys file, signatures and base64
 The raw seeds are then merged with each fuzzer (`-merge=1`: the fewest inputs that keep all their
 coverage) into seeds/<entry>, which this replaces; the formats are the harnesses' (fuzz_*.c). Needs
 clang with libFuzzer (tests/support/fuzz.py). The fuzzers grow their own corpus at run time.
@@ -110,18 +111,36 @@ def ortop_input(dtype_onnx: int, dims: list) -> bytes:
     return bytes(out)
 
 
+# a signature attribute and keys file in the forms plus-ep writes them (fixed bytes: the parsers only)
+KEY = bytes(range(32))
+SIGNATURE = "ed25519 " + hashlib.sha256(KEY).hexdigest()[:16] + " " + __import__("base64").b64encode(bytes(64)).decode()
+
+
+def trust_text_seeds() -> int:
+    import base64
+    line = "ed25519 " + base64.b64encode(KEY).decode()
+    added = put("trust", bytes([0]) + f"# release keys\n{line} release\n\n{line}\n".encode())
+    added += put("trust", bytes([1]) + SIGNATURE.encode())
+    for n in (1, 2, 3, 32, 64):
+        added += put("trust", bytes([2, n]) + base64.b64encode(bytes(range(n))))
+    return added
+
+
 def seeds_of(model: onnx.ModelProto, label: str) -> int:
     from plus_ep.kernels.plan import parse
     added = 0
     for node, text, packs in fused_nodes(model):
         plan = parse(text.decode())
         added += put("plan", text)
-        for ln in text.decode().splitlines():
-            kind, *tok = ln.split(" ")
-            toks = tok[1:] if kind in ("val", "scratch", "route") else tok[3:] if kind in ("out", "kernel") else []
-            for t in toks:
-                env = bytes([32]) + b"\xff" * 8 + b"".join(bytes([1, SYM]) for _ in range(64))
-                added += put("expr", t.encode() + b"\0" + env)
+        exprs = [*plan.vals, *plan.scratch, *(d for _, dims in plan.outputs for d in dims)]
+        exprs += [e for r in plan.routes for ln in r.launches for e in (*ln.grid, *ln.block, ln.smem)]
+        exprs += [r.cond for r in plan.routes] + [d for _, dims in plan.inputs for d in dims if "," in d]
+        env = bytes([32]) + b"\xff" * 8 + b"".join(bytes([1, SYM]) for _ in range(64))
+        for t in exprs:
+            added += put("expr", t.encode() + b"\0" + env)
+        body = b"".join(a.encode() + b"\0" + struct.pack("<H", len(b)) + b
+                        for a, b in sorted({a: shrink(b) for a, b in packs.items()}.items()))
+        added += put("trust", bytes([3]) + text + b"\0" + bytes([len(packs)]) + body + SIGNATURE.encode() + b"\0")
         ins, fits = input_bytes(plan)
         added += put("bind", text + b"\0" + ins + b"\0\0")
         small = {a: shrink(b) for a, b in packs.items()}
@@ -154,6 +173,7 @@ def main(argv=None) -> int:
     import plus_ep
     from plus_ep.demo_model import build_bert
     from tests.support.emulated_models import rewritten_tiny
+    trust_text_seeds()
     seeds_of(rewritten_tiny(), "tiny (emulated tests' model)")
     seeds_of(plus_ep.rewrite(build_bert(layers=1), archs=ARCHS), "demo BERT, 1 layer")
     from plus_ep import zoo

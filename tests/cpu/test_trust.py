@@ -1,0 +1,134 @@
+"""The trust policy's Python half (plus_ep/trust.py) and its commands (`plus-ep trust`, `plus-ep keygen`,
+`plus-ep rewrite --sign`): digests, the manifest a rewrite writes, the rebuild from function bodies and
+its byte comparison, signatures. The launcher's half is tested in tests/native/test_launcher.py (the
+same digest in C) and end to end in tests/emulated/test_trust_emulated.py."""
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+
+from plus_ep import cli, trust
+from plus_ep.kernels import pack
+from tests.support.emulated_models import packs_of, rewritten_tiny, set_pack
+
+
+@pytest.fixture
+def fresh_manifest(tmp_path, monkeypatch):
+    d = tmp_path / "trusted"
+    monkeypatch.setenv("PLUS_EP_TRUST_DIR", str(d))
+    monkeypatch.delenv("PLUS_EP_TRUSTED_KEYS", raising=False)
+    monkeypatch.delenv("PLUS_EP_TRUST", raising=False)
+    return d
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return rewritten_tiny()
+
+
+def _swapped(model):
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    a, b = trust.kernel_nodes(m)
+    pa, pb = packs_of(a), packs_of(b)
+    for arch in pa:
+        ia, ib = pack.parse(pa[arch]), pack.parse(pb[arch])
+        ia[0], ib[0] = ib[0], ia[0]
+        set_pack(a, arch, pack.write(ia))
+        set_pack(b, arch, pack.write(ib))
+    return m
+
+
+def test_digest_covers_plan_and_every_pack_in_arch_order():
+    packs = {"sm_90a": b"A" * 40, "sm_80": b"B" * 40}
+    d = trust.digest("plan\n", packs)
+    assert d == trust.digest(b"plan\n", dict(reversed(list(packs.items()))))
+    assert d != trust.digest("plan \n", packs)
+    assert d != trust.digest("plan\n", {"sm_90a": b"B" * 40, "sm_80": b"A" * 40})
+    assert d != trust.digest("plan\n", {**packs, "sm_100": b""})
+    assert len(d) == 32
+
+
+def test_a_rewrite_records_what_it_built(tiny, fresh_manifest, tmp_path):
+    m = rewritten_tiny()                              # rewritten with this fixture's empty manifest
+    assert [n.how for n in trust.status(m)] == ["manifest", "manifest"]
+    meta = json.loads(next(p.value for p in m.metadata_props if p.key == trust.REWRITE_METADATA))
+    assert meta == {"archs": ["sm_80", "sm_90a"], "fp32_math": "exact", "disable": []}
+    assert sum(1 for f in fresh_manifest.rglob("*") if f.is_file()) == 2
+    assert [n.how for n in trust.status(_swapped(m))] == [None, None]
+
+
+def test_plus_ep_trust_rebuilds_and_compares(tiny, fresh_manifest, tmp_path, capsys):
+    good, swapped, out = tmp_path / "good.onnx", tmp_path / "swapped.onnx", tmp_path / "local.onnx"
+    onnx.save(tiny, good)                             # rewritten elsewhere: this manifest is empty
+    onnx.save(_swapped(tiny), swapped)
+    assert cli.main(["trust", str(good), "--status"]) == 1
+    assert "0 of 2 fused nodes trusted here" in capsys.readouterr().out
+    assert cli.main(["trust", str(good)]) == 0        # rebuilt byte-identical: trusted
+    text = capsys.readouterr().out
+    assert "plus_ep/layernorm/0  identical: trusted" in text and "2 of 2 fused nodes rebuilt byte-identical" in text
+    assert cli.main(["trust", str(good), "--status"]) == 0
+    assert cli.main(["trust", str(swapped)]) == 1
+    cap = capsys.readouterr()
+    assert "plus_ep/gemm/1       DIFFERS from the local build" in cap.out
+    assert "2 fused node(s) differ" in cap.err and "plus-ep trust MODEL -o OUT" in cap.err
+    assert cli.main(["trust", str(swapped), "-o", str(out)]) == 0
+    assert "wrote the locally built model" in capsys.readouterr().out
+    local = onnx.load(out)
+    assert [n.how for n in trust.status(local)] == ["manifest", "manifest"]
+    assert [trust.node_digest(n) for n in trust.kernel_nodes(local)] == [
+        trust.node_digest(n) for n in trust.kernel_nodes(tiny)]
+
+
+def test_accept_and_resolve(tiny, fresh_manifest, tmp_path, capsys):
+    swapped = _swapped(tiny)
+    onnx.save(swapped, tmp_path / "s.onnx")
+    assert cli.main(["trust", str(tmp_path / "s.onnx"), "--accept"]) == 0
+    assert "trusted as they are, unchecked" in capsys.readouterr().err
+    assert all(n.how == "manifest" for n in trust.status(swapped))
+    model, what = trust.resolve(swapped)
+    assert model is swapped and what == "embedded kernels trusted"
+
+
+def test_resolve_runs_the_local_build(tiny, fresh_manifest):
+    model, what = trust.resolve(tiny)                 # identical: itself, recorded
+    assert model is tiny and what.startswith("embedded kernels rebuilt here byte-identical (2 nodes")
+    model, what = trust.resolve(_swapped(tiny))
+    assert what.startswith("local build used: 2 of 2 nodes differed")
+    assert [trust.node_digest(n) for n in trust.kernel_nodes(model)] == [
+        trust.node_digest(n) for n in trust.kernel_nodes(tiny)]
+
+
+def test_sign_and_keys(tiny, fresh_manifest, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("cryptography", reason="signing needs the [sign] extra (cryptography)")
+    key = tmp_path / "release.pem"
+    assert cli.main(["keygen", str(key)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith("ed25519 ") and line.endswith(" release")
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    assert cli.main(["keygen", str(key)]) == 2        # never overwrites a key
+    m = onnx.ModelProto()
+    m.CopyFrom(tiny)
+    assert trust.sign_model(m, key) == 2
+    monkeypatch.setenv("PLUS_EP_TRUSTED_KEYS", str(key) + ".pub")
+    kid = next(iter(trust.trusted_keys()))
+    assert [n.how for n in trust.status(m)] == [f"signature {kid}"] * 2
+    assert [n.how for n in trust.status(_swapped(m))] == [None, None]     # signatures no longer match
+    (tmp_path / "bad.pub").write_text("ed25519 notbase64\n")
+    monkeypatch.setenv("PLUS_EP_TRUSTED_KEYS", str(tmp_path / "bad.pub"))
+    with pytest.raises(trust.TrustError, match="line 1: expected `ed25519"):
+        trust.trusted_keys()
+
+
+def test_rewrite_sign(tmp_path, fresh_manifest, capsys):
+    pytest.importorskip("cryptography", reason="signing needs the [sign] extra (cryptography)")
+    from tests.support.emulated_models import tiny_model
+    onnx.save(tiny_model(), tmp_path / "m.onnx")
+    trust.keygen(tmp_path / "k.pem")
+    assert cli.main(["rewrite", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.plus.onnx"), "--arch", "sm_80",
+                     "--fp32-math", "exact", "--sign", str(tmp_path / "k.pem")]) == 0
+    assert ", 2 nodes signed" in capsys.readouterr().out
+    signed = onnx.load(tmp_path / "m.plus.onnx")
+    assert all(any(a.name == trust.SIGNATURE_ATTR for a in n.attribute) for n in trust.kernel_nodes(signed))

@@ -10,8 +10,7 @@ import onnx
 import pytest
 
 from plus_ep import cli, trust
-from plus_ep.kernels import pack
-from tests.support.emulated_models import packs_of, rewritten_tiny, set_pack
+from tests.support.emulated_models import rewritten_tiny, swap_first_images
 
 
 @pytest.fixture
@@ -26,19 +25,6 @@ def fresh_manifest(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tiny():
     return rewritten_tiny()
-
-
-def _swapped(model):
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    a, b = trust.kernel_nodes(m)
-    pa, pb = packs_of(a), packs_of(b)
-    for arch in pa:
-        ia, ib = pack.parse(pa[arch]), pack.parse(pb[arch])
-        ia[0], ib[0] = ib[0], ia[0]
-        set_pack(a, arch, pack.write(ia))
-        set_pack(b, arch, pack.write(ib))
-    return m
 
 
 def test_digest_covers_plan_and_every_pack_in_arch_order():
@@ -57,13 +43,13 @@ def test_a_rewrite_records_what_it_built(tiny, fresh_manifest, tmp_path):
     meta = json.loads(next(p.value for p in m.metadata_props if p.key == trust.REWRITE_METADATA))
     assert meta == {"archs": ["sm_80", "sm_90a"], "fp32_math": "exact", "disable": []}
     assert sum(1 for f in fresh_manifest.rglob("*") if f.is_file()) == 2
-    assert [n.how for n in trust.status(_swapped(m))] == [None, None]
+    assert [n.how for n in trust.status(swap_first_images(m))] == [None, None]
 
 
 def test_plus_ep_trust_rebuilds_and_compares(tiny, fresh_manifest, tmp_path, capsys):
     good, swapped, out = tmp_path / "good.onnx", tmp_path / "swapped.onnx", tmp_path / "local.onnx"
     onnx.save(tiny, good)                             # rewritten elsewhere: this manifest is empty
-    onnx.save(_swapped(tiny), swapped)
+    onnx.save(swap_first_images(tiny), swapped)
     assert cli.main(["trust", str(good), "--status"]) == 1
     assert "0 of 2 fused nodes trusted here" in capsys.readouterr().out
     assert cli.main(["trust", str(good)]) == 0        # rebuilt byte-identical: trusted
@@ -83,7 +69,7 @@ def test_plus_ep_trust_rebuilds_and_compares(tiny, fresh_manifest, tmp_path, cap
 
 
 def test_accept_and_resolve(tiny, fresh_manifest, tmp_path, capsys):
-    swapped = _swapped(tiny)
+    swapped = swap_first_images(tiny)
     onnx.save(swapped, tmp_path / "s.onnx")
     assert cli.main(["trust", str(tmp_path / "s.onnx"), "--accept"]) == 0
     assert "trusted as they are, unchecked" in capsys.readouterr().err
@@ -95,7 +81,7 @@ def test_accept_and_resolve(tiny, fresh_manifest, tmp_path, capsys):
 def test_resolve_runs_the_local_build(tiny, fresh_manifest):
     model, what = trust.resolve(tiny)                 # identical: itself, recorded
     assert model is tiny and what.startswith("embedded kernels rebuilt here byte-identical (2 nodes")
-    model, what = trust.resolve(_swapped(tiny))
+    model, what = trust.resolve(swap_first_images(tiny))
     assert what.startswith("local build used: 2 of 2 nodes differed")
     assert [trust.node_digest(n) for n in trust.kernel_nodes(model)] == [
         trust.node_digest(n) for n in trust.kernel_nodes(tiny)]
@@ -115,7 +101,7 @@ def test_sign_and_keys(tiny, fresh_manifest, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PLUS_EP_TRUSTED_KEYS", str(key) + ".pub")
     kid = next(iter(trust.trusted_keys()))
     assert [n.how for n in trust.status(m)] == [f"signature {kid}"] * 2
-    assert [n.how for n in trust.status(_swapped(m))] == [None, None]     # signatures no longer match
+    assert [n.how for n in trust.status(swap_first_images(m))] == [None, None]     # signatures no longer match
     (tmp_path / "bad.pub").write_text("ed25519 notbase64\n")
     monkeypatch.setenv("PLUS_EP_TRUSTED_KEYS", str(tmp_path / "bad.pub"))
     with pytest.raises(trust.TrustError, match="line 1: expected `ed25519"):

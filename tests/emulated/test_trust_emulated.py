@@ -13,7 +13,6 @@ Outputs are compared with the original model on ORT CPU (exact fp32 kernels: 1e-
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -25,7 +24,8 @@ ort = pytest.importorskip("onnxruntime")
 
 from plus_ep import trust  # noqa: E402
 from plus_ep.kernels import pack  # noqa: E402
-from tests.support.emulated_models import ROOT, child_env, packs_of, rewritten_tiny, set_pack, tiny_model  # noqa: E402
+from tests.support.emulated_models import (ROOT, child_env, packs_of, rewritten_tiny, set_pack,  # noqa: E402
+                                           swap_first_images, tiny_model)
 
 pytestmark = pytest.mark.skipif(
     tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 25), reason="plugin EPs by name need onnxruntime >= 1.25")
@@ -82,15 +82,7 @@ def models(tmp_path_factory):
     onnx.save(tiny_model(), d / "reference.onnx")
     np.savez(d / "feeds.npz", X=np.random.default_rng(3).standard_normal((2, 5, 32)).astype(np.float32))
 
-    swapped = onnx.load(d / "good.onnx")        # image 0 of every pack swapped between the two nodes
-    a, b = trust.kernel_nodes(swapped)
-    pa, pb = packs_of(a), packs_of(b)
-    for arch in pa:
-        ia, ib = pack.parse(pa[arch]), pack.parse(pb[arch])
-        ia[0], ib[0] = ib[0], ia[0]
-        set_pack(a, arch, pack.write(ia))
-        set_pack(b, arch, pack.write(ib))
-    onnx.save(swapped, d / "swapped.onnx")
+    onnx.save(swap_first_images(good), d / "swapped.onnx")   # image 0 swapped between the two nodes
 
     foreign = onnx.load(d / "good.onnx")        # a cubin compiled from someone else's source
     from plus_ep.kernels import nvrtc

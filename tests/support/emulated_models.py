@@ -55,6 +55,22 @@ def set_pack(node, arch: str, blob: bytes) -> None:
     raise KeyError(arch)
 
 
+def swap_first_images(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a rewritten model whose first two fused nodes exchanged image 0 (cubin and PTX
+    together) in every pack: each is valid code, in the wrong node."""
+    from plus_ep import trust
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    a, b = trust.kernel_nodes(m)[:2]
+    pa, pb = packs_of(a), packs_of(b)
+    for arch in pa:
+        ia, ib = pack.parse(pa[arch]), pack.parse(pb[arch])
+        ia[0], ib[0] = ib[0], ia[0]
+        set_pack(a, arch, pack.write(ia))
+        set_pack(b, arch, pack.write(ib))
+    return m
+
+
 def corrupt_ptx(model: onnx.ModelProto, node_name: str, arch: str, old: str, new: str, retie: bool = True) -> str:
     """Replace the first `old` instruction (e.g. "sub.f32") with `new` in image 0's PTX of one node's
     pack; the cubin stays as it is. Returns the changed PTX line. retie: record the edited PTX as the

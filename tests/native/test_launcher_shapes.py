@@ -17,6 +17,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
+from plus_ep import config  # noqa: E402
 from tests.support.launcher_models import add_model  # noqa: E402
 
 RUNNER = r"""
@@ -56,7 +57,8 @@ def shape_chain_model():
 def test_symbolic_output_dims_keep_the_input_name(tmp_path, library, fake_cuda):
     path = tmp_path / "m.onnx"
     onnx.save(shape_chain_model(), path)
-    env = {"PLUS_EP_CUDA_LIBRARY": str(fake_cuda), "PATH": "/usr/bin:/bin"}
+    env = {"PLUS_EP_CUDA_LIBRARY": str(fake_cuda), "PATH": "/usr/bin:/bin",
+           "PLUS_EP_CACHE_DIR": str(config.cache_root())}   # its trust manifest (launcher_models vouches)
     r = subprocess.run([sys.executable, "-c", RUNNER, str(path), library], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -52,7 +52,7 @@ def _trusted(model_bytes: bytes, opts: dict) -> bytes:
     if b"plus_plan" not in model_bytes:
         return model_bytes
     from . import config, trust
-    from .kernels.cache import KernelCache
+    from .kernels.build.cache import KernelCache
     if opts.get("trust") == "any" or trust.policy() == "any":
         return model_bytes
     model, what = trust.resolve(onnx.load_model_from_string(model_bytes),

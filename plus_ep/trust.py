@@ -90,7 +90,7 @@ def digest_of_attrs(attrs: dict) -> bytes:
 
 def plan_node(plan: str | bytes) -> str:
     """The node a plan names (for notes and messages)."""
-    from .kernels.plan import PlanSyntaxError, node_of
+    from .kernels.wire.plan import PlanSyntaxError, node_of
     try:
         return node_of(plan.decode("utf-8", "replace") if isinstance(plan, bytes) else plan)
     except PlanSyntaxError:
@@ -308,7 +308,7 @@ class Rebuild:
 def rewrite_options(model: onnx.ModelProto) -> dict:
     """The options the model's rewrite recorded (metadata plus_ep.rewrite), else the archs its plans
     list and the defaults."""
-    from .kernels.gemm_configs import FP32_MATH_DEFAULT
+    from .kernels.gemm.configs import FP32_MATH_DEFAULT
     meta = next((p.value for p in model.metadata_props if p.key == REWRITE_METADATA), None)
     opts = {}
     if meta:
@@ -318,7 +318,7 @@ def rewrite_options(model: onnx.ModelProto) -> dict:
             opts = {}
     archs = opts.get("archs")
     if not archs:
-        from .kernels.plan import PlanSyntaxError, parse
+        from .kernels.wire.plan import PlanSyntaxError, parse
         for node in kernel_nodes(model):
             try:
                 archs = parse(_plan(node).decode("utf-8", "replace")).archs

@@ -1,4 +1,4 @@
-/* Kernel image packs (CONTRACT.md §4; written by kernels/pack.py). Format 2: "PLUSIMG2", uint32 LE
+/* Kernel image packs (CONTRACT.md §4; written by kernels/wire/pack.py). Format 2: "PLUSIMG2", uint32 LE
  * count, count x (uint64 LE cubin offset, cubin size, PTX offset, PTX size) from the start of the pack,
  * then the cubins and NUL-terminated PTX texts (PTX size 0 = none). Format 1: "PLUSIMG1", uint32 LE
  * count, count x (uint64 LE offset, uint64 LE size), cubins only. */

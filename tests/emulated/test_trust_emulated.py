@@ -23,7 +23,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from plus_ep import trust  # noqa: E402
-from plus_ep.kernels import pack  # noqa: E402
+from plus_ep.kernels.wire import pack  # noqa: E402
 from tests.support.emulated_models import (ROOT, child_env, packs_of, rewritten_tiny, set_pack,  # noqa: E402
                                            swap_first_images, tiny_model)
 
@@ -36,7 +36,7 @@ RUNNER = r"""
 import json, os, sys
 spec = json.loads(sys.argv[1])
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 emu = Emulator.get()
 import plus_ep
 from plus_ep import trust
@@ -85,7 +85,7 @@ def models(tmp_path_factory):
     onnx.save(swap_first_images(good), d / "swapped.onnx")   # image 0 swapped between the two nodes
 
     foreign = onnx.load(d / "good.onnx")        # a cubin compiled from someone else's source
-    from plus_ep.kernels import nvrtc
+    from plus_ep.kernels.build import nvrtc
     src = ('#include "plus_common.cuh"\nextern "C" __global__ void plus_gemm(const PlusArgs args) '
            '{ ((float*)args.out[0])[threadIdx.x] = 42.0f; }\n')
     res = nvrtc.compile_cubin(src, "sm_90a", name="foreign.cu")

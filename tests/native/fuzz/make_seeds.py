@@ -63,13 +63,13 @@ def fused_nodes(model: onnx.ModelProto):
 
 
 def shrink(blob: bytes) -> bytes:
-    from plus_ep.kernels import pack
+    from plus_ep.kernels.wire import pack
     images = pack.parse(blob)
     return pack.write([pack.Image(im.cubin[:CUT], None if im.ptx is None else im.ptx[:CUT]) for im in images])
 
 
 def input_bytes(plan) -> tuple[bytes, bool]:
-    """fz_make_inputs bytes for inputs that satisfy `plan` (kernels.plan.Plan); fits: every tensor
+    """fz_make_inputs bytes for inputs that satisfy `plan` (kernels.wire.plan.Plan); fits: every tensor
     within the element cap (so the harnesses run it, not only bind it)."""
     out = bytearray([0])               # lead byte: the plan's input count
     fits = True
@@ -127,7 +127,7 @@ def trust_text_seeds() -> int:
 
 
 def seeds_of(model: onnx.ModelProto, label: str) -> int:
-    from plus_ep.kernels.plan import parse
+    from plus_ep.kernels.wire.plan import parse
     added = 0
     for node, text, packs in fused_nodes(model):
         plan = parse(text.decode())

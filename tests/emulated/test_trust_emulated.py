@@ -5,7 +5,7 @@ cache and trust manifest are empty (a fresh PLUS_EP_CACHE_DIR per child):
 - images swapped between the two fused nodes of the tiny model (cubin and PTX together, both valid
   code), or a foreign cubin in one node's pack: the session is refused with an error naming the node and
   the way out; trust.resolve() rebuilds the nodes from their function bodies and the local build runs
-  with the right outputs on both paths;
+  with the right outputs on both paths, as plus_ep.InferenceSession does by itself;
 - the same model signed with a key PLUS_EP_TRUSTED_KEYS lists runs unchanged; signed by another key it is
   refused;
 - the opt-out (PLUS_EP_TRUST=any; the session option) runs an untrusted model and warns once per process.
@@ -51,7 +51,9 @@ def run(path, how, config=()):
     for k, v in config:
         so.add_session_config_entry(k, v)
     try:
-        if how == "ep":
+        if how == "session":          # plus_ep.InferenceSession: rebuilds what it does not trust
+            sess = plus_ep.InferenceSession(path, so, providers=[("PlusEP", {}), "CPUExecutionProvider"])
+        elif how == "ep":
             sess = ort.InferenceSession(path, so, providers=["PlusEP", "CPUExecutionProvider"])
         else:
             so.register_custom_ops_library(plus_ep.get_library_path())
@@ -120,13 +122,14 @@ def test_swapped_or_foreign_images_are_refused_and_the_local_build_runs(models, 
     steps = [{"model": str(models / m), "how": how} for m in ("swapped.onnx", "foreign.onnx") for how in ("op", "ep")]
     steps += [{"model": str(models / "swapped.onnx"), "resolve": str(local)}]
     steps += [{"model": str(local), "how": how} for how in ("op", "ep")]
+    steps += [{"model": str(models / "swapped.onnx"), "how": "session"}]
     # the manifest of the machine that rewrote the model (its good kernels recorded), an empty kernel cache
     res, stderr = _child(models, steps, env={"PLUS_EP_TRUST_DIR": str(trust.trust_dir())}, tmp=tmp_path / "cache")
     for r, node in zip(res[:4], ["plus_ep/layernorm/0"] * 2 + ["plus_ep/gemm/1"] * 2):
         assert f"PlusEP node '{node}': refusing its embedded kernel images" in r.get("error", ""), r
         assert "plus-ep trust MODEL" in r["error"] and "PLUS_EP_TRUST=any" in r["error"]
     assert res[4]["resolve"].startswith("local build used: 2 of 2 nodes differed"), res[4]
-    for r in res[5:]:
+    for r in res[5:]:                 # the local build on both paths; plus_ep.InferenceSession on its own
         _runs_right(r)
     assert len(list((tmp_path / "cache" / "kernels").rglob("kernel.cubin"))) >= 4   # compiled here, from empty
 

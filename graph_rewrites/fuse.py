@@ -425,13 +425,15 @@ def reassemble(
 
 
 def fuse(
-    model: onnx.ModelProto, subgraphs: Sequence[FusedSubgraph], index: GraphIndex | None = None
+    model: onnx.ModelProto, subgraphs: Sequence[FusedSubgraph], index: GraphIndex | None = None,
+    record_positions: bool = False,
 ) -> onnx.ModelProto:
     """Return a copy of ``model`` with every subgraph contracted to a Fused node.
 
     Raises ValueError if the subgraphs overlap, contain nodes with graph
     attributes (If/Loop/Scan), or if contracting them would create a cycle.
     ``index``: the GraphIndex of ``model.graph`` when the caller already has one.
+    ``record_positions``: also write metadata POSITIONS (what inline_fused(fused_order=True) reads).
     """
     out = copy.deepcopy(model)
     if not subgraphs:
@@ -447,12 +449,50 @@ def fuse(
 
     unit_order = order_units(units, preds, describe_unit)
     fused_nodes, new_funcs, removed = build_functions(model, index, subgraphs, members)
-    return reassemble(out, index, units, unit_order, fused_nodes, new_funcs, removed)
+    out = reassemble(out, index, units, unit_order, fused_nodes, new_funcs, removed)
+    if record_positions:
+        _record_positions(out, units, unit_order, len(fused_nodes))
+    return out
 
 
 # --------------------------------------------------------------------------- #
 # inline
 # --------------------------------------------------------------------------- #
+
+
+POSITIONS = "plus_ep.positions"   # model metadata: per node of a fused graph, its nodes' places before fuse
+
+
+def _record_positions(out: onnx.ModelProto, units, unit_order, n_fused: int) -> None:
+    """Metadata POSITIONS of a fused model: for each node of its graph, in order, the positions (in
+    the input graph's topological order) of the nodes it stands for (a fused node: its body's, in
+    body order; any other node: its own). inline_fused(fused_order=True) restores that order."""
+    import json
+    places = [sorted(units[u]) if u < n_fused else [next(iter(units[u]))] for u in unit_order]
+    for p in [p for p in out.metadata_props if p.key == POSITIONS]:
+        out.metadata_props.remove(p)
+    out.metadata_props.append(onnx.StringStringEntryProto(key=POSITIONS, value=json.dumps(places, separators=(",", ":"))))
+
+
+def _original_order(model: onnx.ModelProto, inlined: onnx.ModelProto) -> None:
+    """Reorder ``inlined.graph`` (inline_fused's result for ``model``) in place by POSITIONS."""
+    import json
+    meta = next((p.value for p in model.metadata_props if p.key == POSITIONS), None)
+    try:
+        places = json.loads(meta) if meta else None
+        keys = [int(k) for node_places in places for k in node_places] if isinstance(places, list) else None
+    except (ValueError, TypeError):
+        keys = None
+    if not keys or len(places) != len(model.graph.node) or len(keys) != len(inlined.graph.node) \
+            or sorted(keys) != list(range(len(keys))):
+        return                          # no metadata, or not for this graph: keep the inliner's order
+    index = GraphIndex(inlined.graph)
+    order, leftover = topological_order([index.producers_of([i]) for i in range(len(keys))], key=keys)
+    if leftover:
+        return
+    nodes = [copy.deepcopy(inlined.graph.node[i]) for i in order]
+    del inlined.graph.node[:]
+    inlined.graph.node.extend(nodes)
 
 
 def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
@@ -467,15 +507,24 @@ def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
     return False
 
 
-def inline_fused(model: onnx.ModelProto) -> onnx.ModelProto:
+def inline_fused(model: onnx.ModelProto, fused_order: bool = False) -> onnx.ModelProto:
     """Replace every ``ai.plus_ep::Fused`` node by its function body.
 
     Uses ``onnx.inliner.inline_selected_functions``, which resolves calls by
     (domain, name, overload) and renames body values uniquely per call.  The
     inlined functions are removed, other model-local functions are kept, and
     the ``ai.plus_ep`` opset import is dropped when nothing uses it anymore.
+
+    ``fused_order``: put the nodes back in the order of the graph fuse() was given (metadata
+    ``plus_ep.positions``, written by fuse), so that identifying the result again finds the same
+    subgraphs with the same input order (``plus-ep trust`` rebuilds a rewritten model so). The
+    contracted graph's own order cannot give that: a fused node that reads another's output (Llama's
+    gate GEMM, whose epilogue multiplies by the up projection) comes after it, and a node's boundary
+    inputs are numbered in graph order. Without usable metadata the inliner's order stays.
     """
     out = onnx.inliner.inline_selected_functions(model, [(DOMAIN, t) for t in OP_TYPES])
+    if fused_order:
+        _original_order(model, out)
     still_used = _uses_domain(out.graph, DOMAIN) or any(
         f.domain == DOMAIN or any(n.domain == DOMAIN for n in f.node) for f in out.functions
     )

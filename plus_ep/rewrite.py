@@ -104,7 +104,8 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
         order, host = kernel_inputs[k] if built is not None else (None, 0)
         specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs, order, host,
                                    names[k]))
-    out = fuse(proto, specs, view.graph_index) if specs else proto
+    # positions: what `plus-ep trust` needs to identify the inlined model again in the same order
+    out = fuse(proto, specs, view.graph_index, record_positions=built is not None) if specs else proto
     if specs:
         _shape_values_from_inputs(view, out, subgraphs)
     out = contrib.restore(out, expanded)         # contrib ops nothing of which fused keep ORT's kernel

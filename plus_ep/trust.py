@@ -341,7 +341,7 @@ def rebuild(model: onnx.ModelProto, cache=None, progress=None) -> Rebuild:
     opts = rewrite_options(model)
     if not opts["archs"]:
         raise TrustError("the model's fused nodes list no archs to rebuild for")
-    original = inline_fused(model)
+    original = inline_fused(model, fused_order=True)
     res = rewrite_detailed(original, disable=tuple(opts["disable"]), archs=opts["archs"], cache=cache,
                            progress=progress, fp32_math=opts["fp32_math"])
     local = {tuple(n.output): node_digest(n) for n in kernel_nodes(res.model)}

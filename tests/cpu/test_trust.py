@@ -118,3 +118,38 @@ def test_rewrite_sign(tmp_path, fresh_manifest, capsys):
     assert ", 2 nodes signed" in capsys.readouterr().out
     signed = onnx.load(tmp_path / "m.plus.onnx")
     assert all(any(a.name == trust.SIGNATURE_ATTR for a in n.attribute) for n in trust.kernel_nodes(signed))
+
+
+def _gated_mlp():
+    """Llama's MLP in small: the gate GEMM's epilogue multiplies by the up projection, so its fused
+    node reads the up GEMM's and comes after it in the rewritten graph."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+
+    def w(name, shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) / 6).astype(np.float32), name)
+    nodes = [helper.make_node("MatMul", ["X", "Wg"], ["g"], name="gate"),
+             helper.make_node("Sigmoid", ["g"], ["sg"], name="sig"),
+             helper.make_node("Mul", ["g", "sg"], ["silu"], name="silu"),
+             helper.make_node("MatMul", ["X", "Wu"], ["u"], name="up"),
+             helper.make_node("Mul", ["silu", "u"], ["h"], name="mul"),
+             helper.make_node("MatMul", ["h", "Wd"], ["Y"], name="down")]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", "seq", 32])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", "seq", 32])],
+                          [w("Wg", (32, 64)), w("Wu", (32, 64)), w("Wd", (64, 32))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def test_rebuild_restores_the_original_node_order(fresh_manifest):
+    """The rebuild identifies the inlined graph in the order fuse() was given (metadata
+    plus_ep.positions): inlined in the rewritten graph's order, the up GEMM would come first and
+    take the gate's epilogue, so no node would come out byte-identical."""
+    import plus_ep
+    from plus_ep.graph_rewrites.fuse import inline_fused
+    rewritten = plus_ep.rewrite(_gated_mlp(), archs=["sm_80"], fp32_math="exact")
+    assert [(n.name, list(n.input)) for n in rewritten.graph.node][:2] == [
+        ("plus_ep/gemm/1", ["X", "Wu"]), ("plus_ep/gemm/0", ["X", "Wg", "u"])]
+    assert trust.rebuild(rewritten).identical
+    plain = plus_ep.rewrite(inline_fused(rewritten), archs=["sm_80"], fp32_math="exact")
+    assert [list(n.input)[:2] for n in plain.graph.node][:2] == [["X", "Wg"], ["X", "Wu"]]   # the other partition

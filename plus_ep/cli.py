@@ -401,7 +401,8 @@ def cmd_trust(args) -> int:
         print(f"warning: {args.model}: the embedded kernels of its {len(nodes)} fused nodes are trusted as they are, "
               "unchecked; a model file can carry any GPU code", file=sys.stderr)
         return 0
-    r = trust.rebuild(model)
+    from .rebuild import rebuild
+    r = rebuild(model)
     for node in trust.kernel_nodes(model):
         if r.same.get(node.name):
             trust.record(trust.node_digest(node), f"rebuilt here byte-identical ({args.model}): node {node.name}")

@@ -151,8 +151,8 @@ def _built_here(model: onnx.ModelProto, kernel_attrs: list, archs, fp32_math: st
     from . import trust
     for attrs in kernel_attrs:
         trust.record(trust.digest_of_attrs(attrs), f"built here: node {trust.plan_node(attrs['plus_plan'])}")
-    from .kernels.build import nvrtc
-    meta = json.dumps({"archs": [str(nvrtc.parse_arch(a)) for a in archs], "fp32_math": fp32_math,
+    from .kernels.arch import parse
+    meta = json.dumps({"archs": [parse(a) for a in archs], "fp32_math": fp32_math,
                        "disable": sorted(disable)})
     for p in [p for p in model.metadata_props if p.key == trust.REWRITE_METADATA]:
         model.metadata_props.remove(p)

@@ -51,11 +51,11 @@ def _trusted(model_bytes: bytes, opts: dict) -> bytes:
     build of its fused nodes (plus_ep/trust.py). Unchanged when it carries none or trust is "any"."""
     if b"plus_plan" not in model_bytes:
         return model_bytes
-    from . import config, trust
+    from . import config, rebuild, trust
     from .kernels.build.cache import KernelCache
     if opts.get("trust") == "any" or trust.policy() == "any":
         return model_bytes
-    model, what = trust.resolve(onnx.load_model_from_string(model_bytes),
+    model, what = rebuild.resolve(onnx.load_model_from_string(model_bytes),
                                 cache=KernelCache(config.kernel_cache_dir(opts.get("cache_dir"))),
                                 cache_dir=opts.get("cache_dir"))
     log.info("PlusEP: %s", what)

@@ -3,8 +3,8 @@ policy; the launcher enforces it in C, plus_ep/native/trust.c, before any image 
 
     from plus_ep import trust
     trust.status(model)                    # per fused node: how it is trusted (manifest, signature) or not
-    report = trust.rebuild(model)          # rebuild every node here from its function body; compare
-    model = trust.resolve(model)           # the embedded kernels if identical, else the local build (recorded)
+    report = rebuild.rebuild(model)        # plus_ep/rebuild.py: every node rebuilt here from its function body
+    model, what = rebuild.resolve(model)   # the embedded kernels if identical, else the local build (recorded)
     trust.record_model(model, "accepted by the operator")   # vouch without rebuilding (an explicit opt-out)
     trust.sign_model(model, "key.pem")     # Ed25519 signatures (the [sign] extra: cryptography)
 
@@ -29,8 +29,7 @@ import logging
 import os
 import pathlib
 import struct
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import onnx
 from onnx import numpy_helper
@@ -52,12 +51,14 @@ class TrustError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------- digest
-def _packs(node: onnx.NodeProto) -> dict:
+def node_packs(node: onnx.NodeProto) -> dict:
+    """{arch: image pack bytes} of a fused node (its plus_images_<arch> attributes)."""
     return {a.name[len("plus_images_"):]: numpy_helper.to_array(a.t).tobytes()
             for a in node.attribute if a.name.startswith("plus_images_")}
 
 
-def _plan(node: onnx.NodeProto) -> bytes | None:
+def node_plan(node: onnx.NodeProto) -> bytes | None:
+    """The node's plus_plan text, None when it carries none."""
     return next((a.s for a in node.attribute if a.name == "plus_plan"), None)
 
 
@@ -74,10 +75,10 @@ def digest(plan: str | bytes, packs: dict) -> bytes:
 
 
 def node_digest(node: onnx.NodeProto) -> bytes:
-    plan = _plan(node)
+    plan = node_plan(node)
     if plan is None:
         raise TrustError(f"node '{node.name}' carries no plus_plan")
-    return digest(plan, _packs(node))
+    return digest(plan, node_packs(node))
 
 
 def digest_of_attrs(attrs: dict) -> bytes:
@@ -99,7 +100,7 @@ def plan_node(plan: str | bytes) -> str:
 
 def kernel_nodes(model: onnx.ModelProto) -> list:
     """The fused nodes that carry kernels (a plus_plan), in graph order."""
-    return [n for n in model.graph.node if n.domain == "ai.plus_ep" and _plan(n) is not None]
+    return [n for n in model.graph.node if n.domain == "ai.plus_ep" and node_plan(n) is not None]
 
 
 # ----------------------------------------------------------------------------------------- manifest
@@ -286,84 +287,3 @@ def status(model: onnx.ModelProto, cache_dir=None) -> list:
             how = f"signature {kid}" if kid else None
         out.append(NodeTrust(node.name, dig.hex(), how))
     return out
-
-
-# ------------------------------------------------------------------------------------------ rebuild
-@dataclass
-class Rebuild:
-    """The local build of a model's fused nodes: `local` is the model this installation rewrites from
-    the embedded model's function bodies; per embedded node, whether its plan and images are
-    byte-identical to the local build of the same node (matched by its outputs)."""
-    local: onnx.ModelProto
-    same: dict = field(default_factory=dict)        # node name -> bool
-    archs: list = field(default_factory=list)
-    fp32_math: str = ""
-    seconds: float = 0.0
-
-    @property
-    def identical(self) -> bool:
-        return bool(self.same) and all(self.same.values())
-
-
-def rewrite_options(model: onnx.ModelProto) -> dict:
-    """The options the model's rewrite recorded (metadata plus_ep.rewrite), else the archs its plans
-    list and the defaults."""
-    from .kernels.gemm.configs import FP32_MATH_DEFAULT
-    meta = next((p.value for p in model.metadata_props if p.key == REWRITE_METADATA), None)
-    opts = {}
-    if meta:
-        try:
-            opts = json.loads(meta)
-        except ValueError:
-            opts = {}
-    archs = opts.get("archs")
-    if not archs:
-        from .kernels.wire.plan import PlanSyntaxError, parse
-        for node in kernel_nodes(model):
-            try:
-                archs = parse(_plan(node).decode("utf-8", "replace")).archs
-            except PlanSyntaxError:
-                archs = None
-            archs = archs or sorted(_packs(node))
-            break
-    fp32 = opts.get("fp32_math")
-    return {"archs": list(archs or []), "fp32_math": fp32 if fp32 in ("tf32", "exact") else FP32_MATH_DEFAULT,
-            "disable": [d for d in opts.get("disable", []) if isinstance(d, str)]}
-
-
-def rebuild(model: onnx.ModelProto, cache=None, progress=None) -> Rebuild:
-    """Rewrite the model's original graph (every fused node replaced by its function body) with this
-    installation's renderer and NVRTC, kernels from the local kernel cache, and compare each embedded
-    node with the local node of the same outputs."""
-    from .graph_rewrites.fuse import inline_fused
-    from .rewrite import rewrite_detailed
-    t0 = time.perf_counter()
-    opts = rewrite_options(model)
-    if not opts["archs"]:
-        raise TrustError("the model's fused nodes list no archs to rebuild for")
-    original = inline_fused(model, fused_order=True)
-    res = rewrite_detailed(original, disable=tuple(opts["disable"]), archs=opts["archs"], cache=cache,
-                           progress=progress, fp32_math=opts["fp32_math"])
-    local = {tuple(n.output): node_digest(n) for n in kernel_nodes(res.model)}
-    same = {n.name: local.get(tuple(n.output)) == node_digest(n) for n in kernel_nodes(model)}
-    return Rebuild(res.model, same, opts["archs"], opts["fp32_math"], time.perf_counter() - t0)
-
-
-def resolve(model: onnx.ModelProto, cache=None, cache_dir=None) -> tuple[onnx.ModelProto, str]:
-    """The model to hand the launcher: `model` itself when every kernel node is trusted already
-    (manifest, signature) or is rebuilt here byte-identical (then recorded); else the local build
-    (recorded as built here), with a warning naming the nodes that differed. Returns (model, what
-    happened in one line)."""
-    nodes = status(model, cache_dir)
-    if not nodes or all(n.how for n in nodes):
-        return model, "embedded kernels trusted" if nodes else "no embedded kernels"
-    r = rebuild(model, cache=cache)
-    if r.identical:
-        for n in kernel_nodes(model):
-            record(node_digest(n), f"rebuilt here byte-identical: node {n.name}", cache_dir)
-        return model, f"embedded kernels rebuilt here byte-identical ({len(r.same)} nodes, {r.seconds:.1f}s)"
-    differ = sorted(k for k, v in r.same.items() if not v)
-    log.warning("PlusEP: the embedded kernels of %d fused node(s) differ from what this installation builds from "
-                "their function bodies (%s%s); running the local build instead", len(differ), ", ".join(differ[:5]),
-                ", ..." if len(differ) > 5 else "")
-    return r.local, f"local build used: {len(differ)} of {len(r.same)} nodes differed ({', '.join(differ[:3])})"

@@ -27,6 +27,8 @@ def test_the_c_factory_knows_the_same_names():
 def test_the_c_factory_accepts_the_same_values():
     fp32 = re.search(r'!strcmp\(name, "fp32_math"\)((?:\s*&&\s*strcmp\(value, "\w+"\))+)', FACTORY).group(1)
     assert tuple(sorted(re.findall(r'"(\w+)"', fp32))) == tuple(sorted(FP32_MATHS))
+    trust = re.search(r'!strcmp\(name, "trust"\)((?:\s*&&\s*strcmp\(value, "\w+"\))+)', FACTORY).group(1)
+    assert set(re.findall(r'"(\w+)"', trust)) == set(next(o for o in options.OPTIONS if o.name == "trust").values)
     verify = FACTORY[FACTORY.index('if (!strcmp(name, "verify"))') + len('if (!strcmp(name, "verify"))'):]
     verify = verify[:verify.index("return NULL;")]
     on, off = verify.split("else if", 1)

@@ -9,7 +9,7 @@ import json
 import onnx
 import pytest
 
-from plus_ep import cli, trust
+from plus_ep import cli, rebuild, trust
 from tests.support.emulated_models import rewritten_tiny, swap_first_images
 
 
@@ -74,14 +74,14 @@ def test_accept_and_resolve(tiny, fresh_manifest, tmp_path, capsys):
     assert cli.main(["trust", str(tmp_path / "s.onnx"), "--accept"]) == 0
     assert "trusted as they are, unchecked" in capsys.readouterr().err
     assert all(n.how == "manifest" for n in trust.status(swapped))
-    model, what = trust.resolve(swapped)
+    model, what = rebuild.resolve(swapped)
     assert model is swapped and what == "embedded kernels trusted"
 
 
 def test_resolve_runs_the_local_build(tiny, fresh_manifest):
-    model, what = trust.resolve(tiny)                 # identical: itself, recorded
+    model, what = rebuild.resolve(tiny)                 # identical: itself, recorded
     assert model is tiny and what.startswith("embedded kernels rebuilt here byte-identical (2 nodes")
-    model, what = trust.resolve(swap_first_images(tiny))
+    model, what = rebuild.resolve(swap_first_images(tiny))
     assert what.startswith("local build used: 2 of 2 nodes differed")
     assert [trust.node_digest(n) for n in trust.kernel_nodes(model)] == [
         trust.node_digest(n) for n in trust.kernel_nodes(tiny)]
@@ -150,6 +150,6 @@ def test_rebuild_restores_the_original_node_order(fresh_manifest):
     rewritten = plus_ep.rewrite(_gated_mlp(), archs=["sm_80"], fp32_math="exact")
     assert [(n.name, list(n.input)) for n in rewritten.graph.node][:2] == [
         ("plus_ep/gemm/1", ["X", "Wu"]), ("plus_ep/gemm/0", ["X", "Wg", "u"])]
-    assert trust.rebuild(rewritten).identical
+    assert rebuild.rebuild(rewritten).identical
     plain = plus_ep.rewrite(inline_fused(rewritten), archs=["sm_80"], fp32_math="exact")
     assert [list(n.input)[:2] for n in plain.graph.node][:2] == [["X", "Wg"], ["X", "Wu"]]   # the other partition

@@ -4,7 +4,7 @@ cache and trust manifest are empty (a fresh PLUS_EP_CACHE_DIR per child):
 
 - images swapped between the two fused nodes of the tiny model (cubin and PTX together, both valid
   code), or a foreign cubin in one node's pack: the session is refused with an error naming the node and
-  the way out; trust.resolve() rebuilds the nodes from their function bodies and the local build runs
+  the way out; rebuild.resolve() rebuilds the nodes from their function bodies and the local build runs
   with the right outputs on both paths, as plus_ep.InferenceSession does by itself;
 - the same model signed with a key PLUS_EP_TRUSTED_KEYS lists runs unchanged; signed by another key it is
   refused;
@@ -39,7 +39,7 @@ import numpy as np, onnx, onnxruntime as ort
 from plus_ep.verification.emulator import Emulator
 emu = Emulator.get()
 import plus_ep
-from plus_ep import trust
+from plus_ep import rebuild
 emu.set_arch("sm_90a")
 feeds = dict(np.load(spec["feeds"]))
 want = ort.InferenceSession(spec["reference"], providers=["CPUExecutionProvider"]).run(None, feeds)[0]
@@ -67,7 +67,7 @@ out = []
 for step in spec["steps"]:
     os.environ.update(step.get("env", {}))
     if step.get("resolve"):
-        model, what = trust.resolve(onnx.load(step["model"]))
+        model, what = rebuild.resolve(onnx.load(step["model"]))
         onnx.save(model, step["resolve"])
         out.append({"resolve": what})
         continue

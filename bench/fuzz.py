@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import time
 
@@ -29,6 +30,18 @@ if str(ROOT) not in sys.path:
 from tests.support import fuzz  # noqa: E402
 
 from .env_info import env_info  # noqa: E402
+
+
+def _source() -> dict:
+    """The commit whose C sources were fuzzed, and whether plus_ep/native or tests/native/fuzz had
+    uncommitted changes."""
+    def git(*a):
+        try:
+            return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return {"commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--", "plus_ep/native", "tests/native/fuzz"))}
 
 
 def main(argv=None) -> int:
@@ -52,6 +65,7 @@ def main(argv=None) -> int:
         "what": "libFuzzer long run of the launcher's parsers (tests/native/fuzz): ASan + UBSan, leaks are "
                 "findings; from the committed seeds plus the corpus earlier runs left",
         "env": {**env_info(), "clang": cc, "load_average_1_5_15_before": list(os.getloadavg())},
+        "source": _source(),
         "runs_per_entry": args.runs, "max_seconds_per_entry": args.max_seconds, "entries": {},
     }
     for entry in entries:

@@ -430,7 +430,7 @@ def cmd_keygen(args) -> int:
     pub, line = trust.keygen(args.key)
     print(f"wrote {args.key} (private, mode 0600) and {pub}:\n{line}\n"
           "List that line in the file PLUS_EP_TRUSTED_KEYS names on every machine that should run models signed "
-          f"with `plus-ep rewrite --sign {args.key}`.")
+          f"with `plus-ep rewrite MODEL -o OUT --sign {args.key}`.")
     return 0
 
 

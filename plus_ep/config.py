@@ -95,7 +95,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "time."),
     Variable("PLUS_EP_TRUSTED_KEYS", "none", "`plus_ep/native/trust.c`, `plus_ep.trust`",
              "File of Ed25519 public keys (`ed25519 <base64> [comment]` lines, from `plus-ep keygen`) whose "
-             "signatures (`plus-ep rewrite --sign KEY`) make a model's kernels run."),
+             "signatures (`plus-ep rewrite MODEL -o OUT --sign KEY`) make a model's kernels run."),
     # ---- tests and benchmarks
     Variable("PLUS_EP_SLOW_TESTS", "off", "`tests/conftest.py`",
              "`1`: also run the tests marked `slow` (the zoo-wide `plus-ep verify` matrix, about 10 minutes on 2 "

@@ -167,7 +167,8 @@ def _crypto():
         from cryptography.hazmat.primitives.asymmetric import ed25519
         from cryptography.hazmat.primitives import serialization
     except ImportError:
-        raise TrustError("signing needs the `cryptography` package: pip install 'plus-ep[sign]'") from None
+        raise TrustError("signing needs the `cryptography` package: pip install cryptography (the [sign] extra: "
+                         "pip install -e '.[sign]' in the PlusEP checkout)") from None
     return ed25519, serialization
 
 

@@ -304,8 +304,9 @@ int plus_trust_check(const char* node, const char* plan, const plus_pack_src* pa
     snprintf(err, errlen, "PlusEP node '%s': refusing its embedded kernel images: they are not trusted here (node "
              "digest %.16s is in no trust manifest (%s%s%s); %s). Run `plus-ep trust MODEL` on this machine (it "
              "rebuilds the kernels from the node's function body and trusts them when identical), sign the model "
-             "(`plus-ep rewrite --sign KEY`) and list the public key in PLUS_EP_TRUSTED_KEYS, or opt out: "
-             "PLUS_EP_TRUST=any, or the session option %s=any", node, hex, dir[0] ? dir : "no trust dir",
-             extra[0] ? ", " : "", extra, sigwhy, PLUS_TRUST_SESSION_KEY);
+             "(`plus-ep rewrite MODEL -o OUT --sign KEY`) and list the public key in PLUS_EP_TRUSTED_KEYS, or opt out: "
+             "PLUS_EP_TRUST=any, or the %s", node, hex, dir[0] ? dir : "no trust dir",
+             extra[0] ? ", " : "", extra, sigwhy,
+             o && o->any_source ? o->any_source : "session option " PLUS_TRUST_SESSION_KEY "=any");
     return -1;
 }

@@ -128,6 +128,8 @@ def test_swapped_or_foreign_images_are_refused_and_the_local_build_runs(models, 
     for r, node in zip(res[:4], ["plus_ep/layernorm/0"] * 2 + ["plus_ep/gemm/1"] * 2):
         assert f"PlusEP node '{node}': refusing its embedded kernel images" in r.get("error", ""), r
         assert "plus-ep trust MODEL" in r["error"] and "PLUS_EP_TRUST=any" in r["error"]
+    for r, opt_out in zip(res[:4], ["session option plus_ep.trust=any", "provider option trust=any"] * 2):
+        assert r["error"].endswith(f"PLUS_EP_TRUST=any, or the {opt_out}"), r     # each path names its own way out
     assert res[4]["resolve"].startswith("local build used: 2 of 2 nodes differed"), res[4]
     for r in res[5:]:                 # the local build on both paths; plus_ep.InferenceSession on its own
         _runs_right(r)

@@ -559,7 +559,7 @@ static int cmd_trust(int argc, char** argv) {
     char* blobs[PLUS_MAX_ARCHS];
     int n = 0;
     const char* sig = NULL;
-    plus_trust_opts o = {.any = 0, .any_source = "the harness's --any", .cache_dir = NULL};
+    plus_trust_opts o = {.any = 0, .any_source = "harness option --any", .cache_dir = NULL};
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--sig") && i + 1 < argc) sig = argv[++i];
         else if (!strcmp(argv[i], "--any")) o.any = 1;

@@ -30,11 +30,12 @@ DEFAULT_LAYERS = {
              "swin": 4, "resnet": 2, "whisper": 4, "clip": 12},
 }
 
-# Families whose random weights are made "realistic" after transformers' init (models.realistic_weights):
-# norm weights != 1, biases != 0, BatchNorm statistics != (0, 1). The existing six keep transformers' init
-# (their cached exports and recorded results stay valid).
-REALISTIC = ("swin", "resnet", "whisper", "clip")
-WEIGHTS_SCHEME = "realistic-v1"      # in the config (and so the cache key) of those families
+# The random weights of every family are made "realistic" after transformers' init
+# (models.realistic_weights): norm weights != 1, biases != 0, BatchNorm statistics != (0, 1), Q/K
+# projections scaled so that softmax is not nearly uniform. The scheme's name is in every config (and so in
+# the cache key of every export); change it when realistic_weights changes. v1 (issue 23's four families
+# only) had no Q/K scaling and left GPT-2's Conv1D biases at 0.
+WEIGHTS_SCHEME = "realistic-v2"
 
 # Keyword arguments of the transformers config classes.
 _KWARGS: dict[str, dict[str, dict[str, Any]]] = {
@@ -176,8 +177,7 @@ def config(family: str, size: str = "small", layers: int | None = None, override
     cfg = getattr(tf, _CLASSES[family])(**kwargs)
     if image_size is not None:
         cfg.image_size = image_size             # ResNetConfig has none: the export's static image side
-    if family in REALISTIC:
-        cfg.plus_ep_weights = WEIGHTS_SCHEME
+    cfg.plus_ep_weights = WEIGHTS_SCHEME
     if family == "t5":
         cfg.use_cache = False
     # Dropout is inactive in eval mode anyway; pin the attention implementation.

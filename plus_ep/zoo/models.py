@@ -128,10 +128,21 @@ _MODEL_CLASSES = {
 }
 
 
+# Attention projections whose weights realistic_weights redraws so that the attention logits have a spread
+# (module names in transformers; GPT-2's fused c_attn holds Q, K and V side by side in its output columns).
+# T5 is not listed: its init already scales Q/K for attention without 1/sqrt(d) (logit std about 1).
+_QK_NAMES = ("query", "key", "q_proj", "k_proj")
+QK_LOGIT_STD = 2.0       # wanted std of a Q.K/sqrt(d) logit for unit-variance inputs
+
+
 def realistic_weights(model, seed: int = 0) -> None:
     """Weights a trained model could have where transformers' init leaves them trivial: every norm's
     weight 1 + 0.25 N(0, 1) and bias 0.1 N(0, 1), BatchNorm running mean 0.1 N(0, 1) and variance in
-    [0.5, 1.5], every Linear/Conv bias 0.05 N(0, 1), Swin's relative position bias tables N(0, 0.5)."""
+    [0.5, 1.5], every Linear/Conv bias (and GPT-2's Conv1D) 0.05 N(0, 1), Swin's relative position bias
+    tables N(0, 0.5), and the Q and K projections redrawn N(0, sqrt(QK_LOGIT_STD / in_features)) so that
+    the attention logits of unit-variance inputs have a std of about QK_LOGIT_STD (transformers' init,
+    N(0, 0.02), gives about 0.1 at the zoo's small width: a nearly uniform softmax); ALBERT's embedding
+    mapping (its attention's input) redrawn N(0, 1 / sqrt(in_features)) to keep the normed scale."""
     torch = _deps.torch()
     g = torch.Generator().manual_seed(seed)
 
@@ -140,6 +151,7 @@ def realistic_weights(model, seed: int = 0) -> None:
     norms = (torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.modules.batchnorm._BatchNorm)
     with torch.no_grad():
         for name, mod in model.named_modules():
+            leaf = name.rsplit(".", 1)[-1]
             if isinstance(mod, norms) or type(mod).__name__.endswith(("RMSNorm", "LayerNorm")):
                 if getattr(mod, "weight", None) is not None:
                     mod.weight.copy_(1 + randn(mod.weight, 0.25))
@@ -148,7 +160,18 @@ def realistic_weights(model, seed: int = 0) -> None:
                 if getattr(mod, "running_mean", None) is not None:
                     mod.running_mean.copy_(randn(mod.running_mean, 0.1))
                     mod.running_var.copy_(0.5 + torch.rand(mod.running_var.shape, generator=g))
-            elif isinstance(mod, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d)) and mod.bias is not None:
+                continue
+            if isinstance(mod, torch.nn.Linear) and leaf in _QK_NAMES:
+                mod.weight.copy_(randn(mod.weight, (QK_LOGIT_STD / mod.in_features) ** 0.5))
+            elif isinstance(mod, torch.nn.Linear) and leaf == "embedding_hidden_mapping_in":
+                # ALBERT's attention reads this projection of the normed embeddings: keep their scale
+                mod.weight.copy_(randn(mod.weight, mod.in_features ** -0.5))
+            elif type(mod).__name__ == "Conv1D" and leaf == "c_attn":      # [in, 3 * hidden]: Q, K, V
+                qk = 2 * mod.weight.shape[1] // 3
+                mod.weight[:, :qk].copy_(randn(mod.weight[:, :qk], (QK_LOGIT_STD / mod.weight.shape[0]) ** 0.5))
+            linear = isinstance(mod, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d)) \
+                or type(mod).__name__ == "Conv1D"
+            if linear and getattr(mod, "bias", None) is not None:
                 mod.bias.copy_(randn(mod.bias, 0.05))
             table = getattr(mod, "relative_position_bias_table", None)
             if isinstance(table, torch.nn.Parameter):

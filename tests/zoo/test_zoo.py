@@ -128,6 +128,46 @@ def test_cache_key_depends_on_layers_and_config():
     assert n2 == zcache.file_name("bert", "dynamo", "small", 2, zoo.config("bert", "small", 2), 18)
 
 
+def _attention_rows(family, built):
+    """Every attention probability row of ``built`` (eager attention) on the zoo's example inputs."""
+    import torch
+    feeds = exporters.example_feeds(family, built.config, batch=2, seq=16)
+    kwargs = {name: torch.from_numpy(feeds[name]) for name in models.INPUTS[family]}
+    with torch.no_grad():
+        out = built.model(**kwargs, output_attentions=True, **({"use_cache": False} if family == "t5" else {}))
+    probs = (out.encoder_attentions + out.decoder_attentions) if family == "t5" else out.attentions
+    return [p.double() for p in probs]
+
+
+@pytest.mark.parametrize("family", zoo.FAMILIES)
+def test_weights_are_not_transformers_init(family):
+    """Every family's export weights (models.realistic_weights, named in the cache key): no bias all 0, no
+    norm weight all 1, and (but ResNet) softmax rows far from uniform: normalised entropy < 0.9 (1.0 for
+    transformers' init in every family but T5) and a mean row maximum > 2x uniform's."""
+    import torch
+    cfg = zoo.config(family, "small", layers=1)
+    assert cfg.to_dict()["plus_ep_weights"] == zoo.configs.WEIGHTS_SCHEME      # so in the cache key
+    cfg._attn_implementation = "eager"
+    built = models.build(family, "small", 1, cfg=cfg)
+    biases = {n: p for n, p in built.model.named_parameters() if n.endswith(".bias")}
+    norms = {n: m.weight for n, m in built.model.named_modules()
+             if (isinstance(m, torch.nn.modules.batchnorm._BatchNorm) or isinstance(m, torch.nn.LayerNorm)
+                 or type(m).__name__.endswith(("RMSNorm", "LayerNorm"))) and getattr(m, "weight", None) is not None}
+    assert norms and (biases or family in ("t5", "llama"))
+    assert not [n for n, p in biases.items() if bool((p == 0).all())]
+    assert not [n for n, w in norms.items() if bool((w == 1).all())]
+    if family == "resnet":
+        return
+    rows = _attention_rows(family, built)
+    assert rows
+    for probs in rows:
+        live = (probs > 1e-12).sum(-1).double()              # keys not masked out
+        entropy = -(probs.clamp_min(1e-30).log() * probs).sum(-1) / live.clamp_min(2).log()
+        several = live > 1
+        assert float(entropy[several].mean()) < 0.9, family
+        assert float((probs.max(-1).values * live)[several].mean()) > 2.0, family
+
+
 def test_configs():
     for family in zoo.FAMILIES:
         for size in zoo.SIZES:

@@ -8,11 +8,12 @@ The graph has Optimum's inputs and outputs: ``input_ids [batch, seq]``, ``attent
 past+seq]``, ``position_ids [batch, seq]``, per layer ``past_key_values.{i}.key/.value [batch, kv_heads,
 past, head_dim]``; ``logits [batch, seq, vocab]`` and ``present.{i}.key/.value [batch, kv_heads,
 past+seq, head_dim]``. The same session serves the prefill (past = 0, seq = prompt length) and every
-decode step (seq = 1, past growing). Families (transformers' config classes, random weights with norm
-weights != 1 and biases != 0, ``torch.manual_seed(0)``): ``llama`` (Llama-3 style: GQA, RoPE, SwiGLU,
-RMSNorm, no biases) and ``qwen2`` (the same with Q/K/V biases). Sizes: ``small`` (hidden 64, 4 heads
-of 16, 2 KV heads, fp32; CPU tests) and ``real`` (Llama-3.2-1B width: hidden 2048, 32 heads of 64,
-8 KV heads, MLP 8192, fp16, a 256-token vocabulary so that a layer and not the LM head dominates).
+decode step (seq = 1, past growing). Families (transformers' config classes, ``torch.manual_seed(0)``
+weights made realistic by models.realistic_weights: norm weights != 1, biases != 0, Q/K scaled):
+``llama`` (Llama-3 style: GQA, RoPE, SwiGLU, RMSNorm, no biases) and ``qwen2`` (the same with Q/K/V
+biases). Sizes: ``small`` (hidden 64, 4 heads of 16, 2 KV heads, fp32; CPU tests) and ``real``
+(Llama-3.2-1B width: hidden 2048, 32 heads of 64, 8 KV heads, MLP 8192, fp16, a 256-token vocabulary so
+that a layer and not the LM head dominates).
 Both torch exporters; dims are renamed ``batch``, ``seq``, ``past`` (and ``past+seq``) in both.
 Greedy generation through a rewritten model's kernels: plus_ep/verification/generate.py.
 """
@@ -27,7 +28,9 @@ import numpy as np
 import onnx
 
 from . import _deps, cache
+from .configs import WEIGHTS_SCHEME
 from .exporters import OPSET, postprocess as _postprocess, publish, save
+from .models import realistic_weights
 from ..feeds import META_PREFIX
 
 FAMILIES = ("llama", "qwen2")
@@ -45,7 +48,7 @@ _KWARGS = {
                  num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rms_norm_eps=1e-5,
                  rope_theta=500000.0, tie_word_embeddings=False),
 }
-WEIGHTS = "decoder-v1"       # the weight perturbation below (part of the cache key)
+WEIGHTS = WEIGHTS_SCHEME     # models.realistic_weights (part of the cache key; decoder-v1: norms and biases only)
 
 
 def config(family: str, size: str = "small", layers: int | None = None, overrides: dict | None = None):
@@ -67,19 +70,6 @@ def config(family: str, size: str = "small", layers: int | None = None, override
     return cfg
 
 
-def _perturb(model, seed: int = 0) -> None:
-    """Weights a trained model could have where transformers' init leaves them trivial: RMSNorm weights
-    1 + 0.25 N(0, 1), every Linear bias 0.05 N(0, 1)."""
-    torch = _deps.torch()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, mod in model.named_modules():
-            if type(mod).__name__.endswith("RMSNorm"):
-                mod.weight.copy_(1 + torch.randn(mod.weight.shape, generator=g) * 0.25)
-            elif isinstance(mod, torch.nn.Linear) and mod.bias is not None:
-                mod.bias.copy_(torch.randn(mod.bias.shape, generator=g) * 0.05)
-
-
 def build(family: str, size: str = "small", layers: int | None = None, cfg=None):
     """(config, eval-mode torch wrapper taking (input_ids, attention_mask, position_ids, *past) and
     returning (logits, *present))."""
@@ -88,7 +78,7 @@ def build(family: str, size: str = "small", layers: int | None = None, cfg=None)
     cfg = config(family, size, layers) if cfg is None else cfg
     torch.manual_seed(0)
     model = getattr(tf, _CLASSES[family][1])(cfg)
-    _perturb(model)
+    realistic_weights(model)
     model = model.to(getattr(torch, cfg.plus_ep_dtype)).eval()
     n_layers = cfg.num_hidden_layers
 

@@ -14,7 +14,7 @@
   installed). Random weights, no downloads.
 
 Files are cached in the zoo cache (``$PLUS_EP_ZOO_DIR``) under a key of their arguments and the
-torch/transformers/onnxruntime versions.
+torch/transformers/onnxruntime versions (and, for BERT, the zoo's weights scheme).
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from . import _deps, cache
+from .configs import WEIGHTS_SCHEME
+from .models import realistic_weights
 
 LEVELS = {   # Optimum's AutoOptimizationConfig levels, as arguments of ORT's transformers optimizer
     "O1": dict(opt_level=1, only_onnxruntime=True, gelu_approximation=False, fp16=False, use_gpu=False),
@@ -43,7 +45,8 @@ def _key(kind: str, **args) -> str:
     import onnxruntime
     payload = {"kind": kind, "args": args, "ort": onnxruntime.__version__, "format": 2}
     if kind == "bert":
-        payload.update(torch=_deps.torch().__version__, transformers=_deps.transformers().__version__)
+        payload.update(torch=_deps.torch().__version__, transformers=_deps.transformers().__version__,
+                       weights=WEIGHTS_SCHEME)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -83,16 +86,6 @@ def optimize(model_path, level: str, num_heads: int, hidden_size: int, model_typ
     return opt.model
 
 
-def _perturb(model, seed: int = 0):
-    """Non-trivial random weights: every parameter (norm weights and biases included) gets noise."""
-    torch = _deps.torch()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name:
-                p.add_(0.1 * torch.randn(p.shape, generator=g))
-
-
 def bert_optimized(level: str = "O3", layers: int = 2, hidden: int = 64, heads: int = 4, intermediate: int = 128,
                    vocab: int = 1000, cache_dir=None) -> pathlib.Path:
     """Path of a random-weight BERT encoder (inputs input_ids, attention_mask, token_type_ids; output
@@ -120,7 +113,7 @@ def bert_export(layers=2, hidden=64, heads=4, intermediate=128, vocab=1000, cach
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     model = tf.BertModel(cfg).eval()
-    _perturb(model)
+    realistic_weights(model)
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory, prefix=".tmp-") as td:
         path = os.path.join(td, "bert.onnx")

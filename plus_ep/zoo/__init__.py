@@ -9,7 +9,9 @@ this package only needs numpy and onnx.
 
 Notes:
 * Models are built from a transformers config with ``torch.manual_seed(0)``
-  weights, fp32, eval mode; wrappers take positional tensors and return tuples.
+  weights, made realistic by ``models.realistic_weights`` (biases != 0, norm
+  weights != 1, Q/K scaled so softmax is not uniform), fp32, eval mode;
+  wrappers take positional tensors and return tuples.
 * TorchScript exporter: opset 17, ``dynamic_axes``. Dynamo exporter: opset 18,
   ``dynamic_shapes`` with ``torch.export.Dim``; optimized, local functions
   inlined, only the default ONNX domain.

@@ -46,11 +46,13 @@ def run1(instr: str, out_ty: str, ins: list[tuple[str, np.ndarray]], **launch):
     mod = Module.parse("\n".join(lines) + "\n", name="unit")
     mem = GlobalMemory()
     keep = [np.ascontiguousarray(a).copy() for _, a in ins]
-    out = np.zeros(n, _TY[out_ty])
+    out = np.full(n * np.dtype(_TY[out_ty]).itemsize, 0xFF, np.uint8).view(_TY[out_ty])   # poisoned
     ptrs = [mem.map_array(out, "out")] + [mem.map_array(a, f"in{i}") for i, a in enumerate(keep)]
     params = b"".join(int(p).to_bytes(8, "little") for p in ptrs)
     r = mod.kernel("k").launch((1, 1, 1), (n, 1, 1), 0, params, mem, **launch)
     assert not r.findings
+    assert not np.all(out.view(np.uint8).reshape(n, -1) == 0xFF, axis=1).any() or out_ty[0] in "bus", \
+        "the kernel left an output element unwritten (poison 0xFF..)"
     return out
 
 
@@ -136,16 +138,35 @@ def test_fma_f32_exact(mode, xs):
             assert same_f32(g, w) or (np.isnan(w) and np.isnan(g)), (x, y, z, g, w)
             continue
         q = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
-        if q == 0:    # IEEE: exact zero sum has sign + (rm: -), except (-0)+(-0)
-            neg_p = (np.signbit(x) != np.signbit(y)) if x * y == 0 or True else False
-            w = np.float32(-0.0) if (mode == "rm" or (neg_p and np.signbit(z))) else np.float32(0.0)
-            if (x == 0 or y == 0) and z == 0:
-                w = np.float32(-0.0) if (neg_p and np.signbit(z)) or (mode == "rm" and neg_p != np.signbit(z)) \
-                    else np.float32(0.0)
-            assert g == 0, (x, y, z, g)
+        if q == 0:
+            w = exact_zero_sum_f32(x, y, z, mode)
+            assert same_f32(g, w), (mode, x, y, z, g, w)      # the sign of zero too
             continue
         w = round_fraction(q, mode)
         assert same_f32(g, w), (mode, x, y, z, g, w)
+
+
+def exact_zero_sum_f32(x, y, z, mode: str) -> np.float32:
+    """IEEE 754 §6.3 for fma(x, y, z) whose exact value is zero: when the product and z are both zeros of
+    the same sign, that zero; otherwise (opposite signs, or x*y == -z != 0) +0, except -0 when rounding
+    toward -inf (rm)."""
+    product_negative = bool(np.signbit(x) != np.signbit(y))
+    if (x == 0 or y == 0) and z == 0 and product_negative == bool(np.signbit(z)):
+        return np.float32(-0.0) if product_negative else np.float32(0.0)
+    return np.float32(-0.0) if mode == "rm" else np.float32(0.0)
+
+
+def test_fma_zero_results_carry_the_ieee_sign():
+    """Every sign combination of zero products and zero addends, and exact cancellation, in each mode."""
+    z0, one = np.float32(0.0), np.float32(1.0)
+    cases = [(sx * z0, sy * one, sz * z0) for sx in (1, -1) for sy in (1, -1) for sz in (1, -1)]
+    cases += [(np.float32(1.5), np.float32(-2.0), np.float32(3.0)), (np.float32(-1.5), np.float32(-2.0), np.float32(-3.0))]
+    a, b, c = (arr([t[i] for t in cases]) for i in range(3))
+    for mode in ("rn", "rz", "rm", "rp"):
+        got = run1(f"fma.{mode}.f32 %d, %a, %b, %c", "f32", [("f32", a), ("f32", b), ("f32", c)])
+        want = [exact_zero_sum_f32(x, y, z, mode) for x, y, z in zip(a, b, c)]
+        assert [bool(np.signbit(g)) for g in got] == [bool(np.signbit(w)) for w in want], (mode, got, want)
+        assert all(same_f32(g, w) for g, w in zip(got, want))
 
 
 def test_fma_double_rounding_trap_is_exact():

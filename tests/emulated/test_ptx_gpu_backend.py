@@ -86,7 +86,7 @@ class EmulatedGemmGpu:
     def upload(self, t) -> int:
         return self.dev.upload(self._raw(t), "buf")
 
-    def alloc(self, nbytes: int, fill: int = 0) -> int:
+    def alloc(self, nbytes: int, fill: int = 0xFF) -> int:   # poisoned unless told
         return self.dev.alloc(nbytes, "buf", fill=fill)
 
     def download(self, ptr: int, host):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -157,8 +158,15 @@ def test_no_gpu_keeps_the_cuda_ep_in_the_list(tmp_path):
     res, err = child({"model": str(path), "how": "names", "feeds": "add", "n": 4,
                       "rest": ["CUDAExecutionProvider", "CPUExecutionProvider"]})
     assert "Unknown Provider Type" not in err, err
-    # Without a GPU the CUDA EP itself cannot load (libcudart missing); PlusEP is never the cause.
-    assert "error" in res or res["providers"][0] == "PlusEP", res
+    # Without a GPU the CUDA EP itself cannot load (its CUDA libraries or the device are missing): ORT
+    # either drops it with a warning (the session runs on PlusEP + CPU) or, on some installs, fails the
+    # session with the CUDA EP's own error. PlusEP is never the cause, and the run is right.
+    if "error" in res:
+        assert "PlusEP" not in res["error"] and re.search(r"CUDA|libcu", res["error"]), res
+        return
+    assert res["providers"][0] == "PlusEP" and "CUDAExecutionProvider" not in res["providers"], res
+    assert res["out"] == [2.0, 3.0, 4.0, 5.0], res                  # X + Y computed (by the CPU EP)
+    assert res["assigned"] == {"CPUExecutionProvider": ["Add"]}, res
 
 
 def test_import_registers_once_and_old_ort_is_a_clear_error(monkeypatch):

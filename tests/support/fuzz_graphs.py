@@ -692,13 +692,20 @@ def _broadcasts_to(small, big):
     return True
 
 
-def build_case(ch, check=True) -> FuzzCase:
-    """One random case from the chooser ``ch`` (RandomChooser or DrawChooser)."""
+WIDTHS = (8, 4, 16, 12)
+
+
+def build_case(ch, check=True, widths=WIDTHS, dtypes=None) -> FuzzCase:
+    """One random case from the chooser ``ch`` (RandomChooser or DrawChooser). ``widths``: the hidden
+    sizes to choose from (wider ones span several kernel tiles); ``dtypes``: force the float type to one
+    of these (the same choices are drawn either way, so a seed keeps its graph otherwise)."""
     opset = ch.choice(OPSETS)
     dtype = F16 if ch.bool(0.08) else F32
+    if dtypes is not None and dtype not in dtypes:
+        dtype = dtypes[0]
     seed = ch.int(0, 2**16)
     b = _Builder(ch, opset, dtype, seed)
-    h = ch.choice([8, 4, 16, 12])
+    h = ch.choice(list(widths))
     two_d = ch.bool(0.2)
     batch = "batch" if ch.bool(0.85) else ch.choice([2, h, 1, 3])
     seq = "seq" if ch.bool(0.85) else ch.choice([h, 5, 1])

@@ -144,23 +144,7 @@ def host_value(raw, dt):
 
 def run_route(rd, route: int, inputs: list, outputs: list, arch="sm_90a", ptx_edit=None):
     """Launch every kernel of route `route` of a static-shape render on the CPU PTX interpreter (checkers
-    on); returns (outputs like the `outputs` arrays, [LaunchResult]). `ptx_edit(text) -> text` mutates the
-    PTX before it is parsed (mutation tests)."""
-    from plus_ep.kernels.ptx import Module
-    from plus_ep.kernels.ptx.build import compile_ptx
-    from tests.support.ptx_harness import Device, plus_args
-    from tests.support.run_rendered import static_value
-    assert not rd.plan.syms, "static shapes only"
-    dev = Device()
-    ins = [dev.upload(np.asarray(a)) for a in inputs]
-    outs = [dev.alloc(np.asarray(o).nbytes, fill=0xFF) for o in outputs]      # unwritten = NaN
-    scratch = [dev.alloc(static_value(e), fill=0xFF) for e in rd.plan.scratch]   # the two-kernel plan's
-    results = []
-    for launch in rd.plan.routes[route].launches:
-        ptx = compile_ptx(rd.variants[launch.image].source, arch, name=f"gemm_norm_{launch.image}.cu")
-        kernel = Module.parse(ptx_edit(ptx) if ptx_edit else ptx, name="gemm_norm").kernel(launch.entry)
-        results.append(kernel.launch(grid=tuple(static_value(g) for g in launch.grid),
-                                     block=tuple(static_value(b) for b in launch.block),
-                                     shared_bytes=static_value(launch.smem), memory=dev.mem,
-                                     params=plus_args(ins=ins, outs=outs, scratch=scratch)))
-    return [dev.download(p, np.asarray(o)) for p, o in zip(outs, outputs)], results
+    on, poisoned outputs); returns (outputs like the `outputs` arrays, [LaunchResult]). `ptx_edit(text) ->
+    text` mutates the PTX before it is parsed (mutation tests)."""
+    from tests.support.run_rendered import launch_route
+    return launch_route(rd, inputs, outputs, arch, "gemm_norm", route=route, ptx_edit=ptx_edit)

@@ -144,7 +144,7 @@ def run_ring(cx=4, grid=(4, 2, 1), sync="release"):
     ncta = grid[0] * grid[1]
     x = np.random.default_rng(2).standard_normal((ncta, 64)).astype(np.float32)
     dev = H.Device()
-    pi, po = dev.upload(x, "in"), dev.alloc(x.nbytes, "out", fill=0)
+    pi, po = dev.upload(x, "in"), dev.output(x)
     res = mod.kernel("k").launch(grid, (64, 1, 1), 0, struct.pack("<QQ", pi, po), dev.mem)
     out = dev.download(po, x)
     ref = np.empty_like(x)

@@ -11,6 +11,7 @@ import numpy as np
 from plus_ep.kernels.build.nvrtc import TEMPLATES_DIR
 from plus_ep.kernels.ptx import GlobalMemory, Module
 from plus_ep.kernels.ptx.build import compile_ptx
+from tests.support.poison import POISON_BYTE, assert_written
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,8 +48,21 @@ class Device:
         self.arrays.append(a)
         return self.mem.map_array(a, name)
 
-    def alloc(self, nbytes: int, name: str = "buf", fill: int = 0) -> int:
+    def alloc(self, nbytes: int, name: str = "buf", fill: int = POISON_BYTE) -> int:
+        """An allocation of `nbytes` (at least 16), poisoned by default (tests/support/poison.py)."""
         return self.upload(np.full(max(int(nbytes), 16), fill, np.uint8), name)
+
+    def output(self, like: np.ndarray, name: str = "out") -> int:
+        """A poisoned output buffer the size of `like`; read it back with `download_written`."""
+        return self.alloc(np.asarray(like).nbytes, name)
+
+    def download_written(self, addr: int, like: np.ndarray, what: str = "output") -> np.ndarray:
+        """download(), failing when an element still holds the poison: any output but a signed integer one
+        (where -1 is a value; compare those exactly), bf16 carried as uint16 bits included."""
+        got = self.download(addr, like)
+        if got.dtype.kind != "i":
+            assert_written(got, what)
+        return got
 
     def array(self, addr: int) -> np.ndarray:
         for a in self.arrays:

@@ -1,5 +1,5 @@
 """Run a rendered fused subgraph (kernels.render.render) on the CPU PTX interpreter: every launch of
-its first route, with static shapes (launch expressions over literals only)."""
+one route, with static shapes (launch expressions over literals only)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,18 +21,38 @@ def static_value(rpn: str) -> int:
     return value
 
 
-def run_rendered(rd, inputs: list, outputs: list, arch: str = "sm_80", name: str = "fused") -> list:
-    """Launch route 0 of `rd` with `inputs` (arrays in the subgraph's input order) and return the
-    outputs, shaped and typed like the `outputs` templates (arrays)."""
+def launch_route(rd, inputs: list, outputs: list, arch: str = "sm_80", name: str = "fused", route: int = 0,
+                 ptx_edit=None, checks: bool = True):
+    """Launch every kernel of route `route` of `rd` with `inputs` (arrays in the subgraph's input order);
+    returns (outputs shaped and typed like the `outputs` templates, [LaunchResult]). Output and scratch
+    buffers start poisoned (tests/support/poison.py) and a float output element no launch wrote fails
+    here. `ptx_edit(text) -> text` mutates the PTX before it is parsed (mutation tests)."""
+    from plus_ep.kernels.ptx import Module
+    from plus_ep.kernels.ptx.build import compile_ptx
     from tests.support.ptx_harness import Device, module, plus_args
     assert not rd.plan.syms, "static shapes only"
     dev = Device()
     ins = [dev.upload(np.asarray(a)) for a in inputs]
-    outs = [dev.upload(np.zeros_like(o)) for o in outputs]
-    for launch in rd.plan.routes[0].launches:
-        kernel = module(rd.variants[launch.image].source, arch, f"{name}_{launch.image}").kernel(launch.entry)
-        kernel.launch(grid=tuple(static_value(g) for g in launch.grid),
-                      block=tuple(static_value(b) for b in launch.block),
-                      shared_bytes=static_value(launch.smem), params=plus_args(ins=ins, outs=outs),
-                      memory=dev.mem)
-    return [dev.download(p, o) for p, o in zip(outs, outputs)]
+    outs = [dev.output(o) for o in outputs]
+    scratch = [dev.alloc(static_value(e), "scratch") for e in rd.plan.scratch]
+    results = []
+    for launch in rd.plan.routes[route].launches:
+        source = rd.variants[launch.image].source
+        if ptx_edit is None:
+            mod = module(source, arch, f"{name}_{launch.image}")
+        else:
+            mod = Module.parse(ptx_edit(compile_ptx(source, arch, name=f"{name}_{launch.image}.cu")), name=name)
+        results.append(mod.kernel(launch.entry).launch(
+            grid=tuple(static_value(g) for g in launch.grid), block=tuple(static_value(b) for b in launch.block),
+            shared_bytes=static_value(launch.smem), params=plus_args(ins=ins, outs=outs, scratch=scratch),
+            memory=dev.mem, checks=checks))
+    got = [dev.download_written(p, np.asarray(o), f"{name} output {k}") for k, (p, o) in enumerate(zip(outs, outputs))]
+    return got, results
+
+
+def run_rendered(rd, inputs: list, outputs: list, arch: str = "sm_80", name: str = "fused") -> list:
+    """Route 0 of `rd` through launch_route; returns the outputs (checker findings fail)."""
+    got, results = launch_route(rd, inputs, outputs, arch, name)
+    findings = [str(f) for r in results for f in r.findings]
+    assert not findings, "\n".join(findings)
+    return got

@@ -168,7 +168,7 @@ class _Gpu:
             self.check(self.cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes))
         return int(ptr)
 
-    def alloc(self, nbytes: int, fill: int = 0) -> int:
+    def alloc(self, nbytes: int, fill: int = 0xFF) -> int:   # poisoned unless told
         ptr = self.check(self.cu.cuMemAlloc(max(nbytes, 16)))
         self.allocs.append(ptr)
         self.check(self.cu.cuMemsetD8(ptr, fill, max(nbytes, 16)))

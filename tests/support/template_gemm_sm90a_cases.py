@@ -144,7 +144,7 @@ class _Gpu:
             raise RuntimeError(f"CUDA driver error {name!r}")
         return vals[0] if len(vals) == 1 else (vals or None)
 
-    def alloc(self, nbytes: int, fill: int = 0) -> int:
+    def alloc(self, nbytes: int, fill: int = 0xFF) -> int:   # poisoned unless told
         ptr = self.check(self.cu.cuMemAlloc(max(nbytes, 16)))
         self.allocs.append(ptr)
         self.check(self.cu.cuMemsetD8(ptr, fill, max(nbytes, 16)))
@@ -301,7 +301,7 @@ def test_throughput_report(cfg, gpu):
         a = (torch.rand(M, K) - 0.5).half()
         b = (torch.rand(K, N) - 0.5).half()
         pa, pb = gpu.upload(a), gpu.upload(b)
-        pout = gpu.alloc(M * N * 2)
+        pout = gpu.alloc(M * N * 2, fill=0xFF)       # poisoned: every element must be written
         args = plus_args(ins=(pa, pb), outs=(pout,), v=[1, M, N, K])
         fn = gpu.function(module, "plus_gemm", cfg.smem_bytes)
         grid = gc.grid(cfg, 1, M, N)

@@ -14,49 +14,13 @@ Every Fused node must launch its kernels on every arch, without interpreter erro
 and the emulated driver's poisoned memory catches any output element no kernel wrote."""
 from __future__ import annotations
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, numpy_helper
 
-from tests.support.bounds import UNIT, assert_within, element_bound, sensitivity
-from tests.support.kernel_models import realistic_weights, run_on_kernels, to_fp16
+from tests.support.kernel_models import check_model_on_kernels, realistic_weights
 
 pytest.importorskip("cuda.bindings")
 
 BATCH, SEQ = 2, 70
-
-
-def _round_weights_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The fp32 model whose weights are the float16 model's (the reference of a float16 run)."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for k, t in enumerate(out.graph.initializer):
-        if t.data_type == TensorProto.FLOAT:
-            a = numpy_helper.to_array(t)
-            out.graph.initializer[k].CopyFrom(numpy_helper.from_array(a.astype(np.float16).astype(np.float32), t.name))
-    return out
-
-
-def check_model_on_kernels(model, feeds, archs, math, fp32_math="exact"):
-    """Run `model` (fp32) through its kernels in `math` (exact / tf32 / fp16) on `archs` and check every
-    launch and every output element; returns the KernelRun."""
-    ref_model = _round_weights_fp16(model) if math == "fp16" else model
-    run_model = to_fp16(ref_model) if math == "fp16" else ref_model
-    run = run_on_kernels(run_model, feeds, archs=archs, fp32_math=fp32_math)
-    spread = sensitivity(ref_model, feeds, UNIT[math])
-    import onnxruntime as ort
-    sess = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"])
-    reference = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-    for arch in archs:
-        launches = run.launches[arch]
-        bad = [ln for ln in launches if ln[3] or ln[4]]
-        assert not bad, bad                                    # no interpreter error, no checker finding
-        assert {ln[0] for ln in launches} == set(run.fused), (sorted({ln[0] for ln in launches}), run.fused)
-        for name, ref in reference.items():
-            assert_within(run.outputs[arch][name], ref, element_bound(ref, spread[name], math),
-                          f"{arch} {math} output {name}")
-    return run
 
 
 def _grids(run, arch, entry):

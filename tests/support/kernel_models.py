@@ -4,7 +4,8 @@ ONNX Runtime on the emulated CUDA driver, against ONNX Runtime CPU on the origin
     model = realistic_weights(onnx.load(path))          # non-zero biases, norm weights != 1, peaky logits
     res = run_on_kernels(model, feeds, archs=["sm_80", "sm_90a"], fp32_math="exact")
     res.outputs["sm_80"][name]                          # an output through the kernels
-    res.launches["sm_80"]                               # (node, entry, grid, error, findings) per launch
+    res.launches["sm_80"]                               # [node, entry, grid, error, findings, seconds]
+    check_model_on_kernels(model, feeds, ["sm_80"], "exact")   # all of it, against ORT CPU within bounds
 
 The launcher reads its driver once per process, so each arch runs in a child process (as `plus-ep verify`
 does); its outputs come back through an .npz file. Device memory of the emulated driver starts as 0xFF
@@ -84,7 +85,17 @@ try:
 except Exception as e:
     got, error = [], " ".join(str(e).split())[:2000]
 np.savez(spec["out"], **dict(zip(names, got)))
-launches = [[r.node, r.entry, list(r.grid), r.error, [str(f) for f in r.findings][:3], round(r.seconds, 3)] for r in emu.records]
+# which node each loaded module served: a cubin several nodes share (every layer of a model) is loaded once
+# per node, in order; each load goes to the first of its nodes not given one yet (as plus-ep verify does)
+owner, taken = {}, set()
+for h, key in emu.load_order:
+    info = emu.registry.get(key)
+    cands = info.nodes if info else []
+    pick = next((n for n in cands if (n, key) not in taken), cands[0] if cands else "")
+    taken.add((pick, key))
+    owner[h] = pick
+launches = [[owner.get(r.module, r.node), r.entry, list(r.grid), r.error, [str(f) for f in r.findings][:3],
+             round(r.seconds, 3)] for r in emu.records]
 print(json.dumps({"error": error, "launches": launches, "live_allocations": emu.live_allocations()}))
 """
 
@@ -109,7 +120,7 @@ def run_on_kernels(model: onnx.ModelProto, feeds: dict, archs=("sm_80",), fp32_m
     """Rewrite `model` with kernels for `archs` and run it through them, one child per arch."""
     from tests.support.emulated_models import child_env
     r = rewrite_with_kernels(model, archs, fp32_math)
-    fused = [n.name for n in r.model.graph.node if n.domain == "ai.plus_ep" and n.op_type == "Fused"]
+    fused = [n.name for n in r.model.graph.node if n.domain == "ai.plus_ep"]      # Fused and FusedHost<n>
     run = KernelRun(fused=fused, rewritten=r.model)
     with tempfile.TemporaryDirectory(prefix="plus_ep_kernel_models_") as tmp:
         tmp = Path(tmp)
@@ -127,4 +138,38 @@ def run_on_kernels(model: onnx.ModelProto, feeds: dict, archs=("sm_80",), fp32_m
             with np.load(spec["out"]) as z:
                 run.outputs[arch] = {k: z[k] for k in z.files}
             run.launches[arch] = res["launches"]
+    return run
+
+
+def round_weights_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The fp32 model whose weights are the float16 model's (the reference of a float16 run)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for k, t in enumerate(out.graph.initializer):
+        if t.data_type == TensorProto.FLOAT:
+            a = numpy_helper.to_array(t)
+            out.graph.initializer[k].CopyFrom(numpy_helper.from_array(a.astype(np.float16).astype(np.float32), t.name))
+    return out
+
+
+def check_model_on_kernels(model, feeds, archs, math, fp32_math="exact"):
+    """Run `model` (fp32) through its kernels in `math` (exact / tf32 / fp16) on `archs` and check every
+    launch and every output element; returns the KernelRun."""
+    import onnxruntime as ort
+
+    from tests.support.bounds import UNIT, assert_within, element_bound, sensitivity
+    ref_model = round_weights_fp16(model) if math == "fp16" else model
+    run_model = to_fp16(ref_model) if math == "fp16" else ref_model
+    run = run_on_kernels(run_model, feeds, archs=archs, fp32_math=fp32_math)
+    spread = sensitivity(ref_model, feeds, UNIT[math])
+    sess = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    reference = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    for arch in archs:
+        launches = run.launches[arch]
+        bad = [ln for ln in launches if ln[3] or ln[4]]
+        assert not bad, bad                                    # no interpreter error, no checker finding
+        assert {ln[0] for ln in launches} == set(run.fused), (sorted({ln[0] for ln in launches}), run.fused)
+        for name, ref in reference.items():
+            assert_within(run.outputs[arch][name], ref, element_bound(ref, spread[name], math),
+                          f"{arch} {math} output {name}")
     return run

@@ -3,25 +3,58 @@
     python -m tests.support.golden            # check (exit 1 and a diff summary on a mismatch)
     python -m tests.support.golden --update   # regenerate after an intended codegen change
 
-The cases render subgraphs of the small BERT TorchScript export (zoo, needs the [models] extra).
+The cases render subgraphs of the small BERT TorchScript export (zoo, 2 layers). The rendered code does
+not depend on weight values, so tests/golden/ also keeps that export's graph with its weights zeroed
+(STRUCTURE, ~9 KB gzipped): the golden check runs from it without torch (tests/cpu/test_golden.py), and
+with torch the export itself must still have exactly that graph (tests/zoo/test_kernels_codegen.py).
+`--update` needs the [models] extra: it rewrites the golden sources and STRUCTURE from the export.
 """
 from __future__ import annotations
 
+import gzip
 import pathlib
 import sys
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
+STRUCTURE = GOLDEN / "bert-torchscript-small-L2.structure.onnx.gz"
 CASES = {"gemm_group_qkv": ("gemm_group", "Transpose"), "gemm_bias_gelu": ("gemm", "Erf"),
          "gemm_layernorm": ("gemm_layernorm", "LayerNormalization"), "attention": ("attention", "Softmax"),
          "layernorm_embed": ("layernorm", "Gather")}
 
 
-def render_cases(arch="sm_80") -> dict:
+def export_model():
+    """The small BERT TorchScript export (2 layers) the cases come from (needs the [models] extra)."""
     from plus_ep import zoo
-    from plus_ep.rewrite import rewrite_detailed
+    return zoo.load("bert", "torchscript", "small", layers=2)
+
+
+def zero_weights(model):
+    """The graph of `model` with every initializer of 16 or more elements set to zeros (shapes, dtypes
+    and small constants kept): what the codegen reads, in a few KB."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for k, t in enumerate(out.graph.initializer):
+        a = numpy_helper.to_array(t)
+        if a.size >= 16:
+            out.graph.initializer[k].CopyFrom(numpy_helper.from_array(np.zeros_like(a), t.name))
+    return out
+
+
+def structure_model():
+    """The export's graph with zeroed weights, from tests/golden/ (no torch needed)."""
+    import onnx
+    return onnx.load_from_string(gzip.decompress(STRUCTURE.read_bytes()))
+
+
+def render_cases(model=None, arch="sm_80") -> dict:
+    """{file name: text} of every case rendered from `model` (default: the zoo export)."""
     from plus_ep.kernels.render import render
     from plus_ep.kernels.target import Target
-    r = rewrite_detailed(zoo.load("bert", "torchscript", "small", layers=2))
+    from plus_ep.rewrite import rewrite_detailed
+    r = rewrite_detailed(export_model() if model is None else model)
     out = {}
     for case, (pattern, op) in CASES.items():
         sg = next(s for s in r.subgraphs if s.pattern.name == pattern
@@ -34,20 +67,27 @@ def render_cases(arch="sm_80") -> dict:
     return out
 
 
+def differing(rendered: dict) -> list:
+    """Names of the golden files `rendered` does not match."""
+    return [name for name, text in rendered.items()
+            if not (GOLDEN / name).exists() or (GOLDEN / name).read_text() != text]
+
+
 def main(argv=None) -> int:
     update = "--update" in (argv if argv is not None else sys.argv[1:])
-    bad = []
-    for name, text in render_cases().items():
-        path = GOLDEN / name
-        if update:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        elif not path.exists() or path.read_text() != text:
-            bad.append(name)
+    if update:
+        model = export_model()
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        for name, text in render_cases(model).items():
+            (GOLDEN / name).write_text(text)
+        STRUCTURE.write_bytes(gzip.compress(zero_weights(model).SerializeToString(), 9, mtime=0))
+        print(f"golden sources and {STRUCTURE.name} written ({GOLDEN})")
+        return 0
+    bad = differing(render_cases(structure_model()))
     if bad:
         print("golden sources differ: " + ", ".join(bad) + " (python -m tests.support.golden --update)")
         return 1
-    print("golden sources " + ("written" if update else "match") + f" ({GOLDEN})")
+    print(f"golden sources match ({GOLDEN})")
     return 0
 
 

@@ -1,6 +1,8 @@
 """Codegen acceptance on CPU: every fused subgraph of the six families renders and every route
 compiles with NVRTC for sm_80 and sm_90 (zero spills, shared memory within the limit); golden
-sources; rewritten models with embedded kernels still run their function bodies on ORT CPU."""
+sources from the export itself (tests/cpu/test_golden.py checks them without torch, from the export's
+zeroed-weight graph kept in tests/golden/); rewritten models with embedded kernels still run their
+function bodies on ORT CPU. Tests that export models skip without the [models] extra."""
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -14,7 +16,12 @@ from plus_ep.kernels.build.stage import pack_images, unpack_images
 from plus_ep.rewrite import rewrite_detailed
 
 pytestmark = pytest.mark.zoo
+MODELS_EXTRA = "zoo exports need the [models] extra (torch, transformers)"
 
+
+def needs_models_extra():
+    pytest.importorskip("torch", reason=MODELS_EXTRA)
+    pytest.importorskip("transformers", reason=MODELS_EXTRA)
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +31,7 @@ def kcache(tmp_path_factory):
 
 @pytest.mark.parametrize("family", zoo_models.FAMILIES)     # the new families: test_wild_families.py
 def test_every_subgraph_renders_and_compiles(family, kcache):
+    needs_models_extra()
     for exporter in zoo.EXPORTERS:
         model = zoo.load(family, exporter, "small", layers=2)
         plain = rewrite_detailed(model)
@@ -42,6 +50,7 @@ def test_every_subgraph_renders_and_compiles(family, kcache):
 
 
 def test_rewritten_model_with_kernels_runs_its_bodies_on_cpu(kcache):
+    needs_models_extra()
     path = zoo.export("bert", "dynamo", "small", layers=2)
     r = rewrite_detailed(path, archs=["sm_80"], cache=kcache, progress=False)
     feeds = zoo.sample_inputs(path, batch=2, seq=9)
@@ -53,6 +62,7 @@ def test_rewritten_model_with_kernels_runs_its_bodies_on_cpu(kcache):
 
 
 def test_second_build_compiles_nothing(kcache, monkeypatch):
+    needs_models_extra()
     model = zoo.load("vit", "torchscript", "small", layers=2)
     rewrite_detailed(model, archs=["sm_80"], cache=kcache, progress=False)
     monkeypatch.setenv("PLUS_EP_ASSERT_CACHED", "1")
@@ -60,11 +70,16 @@ def test_second_build_compiles_nothing(kcache, monkeypatch):
     assert r.kernels.compiled == 0 and r.kernels.cached > 0 and not r.kernels.failures
 
 
-def test_golden_sources():
-    rendered = golden.render_cases()
-    for name, text in rendered.items():
-        want = (golden.GOLDEN / name).read_text()
-        assert text == want, f"{name} changed; if intended: python -m tests.support.golden --update"
+def test_golden_sources_from_the_export():
+    """The golden sources rendered from the export itself, and the export's graph is still the one kept in
+    tests/golden/ (the torch-free golden check renders from that copy)."""
+    needs_models_extra()
+    model = golden.export_model()
+    bad = golden.differing(golden.render_cases(model))
+    assert not bad, f"{bad} changed; if intended: python -m tests.support.golden --update"
+    kept = golden.structure_model().graph
+    assert golden.zero_weights(model).graph == kept, \
+        f"the export's graph differs from {golden.STRUCTURE.name}: python -m tests.support.golden --update"
 
 
 def test_image_pack_round_trip():

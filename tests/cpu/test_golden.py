@@ -1,0 +1,17 @@
+"""Golden rendered sources without torch: the cases of tests/support/golden.py rendered from the small BERT
+export's graph kept in tests/golden/ (weights zeroed: the codegen reads shapes, not values) must equal the
+golden files byte for byte. tests/zoo/test_kernels_codegen.py checks that the export still has that graph."""
+from tests.support import golden
+
+
+def test_golden_sources():
+    bad = golden.differing(golden.render_cases(golden.structure_model()))
+    assert not bad, f"{bad} changed; if intended: python -m tests.support.golden --update"
+
+
+def test_golden_check_is_not_vacuous():
+    """A one-character change of a rendered source is reported."""
+    rendered = golden.render_cases(golden.structure_model())
+    name = "attention.cu"
+    rendered[name] = rendered[name].replace("PLUS_HEAD_DIM", "PLUS_HEAD_DIMM", 1)
+    assert golden.differing(rendered) == [name]

@@ -1,7 +1,9 @@
 """One-kernel GEMM + residual + LayerNorm/RMSNorm on sm_90a (kernels/gemm/norm_render.py): the wgmma
 GEMM's CTAs along a row form a thread-block cluster and normalise whole rows through distributed shared
 memory. Each case renders a static-shape subgraph, runs its one launch on the CPU PTX interpreter
-(clusters interleaved, checkers on) and compares with float64 numpy; unwritten outputs would be NaN."""
+(clusters interleaved, checkers on) and compares with float64 numpy per element within a bound
+(gemm_norm_cases.reference_bound); the first rows have a variance of ~4e-4, where the epsilon matters;
+outputs start poisoned (an unwritten element fails)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +11,10 @@ import pytest
 from onnx import TensorProto
 
 from plus_ep.warehouse import load_warehouse
-from tests.support.gemm_norm_cases import (SOFTMAX_PATTERN, device_array, host_value, norm_model, reference,
+from tests.support.gemm_norm_cases import (SOFTMAX_PATTERN, device_array, host_value, norm_model, reference_bound,
                                            render_subgraph, reshaped_model, run_route, softmax_model)
 
 F16, BF16 = TensorProto.FLOAT16, TensorProto.BFLOAT16
-# max |Y - ref| / max |ref|: the output's rounding (half an ulp: 2^-11 f16, 2^-8 bf16) plus fp32 sums
-Y_TOL = {F16: 1e-3, BF16: 8e-3}
 
 
 def _run(M, N, K, dt, ptx_edit=None, excluded=(), **kw):
@@ -22,14 +22,16 @@ def _run(M, N, K, dt, ptx_edit=None, excluded=(), **kw):
     rd, ins, outs = render_subgraph(model, excluded=excluded)
     like = [device_array(np.zeros((M, N)), dt) for _ in outs]
     got, results = run_route(rd, 0, [device_array(vals[i], dt) for i in ins], like, ptx_edit=ptx_edit)
-    s, y = reference(vals, dt, rms=kw.get("rms", False), bias=kw.get("bias", True))
-    return rd, dict(zip(outs, [host_value(g, dt) for g in got])), {"S": s, "Y": y}, results
+    s, y, bound = reference_bound(vals, dt, rms=kw.get("rms", False), bias=kw.get("bias", True))
+    return rd, dict(zip(outs, [host_value(g, dt) for g in got])), {"S": s, "Y": y, "bound": bound}, results
 
 
 def _check(out, ref, dt):
     y, yr = out["Y"], ref["Y"]
-    assert np.isfinite(y).all()
-    assert np.abs(y - yr).max() / np.abs(yr).max() <= Y_TOL[dt], np.abs(y - yr).max()
+    err = np.abs(y - yr)
+    bad = ~(err <= ref["bound"])
+    assert not bad.any(), (f"{int(bad.sum())} elements outside their bound, worst at "
+                           f"{np.unravel_index(np.argmax(err / ref['bound']), err.shape)}: max err {err.max():.3g}")
     if "S" in out:     # the residual sum, stored as the graph holds it (rounded to dt): within an ulp
         ulp = 2.0 ** (-10 if dt == F16 else -7)
         assert (np.abs(out["S"] - ref["S"]) <= ulp * np.abs(ref["S"]) + 1e-6).all()
@@ -93,9 +95,10 @@ def test_gemm_on_flattened_rows_with_reshaped_output():
                             [like[o] for o in outs])
     assert res.findings == [], [str(f) for f in res.findings]
     ref = {"X": vals["X"].reshape(B * S, K), "R": vals["R"].reshape(B * S, N), **{k: vals[k] for k in ("W", "B", "g", "bb")}}
-    s_ref, y_ref = reference(ref, F16)
+    s_ref, y_ref, bound = reference_bound(ref, F16)
     out = dict(zip(outs, got))
-    _check({"Y": out["Y"].astype(np.float32), "S": out["S"].reshape(B * S, N).astype(np.float32)}, {"S": s_ref, "Y": y_ref}, F16)
+    _check({"Y": out["Y"].astype(np.float32), "S": out["S"].reshape(B * S, N).astype(np.float32)},
+           {"S": s_ref, "Y": y_ref, "bound": bound}, F16)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])

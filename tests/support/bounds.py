@@ -44,19 +44,25 @@ def _perturbed(model: onnx.ModelProto, u: float, rng) -> onnx.ModelProto:
     return p
 
 
-def sensitivity(model: onnx.ModelProto, feeds: dict, u: float, draws: int = 3, seed: int = 1) -> dict:
+def sensitivity(model: onnx.ModelProto, feeds: dict, u: float, draws: int = 3, seed: int = 1,
+                optimized: bool = True) -> dict:
     """{output name: max over `draws` runs of |ref(perturbed) - ref|}, weights (>= 16 elements) and
-    float feeds scaled by (1 ± u) with random signs, on ONNX Runtime CPU."""
+    float feeds scaled by (1 ± u) with random signs, on ONNX Runtime CPU (optimized=False: with its graph
+    optimizations off)."""
     import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if not optimized:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 
     def run(m, f):
-        s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
         return dict(zip([o.name for o in s.get_outputs()], s.run(None, f)))
     ref = run(model, feeds)
     rng = np.random.default_rng(seed)
     spread = {k: np.zeros(v.shape) for k, v in ref.items()}
     for _ in range(draws):
-        f = {k: (v * (1 + u * rng.choice([-1.0, 1.0], v.shape))).astype(v.dtype) if v.dtype.kind == "f" else v
+        f = {k: np.asarray(v * (1 + u * rng.choice([-1.0, 1.0], v.shape)), v.dtype) if v.dtype.kind == "f" else v
              for k, v in feeds.items()}
         got = run(_perturbed(model, u, rng), f)
         for k in ref:
@@ -98,3 +104,28 @@ def assert_within(got: np.ndarray, ref: np.ndarray, bound: np.ndarray, what: str
                                  f"bound; worst at {tuple(int(i) for i in worst)}: got {g[worst]:.7g}, want "
                                  f"{r[worst]:.7g}, bound {bound[worst]:.3g}")
     return float(ratio[worst])
+
+
+def upcast_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a float16 model computing in float32: every float16 input, output, value_info,
+    initializer, Constant and Cast target becomes float32 (the higher-precision reference of a float16
+    run; its Cast round trips through float16 then round nothing)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT16:
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+
+    def tensor32(t):
+        return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name)
+    for k, t in enumerate(g.initializer):
+        if t.data_type == TensorProto.FLOAT16:
+            g.initializer[k].CopyFrom(tensor32(t))
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT16:
+                a.t.CopyFrom(tensor32(a.t))
+            elif n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT16:
+                a.i = TensorProto.FLOAT
+    return out

@@ -44,7 +44,22 @@ def norm_model(M, N, K, dt=TensorProto.FLOAT16, rms=False, bias=True, sum_out=Fa
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
     rows = 64 if isinstance(M, str) else M
     inputs = {"X": _round(rng.standard_normal((rows, K)), dt), "R": _round(rng.standard_normal((rows, N)), dt)}
+    _low_variance_rows(inputs, w, dt, rms, bias, rng)
     return model, {**w, **inputs}
+
+
+LOW_ROWS = 4
+
+
+def _low_variance_rows(inputs, w, dt, rms, bias, rng):
+    """Rows 0..LOW_ROWS-1 of the residual R cancel X @ W (+ B) up to a spread of 0.02, so that S's row is
+    nearly constant (LayerNorm: c + noise; RMSNorm: noise alone): variance ~4e-4, where the epsilon
+    (1e-5) is visible: a kernel using another epsilon (or dropping it, or the variance of another row)
+    is off by O(1) there, not by a rounding."""
+    wm = w["W"] if "W" in w else w["Wt"].T
+    xw = inputs["X"][:LOW_ROWS].astype(np.float64) @ wm + (w["B"] if bias else 0.0)
+    c = 0.0 if rms else rng.uniform(-3, 3, size=(len(xw), 1))
+    inputs["R"][:LOW_ROWS] = _round(c - xw + 0.02 * rng.standard_normal(xw.shape), dt)
 
 
 def reshaped_model(B, S, N, K, seed=0):
@@ -83,16 +98,33 @@ def _round(a, dt):
 
 def reference(values, dt, rms=False, bias=True, eps=1e-5):
     """(S, Y) in float64 from the inputs' exact values; S rounded to dt first, as the graph holds it."""
+    s, y, _ = reference_bound(values, dt, rms, bias, eps)
+    return s, y
+
+
+UNIT_OF = {TensorProto.FLOAT16: 2.0 ** -11, TensorProto.BFLOAT16: 2.0 ** -8, TensorProto.FLOAT: 2.0 ** -24}
+
+
+def reference_bound(values, dt, rms=False, bias=True, eps=1e-5):
+    """(S, Y, bound on |Y_kernel - Y| per element). Y = c * r * g (+ bb) with c = S - mean (LayerNorm) or S
+    (RMSNorm) and r = 1 / sqrt(mean(c^2) + eps). The kernel's error: Y's rounding to dt (half an ulp,
+    1.01 u |Y|); the row statistics, carried through r, of values that may differ from the graph's S by
+    its rounding to dt (the fused kernel normalises the fp32 sum it also stores rounded: up to u |S| per
+    element) and by fp32 sums of N terms ((N + 8) 2^-24 of the row's largest |S|), rsqrt.approx 2^-22:
+    |g| r ((2 u + (N + 8) 2^-24) max|S| (1 + |c| r) + 2^-22 |c|). On a low-variance row r is large, so the
+    bound widens with the row's conditioning exactly where a kernel's slip (an epsilon, a mean) shows most."""
     v = {k: np.asarray(a, np.float64) for k, a in values.items()}
     w = v["W"] if "W" in v else v["Wt"].T
     s = v["X"] @ w + (v["B"] if bias else 0.0) + v["R"]
     s = _round(s, dt).astype(np.float64)
-    if rms:
-        y = s / np.sqrt((s * s).mean(-1, keepdims=True) + eps) * v["g"]
-    else:
-        c = s - s.mean(-1, keepdims=True)
-        y = c / np.sqrt((c * c).mean(-1, keepdims=True) + eps) * v["g"] + v["bb"]
-    return s, y
+    c = s if rms else s - s.mean(-1, keepdims=True)
+    r = 1.0 / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
+    y = c * r * v["g"] + (0.0 if rms else v["bb"])
+    n = s.shape[-1]
+    big = np.abs(s).max(-1, keepdims=True)
+    u = UNIT_OF[dt]
+    stats = np.abs(v["g"]) * r * ((2 * u + (n + 8) * 2.0 ** -24) * big * (1 + np.abs(c) * r) + 2.0 ** -22 * np.abs(c))
+    return s, y, 1.01 * u * np.abs(y) + stats + 1e-30
 
 
 SOFTMAX_PATTERN = '''from plus_ep.warehouse import pattern

@@ -19,8 +19,10 @@ DROPOUT_EVAL = "dropout_eval"    # Dropout(p, ratio, training_mode=false)
 SPELLED = "spelled"              # no Softmax node: Exp / ReduceSum / Div (with max subtraction)
 
 
-def attention_model(variant: str, opset: int = 18):
-    """(model, feeds) of one attention block; `mask` is additive [B, 1, 1, S] (0 or -inf)."""
+def attention_model(variant: str, opset: int = 18, S: int = S, logit_scale: float = 1.0):
+    """(model, feeds) of one attention block; `mask` is additive [B, 1, 1, S] (0 or -inf): batch 0 sees its
+    first S // 2 keys, batch 1 none. `logit_scale` multiplies q (scores of standard deviation about
+    logit_scale: a peaky softmax above 1)."""
     g = Graph("attention", opset=opset, ir_version=10)   # IR 10: what onnxruntime 1.31 reads
     for t in ("q", "k", "v"):
         g.input(t, [B, H, S, D])
@@ -58,6 +60,7 @@ def attention_model(variant: str, opset: int = 18):
     model = g.model()
     rng = np.random.default_rng(0)
     feeds = {t: rng.standard_normal((B, H, S, D)).astype(np.float32) for t in ("q", "k", "v")}
+    feeds["q"] = (feeds["q"] * np.float32(logit_scale)).astype(np.float32)
     mask = np.zeros((B, 1, 1, S), np.float32)
     mask[0, ..., S // 2:] = -np.inf
     mask[1] = -np.inf                      # batch 1: every key masked (fully masked rows)

@@ -1,0 +1,36 @@
+"""The GEMM route model (kernels/routes.py) chooses by shape: a symbolic M (batch x seq) gets several routes,
+small M a smaller tile than large M (a 128-row tile on 8 rows computes 94 % padding; on sm_90a, where every
+wgmma tile is one wave at small M, the tie goes to the larger tile) and large M the menu's largest tile (most
+data reuse per loaded element). A model that ignored the shape (one config for every M) would
+still give right results, only slow ones; this is what keeps it honest, for every menu: f16 mma.sync and
+wgmma, TF32 and SIMT fp32."""
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto
+
+from plus_ep.kernels import routes, symdim
+
+MENUS = [("sm_80", TensorProto.FLOAT16, "exact"), ("sm_80", TensorProto.FLOAT, "tf32"),
+         ("sm_80", TensorProto.FLOAT, "exact"), ("sm_90a", TensorProto.FLOAT16, "exact")]
+
+
+@pytest.mark.parametrize("arch,dtype,fp32_math", MENUS)
+def test_routes_follow_the_rows(arch, dtype, fp32_math):
+    menu = routes.gemm_menu(routes.gemm_math(dtype, fp32_math), arch)
+    rts = routes.gemm_routes("M", 3072, 768, 1, dtype, arch, symdim.Symbols(), fp32_math=fp32_math)
+    assert len(rts) >= 2, [(c, cfg.name) for c, cfg, _ in rts]
+    assert rts[-1][0] == routes.ALWAYS and all(c != routes.ALWAYS for c, _, _ in rts[:-1])
+    small, large = rts[0][1], rts[-1][1]
+    assert small.bm * small.bn < large.bm * large.bn, (small.name, large.name)
+    assert large.bm * large.bn == max(c.bm * c.bn for c in menu), large.name
+
+
+@pytest.mark.parametrize("arch,dtype,fp32_math", MENUS)
+def test_small_and_large_static_problems(arch, dtype, fp32_math):
+    menu = routes.gemm_menu(routes.gemm_math(dtype, fp32_math), arch)
+    math_ = routes.gemm_math(dtype, fp32_math)
+    tiny, _ = routes.best_gemm(8, 3072, 768, 1, routes.gemm_menu(math_, arch), arch)
+    big, _ = routes.best_gemm(8192, 3072, 768, 1, routes.gemm_menu(math_, arch), arch)
+    assert tiny.bm < big.bm or tiny.bm * tiny.bn < big.bm * big.bn, (tiny.name, big.name)
+    assert big.bm * big.bn == max(c.bm * c.bn for c in menu), big.name

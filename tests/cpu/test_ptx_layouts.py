@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from plus_ep.kernels.ptx import GlobalMemory, Module, PtxError
+from tests.support.poison import poisoned_like
 
 HEAD = ".version 9.0\n.target sm_80\n.address_size 64\n"
 
@@ -96,7 +97,7 @@ def test_mma_fragments(kind, tiles):
     for l in range(32):
         for i in range(4):
             cfrag[l, i] = C[c_coords(l, i)]
-    dfrag = np.zeros((32, 4), np.float32)
+    dfrag = poisoned_like(np.zeros((32, 4), np.float32))     # every fragment element must be written
     form = {"f16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
             "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
             "tf32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"}[kind]
@@ -135,7 +136,7 @@ def test_ldmatrix_x4(trans):
     rng = np.random.default_rng(1)
     perm = rng.permutation(32)                              # lane l supplies the address of row perm[l]
     rows = (perm * 16).astype(np.uint32)
-    out = np.zeros((32, 4), np.uint32)
+    out = poisoned_like(np.zeros((32, 4), np.uint32))
     form = "ldmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "") + ".shared.b16"
     r = _launch(LDM_PTX.replace("LDM", form), [src.view(np.uint32).reshape(32, 4).copy(), rows, out], smem=512)
     assert not r.findings

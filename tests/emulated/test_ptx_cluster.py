@@ -14,6 +14,7 @@ from plus_ep.kernels.ptx.build import compile_ptx
 from tests.support import ptx_harness as H
 from tests.support.ptx_cluster_sources import (ATOMICS, PHASES, REMOTE_AT, VECTORS, cluster_source,
                                                run_allreduce, run_ring)
+from tests.support.poison import poisoned_like
 
 
 def _ok(res, out, ref):
@@ -61,7 +62,7 @@ extern "C" __global__ void __cluster_dims__(2, 2, 1) k(unsigned* out) {
     mod = H.module(probe, "sm_90a", "cluster_regs")
     dev = H.Device()
     grid = (4, 2, 3)
-    out = np.zeros((24, 16), np.uint32)
+    out = poisoned_like(np.zeros((24, 16), np.uint32))
     po = dev.upload(out, "out")
     res = mod.kernel("k").launch(grid, (32, 1, 1), 0, struct.pack("<Q", po), dev.mem)
     assert res.findings == []
@@ -195,7 +196,7 @@ extern "C" __global__ void k(unsigned* out) {
     k = H.module(src, "sm_90a", "cluster_implicit").kernel("k")
     assert k.cluster_dims == (1, 1, 1) and not k.explicit_cluster
     dev = H.Device()
-    out = np.zeros((3, 32), np.uint32)
+    out = poisoned_like(np.zeros((3, 32), np.uint32))
     po = dev.upload(out, "out")
     res = k.launch((3, 1, 1), (32, 1, 1), 0, struct.pack("<Q", po), dev.mem)
     assert res.findings == []
@@ -207,7 +208,7 @@ def test_cluster_atomics_into_rank_0():
     import struct
     mod = H.module(ATOMICS, "sm_90a", "cluster_atomics")
     dev = H.Device()
-    out, fout = np.zeros(130, np.uint32), np.zeros(1, np.float32)
+    out, fout = poisoned_like(np.zeros(130, np.uint32)), poisoned_like(np.zeros(1, np.float32))
     po, pf = dev.upload(out, "out"), dev.upload(fout, "fout")
     res = mod.kernel("k").launch((4, 1, 1), (32, 1, 1), 0, struct.pack("<QQ", po, pf), dev.mem)
     assert res.findings == []
@@ -231,7 +232,7 @@ def test_threads_on_different_phases_at_one_wait():
         return s
     mod = H.module(PHASES, "sm_90a", "cluster_phases")
     dev = H.Device()
-    out = np.zeros(4 * 64, np.uint32)
+    out = poisoned_like(np.zeros(4 * 64, np.uint32))
     po = dev.upload(out, "out")
     try:
         C.ClusterState.try_wait = spy
@@ -251,7 +252,7 @@ def test_remote_access_outside_the_target_window_or_cluster(off, rank, msg):
     src = REMOTE_AT.replace("OFF", str(off)).replace("RANK", rank)
     mod = H.module(src, "sm_90a", "cluster_remote_at")
     dev = H.Device()
-    out = np.zeros((2, 32), np.float32)
+    out = poisoned_like(np.zeros((2, 32), np.float32))
     po = dev.upload(out, "out")
     launch = lambda: mod.kernel("k").launch((2, 1, 1), (32, 1, 1), 0, struct.pack("<Q", po), dev.mem)  # noqa: E731
     if msg is None:

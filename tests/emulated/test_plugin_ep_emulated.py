@@ -63,15 +63,9 @@ for how in spec["hows"]:
     except Exception as e:
         out["runs"][how] = {"error": str(e)}
         continue
-    # which claimed node each loaded module served (loads come in order; a cubin several nodes share
-    # goes to the first of them not yet given one), as plus-ep verify attributes them
-    owner, taken = {}, set()
-    for h, key in emu.load_order:
-        info = emu.registry.get(key)
-        cands = info.nodes if info else []
-        pick = next((n for n in cands if (n, key) not in taken), cands[0] if cands else "")
-        taken.add((pick, key))
-        owner[h] = pick
+    # which claimed node each loaded module served, as plus-ep verify attributes them
+    from tests.support.emulated_models import module_owners
+    owner = module_owners(emu)
     # the model tolerance of the loosest math mode among the kernels that ran (as plus-ep verify)
     maths = sorted({node_math(emu.registry[key].ptx if key in emu.registry else "", []) for h, key in emu.load_order
                     if any(r.module == h for r in emu.records)} or {"exact"})

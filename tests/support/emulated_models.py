@@ -87,6 +87,20 @@ def corrupt_ptx(model: onnx.ModelProto, node_name: str, arch: str, old: str, new
     return lines[i].strip()
 
 
+def module_owners(emu) -> dict:
+    """{emulator module handle: node} for the modules an Emulator loaded: a cubin several nodes share (every
+    layer of a model) is loaded once per node, in order, so each load goes to the first of its nodes not
+    given one yet (as `plus-ep verify` attributes them)."""
+    owner, taken = {}, set()
+    for h, key in emu.load_order:
+        info = emu.registry.get(key)
+        cands = info.nodes if info else []
+        pick = next((n for n in cands if (n, key) not in taken), cands[0] if cands else "")
+        taken.add((pick, key))
+        owner[h] = pick
+    return owner
+
+
 def child_env(extra=None) -> dict:
     """A child's environment with the emulated driver as the launcher's CUDA library."""
     from plus_ep.verification.emulator import library_path

@@ -85,15 +85,8 @@ try:
 except Exception as e:
     got, error = [], " ".join(str(e).split())[:2000]
 np.savez(spec["out"], **dict(zip(names, got)))
-# which node each loaded module served: a cubin several nodes share (every layer of a model) is loaded once
-# per node, in order; each load goes to the first of its nodes not given one yet (as plus-ep verify does)
-owner, taken = {}, set()
-for h, key in emu.load_order:
-    info = emu.registry.get(key)
-    cands = info.nodes if info else []
-    pick = next((n for n in cands if (n, key) not in taken), cands[0] if cands else "")
-    taken.add((pick, key))
-    owner[h] = pick
+from tests.support.emulated_models import module_owners
+owner = module_owners(emu)
 launches = [[owner.get(r.module, r.node), r.entry, list(r.grid), r.error, [str(f) for f in r.findings][:3],
              round(r.seconds, 3)] for r in emu.records]
 print(json.dumps({"error": error, "launches": launches, "live_allocations": emu.live_allocations()}))

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
+from tests.support.bounds import norm_bound
 from tests.support.run_rendered import run_rendered
 
 F32 = TensorProto.FLOAT
@@ -80,12 +81,9 @@ def test_norm_of_low_variance_rows(rms):
     (got,) = run_rendered(rd, [arrays[t] for t in ins], [np.zeros((R, L), np.float32)], name=f"norm_{op}")
     x64 = x.astype(np.float64)
     c = x64 if rms else x64 - x64.mean(-1, keepdims=True)
-    r = 1.0 / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
-    ref = c * r * g + (0.0 if rms else b)
-    # fp32 row sums ((L + 8) u of the row's largest |x|) carried through r, rsqrt 2^-22, the output's rounding
-    big = np.abs(x64).max(-1, keepdims=True)
-    bound = np.abs(g) * r * ((L + 8) * U * big * (1 + np.abs(c) * r) + 2.0 ** -22 * np.abs(c)) + 2 * U * np.abs(ref)
-    _check(got, ref, bound + 1e-30, op)
+    ref = c / np.sqrt((c * c).mean(-1, keepdims=True) + eps) * g + (0.0 if rms else b)
+    bound = norm_bound(x64, ref, g, rms, eps, out_unit=U)
+    _check(got, ref, bound, op)
 
 
 def test_gemm_alpha_beta_trans_b_bias():

@@ -15,8 +15,12 @@ Measured on the demo BERT and zoo exports through correct kernels, |kernel - ref
 about 3.5x (spread + u |ref|) per element (kernels/ptx interpreter, this repository's tests); the bound
 takes 10x. A planted bug of 1e-3 of the output scale is far outside it where the math is exact.
 
-`element_bound` is a single call so that the bounds module of `plus-ep verify` (issue 21) can replace it
-when it lands; nothing else here needs to change.
+Node-level kernels have analytic bounds instead: `norm_bound` (LayerNorm / RMSNorm rows, from the row's
+statistics) here; the template tests keep theirs beside their cases (GEMM: output rounding plus
+(K + 4) 2^-24 sum|a||b|, tests/support/ptx_gemm_cases.py; attention: tests/support/ptx_attention_cases.py).
+
+`element_bound` and `norm_bound` are single calls so that the bounds module of `plus-ep verify` (issue 21)
+can replace them when it lands on main; nothing else needs to change.
 """
 from __future__ import annotations
 
@@ -80,6 +84,24 @@ def element_bound(ref: np.ndarray, spread: np.ndarray, math: str) -> np.ndarray:
     fin = np.isfinite(r)
     rms = float(np.sqrt(np.mean(r[fin] ** 2))) if fin.any() else 0.0
     return FACTOR * (np.asarray(spread, np.float64) + u * np.where(fin, r, 0.0)) + u * rms
+
+
+def norm_bound(s: np.ndarray, y: np.ndarray, g: np.ndarray, rms: bool, eps: float, out_unit: float,
+               in_unit: float = 0.0) -> np.ndarray:
+    """Per-element bound on a fp32 LayerNorm / RMSNorm kernel's output over the last axis of `s` (the values
+    the graph normalises), `y` the exact result, `g` the scale: the output's rounding (1.01 out_unit |y|)
+    plus the row statistics carried through r = 1 / sqrt(mean(c^2) + eps), c = s - mean (or s): fp32 sums of
+    N terms ((N + 8) 2^-24 of the row's largest |s|), values that may differ from `s` by in_unit |s| (a fused
+    kernel normalising the fp32 sum the graph rounds), rsqrt.approx 2^-22:
+    |g| r ((2 in_unit + (N + 8) 2^-24) max|s| (1 + |c| r) + 2^-22 |c|). On a low-variance row r is large: the
+    bound widens with the row's conditioning, exactly where an epsilon or a mean slip shows most."""
+    s = np.asarray(s, np.float64)
+    c = s if rms else s - s.mean(-1, keepdims=True)
+    r = 1.0 / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
+    big = np.abs(s).max(-1, keepdims=True)
+    n = s.shape[-1]
+    stats = np.abs(g) * r * ((2 * in_unit + (n + 8) * 2.0 ** -24) * big * (1 + np.abs(c) * r) + 2.0 ** -22 * np.abs(c))
+    return 1.01 * out_unit * np.abs(y) + stats + 1e-30
 
 
 def assert_within(got: np.ndarray, ref: np.ndarray, bound: np.ndarray, what: str) -> float:

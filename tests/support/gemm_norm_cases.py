@@ -106,25 +106,16 @@ UNIT_OF = {TensorProto.FLOAT16: 2.0 ** -11, TensorProto.BFLOAT16: 2.0 ** -8, Ten
 
 
 def reference_bound(values, dt, rms=False, bias=True, eps=1e-5):
-    """(S, Y, bound on |Y_kernel - Y| per element). Y = c * r * g (+ bb) with c = S - mean (LayerNorm) or S
-    (RMSNorm) and r = 1 / sqrt(mean(c^2) + eps). The kernel's error: Y's rounding to dt (half an ulp,
-    1.01 u |Y|); the row statistics, carried through r, of values that may differ from the graph's S by
-    its rounding to dt (the fused kernel normalises the fp32 sum it also stores rounded: up to u |S| per
-    element) and by fp32 sums of N terms ((N + 8) 2^-24 of the row's largest |S|), rsqrt.approx 2^-22:
-    |g| r ((2 u + (N + 8) 2^-24) max|S| (1 + |c| r) + 2^-22 |c|). On a low-variance row r is large, so the
-    bound widens with the row's conditioning exactly where a kernel's slip (an epsilon, a mean) shows most."""
+    """(S, Y, bound on |Y_kernel - Y| per element): tests/support/bounds.norm_bound with Y rounded to dt and
+    S possibly normalised before its rounding to dt (the fused kernel normalises the fp32 sum it stores)."""
+    from tests.support.bounds import norm_bound
     v = {k: np.asarray(a, np.float64) for k, a in values.items()}
     w = v["W"] if "W" in v else v["Wt"].T
     s = v["X"] @ w + (v["B"] if bias else 0.0) + v["R"]
     s = _round(s, dt).astype(np.float64)
     c = s if rms else s - s.mean(-1, keepdims=True)
-    r = 1.0 / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
-    y = c * r * v["g"] + (0.0 if rms else v["bb"])
-    n = s.shape[-1]
-    big = np.abs(s).max(-1, keepdims=True)
-    u = UNIT_OF[dt]
-    stats = np.abs(v["g"]) * r * ((2 * u + (n + 8) * 2.0 ** -24) * big * (1 + np.abs(c) * r) + 2.0 ** -22 * np.abs(c))
-    return s, y, 1.01 * u * np.abs(y) + stats + 1e-30
+    y = c / np.sqrt((c * c).mean(-1, keepdims=True) + eps) * v["g"] + (0.0 if rms else v["bb"])
+    return s, y, norm_bound(s, y, v["g"], rms, eps, UNIT_OF[dt], UNIT_OF[dt])
 
 
 SOFTMAX_PATTERN = '''from plus_ep.warehouse import pattern

@@ -13,7 +13,7 @@ mutated code. Each mutant is a source-level edit (exact text -> replacement, eve
 stale mutant fails loudly instead of silently testing nothing) of a product file; C mutants rebuild the
 launcher in the scratch tree. Running the whole suite per mutant is far too slow on 2 cores: each mutant
 runs the union of the named test subsets of its family (SUBSETS: pytest node selections by file and -k
-expression, expanded to node ids by collection), which are all part of the default command, so a mutant a
+expression, evaluated by pytest's own -k parser on the collected node ids), which are all part of the default command, so a mutant a
 subset catches is caught by the whole command. A baseline run of every subset on the unmutated tree comes
 first; a test failing there cannot count as catching anything. A mutant that makes the run exceed its
 timeout counts as caught (the default command would hang), and is marked so.
@@ -368,12 +368,22 @@ def tree_env(tree: Path, work: Path) -> dict:
     return env
 
 
-def collect(tree: Path, env: dict, path: str, kexpr) -> list:
-    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", path]
-    if kexpr:
-        cmd += ["-k", kexpr]
+def collect(tree: Path, env: dict, files: list) -> list:
+    """Node ids of every test in `files` (one collection run)."""
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files]
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False).stdout
     return [ln.strip() for ln in out.splitlines() if "::" in ln and not ln.startswith(("=", " "))]
+
+
+def select(ids: list, path: str, kexpr) -> list:
+    """The ids of `path` that pytest's -k expression `kexpr` keeps, each name matched case-insensitively as a
+    substring of the node id (what -k does with the names of a test and its parents)."""
+    from _pytest.mark.expression import Expression
+    mine = [i for i in ids if i.split("::")[0] == path]
+    if not kexpr:
+        return mine
+    expr = Expression.compile(kexpr)
+    return [i for i in mine if expr.evaluate(lambda name, i=i: name.lower() in i.split("::", 1)[1].lower())]
 
 
 def run_tests(tree: Path, env: dict, ids: list, xml: Path, timeout: float) -> dict:
@@ -454,12 +464,14 @@ def main(argv=None) -> int:
             if n != m.count:
                 raise SystemExit(f"mutant {m.id}: {old!r} occurs {n} times in {m.path}, expected {m.count}")
     t_all = time.time()
+    names = sorted({s for m in chosen for s in m.subsets})
+    every_id = collect(tree, env, sorted({f for n in names for f, _ in SUBSETS[n]}))
     ids_of: dict = {}
-    for name in sorted({s for m in chosen for s in m.subsets}):
-        ids = []
-        for path, k in SUBSETS[name]:
-            ids += collect(tree, env, path, k)
+    for name in names:
+        ids = [i for path, k in SUBSETS[name] for i in select(every_id, path, k)]
         ids_of[name] = list(dict.fromkeys(ids))
+        if not ids_of[name]:
+            raise SystemExit(f"subset {name} selects no test")
         print(f"subset {name}: {len(ids_of[name])} tests", flush=True)
     baseline_failed: set = set()
     baseline = None

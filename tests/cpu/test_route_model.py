@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from onnx import TensorProto
 
-from plus_ep.kernels import routes, symdim
+from plus_ep.kernels import routes
+from plus_ep.kernels.codegen import symdim
 
 MENUS = [("sm_80", TensorProto.FLOAT16, "exact"), ("sm_80", TensorProto.FLOAT, "tf32"),
          ("sm_80", TensorProto.FLOAT, "exact"), ("sm_90a", TensorProto.FLOAT16, "exact")]

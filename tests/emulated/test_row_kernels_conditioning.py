@@ -1,4 +1,4 @@
-"""Row kernels (kernels/row.py) and the GEMM epilogue on data where precision slips show, rendered from
+"""Row kernels (kernels/codegen/row.py) and the GEMM epilogue on data where precision slips show, rendered from
 ONNX graphs with static shapes and run on the CPU PTX interpreter against float64 numpy, per element
 within bounds derived from the math (outputs start poisoned):
 

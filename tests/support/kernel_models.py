@@ -68,7 +68,7 @@ CHILD = r"""
 import json, sys
 spec = json.loads(sys.argv[1])
 import numpy as np, onnx, onnxruntime as ort
-from plus_ep.emulator import Emulator
+from plus_ep.verification.emulator import Emulator
 from plus_ep.library import get_library_path
 emu = Emulator.get()
 emu.register_model(onnx.load(spec["model"]))

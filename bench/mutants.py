@@ -44,11 +44,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # name -> [(test file, -k expression or None)]; every file is part of the default `python -m pytest`.
 SUBSETS: dict[str, list] = {
     "gemm_mma": [("tests/emulated/test_ptx_gemm.py", "sm_80 and (f16 or tf32)"),
+                 ("tests/emulated/test_row_kernels_conditioning.py", "gemm"),
                  ("tests/emulated/test_ptx_gemm.py", "sm_90- and f16"),
                  ("tests/emulated/test_gemm_group_kernels.py", "tf32 or f16"),
                  ("tests/emulated/test_ptx_gpu_backend.py", "gemm_reference"),
                  ("tests/emulated/test_models_on_kernels.py", "tf32 or fp16")],
     "gemm_simt": [("tests/emulated/test_ptx_gemm.py", "simt"),
+                  ("tests/emulated/test_row_kernels_conditioning.py", "gemm"),
                   ("tests/emulated/test_ptx_golden.py", None),
                   ("tests/emulated/test_verify_kernels.py", "verify_passes or corrupted"),
                   ("tests/emulated/test_models_on_kernels.py", "exact")],

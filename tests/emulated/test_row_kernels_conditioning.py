@@ -7,7 +7,8 @@ within bounds derived from the math (outputs start poisoned):
 - LayerNormalization and RMSNormalization (opset 23) over rows of spread 0.02 (variance 4e-4, where the
   model's epsilon 1e-5 is visible at the 1 % level and an epsilon of 1e-3 at the 100 % level), mixed with
   ordinary rows, with gamma != 1 and beta != 0;
-- an ONNX Gemm with alpha != 1, beta != 1, transB and a bias C, plus a Relu epilogue (exact fp32 SIMT)."""
+- an ONNX Gemm with alpha != 1, beta != 1, transB and a bias C, plus a Relu epilogue: exact fp32 (SIMT), TF32
+  (operands rounded to tf32 in the reference too) and split-K (K = 1024 on 8 rows, with its reduce kernel)."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,11 +24,11 @@ F32 = TensorProto.FLOAT
 U = 2.0 ** -24
 
 
-def _one_subgraph(model, pattern_names):
+def _one_subgraph(model, pattern_names, fp32_math="exact"):
     r = rewrite_detailed(model)
     (sg,) = [s for s in r.subgraphs if s.pattern.name in pattern_names]
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    rd = render(r.view, sg, ins, outs, arch="sm_80", node_name=sg.pattern.name, fp32_math="exact")
+    rd = render(r.view, sg, ins, outs, arch="sm_80", node_name=sg.pattern.name, fp32_math=fp32_math)
     assert not rd.plan.syms
     return rd, ins, outs
 
@@ -86,8 +87,12 @@ def test_norm_of_low_variance_rows(rms):
     _check(got, ref, bound, op)
 
 
-def test_gemm_alpha_beta_trans_b_bias():
-    M, N, K = 70, 80, 48
+@pytest.mark.parametrize("math,M,K", [("exact", 70, 48), ("tf32", 70, 48), ("exact", 8, 1024)])
+def test_gemm_alpha_beta_trans_b_bias(math, M, K):
+    """exact: SIMT fp32; tf32: mma.sync m16n8k8 on operands rounded to tf32 (cvt.rna: the reference rounds
+    them the same way, so only fp32 accumulation remains); K = 1024 on 8 rows: split-K with its reduce."""
+    from tests.support.ptx_harness import tf32
+    N = 80
     rng = np.random.default_rng(5)
     a = rng.standard_normal((M, K)).astype(np.float32)
     w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float32)
@@ -97,10 +102,12 @@ def test_gemm_alpha_beta_trans_b_bias():
                     helper.make_node("Relu", ["G"], ["Y"])],
                    [helper.make_tensor_value_info("A", F32, [M, K])], [helper.make_tensor_value_info("Y", F32, [M, N])],
                    [numpy_helper.from_array(w, "W"), numpy_helper.from_array(c, "C")], opset=17)
-    rd, ins, outs = _one_subgraph(model, ("gemm",))
+    rd, ins, outs = _one_subgraph(model, ("gemm",), fp32_math=math)
+    if K >= 1024:
+        assert [ln.entry for ln in rd.plan.routes[0].launches] == ["plus_gemm", "plus_splitk_reduce"]
     arrays = {"A": a, "W": w, "C": c}
-    (got,) = run_rendered(rd, [arrays[t] for t in ins], [np.zeros((M, N), np.float32)], name="gemm_alpha_beta")
-    a64, w64 = a.astype(np.float64), w.astype(np.float64)
+    (got,) = run_rendered(rd, [arrays[t] for t in ins], [np.zeros((M, N), np.float32)], name=f"gemm_ab_{math}_{K}")
+    a64, w64 = ((tf32(x) if math == "tf32" else x).astype(np.float64) for x in (a, w))
     ref = np.maximum(alpha * (a64 @ w64.T) + beta * c.astype(np.float64), 0.0)
     bound = (K + 8) * U * (abs(alpha) * (np.abs(a64) @ np.abs(w64).T) + abs(beta) * np.abs(c)) + 1e-30
-    _check(got, ref, bound, "Gemm alpha/beta")
+    _check(got, ref, bound, f"Gemm alpha/beta ({math}, K {K})")

@@ -11,6 +11,7 @@ from onnx import TensorProto
 
 from plus_ep.kernels import routes
 from plus_ep.kernels.codegen import symdim
+from plus_ep.kernels.target import Target
 
 MENUS = [("sm_80", TensorProto.FLOAT16, "exact"), ("sm_80", TensorProto.FLOAT, "tf32"),
          ("sm_80", TensorProto.FLOAT, "exact"), ("sm_90a", TensorProto.FLOAT16, "exact")]
@@ -19,7 +20,7 @@ MENUS = [("sm_80", TensorProto.FLOAT16, "exact"), ("sm_80", TensorProto.FLOAT, "
 @pytest.mark.parametrize("arch,dtype,fp32_math", MENUS)
 def test_routes_follow_the_rows(arch, dtype, fp32_math):
     menu = routes.gemm_menu(routes.gemm_math(dtype, fp32_math), arch)
-    rts = routes.gemm_routes("M", 3072, 768, 1, dtype, arch, symdim.Symbols(), fp32_math=fp32_math)
+    rts = routes.gemm_routes("M", 3072, 768, 1, dtype, Target(arch, fp32_math), symdim.Symbols())
     assert len(rts) >= 2, [(c, cfg.name) for c, cfg, _ in rts]
     assert rts[-1][0] == routes.ALWAYS and all(c != routes.ALWAYS for c, _, _ in rts[:-1])
     small, large = rts[0][1], rts[-1][1]
@@ -31,7 +32,8 @@ def test_routes_follow_the_rows(arch, dtype, fp32_math):
 def test_small_and_large_static_problems(arch, dtype, fp32_math):
     menu = routes.gemm_menu(routes.gemm_math(dtype, fp32_math), arch)
     math_ = routes.gemm_math(dtype, fp32_math)
-    tiny, _ = routes.best_gemm(8, 3072, 768, 1, routes.gemm_menu(math_, arch), arch)
-    big, _ = routes.best_gemm(8192, 3072, 768, 1, routes.gemm_menu(math_, arch), arch)
+    target = Target(arch, fp32_math)
+    tiny, _ = routes.best_gemm(8, 3072, 768, 1, routes.gemm_menu(math_, arch), target)
+    big, _ = routes.best_gemm(8192, 3072, 768, 1, routes.gemm_menu(math_, arch), target)
     assert tiny.bm < big.bm or tiny.bm * tiny.bn < big.bm * big.bn, (tiny.name, big.name)
     assert big.bm * big.bn == max(c.bm * c.bn for c in menu), big.name

@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from plus_ep.kernels.render import render
+from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
 from tests.support.bounds import norm_bound
 from tests.support.run_rendered import run_rendered
@@ -28,7 +29,7 @@ def _one_subgraph(model, pattern_names, fp32_math="exact"):
     r = rewrite_detailed(model)
     (sg,) = [s for s in r.subgraphs if s.pattern.name in pattern_names]
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    rd = render(r.view, sg, ins, outs, arch="sm_80", node_name=sg.pattern.name, fp32_math=fp32_math)
+    rd = render(r.view, sg, ins, outs, Target("sm_80", fp32_math), node_name=sg.pattern.name)
     assert not rd.plan.syms
     return rd, ins, outs
 

@@ -1,6 +1,6 @@
 """A fused fp32 attention rendered with fp32_math="tf32" (the TF32 tensor-core path of attention.cuh:
-cp.async Q/V, K through its hook, scale and key-padding mask in the score hook), compiled by NVRTC and
-executed on the CPU PTX interpreter, against onnxruntime on the original graph: TF32-sized error (about
+cp.async Q/V, K through its hook, scale and key-padding mask in the score hook; 8 keys, and 37 keys ending
+inside a key tile with K given key-major), compiled by NVRTC and executed on the CPU PTX interpreter, against onnxruntime on the original graph: TF32-sized error (about
 1e-3 of the output's scale, not the exact path's 1e-6) and fully masked rows as ORT gives them (NaN
 without the graph's NaN guard, 0 with it), into a poisoned output buffer (an unwritten row fails)."""
 from __future__ import annotations
@@ -16,18 +16,22 @@ from tests.support.attention_models import GUARD, NONE, attention_model
 from tests.support.run_rendered import run_rendered
 
 
-@pytest.mark.parametrize("variant", [GUARD, NONE])
-def test_tf32_attention_matches_ort(variant):
-    model, feeds = attention_model(variant)
+@pytest.mark.parametrize("variant,S,key_major", [(GUARD, 8, False), (NONE, 8, False), (GUARD, 37, True)])
+def test_tf32_attention_matches_ort(variant, S, key_major):
+    """S = 37 keys end inside a key tile, K given as a materialised Kᵀ (the key-major K hook, as a fused QKV
+    GEMM's Kᵀ store feeds it): its loads past the last key must stay guarded (the last head's keys end the
+    tensor, so an unguarded load reads out of it)."""
+    model, feeds = attention_model(variant, S=S, key_major=key_major)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     r = rewrite_detailed(model)
     (sg,) = r.subgraphs
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    rd = render(r.view, sg, ins, outs, Target("sm_80", "tf32"), node_name=f"attention_tf32_{variant}")
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "tf32"), node_name=f"attention_tf32_{variant}_{S}")
     src = rd.variants[0].source
     assert "#define PLUS_MATH 1\n" in src and "typedef float plus_qkv_t;" in src
+    assert ("#define PLUS_K_KEY_MAJOR 1\n" in src) == key_major
     inputs = [feeds[t] if t in feeds else np.asarray(r.view.const(t)) for t in ins]
-    (got,) = run_rendered(rd, inputs, [want], name=f"attention_tf32_{variant}")
+    (got,) = run_rendered(rd, inputs, [want], name=f"attention_tf32_{variant}_{S}")
     masked = np.isnan(want)
     assert np.array_equal(np.isnan(got), masked)
     err = np.abs(got[~masked].astype(np.float64) - want[~masked])

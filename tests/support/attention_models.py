@@ -19,17 +19,22 @@ DROPOUT_EVAL = "dropout_eval"    # Dropout(p, ratio, training_mode=false)
 SPELLED = "spelled"              # no Softmax node: Exp / ReduceSum / Div (with max subtraction)
 
 
-def attention_model(variant: str, opset: int = 18, S: int = S, logit_scale: float = 1.0):
+def attention_model(variant: str, opset: int = 18, S: int = S, logit_scale: float = 1.0, key_major: bool = False):
     """(model, feeds) of one attention block; `mask` is additive [B, 1, 1, S] (0 or -inf): batch 0 sees its
     first S // 2 keys, batch 1 none. `logit_scale` multiplies q (scores of standard deviation about
-    logit_scale: a peaky softmax above 1)."""
+    logit_scale: a peaky softmax above 1). `key_major`: K comes as the input kt = Kᵀ [B, H, D, S] (a
+    materialised Kᵀ, the key index contiguous) instead of k [B, H, S, D] through a Transpose."""
     g = Graph("attention", opset=opset, ir_version=10)   # IR 10: what onnxruntime 1.31 reads
     for t in ("q", "k", "v"):
-        g.input(t, [B, H, S, D])
+        if t == "k" and key_major:
+            g.input("kt", [B, H, D, S])
+        else:
+            g.input(t, [B, H, S, D])
     g.input("mask", [B, 1, 1, S])
     g.init("scale", np.array(0.125, np.float32))
     g.init("zero", np.array(0.0, np.float32))
-    g.op("Transpose", "k", out="kt", perm=[0, 1, 3, 2])
+    if not key_major:
+        g.op("Transpose", "k", out="kt", perm=[0, 1, 3, 2])
     g.op("MatMul", "q", "kt", out="s0")
     g.op("Mul", "s0", "scale", out="s1")
     g.op("Add", "s1", "mask", out="s")
@@ -61,6 +66,8 @@ def attention_model(variant: str, opset: int = 18, S: int = S, logit_scale: floa
     rng = np.random.default_rng(0)
     feeds = {t: rng.standard_normal((B, H, S, D)).astype(np.float32) for t in ("q", "k", "v")}
     feeds["q"] = (feeds["q"] * np.float32(logit_scale)).astype(np.float32)
+    if key_major:
+        feeds["kt"] = np.ascontiguousarray(feeds.pop("k").transpose(0, 1, 3, 2))
     mask = np.zeros((B, 1, 1, S), np.float32)
     mask[0, ..., S // 2:] = -np.inf
     mask[1] = -np.inf                      # batch 1: every key masked (fully masked rows)

@@ -3,7 +3,9 @@
 * `cp.async`: the source is read at issue, but the shared-memory destination is written only when a
   `cp.async.wait_group N` (or `wait_all`) executed by the issuing thread retires the copy's commit group.
   Copies never committed never land. Until then the destination keeps its old bytes (poison if never
-  written), so a missing or too-weak wait reads stale or poison data.
+  written), so a missing or too-weak wait reads stale or poison data. The race checker also counts the
+  destination as written at issue (a real copy may land that early), so a copy into bytes another thread
+  reads or an in-flight wgmma group may still read, in the same barrier interval, is a finding.
 * `wgmma.mma_async`: operands are read from shared memory and the accumulators are updated only at the
   `wgmma.wait_group N` that retires the warpgroup's group, so reading accumulators early, or
   overwriting an operand stage before the wait, gives wrong results.

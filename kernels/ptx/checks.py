@@ -5,6 +5,9 @@
 * reads of shared memory never written in this CTA (they read the poison fill);
 * generic-proxy shared writes (st.shared, cp.async) read by wgmma (async proxy) with no
   fence.proxy.async by the writing thread in between;
+* shared writes (st.shared, and cp.async from its issue on: the copy may land any time before its wait)
+  to the operand bytes of a wgmma group not yet retired by wgmma.wait_group (the tensor core may still
+  read them; the interpreter reads operands at the retiring wait, so the values alone cannot show it);
 * writes to global memory read through `.nc` in the same launch (and `.nc` reads of memory this launch
   wrote);
 * cp.async copies or wgmma groups left pending when the CTA exits;
@@ -76,6 +79,7 @@ class Checks:
         self.r_epoch = np.full(size, -1, np.int64)
         self.r_wep = np.zeros(size, np.int64)
         self.dirty = np.zeros(size, bool)
+        self.inflight = np.zeros(size, np.int32)   # wgmma jobs issued, not retired, reading each byte
         self.epoch = 0
         self.wep = np.zeros(M.W, np.int64)
         self.last_bar = None
@@ -161,6 +165,7 @@ class Checks:
     def shared_write(self, M, op, idx, tids):
         if self.last_bar is not None:
             self.guarded[self.last_bar] += 1
+        self.inflight_write(M, op, idx, tids)
         t = np.broadcast_to(np.asarray(tids)[:, None], idx.shape)
         wt, we = self.w_tid[idx], self.w_epoch[idx]
         race = (we == self.epoch) & (wt >= 0) & (wt != t) & ~self._ordered(wt, self.w_wep[idx], t)
@@ -191,6 +196,21 @@ class Checks:
         self.w_epoch[flat] = self.epoch
         self.w_wep[flat] = self.wep[ft // 32]
         self.dirty[flat] = True
+
+    def wgmma_operands(self, addrs, delta):
+        """A wgmma job reading shared bytes `addrs` was issued (+1) or retired (-1)."""
+        a = addrs.reshape(-1)
+        np.add.at(self.inflight, a[(a >= 0) & (a < self.inflight.size)], delta)   # out of range: the read errs
+
+    def inflight_write(self, M, op, idx, tids):
+        """A write (or a cp.async issued) to bytes `idx` [n, size] of threads `tids`: a finding where a wgmma
+        group not yet retired reads them."""
+        hit = self.inflight[idx] > 0
+        if hit.any():
+            k = np.argwhere(hit)[0]
+            self.add("write to an in-flight wgmma operand", M, op.line, np.asarray(tids)[k[0]],
+                     f"{op.form} writes shared byte {int(idx[k[0], k[1]])}, an operand of a wgmma group not "
+                     f"yet retired by wgmma.wait_group (the tensor core may still read it)")
 
     def fence_proxy_async(self, M, tids):
         self.dirty &= ~np.isin(self.w_tid, tids)

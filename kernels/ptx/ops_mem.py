@@ -214,6 +214,11 @@ def _cp(stmt):
             d = np.broadcast_to(dg(), (T,))[tids]
             s = np.broadcast_to(sg(), (T,))[tids]
             A.shared_bounds(M, op, d, size, tids)
+            if M.checks is not None:
+                # the copy may land any time between its issue and the wait that retires it: for the race
+                # checker it writes its destination at issue too (a thread reading or overwriting those
+                # bytes in the same barrier interval races with it), while its data lands at the wait
+                M.checks.shared_write(M, op, d.astype(np.int64)[:, None] + np.arange(size), tids)
             data = np.zeros((len(tids), size), np.uint8)
             if zg is None:
                 data[:] = A.global_read(M, op, s, size, tids)

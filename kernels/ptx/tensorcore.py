@@ -274,8 +274,10 @@ def _wgmma(stmt):
                 if (a[sl] != a[sl][0]).any() or (b[sl] != b[sl][0]).any() or (sd[sl] != sd[sl][0]).any():
                     raise PtxError("wgmma operands differ within the warpgroup", form=op.form, line=op.line,
                                    kernel=M.name)
-                M.wg.pending[wg].append((op, wg, N, aty, int(a[sl][0]), int(b[sl][0]), bool(sd[sl][0]), sa, sb,
-                                         ta, tb, dregs))
+                job = (op, wg, N, aty, int(a[sl][0]), int(b[sl][0]), bool(sd[sl][0]), sa, sb, ta, tb, dregs)
+                M.wg.pending[wg].append(job)
+                if M.checks is not None:
+                    M.checks.wgmma_operands(_operand_bytes(job), 1)
         return run
     op.factory = factory
     return op
@@ -293,10 +295,26 @@ def _wg_groups(M, op, m):
     return groups
 
 
-def _land(M, job):
+def _operands(job):
+    """Shared addresses of a wgmma job's A [64, 16] and B [16, N] elements."""
     op, wg, N, aty, da, db, scale_d, sa, sb, ta, tb, dregs = job
     A_addr = operand_addresses(da, 64, 16, "K") if ta == 0 else operand_addresses(da, 16, 64, "MN").T
     B_addr = operand_addresses(db, N, 16, "K").T if tb == 0 else operand_addresses(db, 16, N, "MN")
+    return A_addr, B_addr
+
+
+def _operand_bytes(job):
+    """Every shared byte a wgmma job reads (2 per f16/bf16 element)."""
+    A_addr, B_addr = _operands(job)
+    flat = np.concatenate([A_addr.reshape(-1), B_addr.reshape(-1)]).astype(np.int64)
+    return (flat[:, None] + np.arange(2)).reshape(-1)
+
+
+def _land(M, job):
+    op, wg, N, aty, da, db, scale_d, sa, sb, ta, tb, dregs = job
+    A_addr, B_addr = _operands(job)
+    if M.checks is not None:
+        M.checks.wgmma_operands(_operand_bytes(job), -1)
     tids = np.arange(128 * wg, 128 * wg + 128)
 
     def elems(addrs):

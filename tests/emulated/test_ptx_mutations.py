@@ -125,3 +125,45 @@ def test_mutation_is_caught(mutant):
     else:
         pytest.fail(f"deleting {target} at PTX line {line} of {key} went unnoticed")
     assert np.array_equal(got, _clean_run(key)[0]), "a no-op mutation changed the result"
+
+
+WEAKENED = [(t, k) for t in ("wgmma.wait_group", "cp.async.wait_group")
+            for k in range(sum(ln.strip().startswith(t) for ln in _source_ptx("wgmma").splitlines()))]
+
+
+@pytest.mark.parametrize("target,occurrence", WEAKENED, ids=[f"{t}-{k + 1}" for t, k in WEAKENED])
+def test_weakened_wait_is_caught(target, occurrence):
+    """A wait that leaves one group more in flight (`wait_group N` -> `N + 1`) in the wgmma GEMM: the stage
+    being refilled may still be read by an unretired wgmma group, or a tile is read before it landed. The
+    interpreter reads wgmma operands only at the retiring wait and runs the warpgroups in lockstep, so a
+    too-weak wgmma wait can leave the values right: the checker must report it (kernels/ptx/checks.py: a
+    cp.async writes its destination from its issue on; writes to operands of unretired wgmma groups). Exempt,
+    as above, only a wait that retires nothing in the clean run."""
+    lines = _source_ptx("wgmma").splitlines()
+    index = _occurrence(lines, target, occurrence)
+    stmt = lines[index].strip()
+    n = int(stmt.rstrip(";").split()[-1])
+
+    def mutate(src, arch):
+        ptx = compile_ptx(src, arch, name="wgmma.cu").splitlines()
+        assert ptx[index].strip() == stmt
+        ptx[index] = ptx[index].replace(f" {n};", f" {n + 1};")
+        return Module.parse("\n".join(ptx) + "\n", name=f"wgmma-weakened-{target}")
+
+    try:
+        got, ref, bound, findings, _ = _run("wgmma", mutate)
+    except PtxError:
+        return
+    if target == "wgmma.wait_group":
+        # the checker names the hazard whatever the values: the in-loop wait (tile i-2's group retired in the
+        # barrier interval whose cp.async refills its stage) is a race of the refill with the tensor core's
+        # read; the drain wait (the last group still in flight) lets the epilogue's st.shared of the C tile
+        # overwrite operand bytes that group reads
+        want = "shared race" if n else "write to an in-flight wgmma operand"
+        assert want in {f.kind for f in findings}, (stmt, [str(f) for f in findings])
+    if findings or not (np.abs(got - ref) <= bound).all():
+        return
+    clean = _clean_run("wgmma")[4]
+    assert clean.line_counts.get(index + 1, 0) > 0, f"the test shape never executes PTX line {index + 1}"
+    assert clean.sync_stats["retired"].get(index + 1, 0) == 0, \
+        f"weakening {stmt!r} at PTX line {index + 1} went unnoticed although it retires work"

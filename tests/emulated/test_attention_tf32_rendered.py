@@ -1,8 +1,9 @@
 """A fused fp32 attention rendered with fp32_math="tf32" (the TF32 tensor-core path of attention.cuh:
 cp.async Q/V, K through its hook, scale and key-padding mask in the score hook; 8 keys, and 37 keys ending
-inside a key tile with K given key-major), compiled by NVRTC and executed on the CPU PTX interpreter, against onnxruntime on the original graph: TF32-sized error (about
-1e-3 of the output's scale, not the exact path's 1e-6) and fully masked rows as ORT gives them (NaN
-without the graph's NaN guard, 0 with it), into a poisoned output buffer (an unwritten row fails)."""
+inside a key tile with K given key-major), compiled by NVRTC and executed on the CPU PTX interpreter,
+against onnxruntime on the original graph: TF32-sized error (about 1e-3 of the output's scale, not the
+exact path's 1e-6) and fully masked rows as ORT gives them (NaN without the graph's NaN guard, 0 with
+it), into a poisoned output buffer (an unwritten row fails)."""
 from __future__ import annotations
 
 import numpy as np

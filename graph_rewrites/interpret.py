@@ -310,7 +310,8 @@ def run_pgraph(pgraph: PGraph, feeds: Mapping[str, np.ndarray], consts: Mapping[
                     raise InterpreterError(
                         f"{where}: axis {a} of '{t}' is iterated by loop [{loop.size}]={size}, "
                         f"but it has {np.shape(arr)[a]} elements at run time")
-        if not s.absorbed:
+        # a roll's Concat lowers to a view nest (lowering.roll_groups): no loops of its own, like any view
+        if not s.absorbed and s.op != "roll":
             space = _iteration_space(s.node, values)
             if space is not None and all(f[1] is not None for f in frames):
                 loops = int(np.prod([f[1] for f in frames], dtype=np.int64)) if frames else 1

@@ -388,6 +388,27 @@ def test_ort_layernorm_fusion_overridable_epsilon():
     assert [sg.pattern.name for sg in res.subgraphs] == ["layernorm"]
 
 
+def test_gemm_with_a_roll_epilogue():
+    """Found by the fuzzer (hypothesis, 2026-11-26): a MatMul whose output is rolled along its last axis
+    (Concat(y[:, 3:], y[:, :3]), torch.roll as exporters write it) fuses as a GEMM with the roll as a view
+    nest; the +Graph interpreter's iteration-space check treated the roll's Concat as an element-wise
+    statement (numel(output) iterations) although a view nest has no loops of its own, and failed
+    ('the loops around it (8 x 8 x 8) cover 512 iterations but ... 64')."""
+    rng = np.random.default_rng(0)
+    i64 = lambda name, v: numpy_helper.from_array(np.asarray(v, np.int64), name)   # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Slice", ["m", "s0", "e0", "ax"], ["hi"]),
+             helper.make_node("Slice", ["m", "s1", "e1", "ax"], ["lo"]),
+             helper.make_node("Concat", ["lo", "hi"], ["y"], axis=-1)]
+    case = _case(nodes, [helper.make_tensor_value_info("x", F32, ["n", 8])],
+                 [helper.make_tensor_value_info("y", F32, ["n", 8])],
+                 [_const("w", rng.uniform(-1, 1, (8, 8))), i64("s0", [0]), i64("e0", [3]), i64("s1", [3]),
+                  i64("e1", [8]), i64("ax", [-1])])
+    res = check_case(case)
+    assert [sg.pattern.name for sg in res.subgraphs] == ["gemm"]
+    assert sorted(n.op_type for n in rewrite_detailed(case.model).model.graph.node) == ["Fused"]
+
+
 def test_partition_check_catches_corruption():
     """The oracle of property (b) is not vacuous: corrupted rewrites fail it."""
     import copy

@@ -54,9 +54,11 @@ def test_demo_bert_through_its_kernels(math, archs, hidden, ffn):
 
 # ---- fuzzed graphs --------------------------------------------------------------------------------
 # Seeds of tests/support/fuzz_graphs.py at widths 80/96 whose rewrite fuses an attention and GEMMs, with a
-# GEMM + RMSNorm (22), a GEMM + LayerNorm and a softmax row kernel (39), a point-wise kernel (62); checked
-# below, so a change of the generator that loses them fails loudly.
-FUZZ_SEEDS = (22, 39, 62)
+# GEMM + LayerNorm and a softmax row kernel (39) and a point-wise kernel (62); checked below, so a change of
+# the generator that loses them fails loudly. (Seed 22, a GEMM + RMSNorm, was dropped for CI time: every
+# mutant it caught in bench/results/2026-11-26-mutation.json is also caught by 39 or 62; RMSNorm runs
+# through its kernel in the zoo Llama test and tests/emulated/test_row_kernels_conditioning.py.)
+FUZZ_SEEDS = (39, 62)
 FUZZ_WIDTHS = (80, 96)
 
 

@@ -112,28 +112,6 @@ class Identifier:
                     stack.append(p)
         return found
 
-    def shape_between(self, trial):
-        """`trial` with the nodes on paths that leave it and come back, when each of them is a shape-only
-        node (Shape -> Gather -> Concat -> a Reshape's target) read by nothing but those paths and `trial`:
-        a present K/V that the attention's GQA Reshape/Expand targets read the Shape of (the KV-cache
-        concat of a decoder). None when another node lies between."""
-        below = above = 0
-        for m in trial:
-            below |= self.desc[m]
-            above |= self.anc[m]
-        ts = set(trial)
-        between = {x for x in range(len(self.view.nodes)) if x not in ts and below >> x & 1 and above >> x & 1}
-        if not between:
-            return None
-        closed = ts | between
-        for x in between:
-            if x in self.nests or x in self.support or self.view.is_data_node(x):
-                return None
-            for t in self.view.nodes[x].output:
-                if t in self.view.outputs or any(u not in closed for u in self.view.consumers.get(t, ())):
-                    return None
-        return sorted(closed)
-
     def evaluate(self, nodes, seed) -> Verdict:
         full = self.pgraph(nodes)
         g = full.canonical(strict=False)
@@ -232,11 +210,12 @@ class Identifier:
                 return False
             trial = sorted(set(members) | {c} | set(self.rolls.get(c, ())) | self.shape_support(c, members))
             if not self.acyclic_with(trial):
-                trial = self.shape_between(trial)
-            if trial is None or not self.acyclic_with(trial):
-                steps.append(Step(c, role, False, Verdict(reasons={"*": "would create a cycle"})))
-                rejected.add(c)
-                return False
+                hull = self.hull(trial, unfused)
+                if hull is None:
+                    steps.append(Step(c, role, False, Verdict(reasons={"*": "would create a cycle"})))
+                    rejected.add(c)
+                    return False
+                trial = hull
             verdict = self.evaluate(trial, seed)
             steps.append(Step(c, role, verdict.ok, verdict))
             if not verdict.ok:
@@ -274,6 +253,28 @@ class Identifier:
         nodes, verdict = last
         return Subgraph(nodes, verdict.exact, verdict.graph, seed,
                         outputs=self.outputs_of(nodes), roles=verdict.roles)
+
+    def hull(self, nodes, unfused) -> list | None:
+        """The convex hull of `nodes`: with every node on a path that leaves them and comes back (and
+        the shape-only nodes those read from the set), when all of them are still unfused data nodes;
+        else None. A candidate that would make the subgraph non-convex joins together with what lies
+        between, e.g. K's RoPE (Mul(k, cos), Mul(rotate_half(k), sin), Add) when the attention already
+        holds the cos/sin shared with Q's RoPE."""
+        mask = d = a = 0
+        for p in nodes:
+            mask |= 1 << p
+            d |= self.desc[p]
+            a |= self.anc[p]
+        between = d & a & ~mask
+        add = {p for p in range(between.bit_length()) if between >> p & 1}
+        if not add or any(p in self.support or (p in self.nests and p not in unfused)
+                          or (p not in self.nests and self.view.is_data_node(p)) for p in add):
+            return None
+        out = set(nodes) | add
+        for p in add:
+            out |= self.shape_support(p, out)
+        out = sorted(out)
+        return out if self.acyclic_with(out) else None
 
     def _producers(self, members):
         return {p for p in self.index.producers_of(members) if p in self.nests}

@@ -30,14 +30,15 @@ from __future__ import annotations
 import onnx
 
 from .cache import cache_dir
-from .configs import ATTN_IMPLEMENTATION, CORE_FAMILIES, EXPORTERS, FAMILIES, SIZES, WILD_FAMILIES, config
+from .configs import (ATTN_IMPLEMENTATION, CORE_FAMILIES, EXPORTERS, FAMILIES, GATED_FAMILIES, SIZES, WEIGHTS_SCHEME,
+                      WILD_FAMILIES, config)
 from .exporters import OPSET, compare_with_torch
 from .exporters import export as _export
 from ..feeds import metadata, sample_inputs
 from ._deps import MissingModelsExtra
 
 __all__ = [
-    "FAMILIES", "CORE_FAMILIES", "WILD_FAMILIES", "EXPORTERS", "SIZES", "OPSET", "ATTN_IMPLEMENTATION",
+    "FAMILIES", "CORE_FAMILIES", "WILD_FAMILIES", "GATED_FAMILIES", "WEIGHTS_SCHEME", "EXPORTERS", "SIZES", "OPSET", "ATTN_IMPLEMENTATION",
     "export", "load", "config", "sample_inputs", "metadata", "cache_dir",
     "compare_with_torch", "MissingModelsExtra",
 ]

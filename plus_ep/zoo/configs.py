@@ -7,10 +7,12 @@ from typing import Any
 from . import _deps
 
 # the transformer families the zoo started with (the benchmarks' fusion tables and budgets), and those added
-# for architectures in the wild (issue 23: window attention, Conv front-ends, a causal text tower)
+# for architectures in the wild (issue 23: window attention, Conv front-ends, a causal text tower; gated MLPs,
+# RoPE over a combined QKV projection, disentangled attention)
 CORE_FAMILIES = ("bert", "albert", "gpt2", "t5", "vit", "llama")
 WILD_FAMILIES = ("swin", "resnet", "whisper", "clip")
-FAMILIES = CORE_FAMILIES + WILD_FAMILIES
+GATED_FAMILIES = ("qwen2", "phi3", "deberta_v2")
+FAMILIES = CORE_FAMILIES + WILD_FAMILIES + GATED_FAMILIES
 EXPORTERS = ("torchscript", "dynamo")
 SIZES = ("small", "real")
 
@@ -25,9 +27,9 @@ ATTN_IMPLEMENTATION: dict[str, str | None] = {f: None for f in FAMILIES}
 # stages); ResNet: basic blocks per stage of four (2 = ResNet-18); Whisper: encoder layers.
 DEFAULT_LAYERS = {
     "small": {"bert": 12, "albert": 12, "gpt2": 12, "t5": 12, "vit": 12, "llama": 4,
-              "swin": 2, "resnet": 2, "whisper": 4, "clip": 12},
+              "swin": 2, "resnet": 2, "whisper": 4, "clip": 12, "qwen2": 2, "phi3": 2, "deberta_v2": 2},
     "real": {"bert": 12, "albert": 12, "gpt2": 12, "t5": 12, "vit": 12, "llama": 4,
-             "swin": 4, "resnet": 2, "whisper": 4, "clip": 12},
+             "swin": 4, "resnet": 2, "whisper": 4, "clip": 12, "qwen2": 4, "phi3": 4, "deberta_v2": 4},
 }
 
 # The random weights of every family are made "realistic" after transformers' init
@@ -59,6 +61,26 @@ _KWARGS: dict[str, dict[str, dict[str, Any]]] = {
                       num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=512, rms_norm_eps=1e-5,
                       rope_theta=500000.0, tie_word_embeddings=False),
+        # q/k/v projections with biases, grouped-query attention
+        "qwen2": dict(vocab_size=1000, hidden_size=64, intermediate_size=128,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=512, rms_norm_eps=1e-6,
+                      rope_theta=1000000.0, tie_word_embeddings=False),
+        # one combined qkv_proj and one combined gate_up_proj per layer (split by Slice)
+        "phi3": dict(vocab_size=1000, hidden_size=64, intermediate_size=128,
+                     num_attention_heads=4, num_key_value_heads=4,
+                     max_position_embeddings=512, original_max_position_embeddings=512,
+                     rms_norm_eps=1e-5, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                     tie_word_embeddings=False),
+        # DeBERTa-v3 style: disentangled attention (c2p and p2c from shared keys), log-bucketed
+        # relative positions, no absolute position embedding, no token types
+        "deberta_v2": dict(vocab_size=1000, hidden_size=64, num_attention_heads=4,
+                           intermediate_size=128, max_position_embeddings=512,
+                           relative_attention=True, position_buckets=32,
+                           max_relative_positions=-1, pos_att_type=["p2c", "c2p"],
+                           norm_rel_ebd="layer_norm", share_att_key=True,
+                           position_biased_input=False, type_vocab_size=0,
+                           hidden_act="gelu", layer_norm_eps=1e-7),
         # 14 x 14 patches, 7 x 7 windows (49 tokens: odd): 4 windows and a shifted block in stage 1, one
         # window in stage 2 (7 x 7 patches after the merging; transformers does not shift a whole-image window)
         "swin": dict(image_size=28, patch_size=2, num_channels=3, embed_dim=32, window_size=7,
@@ -103,6 +125,25 @@ _KWARGS: dict[str, dict[str, dict[str, Any]]] = {
                       rope_scaling=dict(rope_type="llama3", factor=32.0,
                                         low_freq_factor=1.0, high_freq_factor=4.0,
                                         original_max_position_embeddings=8192)),
+        # Qwen/Qwen2.5-0.5B width, fewer layers
+        "qwen2": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                      num_attention_heads=14, num_key_value_heads=2,
+                      max_position_embeddings=32768, rms_norm_eps=1e-6,
+                      rope_theta=1000000.0, tie_word_embeddings=True),
+        # microsoft/Phi-3-mini-4k-instruct width, fewer layers
+        "phi3": dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192,
+                     num_attention_heads=32, num_key_value_heads=32,
+                     max_position_embeddings=4096, original_max_position_embeddings=4096,
+                     rms_norm_eps=1e-5, pad_token_id=32000, bos_token_id=1, eos_token_id=32000,
+                     tie_word_embeddings=False),
+        # microsoft/deberta-v3-base, fewer layers
+        "deberta_v2": dict(vocab_size=128100, hidden_size=768, num_attention_heads=12,
+                           intermediate_size=3072, max_position_embeddings=512,
+                           relative_attention=True, position_buckets=256,
+                           max_relative_positions=-1, pos_att_type=["p2c", "c2p"],
+                           norm_rel_ebd="layer_norm", share_att_key=True,
+                           position_biased_input=False, type_vocab_size=0,
+                           hidden_act="gelu", layer_norm_eps=1e-7),
         # microsoft/swin-tiny-patch4-window7-224
         "swin": dict(image_size=224, patch_size=4, num_channels=3, embed_dim=96, window_size=7,
                      mlp_ratio=4.0),
@@ -130,6 +171,9 @@ _CLASSES = {
     "resnet": "ResNetConfig",
     "whisper": "WhisperConfig",
     "clip": "CLIPTextConfig",
+    "qwen2": "Qwen2Config",
+    "phi3": "Phi3Config",
+    "deberta_v2": "DebertaV2Config",
 }
 
 

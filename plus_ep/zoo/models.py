@@ -19,6 +19,9 @@ INPUTS = {
     "resnet": ("pixel_values",),
     "whisper": ("input_features",),
     "clip": ("input_ids", "attention_mask"),
+    "qwen2": ("input_ids", "attention_mask"),
+    "phi3": ("input_ids", "attention_mask"),
+    "deberta_v2": ("input_ids", "attention_mask"),
 }
 OUTPUTS = {
     "bert": ("last_hidden_state", "pooler_output"),
@@ -31,6 +34,9 @@ OUTPUTS = {
     "resnet": ("last_hidden_state", "pooler_output"),
     "whisper": ("last_hidden_state",),
     "clip": ("last_hidden_state", "pooler_output"),
+    "qwen2": ("last_hidden_state",),
+    "phi3": ("last_hidden_state",),
+    "deberta_v2": ("last_hidden_state",),
 }
 _DIMS = {
     "input_ids": {0: "batch", 1: "seq"},
@@ -83,11 +89,15 @@ def _wrapper_classes():
                              token_type_ids=token_type_ids)
             return out.last_hidden_state, out.pooler_output
 
-    class Decoder(_Base):  # gpt2, llama
+    class Decoder(_Base):  # gpt2, llama, qwen2, phi3
         def forward(self, input_ids, attention_mask):
             out = self.model(input_ids=input_ids, attention_mask=attention_mask,
                              use_cache=False)
             return (out.last_hidden_state,)
+
+    class PlainEncoder(_Base):  # deberta_v2 (no pooler, no token types)
+        def forward(self, input_ids, attention_mask):
+            return (self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state,)
 
     class Seq2Seq(_Base):  # t5
         def forward(self, input_ids, attention_mask, decoder_input_ids):
@@ -111,7 +121,8 @@ def _wrapper_classes():
 
     return {"bert": Encoder, "albert": Encoder, "gpt2": Decoder, "llama": Decoder,
             "t5": Seq2Seq, "vit": Vision, "swin": Vision, "resnet": Vision,
-            "whisper": AudioEncoder, "clip": TextTower}
+            "whisper": AudioEncoder, "clip": TextTower, "qwen2": Decoder, "phi3": Decoder,
+            "deberta_v2": PlainEncoder}
 
 
 _MODEL_CLASSES = {
@@ -125,6 +136,9 @@ _MODEL_CLASSES = {
     "resnet": "ResNetModel",
     "whisper": "WhisperModel",
     "clip": "CLIPTextModel",
+    "qwen2": "Qwen2Model",
+    "phi3": "Phi3Model",
+    "deberta_v2": "DebertaV2Model",
 }
 
 

@@ -20,6 +20,8 @@
 //   PLUS_B_TRANS                0: B[k*ldb + n] (default); 1: B[n*ldb + k]
 //   PLUS_ALIGNED                1: every A/B row start is 16-byte aligned (lda/ldb multiples of 16 bytes):
 //                               16-byte vector / cp.async loads; 0 (default): guarded scalar loads
+//   PLUS_GATED                  1: two products C0 = A·B0, C1 = A·B1 sharing the A tiles (a gated MLP's gate and
+//                               up projections); the epilogue gets both sums of an element (default 0)
 //
 // Hooks (define PLUS_HAS_<NAME> before defining one; indices are long long, values float):
 //   PlusGemmShape plus_gemm_shape(const PlusArgs&)                       default: {v[0], v[1], v[2], v[3]}
@@ -40,6 +42,16 @@
 //   void plus_epilogue(const PlusArgs&, long long b, long long m, long long n, float acc)
 //        default: out[0][(b*M + m)*N + n] = plus_cvt<plus_c_t>(acc); plus_c_t defaults to plus_ab_t
 //        (typedef it and #define PLUS_HAS_C_T for another output type)
+//   Gated (PLUS_GATED 1): plus_b1_ptr(args, b) is B1 (default: the second half of a combined weight, B0 + N
+//   columns, or + N rows with B_TRANS 1; same ldb), N is the width of one product, and instead of
+//   plus_epilogue the template calls
+//   void plus_epilogue_gated(const PlusArgs&, long long b, long long m, long long n, float acc0, float acc1)
+//        default: out[0] = acc0, out[1] = acc1 (both [batch, M, N] of plus_c_t)
+//   The block tile's BN columns interleave the two products by 8 (gemm_hooks.cuh, plus_gated_*): logical
+//   column c is product (c / 8) % 2, column (c / 16) * 8 + c % 8, so matching columns of both products
+//   sit in one warp's accumulators (8 columns apart; the SIMT path pairs lanes 2 apart) and the epilogue
+//   combines them without leaving the block. Grid x covers the logical width 16 * cdiv(N, 8); split-K
+//   partials are [SPLITK][2][batch][M][N].
 // Hooks are inlined into the kernel: keep 64-bit integer division out of them where possible (it is
 // a subroutine call whose register saves ptxas reports as spills; 32-bit division is inline).
 // i.e. the defaults compute one contiguous row-major problem (batch of contiguous [M,K] x [K,N] or
@@ -87,6 +99,9 @@
 #ifndef PLUS_ALIGNED
 #define PLUS_ALIGNED 0
 #endif
+#ifndef PLUS_GATED
+#define PLUS_GATED 0
+#endif
 
 #define PLUS_WARPS_M (PLUS_BM / PLUS_WM)
 #define PLUS_WARPS_N (PLUS_BN / PLUS_WN)
@@ -127,6 +142,9 @@
 static_assert(PLUS_BM % PLUS_WM == 0 && PLUS_BN % PLUS_WN == 0, "the warp tile must divide the block tile");
 static_assert(PLUS_THREADS >= 32 && PLUS_THREADS <= 1024, "1..32 warps per block");
 static_assert(PLUS_SPLITK >= 1, "PLUS_SPLITK >= 1");
+static_assert(!PLUS_GATED || (PLUS_BN % 32 == 0 && PLUS_WN % 16 == 0),
+              "gated: whole 16-column pairs of 8-blocks in every warp tile");
+static_assert(!(PLUS_GATED && PLUS_B_NBITS), "gemm.cuh: a gated GEMM reads B0/B1 from memory, not through plus_b_chunk");
 #if PLUS_MATH == 0
 static_assert(PLUS_WM % 16 == 0 && PLUS_WN % 32 == 0,
               "SIMT warp tile: WM a multiple of 16 (4 lanes x 4 rows), WN a multiple of 32 (8 lanes x 4 columns)");
@@ -166,6 +184,21 @@ PLUS_DEV void store(const PlusArgs& args, const Block& blk, int m, int n, float 
   plus_epilogue(args, blk.b, m, n, v);
 #endif
 }
+
+#if PLUS_GATED
+// Both sums of one output element (gated): to the epilogue, or to the split-K partial planes.
+PLUS_DEV void store2(const PlusArgs& args, const Block& blk, int m, int n, float v0, float v1) {
+  if (m >= blk.M || n >= blk.N) return;
+#if PLUS_SPLITK > 1
+  float* part = (float*)args.scratch[0];
+  const long long plane = (long long)blk.batch * blk.M * blk.N, at = ((long long)blk.b * blk.M + m) * blk.N + n;
+  part[(2LL * blk.split) * plane + at] = v0;
+  part[(2LL * blk.split + 1) * plane + at] = v1;
+#else
+  plus_epilogue_gated(args, blk.b, m, n, v0, v1);
+#endif
+}
+#endif
 
 // Whether an operand allows 16-byte loads: base 16-byte aligned and leading dimension a multiple of
 // 16 bytes. With PLUS_ALIGNED=1 the codegen promises it; otherwise it is checked once per block, so
@@ -216,7 +249,7 @@ struct Stage {
 
 // Global -> registers for the tile starting at k0 (prologue applied here: same result as in smem).
 PLUS_DEV void fetch(const PlusArgs& args, const Block& blk, Stage& st, const plus_ab_t* A, long long lda,
-                    bool vec_a, const plus_ab_t* B, long long ldb, bool vec_b, int k0) {
+                    bool vec_a, const plus_ab_t* B, long long ldb, bool vec_b, int k0, const plus_ab_t* B1) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < A_PER; ++i) {
@@ -247,15 +280,31 @@ PLUS_DEV void fetch(const PlusArgs& args, const Block& blk, Stage& st, const plu
         plus_b_chunk<4>(args, blk.b, n, k, avail, v);
         st.b[i] = make_float4(v[0], v[1], v[2], v[3]);
       }
-      (void)B; (void)ldb; (void)vec_b;
+      (void)B; (void)ldb; (void)vec_b; (void)B1;
 #elif PLUS_B_TRANS
-      const int r = c / KC, k = k0 + (c % KC) * 4, n = blk.n0 + r;
-      const int avail = n < blk.N ? min(4, blk.kend - k) : 0;
-      if (avail > 0) st.b[i] = load4(B + (long long)n * ldb + k, avail, vec_b);
+      const int r = c / KC, k = k0 + (c % KC) * 4;
+#if PLUS_GATED   // logical row blk.n0 + r: row plus_gated_col of B0 or B1
+      const int n = (int)plus_gated_col(blk.n0 + r);
+      const plus_ab_t* Bp = plus_gated_part(blk.n0 + r) ? B1 : B;
 #else
-      const int r = c / (PLUS_BN / 4), n = blk.n0 + (c % (PLUS_BN / 4)) * 4, k = k0 + r;
+      const int n = blk.n0 + r;
+      const plus_ab_t* Bp = B;
+      (void)B1;
+#endif
+      const int avail = n < blk.N ? min(4, blk.kend - k) : 0;
+      if (avail > 0) st.b[i] = load4(Bp + (long long)n * ldb + k, avail, vec_b);
+#else
+      const int r = c / (PLUS_BN / 4), k = k0 + r;
+#if PLUS_GATED   // 4 logical columns inside one 8-block: columns plus_gated_col.. of B0 or B1
+      const int n = (int)plus_gated_col(blk.n0 + (c % (PLUS_BN / 4)) * 4);
+      const plus_ab_t* Bp = plus_gated_part(blk.n0 + (c % (PLUS_BN / 4)) * 4) ? B1 : B;
+#else
+      const int n = blk.n0 + (c % (PLUS_BN / 4)) * 4;
+      const plus_ab_t* Bp = B;
+      (void)B1;
+#endif
       const int avail = k < blk.kend ? min(4, blk.N - n) : 0;
-      if (avail > 0) st.b[i] = load4(B + (long long)k * ldb + n, avail, vec_b);
+      if (avail > 0) st.b[i] = load4(Bp + (long long)k * ldb + n, avail, vec_b);
 #endif
     }
   }
@@ -303,7 +352,13 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const plus_ab_t* A = plus_a_ptr(args, blk.b);
   const plus_ab_t* B = plus_b_ptr(args, blk.b);
   const long long lda = plus_lda(args), ldb = plus_ldb(args);
+#if PLUS_GATED
+  const plus_ab_t* B1 = plus_b1_ptr(args, blk.b);
+  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && vec_ok(B1, ldb);
+#else
+  const plus_ab_t* B1 = nullptr;
   const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb);
+#endif
 
   float acc[TM][TN];
 #pragma unroll
@@ -314,14 +369,14 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const int ktiles = (blk.kend - blk.kbeg + PLUS_BK - 1) / PLUS_BK;
   Stage st;
   if (ktiles > 0) {
-    fetch(args, blk, st, A, lda, vec_a, B, ldb, vec_b, blk.kbeg);
+    fetch(args, blk, st, A, lda, vec_a, B, ldb, vec_b, blk.kbeg, B1);
     deposit(st, As0, Bs0);
   }
   __syncthreads();
   for (int kt = 0; kt < ktiles; ++kt) {
     const int cur = kt & 1;
     const bool more = kt + 1 < ktiles;
-    if (more) fetch(args, blk, st, A, lda, vec_a, B, ldb, vec_b, blk.kbeg + (kt + 1) * PLUS_BK);  // in flight during the math
+    if (more) fetch(args, blk, st, A, lda, vec_a, B, ldb, vec_b, blk.kbeg + (kt + 1) * PLUS_BK, B1);  // in flight during the math
     const float* As = As0 + cur * PLUS_GEMM_A_STAGE;
     const float* Bs = Bs0 + cur * PLUS_GEMM_B_STAGE;
 #pragma unroll
@@ -353,7 +408,14 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
       const int n = blk.n0 + wn0 + (j / 4) * 32 + ln * 4 + (j % 4);
+#if PLUS_GATED
+      // lanes ln and ln ^ 2 hold the same columns of the two products (8-blocks 2t and 2t + 1): the
+      // first product's holder stores (every lane shuffles, then half of them store)
+      const float other = __shfl_xor_sync(0xffffffffu, acc[i][j], 2);
+      if (!(ln & 2)) store2(args, blk, m, (int)plus_gated_col(n), acc[i][j], other);
+#else
       store(args, blk, m, n, acc[i][j]);
+#endif
     }
   }
 }
@@ -396,13 +458,31 @@ PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
 
 // --- global -> shared -----------------------------------------------------------------------------
 
+// Where one 16-byte chunk of a tile comes from: row gr, columns gc.. of g (stride ld), `avail` of its CE
+// elements inside [0, row_lim) x [0, col_lim). GMAP 1 (2): the gated interleave on the columns (rows), gc
+// (gr) is a logical column of the two products B0 = g, B1 = g1 (a chunk never straddles an 8-block).
+template <int GMAP>
+PLUS_DEV const plus_ab_t* chunk_src(const plus_ab_t* g, const plus_ab_t* g1, long long ld, int gr, int gc,
+                                    int row_lim, int col_lim, int& avail) {
+#if PLUS_GATED
+  if (GMAP == 1) { g = plus_gated_part(gc) ? g1 : g; gc = (int)plus_gated_col(gc); }
+  if (GMAP == 2) { g = plus_gated_part(gr) ? g1 : g; gr = (int)plus_gated_col(gr); }
+#else
+  (void)g1;
+#endif
+  const int a = gr < row_lim ? col_lim - gc : 0;
+  avail = a < 0 ? 0 : (a > CE ? CE : a);
+  return g + (long long)gr * ld + gc;
+}
+
 // One R x C tile (C contiguous in both global and shared memory, shared row stride LDS) whose element
 // (r, c) is g[(row0 + r)*ld + col0 + c], valid when row0 + r < row_lim and col0 + c < col_lim; invalid
 // elements become 0. 16-byte chunks, chunk index = threadIdx.x + i*THREADS, row-major. `vec`: the
-// operand allows 16-byte loads (always true with PLUS_ALIGNED=1, else checked at run time).
-template <int R, int C, int LDS, bool SWZ>
+// operand allows 16-byte loads (always true with PLUS_ALIGNED=1, else checked at run time). GMAP: see
+// chunk_src (B of a gated GEMM, B1 = g1).
+template <int R, int C, int LDS, bool SWZ, int GMAP = 0>
 PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0, int row_lim, int col0,
-                        int col_lim, bool vec) {
+                        int col_lim, bool vec, const plus_ab_t* g1 = nullptr) {
   constexpr int CPR = C / CE;
   constexpr int TOTAL = R * CPR;
   constexpr int ITERS = (TOTAL + PLUS_THREADS - 1) / PLUS_THREADS;
@@ -414,11 +494,10 @@ PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0
       const int c = threadIdx.x + i * PLUS_THREADS;
       if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
         const int r = c / CPR, cc = (c % CPR) * CE;
-        const int gr = row0 + r, gc = col0 + cc;
-        int avail = gr < row_lim ? col_lim - gc : 0;
-        avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
+        int avail;
+        const plus_ab_t* at = chunk_src<GMAP>(g, g1, ld, row0 + r, col0 + cc, row_lim, col_lim, avail);
         // src must be a valid address even when nothing is read: fall back to the matrix base.
-        const plus_ab_t* src = avail > 0 ? g + (long long)gr * ld + gc : g;
+        const plus_ab_t* src = avail > 0 ? at : g;
         cp_async16(s + r * LDS + chunk_pos<SWZ>(r, cc / CE) * CE, src, avail * (int)sizeof(plus_ab_t));
       }
     }
@@ -430,10 +509,8 @@ PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0
       const int c = threadIdx.x + i * PLUS_THREADS;
       if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
         const int r = c / CPR, cc = (c % CPR) * CE;
-        const int gr = row0 + r, gc = col0 + cc;
-        int avail = gr < row_lim ? col_lim - gc : 0;
-        avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
-        const plus_ab_t* src = g + (long long)gr * ld + gc;
+        int avail;
+        const plus_ab_t* src = chunk_src<GMAP>(g, g1, ld, row0 + r, col0 + cc, row_lim, col_lim, avail);
         union {
           uint4 v;
           plus_ab_t e[CE];
@@ -490,7 +567,13 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const plus_ab_t* A = plus_a_ptr(args, blk.b);
   const plus_ab_t* B = plus_b_ptr(args, blk.b);
   const long long lda = plus_lda(args), ldb = plus_ldb(args);
+#if PLUS_GATED
+  const plus_ab_t* B1 = plus_b1_ptr(args, blk.b);
+  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && vec_ok(B1, ldb);
+#else
+  const plus_ab_t* B1 = nullptr;
   const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb);
+#endif
 
   float acc[MI][NI][4];
 #pragma unroll
@@ -510,13 +593,13 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
 #if PLUS_B_NBITS
     load_tile_nbits<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S, KSWZ>(args, blk.b, Bs0 + stage * PLUS_GEMM_B_STAGE, blk.n0,
                                                        blk.N, k0, blk.kend);
-    (void)B; (void)ldb; (void)vec_b;
+    (void)B; (void)ldb; (void)vec_b; (void)B1;
 #elif PLUS_B_TRANS
-    load_tile<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S, KSWZ>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, blk.n0, blk.N, k0,
-                                                 blk.kend, vec_b);
+    load_tile<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S, KSWZ, PLUS_GATED ? 2 : 0>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, blk.n0,
+                                                 blk.N, k0, blk.kend, vec_b, B1);
 #else
-    load_tile<PLUS_BK, PLUS_BN, PLUS_GEMM_LDB_S, false>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, k0, blk.kend, blk.n0,
-                                                 blk.N, vec_b);
+    load_tile<PLUS_BK, PLUS_BN, PLUS_GEMM_LDB_S, false, PLUS_GATED ? 1 : 0>(Bs0 + stage * PLUS_GEMM_B_STAGE, B, ldb, k0,
+                                                 blk.kend, blk.n0, blk.N, vec_b, B1);
 #endif
   };
 
@@ -636,10 +719,21 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
     }
     __syncwarp();
     const int m0 = blk.m0 + wm0 + i * 16;
+#if PLUS_GATED
+    // gated: the warp's WN logical columns hold WN/2 elements of both products, 8 columns apart
+#pragma unroll 1
+    for (int r = 0; r < 16; ++r)
+#pragma unroll
+      for (int c = lane; c < PLUS_WN / 2; c += 32) {
+        const int c0 = ((c >> 3) << 4) | (c & 7);
+        store2(args, blk, m0 + r, (blk.n0 + wn0) / 2 + c, sc[r * C_LD + c0], sc[r * C_LD + c0 + 8]);
+      }
+#else
 #pragma unroll 1
     for (int r = 0; r < 16; ++r)
 #pragma unroll
       for (int c = lane; c < PLUS_WN; c += 32) store(args, blk, m0 + r, blk.n0 + wn0 + c, sc[r * C_LD + c]);
+#endif
     __syncwarp();
   }
 }
@@ -686,20 +780,34 @@ PLUS_DEV long long divmod(long long x, long long d, double inv_d, long long& r) 
 }
 }  // namespace plusg
 
-// Sums the SPLITK fp32 partials of every (b, m, n) and hands the total to the epilogue.
+// Sums the SPLITK fp32 partials of every (b, m, n) and hands the total to the epilogue (gated: both
+// products' totals, partial planes [SPLITK][2][batch][M][N]).
 extern "C" __global__ void __launch_bounds__(256) plus_splitk_reduce(const PlusArgs args) {
   const PlusGemmShape sh = plus_gemm_shape(args);
   const long long total = sh.batch * sh.M * sh.N;
   const double inv_n = __drcp_rn((double)sh.N), inv_m = __drcp_rn((double)sh.M);
   const float* part = (const float*)args.scratch[0];
   for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < total; i += (long long)gridDim.x * 256) {
+#if PLUS_GATED
+    float s = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int p = 0; p < PLUS_SPLITK; ++p) {
+      s += part[(2 * p) * total + i];
+      s1 += part[(2 * p + 1) * total + i];
+    }
+#else
     float s = 0.f;
 #pragma unroll
     for (int p = 0; p < PLUS_SPLITK; ++p) s += part[p * total + i];
+#endif
     long long n, m;
     const long long bm = plusg::divmod(i, sh.N, inv_n, n);
     const long long b = plusg::divmod(bm, sh.M, inv_m, m);
+#if PLUS_GATED
+    plus_epilogue_gated(args, b, m, n, s, s1);
+#else
     plus_epilogue(args, b, m, n, s);
+#endif
   }
 }
 #endif

@@ -2,7 +2,13 @@
 // A plain contiguous problem: A = in[0] [batch,M,K], B = in[1] [batch,K,N] (PLUS_B_TRANS 0) or
 // [batch,N,K] (1), C = out[0] [batch,M,N] of plus_c_t; args.v[0..3] = batch, M, N, K. Generated code
 // #defines PLUS_HAS_<NAME> before defining its own; plus_c_t is plus_ab_t unless PLUS_HAS_C_T.
+// Gated (PLUS_GATED 1): B is one combined weight [batch,K,2N] ([batch,2N,K]), B0 its first N columns (rows).
 #pragma once
+
+#ifndef PLUS_GATED
+#define PLUS_GATED 0
+#endif
+#define PLUS_B_COLS (PLUS_GATED ? 2 : 1)   /* products stored side by side in a default B */
 
 #ifndef PLUS_HAS_C_T
 typedef plus_ab_t plus_c_t;
@@ -28,14 +34,14 @@ PLUS_DEV long long plus_lda(const PlusArgs& args) { return plus_gemm_shape(args)
 #ifndef PLUS_HAS_B_PTR
 PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {
   const PlusGemmShape s = plus_gemm_shape(args);
-  return (const plus_ab_t*)args.in[1] + b * s.K * s.N;
+  return (const plus_ab_t*)args.in[1] + b * s.K * s.N * PLUS_B_COLS;
 }
 #endif
 
 #ifndef PLUS_HAS_LDB
 PLUS_DEV long long plus_ldb(const PlusArgs& args) {
   const PlusGemmShape s = plus_gemm_shape(args);
-  return PLUS_B_TRANS ? s.K : s.N;
+  return PLUS_B_TRANS ? s.K : s.N * PLUS_B_COLS;
 }
 #endif
 
@@ -44,4 +50,30 @@ PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long
   const PlusGemmShape s = plus_gemm_shape(args);
   plus_store<plus_c_t>(args.out[0], (b * s.M + m) * s.N + n, plus_cvt<plus_c_t>(acc));
 }
+#endif
+
+// ---- gated products (PLUS_GATED 1): C0 = A·B0, C1 = A·B1, one epilogue call per element with both sums
+#if PLUS_GATED
+// The block tile's columns interleave the products by 8: logical column c is product plus_gated_part(c),
+// column plus_gated_col(c) of it; the logical width of N columns per product is plus_gated_width(N).
+PLUS_DEV int plus_gated_part(long long c) { return (int)((c >> 3) & 1); }
+PLUS_DEV long long plus_gated_col(long long c) { return ((c >> 4) << 3) | (c & 7); }
+PLUS_DEV long long plus_gated_width(long long n) { return ((n + 7) >> 3) << 4; }
+
+#ifndef PLUS_HAS_B1_PTR
+// Default: the second half of a combined [K, 2N] weight (rows N.. of an [2N, K] one with B_TRANS 1).
+PLUS_DEV const plus_ab_t* plus_b1_ptr(const PlusArgs& args, long long b) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  return plus_b_ptr(args, b) + (PLUS_B_TRANS ? s.N * plus_ldb(args) : s.N);
+}
+#endif
+
+#ifndef PLUS_HAS_EPILOGUE_GATED
+PLUS_DEV void plus_epilogue_gated(const PlusArgs& args, long long b, long long m, long long n, float acc0,
+                                  float acc1) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  plus_store<plus_c_t>(args.out[0], (b * s.M + m) * s.N + n, plus_cvt<plus_c_t>(acc0));
+  plus_store<plus_c_t>(args.out[1], (b * s.M + m) * s.N + n, plus_cvt<plus_c_t>(acc1));
+}
+#endif
 #endif

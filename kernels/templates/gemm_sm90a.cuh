@@ -37,6 +37,11 @@
 //   a row program (LayerNorm/RMSNorm) over the CTA's column slice, rows reduced across a thread-block
 //   cluster of PLUS_CLUSTER_X CTAs (kernels/CONTRACT.md §2.1).
 //
+// * Gated products (PLUS_GATED 1, CONTRACT.md §2.1): B's column (B_TRANS 1: row) chunks of 8 alternate between
+//   B0 = plus_b_ptr and B1 = plus_b1_ptr (gemm_hooks.cuh plus_gated_*), so both products of an element sit in
+//   one CTA's staged C tile 8 columns apart; the epilogue walks BM x BN/2 elements and calls
+//   plus_epilogue_gated with both sums.
+//
 // This file only compiles for sm_90a (wgmma is an "arch-specific" feature); the route chooser uses
 // gemm.cuh (mma.sync) for every other architecture, plain sm_90 included.
 #pragma once
@@ -86,6 +91,16 @@
 // 1: the epilogue walks the C tile with m fastest (outputs contiguous along m); 0: n fastest.
 #ifndef PLUS_EPI_M_FASTEST
 #define PLUS_EPI_M_FASTEST 0
+#endif
+
+#ifndef PLUS_GATED
+#define PLUS_GATED 0
+#endif
+#if PLUS_GATED
+static_assert(!PLUS_EPI_M_FASTEST, "gemm_sm90a: the gated epilogue walks the C tile with n fastest");
+#ifdef PLUS_HAS_ROW_TILE
+#error "gemm_sm90a: PLUS_GATED has no row tile"
+#endif
 #endif
 
 #ifndef PLUS_WG_PROXY_FENCE
@@ -250,6 +265,28 @@ struct KMajorLoader {
       if (row0 + r0 + it * STEP < nrows) rows_ok |= 1u << it;
     all_rows = rows_ok == (1u << ITERS) - 1;
   }
+#if PLUS_GATED
+  // B with TRANS=1 of a gated GEMM: tile row r is logical row row0 + r, i.e. row plus_gated_col of B0 (g) or
+  // B1 (g1). STEP is a multiple of 16, so a thread's rows stay in one product, STEP/2 source rows apart.
+  PLUS_DEV void init_gated(const plus_ab_t* g, const plus_ab_t* g1, long long ld, long long row0, long long nrows,
+                           long long kt0, int tid) {
+    static_assert(STEP % 16 == 0, "gated rows: a thread's rows must stay in one product");
+    const int c = tid & 7;
+    r0 = tid >> 3;
+    kc = c * 8;
+    base = g;
+    const long long lr = row0 + r0, sr = plus_gated_col(lr);
+    const plus_ab_t* m = plus_gated_part(lr) ? g1 : g;
+    step = (long long)(STEP / 2) * ld;
+    src = m + sr * ld + kt0 * BK + kc;
+    dst = r0 * 128 + ((c ^ (r0 & 7)) << 4);
+    rows_ok = 0;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it)
+      if (sr + it * (STEP / 2) < nrows) rows_ok |= 1u << it;
+    all_rows = rows_ok == (1u << ITERS) - 1;
+  }
+#endif
   // Copy the k-tile starting at k0 into the tile at shared address s_tile, then step to the next k-tile.
   PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K, bool vec) {
     const int kv = clamp8(K - k0 - kc);  // valid elements of my chunk on every row
@@ -303,6 +340,22 @@ struct MNMajorLoader {
     nv = clamp8(N - n0 - c * 8);
     src = g + (kt0 * BK + kr0) * ld + n0 + c * 8;
   }
+#if PLUS_GATED
+  // B of a gated GEMM: my chunk (logical columns n0 + 8c..) is 8 columns of B0 (g, c even) or B1 (g1, c odd).
+  PLUS_DEV void init_gated(const plus_ab_t* g, const plus_ab_t* g1, long long ld_, long long n0, long long N,
+                           long long kt0, int tid) {
+    const int c = tid % CPR;
+    kr0 = tid / CPR;
+    cb = c >> 3;
+    cc = c & 7;
+    ld = ld_;
+    base = g;
+    step = (long long)STEP * ld;
+    const long long col = plus_gated_col(n0 + c * 8);
+    nv = clamp8(N - col);
+    src = (plus_gated_part(n0 + c * 8) ? g1 : g) + (kt0 * BK + kr0) * ld + col;
+  }
+#endif
   PLUS_DEV plus_u32 offset(int kr) const { return cb * MN_BLOCK_BYTES + kr * 128 + ((cc ^ (kr & 7)) << 4); }
   PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K, bool vec) {
     if (vec) {
@@ -402,10 +455,17 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
 #else
   MNMajorLoader b_loader;
 #endif
+#if PLUS_GATED
+  const plus_ab_t* B1 = plus_b1_ptr(args, b);
+  b_loader.init_gated(B, B1, ldb, n0, N, kt0, tid);
+  // 16-byte copies when every operand allows them (uniform over the CTA; always with PLUS_ALIGNED=1).
+  const bool vec = vec_ok(A, lda) && vec_ok(B, ldb) && vec_ok(B1, ldb);
+#else
   b_loader.init(B, ldb, n0, N, kt0, tid);
-  long long k_next = kt0 * BK;
   // 16-byte copies when both operands allow them (uniform over the CTA; always with PLUS_ALIGNED=1).
   const bool vec = vec_ok(A, lda) && vec_ok(B, ldb);
+#endif
+  long long k_next = kt0 * BK;
   auto load_next = [&](int s) {
     const plus_u32 sa = smem + s * STAGE_BYTES;
     a_loader.load(sa, k_next, K, vec);
@@ -520,6 +580,25 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
   // tile[r * C_LD + c] = C[b, m0 + r, n0 + c] (fp32) for r < rows, c < cols; the hook may rewrite it in place.
   plus_row_tile(args, b, reinterpret_cast<float*>(plus_wg_smem + (smem - smem_raw)), C_LD, m0, n0,
                 (int)min((long long)BM, M - m0), (int)min((long long)BN, N - n0));
+#elif PLUS_GATED
+  // Gated: logical columns 16t + e and 16t + 8 + e of the tile are element (n0/2 + 8t + e) of both products.
+#pragma unroll 2
+  for (int idx = tid; idx < BM * (BN / 2); idx += THREADS) {
+    const int r = idx / (BN / 2), c = idx % (BN / 2);
+    const int c0 = ((c >> 3) << 4) | (c & 7);
+    const long long m = m0 + r, n = n0 / 2 + c;
+    if (m >= M || n >= N) continue;
+    const float v0 = plus_ld_shared_f(c_tile + c_offset(false, r, c0));
+    const float v1 = plus_ld_shared_f(c_tile + c_offset(false, r, c0 + 8));
+#if PLUS_SPLITK > 1
+    // fp32 partial planes [SPLITK][2][batch][M][N] in scratch[0]
+    const long long plane = shape.batch * M * N, at = (b * M + m) * N + n;
+    ((float*)args.scratch[0])[(2LL * split) * plane + at] = v0;
+    ((float*)args.scratch[0])[(2LL * split + 1) * plane + at] = v1;
+#else
+    plus_epilogue_gated(args, b, m, n, v0, v1);
+#endif
+  }
 #else
 #pragma unroll 2
   for (int idx = tid; idx < BM * BN; idx += THREADS) {
@@ -548,10 +627,20 @@ extern "C" __global__ void __launch_bounds__(256) plus_splitk_reduce(const PlusA
   const long long idx = (long long)blockIdx.x * 256 + threadIdx.x;
   if (idx >= total) return;
   const float* part = (const float*)args.scratch[0];
+  const long long n = idx % shape.N, m = (idx / shape.N) % shape.M, b = idx / (shape.M * shape.N);
+#if PLUS_GATED
+  float s = 0.0f, s1 = 0.0f;  // partial planes [SPLITK][2][batch][M][N]
+#pragma unroll
+  for (int k = 0; k < PLUS_SPLITK; ++k) {
+    s += part[(2 * k) * total + idx];
+    s1 += part[(2 * k + 1) * total + idx];
+  }
+  plus_epilogue_gated(args, b, m, n, s, s1);
+#else
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < PLUS_SPLITK; ++k) s += part[k * total + idx];
-  const long long n = idx % shape.N, m = (idx / shape.N) % shape.M, b = idx / (shape.M * shape.N);
   plus_epilogue(args, b, m, n, s);
+#endif
 }
 #endif

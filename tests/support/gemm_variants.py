@@ -32,7 +32,32 @@ PLUS_DEV void plus_epilogue(const PlusArgs& a, long long b, long long m, long lo
 }
 """
 
-HOOKS = {"": "", "strided": STRIDED_HOOKS, "fused": FUSED_HOOKS}
+# Gated products (PLUS_GATED 1), two weights: B0 = in[1], B1 = in[3] (both [K, N], or [N, K] with B_TRANS 1,
+# contiguous, ldb = v[6]); the epilogue is a SwiGLU with a bias on the first product:
+# out[0] = silu(acc0 + bias[n]) * acc1 (float).
+GATED_HOOKS = r"""
+#define PLUS_GATED 1
+#define PLUS_HAS_LDB
+PLUS_DEV long long plus_ldb(const PlusArgs& a) { return a.v[6]; }
+#define PLUS_HAS_B1_PTR
+PLUS_DEV const plus_ab_t* plus_b1_ptr(const PlusArgs& a, long long b) { return (const plus_ab_t*)a.in[3] + b * a.v[7]; }
+#define PLUS_HAS_B_PTR
+PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& a, long long b) { return (const plus_ab_t*)a.in[1] + b * a.v[7]; }
+#define PLUS_HAS_EPILOGUE_GATED
+PLUS_DEV void plus_epilogue_gated(const PlusArgs& a, long long b, long long m, long long n, float acc0, float acc1) {
+  const float g = acc0 + plus_load<float>(a.in[2], n);
+  plus_store<float>(a.out[0], (b * a.v[1] + m) * a.v[2] + n, g / (1.0f + expf(-g)) * acc1);
+}
+"""
+
+# Gated products with the default hooks: one combined weight in[1] [batch, K, 2N] ([batch, 2N, K] with
+# B_TRANS 1), both products stored (out[0] = A·B0, out[1] = A·B1, of plus_ab_t).
+GATED_DEFAULT_HOOKS = r"""
+#define PLUS_GATED 1
+"""
+
+HOOKS = {"": "", "strided": STRIDED_HOOKS, "fused": FUSED_HOOKS, "gated": GATED_HOOKS,
+         "gated_default": GATED_DEFAULT_HOOKS}
 
 
 @dataclass(frozen=True)
@@ -42,7 +67,7 @@ class Variant:
     b_trans: int
     aligned: int
     splitk: int = 1
-    hooks: str = ""  # "", "strided" or "fused"
+    hooks: str = ""  # "", "strided", "fused", "gated" or "gated_default"
 
     @property
     def id(self) -> str:

@@ -1,5 +1,5 @@
 """The horizontal step of identification: after the greedy vertical growth, sibling gemm subgraphs that read
-the same A tensor with equal N, K, dtype and B layout (a layer's Q, K and V projections) merge into one
+the same A tensor with equal K, dtype and B layout (a layer's Q, K and V projections, N may differ) merge into one
 subgraph of a horizontal warehouse pattern (warehouse/patterns/gemm_group.py) when the union matches it
 member by member, stays convex, fits one kernel's inputs and outputs and keeps the partition acyclic.
 ``ident.groups`` records every group formed and every sibling refused, with the reason (`plus-ep explain`).
@@ -67,16 +67,16 @@ def _groups_of(ident, p, a, ks, subgraphs, merged, gone):
         if isinstance(sigs[k], str):
             ident.groups.append({"pattern": p.name, "a": a, "members": [label(k)], "status": "refused",
                                 "reason": sigs[k]})
-        else:
-            classes.setdefault(sigs[k], []).append(k)
+        else:        # one class per K, dtype and B layout: members may differ in N (a GQA layer's Q and K/V)
+            classes.setdefault(sigs[k][1:], []).append(k)
     if len(classes) > 1:
         for sig, members in classes.items():
             if len(members) == 1:
                 others = [s for s in classes if s != sig]
                 ident.groups.append({"pattern": p.name, "a": a, "members": [label(members[0])],
-                                    "status": "refused", "reason": "no sibling with the same N, K, dtype "
-                                    f"and B layout (N={sig[0]}, K={sig[1]}, dtype {sig[2]}, trans_b {sig[3]}; "
-                                    f"others: {', '.join(f'N={o[0]} K={o[1]} dtype {o[2]} trans_b {o[3]}' for o in others)})"})
+                                    "status": "refused", "reason": "no sibling with the same K, dtype "
+                                    f"and B layout (K={sig[0]}, dtype {sig[1]}, trans_b {sig[2]}; "
+                                    f"others: {', '.join(f'K={o[0]} dtype {o[1]} trans_b {o[2]}' for o in others)})"})
     for members in classes.values():
         rest = list(members)
         while len(rest) >= 2:
@@ -134,14 +134,27 @@ def _group_subgraph(ident, p, sgs) -> Subgraph:
 
 
 def _match_members(p, g) -> str | None:
-    """Exact match of every top-level loop of `g` against the first member of the horizontal pattern
-    `p` (one binding for all: equal sizes)."""
+    """Exact match of every top-level loop of `g` that holds a key operation against the first member of the
+    horizontal pattern `p`. Top-level loops of parallel element-wise work
+    only are where members' epilogues meet (a gated MLP's act(g) * u); the pattern's role finder decides
+    whether they may."""
     first = p.match_graph.loops()[:1]
-    loops = g.loops()
+    loops = [lp for lp in g.loops() if not _elementwise_only(lp)]
     if len(loops) < 2:
         return f"{len(loops)} top-level loop (a group has at least two)"
 
-    class _Members:
+    class _Loops:
+        def __init__(self, items):
+            self.items = items
+
         def loops(self):
-            return first * len(loops)
-    return match.exact(_Members(), g)
+            return self.items
+    for lp in loops:      # each member with its own binding: a group's members may differ in N (K, dtype and
+        why = match.exact(_Loops(first), _Loops([lp]))      # B layout are equal by their signature class)
+        if why:
+            return why
+    return None
+
+
+def _elementwise_only(loop) -> bool:
+    return loop.para and not loop.key_ops and all(_elementwise_only(c) for c in loop.loops())

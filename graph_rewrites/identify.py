@@ -19,6 +19,8 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+from onnx import TensorProto
+
 from . import match, ops
 from .build import build
 from .fuse import contract_units, order_units
@@ -256,8 +258,8 @@ class Identifier:
 
     def hull(self, nodes, unfused) -> list | None:
         """The convex hull of `nodes`: with every node on a path that leaves them and comes back (and
-        the shape-only nodes those read from the set), when all of them are still unfused data nodes;
-        else None. A candidate that would make the subgraph non-convex joins together with what lies
+        the shape-only nodes those read from the set), when all of them are still unfused data nodes
+        (a path through shape computations or another subgraph keeps the candidate out); else None. A candidate that would make the subgraph non-convex joins together with what lies
         between, e.g. K's RoPE (Mul(k, cos), Mul(rotate_half(k), sin), Add) when the attention already
         holds the cos/sin shared with Q's RoPE."""
         mask = d = a = 0
@@ -267,14 +269,28 @@ class Identifier:
             a |= self.anc[p]
         between = d & a & ~mask
         add = {p for p in range(between.bit_length()) if between >> p & 1}
-        if not add or any(p in self.support or (p in self.nests and p not in unfused)
-                          or (p not in self.nests and self.view.is_data_node(p)) for p in add):
+        if not add or any((p not in unfused if p in self.nests else not self._shape_chain(p)) for p in add):
             return None
         out = set(nodes) | add
         for p in add:
             out |= self.shape_support(p, out)
         out = sorted(out)
         return out if self.acyclic_with(out) else None
+
+    def _shape_chain(self, p) -> bool:
+        """A node of shape arithmetic that no other subgraph holds (Shape -> Gather -> Unsqueeze -> Concat, the
+        sizes a Reshape or Expand reads: every output a small 1-D integer tensor): it may move into a subgraph
+        with its consumers (the codegen reads such tensors as shape values), unlike data-free computations of
+        whole tensors such as a Range-built mask."""
+        if p in self.support or self.view.is_data_node(p):
+            return False
+        for t in self.view.nodes[p].output:
+            shape = self.view.shape(t) if t else []
+            if t and (self.view.dtypes.get(t) not in (TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL)
+                      or shape is None
+                      or len(shape) > 1 or not all(isinstance(d, int) and d <= 16 for d in shape)):
+                return False
+        return True
 
     def _producers(self, members):
         return {p for p in self.index.producers_of(members) if p in self.nests}
@@ -310,29 +326,30 @@ class Identifier:
             unfused.difference_update(sub.nodes)
             self.support.update(i for i in sub.nodes if i not in self.nests)
             result.append(sub)
-        for sub in result:
-            self._take_constants(sub)
         result = self.group_horizontal(result)
+        self.take_constants(result)
         check_partition(self, result)
         return result
 
-    def _take_constants(self, sub) -> None:
-        """Constant nodes read only by `sub` move into it: their values are literals of its kernels, not
-        inputs of its node (a TorchScript export's shape chains read dozens of them: Unsqueeze axes,
-        Gather indices), which keeps the node within the launcher's input limit."""
-        members = set(sub.nodes)
-        take = set()
-        for p in self.index.producers_of(sub.nodes):
-            n = self.view.nodes[p]
-            if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or p in self.support \
-                    or _constant_size(n) > LITERAL_ELEMENTS:     # a kernel cannot hold it as a literal
+    def take_constants(self, subgraphs) -> None:
+        """Constant nodes read only inside one subgraph move into it: their values stay in the fused
+        node's function body instead of becoming inputs of the node and its kernels (TorchScript writes a
+        Constant per Slice bound and Unsqueeze axis; a RoPE'd Q, K and V sliced from one projection would
+        otherwise pass the launcher's input limit). Only a constant a kernel can hold as a literal moves
+        (`LITERAL_ELEMENTS`: a larger one, such as a causal-mask table, stays an input)."""
+        where = {p: k for k, sg in enumerate(subgraphs) for p in sg.nodes}
+        extra: dict = {}
+        for p, node in enumerate(self.view.nodes):
+            if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or p in where \
+                    or _constant_size(node) > LITERAL_ELEMENTS:
                 continue
-            if all(u in members for t in n.output for u in self.view.consumers.get(t, ())) and \
-                    not any(t in self.view.outputs for t in n.output):
-                take.add(p)
-        if take:
-            sub.nodes = tuple(sorted(members | take))
-            self.support.update(take)
+            users = self.index.users(p)
+            homes = {where.get(u) for u in users}
+            if users and len(homes) == 1 and None not in homes and not any(
+                    o in self.view.outputs for o in node.output):
+                extra.setdefault(homes.pop(), []).append(p)
+        for k, ps in extra.items():
+            subgraphs[k].nodes = tuple(sorted(set(subgraphs[k].nodes) | set(ps)))
 
     def group_horizontal(self, subgraphs: list) -> list:
         """The horizontal step (graph_rewrites/horizontal.py)."""

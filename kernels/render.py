@@ -18,7 +18,7 @@ from .codegen import pointwise, shapevals, symdim
 from . import routes
 from .build import sources
 from .attention.render import render_attention
-from .gemm.render import render_gemm, render_gemm_group
+from .gemm.render import render_gemm, render_gemm_gated, render_gemm_group
 from .target import Target
 from .wire.plan import Launch, Plan, Route, check_bound, checked_composite_dims, input_tokens
 from ..limits import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
@@ -176,7 +176,7 @@ def register_renderer(name: str, fn):
 
 for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce", _row),
                    ("gemm", render_gemm), ("gemm_rownorm", render_gemm), ("flash_attention", render_attention),
-                   ("gemm_group", render_gemm_group)):
+                   ("gemm_group", render_gemm_group), ("gemm_gated", render_gemm_gated)):
     register_renderer(_name, _fn)
 
 

@@ -107,6 +107,8 @@ TEMPLATES = {
     "gemm_rownorm": "GEMM whose epilogue feeds a row normalisation (roles as gemm)",
     "gemm_group": "sibling GEMMs reading one A, one launch with the group index as an outer batch index "
                   "(roles: a, members: [{gemm, a, b}])",
+    "gemm_gated": "a gated MLP's two products of one A in one GEMM, the epilogue gets both sums (roles: a, form, "
+                  "parts, meet; members: [{gemm, a, b}] or gemm, b, half)",
     "flash_attention": "softmax(QKᵀ + mask)·V in the FlashAttention style (roles: q, k, v, mask, qk, "
                        "softmax, pv, p_chain, nan_guard)",
 }

@@ -37,10 +37,22 @@ def gemm_hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) -> str:
                       f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')};\n")
 
 
-def hook_text(em, epilogue, M, N, K, batch_c, trans_b, dt, bvar, a_ptr, b_ptr) -> str:
-    """The gemm template's hooks; `bvar` names their batch parameter, `a_ptr`/`b_ptr`/`epilogue` are bodies."""
+def hook_text(em, epilogue, M, N, K, batch_c, trans_b, dt, bvar, a_ptr, b_ptr, ldb=None, b1_ptr=None) -> str:
+    """The gemm template's hooks; `bvar` names their batch parameter, `a_ptr`/`b_ptr`/`epilogue` are bodies.
+    `ldb`: B's row stride (default N, or K with trans_b). `b1_ptr`: the body of plus_b1_ptr of a gated GEMM
+    (PLUS_GATED 1), whose epilogue is plus_epilogue_gated(args, b, m, n, acc0, acc1)."""
     st = dtypes.storage(dt)
     ab = st if st != "float" else "float"
+    ldb = (K if trans_b else N) if ldb is None else ldb
+    if b1_ptr is None:
+        epi = ("#define PLUS_HAS_EPILOGUE 1\n"
+               f"PLUS_DEV void plus_epilogue(const PlusArgs& args, long long {bvar}, long long m, long long n, float acc) {{\n")
+    else:
+        epi = ("#define PLUS_HAS_B1_PTR 1\n"
+               f"PLUS_DEV const plus_ab_t* plus_b1_ptr(const PlusArgs& args, long long {bvar}) {{\n{b1_ptr}}}\n"
+               "#define PLUS_HAS_EPILOGUE_GATED 1\n"
+               f"PLUS_DEV void plus_epilogue_gated(const PlusArgs& args, long long {bvar}, long long m, long long n, "
+               "float acc0, float acc1) {\n")
     return (
         f"typedef {ab} plus_ab_t;\n"
         "#define PLUS_HAS_GEMM_SHAPE 1\n"
@@ -55,7 +67,5 @@ def hook_text(em, epilogue, M, N, K, batch_c, trans_b, dt, bvar, a_ptr, b_ptr) -
         f"PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long {bvar}) {{\n"
         f"{b_ptr}}}\n"
         "#define PLUS_HAS_LDB 1\n"
-        f"PLUS_DEV long long plus_ldb(const PlusArgs& args) {{ return {em.c(K if trans_b else N)}; }}\n"
-        "#define PLUS_HAS_EPILOGUE 1\n"
-        f"PLUS_DEV void plus_epilogue(const PlusArgs& args, long long {bvar}, long long m, long long n, float acc) {{\n"
-        f"{epilogue}\n}}\n")
+        f"PLUS_DEV long long plus_ldb(const PlusArgs& args) {{ return {em.c(ldb)}; }}\n"
+        f"{epi}{epilogue}\n}}\n")

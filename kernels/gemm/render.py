@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..codegen import dtypes, symdim
+from ..codegen import dtypes, shapevals, symdim
 from .. import routes
 from ..codegen.cexpr import attr, lit
 from ..codegen.forward import bind_forward, emit_stores, forward_map
@@ -137,20 +137,22 @@ def _nbits_operands(job, em, seed):
 
 
 def render_gemm_group(job):
-    """A horizontal group (warehouse/patterns/gemm_group.py): G sibling GEMMs with one A, equal M, N, K,
-    one dtype and B layout, as one launch whose batch is G x the members' batch. Batch index bg of the
+    """A horizontal group (warehouse/patterns/gemm_group.py): G sibling GEMMs with one A, equal M and K (N may
+    differ: a ragged group, PLUS_HAS_GROUP_N), one dtype and B layout, as one launch whose batch is G x the
+    members' batch. Batch index bg of the
     template is member g = bg / batch, batch b = bg % batch: plus_b_ptr and plus_epilogue switch on g,
     so every member keeps its own weights, bias and stores (a stored Kᵀ included)."""
     parts = job.roles["members"]
     if any(n.op_type in ROW_OPS for n in job.nodes):
         raise RenderError(f"{job.node_name}: a gemm group has no row normalisation")
-    first, bodies, kbs, covered, m_fast = None, [], [], set(), []
+    first, bodies, kbs, covered, m_fast, ns = None, [], [], set(), [], []
     for part in parts:
         seed = job.view.nodes[part["gemm"]]
         em = job.emitter()
         a, b, dt = _operands(job, em, seed, part)
         batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
-        key = (str(batch), str(M), str(N), str(K), trans_b, a_off("b"), b_off("b"), dt)
+        ns.append(symdim.parse(N))
+        key = (str(batch), str(M), str(K), trans_b, a_off("b"), b_off("b"), dt)   # N may differ (static)
         if first is None:
             first = key
             ka, nbatch, em0 = job.inputs.index(a), symdim.numel(batch), em
@@ -171,6 +173,20 @@ def render_gemm_group(job):
     G = len(parts)
     nb = em0.c(nbatch)
     split = f"  const long long plus_g = plus_bg / {nb}, b = plus_bg % {nb};\n  (void)plus_g; (void)b;\n"
+    ragged = ""
+    if len({str(n) for n in ns}) > 1:      # a ragged group (GQA: Q wider than K and V): per-member N and ldb
+        if not all(n.is_Integer for n in ns):
+            raise RenderError(f"{job.node_name}: group members of different widths {ns} that are not static")
+        N = max(ns, key=int)
+
+        def per_member(vals):
+            return " : ".join(f"plus_g == {g} ? {em0.c(v)}" for g, v in enumerate(vals[:-1])) + f" : {em0.c(vals[-1])}"
+        lds = [K if trans_b else n for n in ns]
+        ragged = ("#define PLUS_HAS_GROUP_N 1\n"
+                  "PLUS_DEV long long plus_group_n(const PlusArgs& args, long long plus_bg) {\n"
+                  f"  const long long plus_g = plus_bg / {nb};\n  (void)args;\n  return {per_member(ns)};\n}}\n"
+                  "PLUS_DEV long long plus_group_ldb(const PlusArgs& args, long long plus_bg) {\n"
+                  f"  const long long plus_g = plus_bg / {nb};\n  (void)args;\n  return {per_member(lds)};\n}}\n")
     bases = " : ".join(f"plus_g == {g} ? (const plus_ab_t*)args.in[{k}]" for g, k in enumerate(kbs[:-1]))
     b_ptr = split + f"  const plus_ab_t* base = {bases} : (const plus_ab_t*)args.in[{kbs[-1]}];\n" \
         f"  return base + {b_off('b')};\n"
@@ -181,7 +197,7 @@ def render_gemm_group(job):
         cond = f" (plus_g == {g})" if g < G - 1 else ""
         branches.append(f"{head}{cond} {{\n{body}\n  }}")
     epilogue = split + "  (void)args;\n" + "".join(branches)
-    hooks = hook_text(em0, epilogue, M, N, K, em0.c(nbatch * G), trans_b, dt, "plus_bg", a_ptr, b_ptr)
+    hooks = hook_text(em0, epilogue, M, N, K, em0.c(nbatch * G), trans_b, dt, "plus_bg", a_ptr, b_ptr) + ragged
     extra = job.side_kernels([t for t in job.outputs if t not in covered])
     per_group = ""
     if any(m_fast) and not all(m_fast):   # members disagree: the sm_90a epilogue picks its order per member
@@ -189,7 +205,95 @@ def render_gemm_group(job):
         per_group = ("#define PLUS_HAS_EPI_M_FASTEST 1\n"
                      "PLUS_DEV bool plus_epi_m_fastest(const PlusArgs& args, long long plus_bg) {\n"
                      f"  const long long plus_g = plus_bg / {nb};\n  return {which};\n}}\n")
-    return _variants(job, M, N, K, nbatch * G, dt, trans_b, hooks, all(m_fast), extra, m_fastest_hook=per_group)
+    aligned = all(routes.gemm_rows_aligned(K, K if trans_b else n, dt) for n in ns)
+    return _variants(job, M, N, K, nbatch * G, dt, trans_b, hooks, all(m_fast), extra, m_fastest_hook=per_group,
+                     aligned=aligned)
+
+
+def render_gemm_gated(job):
+    """A gated MLP (warehouse/patterns/gemm_gated.py): the template's two products (PLUS_GATED) are the gate and
+    up projections, two GEMMs of one A (weights in[kb0], in[kb1]) or the halves of one combined weight (B1 =
+    B0 + N columns, or rows with transB). Both product tensors (`parts`) are bound to the sums acc0 / acc1 at the
+    element (m, n) the epilogue is called for; the meet (act(g) * u) and everything after it are pushed forward
+    from there to the stores, as the plain GEMM's epilogue is from its accumulator."""
+    roles = job.roles
+    if not roles or "parts" not in roles:
+        raise RenderError(f"{job.node_name}: the gemm_gated template needs the roles its patterns find")
+    if any(n.op_type in ROW_OPS for n in job.nodes):
+        raise RenderError(f"{job.node_name}: a gated GEMM has no row normalisation")
+    em = job.emitter()
+    if roles["form"] == "pair":
+        got = []
+        for m in roles["members"]:
+            seed = job.view.nodes[m["gemm"]]
+            a, b, dt = _operands(job, em, seed, m)
+            got.append((seed, b, dt, _problem(em, seed, a, b)))
+        keys = [(str(pr[0]), str(pr[1]), str(pr[2]), str(pr[3]), pr[4], pr[5]("b"), pr[6]("b"), dt)
+                for _, _, dt, pr in got]
+        if keys[0] != keys[1]:
+            raise RenderError(f"{describe(got[1][0])}: problem {keys[1]} differs from the gate's {keys[0]}")
+        seeds = [g[0] for g in got]
+        batch, M, N, K, trans_b, a_off, b_off, c_index = got[0][3]
+        dt, ldb = got[0][2], (K if trans_b else N)
+        kb, kb1 = job.inputs.index(got[0][1]), job.inputs.index(got[1][1])
+        b1_ptr = f"  return (const plus_ab_t*)args.in[{kb1}] + {b_off('b')};\n"
+        b1_aligned = True
+        parts = list(roles["parts"])
+    else:
+        seed = job.view.nodes[roles["gemm"]]
+        a, b, dt = _operands(job, em, seed, roles)
+        batch, M, N2, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
+        seeds = [seed, seed]
+        parts = _ordered_halves(job, roles)
+        N, ldb = symdim.parse(roles["half"]), (K if trans_b else N2)
+        kb = job.inputs.index(b)
+        step = f"{em.c(N)} * {em.c(K)}" if trans_b else em.c(N)
+        b1_ptr = f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')} + {step};\n"
+        b1_aligned = routes.gemm_rows_aligned(N, N, dt)       # B1 = B0 + N columns (or N rows of K)
+    ka = job.inputs.index(roles["a"])
+    nbatch = symdim.numel(batch)
+    idx0 = c_index()
+    em.emit("(void)args; (void)b;")
+    for k, (t, seed) in enumerate(zip(parts, seeds)):
+        alpha = attr(seed, "alpha", 1.0) if seed.op_type == "Gemm" else 1.0
+        acc = f"acc{k}" if alpha == 1.0 else f"{lit(alpha)} * acc{k}"
+
+        def bound(idx, t=t, acc=acc):
+            if [str(i) for i in idx] != [str(i) for i in idx0]:
+                raise RenderError(f"{job.node_name}: '{t}' is read at another element than the product's own "
+                                  "before the products meet (a reshape or transpose before the gating)")
+            return (acc, "float") if acc.startswith("acc") else (em.tmp(acc, "float"), "float")
+        em.bound[t] = bound
+    meet = roles["meet"]
+    fwd = {}
+    for src in parts + [meet]:       # side outputs on a product's chain, then the gated result
+        fwd.update(forward_map(em, src, idx0))
+    bind_forward(em, {t: v for t, v in fwd.items() if t not in parts}, meet)
+    epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs}
+    emit_stores(em, fwd, epi)
+    hooks = hook_text(em, em.take(), M, N, K, em.c(nbatch), trans_b, dt, "b",
+                      f"  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n",
+                      f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')};\n", ldb=ldb, b1_ptr=b1_ptr)
+    aligned = routes.gemm_rows_aligned(K, ldb, dt) and b1_aligned
+    return _variants(job, M, N, K, nbatch, dt, trans_b, hooks, False, [], gated=True, aligned=aligned)
+
+
+def _ordered_halves(job, roles) -> list:
+    """The combined projection's parts as (first half, second half): the role finder's order where it read
+    constant bounds, else the values of the Slices' shape-computed starts (TorchScript's chunk(2))."""
+    parts, starts, half = list(roles["parts"]), list(roles["starts"]), roles["half"]
+    for k, t in enumerate(parts):
+        if starts[k] is None:
+            node = job.view.nodes[job.view.producer[t]]
+            vals = shapevals.values(job.view, node.input[1]) if len(node.input) > 1 else None
+            v = vals[0] if vals and len(vals) == 1 else None
+            if v is None or not v.is_Integer:
+                raise RenderError(f"{describe(node)}: the start of a half of the combined projection is not "
+                                  "a value the codegen can compute")
+            starts[k] = int(v)
+    if sorted(starts) != [0, half]:
+        raise RenderError(f"{job.node_name}: the combined projection's parts start at {starts}, not at 0 and {half}")
+    return parts if starts[0] == 0 else parts[::-1]
 
 
 def _bind_acc(em, seed) -> str:
@@ -211,28 +315,37 @@ def _bind_acc(em, seed) -> str:
 
 
 def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=True, m_fastest_hook="",
-              menu=None):
+              menu=None, gated=False, aligned=None):
     """One variant per route: (name, prefix, kernels, condition). `m_fastest`: every store is contiguous
     along m; `m_fastest_hook`: the source of plus_epi_m_fastest(args, b) when that holds per batch index;
-    `menu`: the configs to choose from (default: the arch's menu)."""
+    `menu`: the configs to choose from (default: the arch's menu).
+    `gated`: two products of N columns each (PLUS_GATED): tiles are chosen and the grid covers 2N interleaved
+    columns, split-K keeps two partial planes. `aligned`: the caller's PLUS_ALIGNED proof (default: lda = K and
+    ldb = N, or K with trans_b, whole 16-byte chunks)."""
     out = []
-    choices = routes.gemm_routes(M, N, K, nbatch, dt, job.target, job.syms,
+    width = 2 * symdim.parse(N) if gated else N
+    choices = routes.gemm_routes(M, width, K, nbatch, dt, job.target, job.syms,
                                  allow_splitk=allow_splitk, menu=menu)
     max_split = max(s for _, _, s in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
-        job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split},*,4,*")
-    aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
+        job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split * (2 if gated else 1)},*,4,*")
+    if aligned is None:
+        aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     for cond, cfg, splitk in choices:
         defines = routes.gemm_defines(cfg, splitk, trans_b, aligned)
+        if gated:
+            defines["PLUS_GATED"] = 1
         per_batch = ""
-        if splitk == 1 and routes.gemm_header(cfg) == "gemm_sm90a.cuh":
+        if splitk == 1 and routes.gemm_header(cfg) == "gemm_sm90a.cuh" and not gated:
             if m_fastest:
                 defines["PLUS_EPI_M_FASTEST"] = 1
             elif m_fastest_hook:
                 defines["PLUS_EPI_M_FASTEST"], per_batch = 2, m_fastest_hook
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
         prefix += hooks + per_batch + f'#include "{routes.gemm_header(cfg)}"\n'
-        grid = (f"{job.syms.rpn(N)},{cfg.bn},cdiv", f"{job.syms.rpn(M)},{cfg.bm},cdiv",
+        # gated: the logical width 16 * cdiv(N, 8) of the interleaved products (gemm_hooks.cuh plus_gated_width)
+        gx = f"{job.syms.rpn(N)},8,cdiv,16,*,{cfg.bn},cdiv" if gated else f"{job.syms.rpn(N)},{cfg.bn},cdiv"
+        grid = (gx, f"{job.syms.rpn(M)},{cfg.bm},cdiv",
                 f"{job.syms.rpn(nbatch)},{splitk},*")
         kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
         if splitk > 1:

@@ -42,6 +42,8 @@
 //   void plus_epilogue(const PlusArgs&, long long b, long long m, long long n, float acc)
 //        default: out[0][(b*M + m)*N + n] = plus_cvt<plus_c_t>(acc); plus_c_t defaults to plus_ab_t
 //        (typedef it and #define PLUS_HAS_C_T for another output type)
+//   Ragged groups (PLUS_HAS_GROUP_N): plus_group_n(args, b), plus_group_ldb(args, b) give batch index b's own N
+//   and ldb (gemm_hooks.cuh); plus_gemm_shape's N is the largest.
 //   Gated (PLUS_GATED 1): plus_b1_ptr(args, b) is B1 (default: the second half of a combined weight, B0 + N
 //   columns, or + N rows with B_TRANS 1; same ldb), N is the width of one product, and instead of
 //   plus_epilogue the template calls
@@ -351,7 +353,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
 
   const plus_ab_t* A = plus_a_ptr(args, blk.b);
   const plus_ab_t* B = plus_b_ptr(args, blk.b);
-  const long long lda = plus_lda(args), ldb = plus_ldb(args);
+  const long long lda = plus_lda(args), ldb = plus_ldb_of(args, blk.b);
 #if PLUS_GATED
   const plus_ab_t* B1 = plus_b1_ptr(args, blk.b);
   const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && vec_ok(B1, ldb);
@@ -566,7 +568,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
 
   const plus_ab_t* A = plus_a_ptr(args, blk.b);
   const plus_ab_t* B = plus_b_ptr(args, blk.b);
-  const long long lda = plus_lda(args), ldb = plus_ldb(args);
+  const long long lda = plus_lda(args), ldb = plus_ldb_of(args, blk.b);
 #if PLUS_GATED
   const plus_ab_t* B1 = plus_b1_ptr(args, blk.b);
   const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && vec_ok(B1, ldb);
@@ -755,6 +757,11 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS) plus_gemm(const PlusA
   blk.N = (int)sh.N;
   blk.m0 = blockIdx.y * PLUS_BM;
   blk.n0 = blockIdx.x * PLUS_BN;
+#ifdef PLUS_HAS_GROUP_N
+  static_assert(!PLUS_GATED, "gemm.cuh: a gated GEMM is not a ragged group");
+  blk.N = (int)plus_n_of(args, blk.b, sh.N);   // this member's N (a ragged group): the whole CTA may be past it
+  if (blk.n0 >= blk.N) return;
+#endif
   const int K = (int)sh.K;
 #if PLUS_SPLITK > 1
   const int per = (int)plus_cdiv(plus_cdiv(K, PLUS_SPLITK), PLUS_BK) * PLUS_BK;
@@ -803,6 +810,9 @@ extern "C" __global__ void __launch_bounds__(256) plus_splitk_reduce(const PlusA
     long long n, m;
     const long long bm = plusg::divmod(i, sh.N, inv_n, n);
     const long long b = plusg::divmod(bm, sh.M, inv_m, m);
+#ifdef PLUS_HAS_GROUP_N
+    if (n >= plus_n_of(args, b, sh.N)) continue;   // past this member's N: never written
+#endif
 #if PLUS_GATED
     plus_epilogue_gated(args, b, m, n, s, s1);
 #else

@@ -45,6 +45,18 @@ PLUS_DEV long long plus_ldb(const PlusArgs& args) {
 }
 #endif
 
+// A ragged horizontal group (PLUS_HAS_GROUP_N): members whose N (and so ldb) differ. plus_gemm_shape's N is
+// the largest; the generated plus_group_n(args, b) / plus_group_ldb(args, b) give member b's own, and the
+// templates use those through plus_n_of / plus_ldb_of (the identity without the hooks). A CTA whose columns
+// all lie past its member's N returns at once.
+#ifdef PLUS_HAS_GROUP_N
+PLUS_DEV long long plus_n_of(const PlusArgs& args, long long b, long long) { return plus_group_n(args, b); }
+PLUS_DEV long long plus_ldb_of(const PlusArgs& args, long long b) { return plus_group_ldb(args, b); }
+#else
+PLUS_DEV long long plus_n_of(const PlusArgs&, long long, long long n) { return n; }
+PLUS_DEV long long plus_ldb_of(const PlusArgs& args, long long) { return plus_ldb(args); }
+#endif
+
 #ifndef PLUS_HAS_EPILOGUE
 PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {
   const PlusGemmShape s = plus_gemm_shape(args);

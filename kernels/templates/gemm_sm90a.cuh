@@ -432,14 +432,19 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
   const int warp = (tid % 128) / 32, lane = tid % 32;  // warp within the warpgroup
 
   const PlusGemmShape shape = plus_gemm_shape(args);
-  const long long M = shape.M, N = shape.N, K = shape.K;
+  const long long M = shape.M, K = shape.K;
   const long long b = (long long)blockIdx.z % shape.batch;
   const int split = (int)((long long)blockIdx.z / shape.batch);
   const long long m0 = (long long)blockIdx.y * BM, n0 = (long long)blockIdx.x * BN;
+  const long long N = plus_n_of(args, b, shape.N);   // a ragged group's member N (else shape.N)
+#ifdef PLUS_HAS_GROUP_N
+  static_assert(!PLUS_GATED, "gemm_sm90a: a gated GEMM is not a ragged group");
+  if (n0 >= N) return;                               // the whole CTA lies past its member's columns
+#endif
 
   const plus_ab_t* A = plus_a_ptr(args, b);
   const plus_ab_t* B = plus_b_ptr(args, b);
-  const long long lda = plus_lda(args), ldb = plus_ldb(args);
+  const long long lda = plus_lda(args), ldb = plus_ldb_of(args, b);
 
   // k-tiles [kt0, kt0 + nk) belong to this split.
   const long long ktiles = (K + BK - 1) / BK;
@@ -628,6 +633,9 @@ extern "C" __global__ void __launch_bounds__(256) plus_splitk_reduce(const PlusA
   if (idx >= total) return;
   const float* part = (const float*)args.scratch[0];
   const long long n = idx % shape.N, m = (idx / shape.N) % shape.M, b = idx / (shape.M * shape.N);
+#ifdef PLUS_HAS_GROUP_N
+  if (n >= plus_n_of(args, b, shape.N)) return;    // past this member's N: never written
+#endif
 #if PLUS_GATED
   float s = 0.0f, s1 = 0.0f;  // partial planes [SPLITK][2][batch][M][N]
 #pragma unroll

@@ -24,14 +24,33 @@ def group_horizontal(ident, subgraphs: list) -> list:
     for k, sg in enumerate(subgraphs):
         if sg.pattern.template == "gemm" and sg.roles and "a" in sg.roles:
             by_a.setdefault(sg.roles["a"], []).append(k)
+    subgraphs = _merge(ident, subgraphs, patterns, by_a)
+    return _merge(ident, subgraphs, patterns, _by_producer(ident, subgraphs), batched=True)
+
+
+def _by_producer(ident, subgraphs) -> dict:
+    """Second pass: gemm subgraphs whose A tensors differ but come out of one subgraph (a DeBERTa layer's
+    c2p = q·pos_keyᵀ and p2c = k·pos_queryᵀ, q and k both from the Q/K/V group), keyed by that subgraph;
+    same-shape GEMMs there run as one launch too (each member with its own A)."""
+    home = {p: k for k, sg in enumerate(subgraphs) for p in sg.nodes}
+    by: dict = {}
+    for k, sg in enumerate(subgraphs):
+        if sg.pattern.template == "gemm" and sg.roles and "a" in sg.roles:
+            src = home.get(ident.view.producer.get(sg.roles["a"]))
+            if src is not None and src != k:
+                by.setdefault(f"outputs of {subgraphs[src].pattern.name} subgraph {src}", []).append(k)
+    return {key: ks for key, ks in by.items() if len({subgraphs[k].roles["a"] for k in ks}) > 1}
+
+
+def _merge(ident, subgraphs, patterns, candidates, batched=False) -> list:
     merged: dict = {}                # first member's index -> group Subgraph
     gone: set = set()
-    for a, ks in by_a.items():
+    for a, ks in candidates.items():
         if len(ks) < 2:
             continue
         for p in patterns:
             ks = [k for k in ks if k not in gone]
-            for group in _groups_of(ident, p, a, ks, subgraphs, merged, gone):
+            for group in _groups_of(ident, p, a, ks, subgraphs, merged, gone, batched):
                 merged[group[0]] = group[1]
                 gone.update(group[2])
     out = []
@@ -43,10 +62,16 @@ def group_horizontal(ident, subgraphs: list) -> list:
     return out
 
 
-def _signature(ident, sg):
-    """(N, K, dtype, trans_b) of a gemm subgraph, or the reason it cannot join a group."""
+def _signature(ident, sg, batched=False):
+    """(N, K, dtype, trans_b) of a gemm subgraph, or the reason it cannot join a group. `batched`: B may be a
+    batched operand ([.., K, N]); its batch dims and N then join K in the class key (one shape for all)."""
     node = ident.view.nodes[sg.roles["gemm"]]
     sb = ident.view.shape(sg.roles["b"])
+    if batched and sb is not None and len(sb) > 2 and node.op_type == "MatMul":
+        dts = {ident.view.dtypes.get(sg.roles["a"]), ident.view.dtypes.get(sg.roles["b"])}
+        dt = "/".join(sorted(TensorProto.DataType.Name(d) if d else "?" for d in dts))
+        sa = ident.view.shape(sg.roles["a"]) or []
+        return (str(sb[-1]), f"{sb[-2]} (A {sa}, B {sb})", dt, False)
     if sb is None or len(sb) != 2:
         return f"B '{sg.roles['b']}' is not a 2-D weight (shape {sb})"
     tb = node.op_type == "Gemm" and bool(ops.attr(node, "transB", 0))
@@ -58,10 +83,11 @@ def _signature(ident, sg):
     return (str(n), str(k), dt, tb)
 
 
-def _groups_of(ident, p, a, ks, subgraphs, merged, gone):
-    """Greedy groups of pattern `p` among subgraphs `ks` reading A; yields (first k, group, members)."""
+def _groups_of(ident, p, a, ks, subgraphs, merged, gone, batched=False):
+    """Greedy groups of pattern `p` among subgraphs `ks` reading A (or, second pass, A's from one
+    subgraph); yields (first k, group, members)."""
     label = lambda k: ident.view.node_label(subgraphs[k].roles["gemm"])   # noqa: E731
-    sigs = {k: _signature(ident, subgraphs[k]) for k in ks}
+    sigs = {k: _signature(ident, subgraphs[k], batched) for k in ks}
     classes: dict = {}
     for k in ks:
         if isinstance(sigs[k], str):

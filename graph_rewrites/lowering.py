@@ -233,6 +233,8 @@ def _lower_one(ctx: _Ctx, node) -> Nest | None:
         return None                 # only constant pads (and value) are fused: the loops depend on them
     if op == "Pad":
         return _injective(ctx, node)
+    if op == "GatherElements":
+        return _gather_elements(ctx, node)
     if op == "Split":
         return _split(ctx, node)
     if op in INJECTIVE:
@@ -303,6 +305,17 @@ def _gather(ctx, node) -> Nest:
     dmap = [axes[j] if j < axis else () if j == axis else axes[j + r - 1] for j in range(len(dshape))]
     imap = [axes[axis + j] for j in range(r)]
     return Nest(node, "gather", "injective", loops, {data: dmap, idx: imap}, {out: axes})
+
+
+def _gather_elements(ctx, node) -> Nest:
+    """out[.., i, ..] = data[.., indices[.., i, ..], ..] along `axis`: loops over the output (the indices'
+    shape); data's other axes follow the output's, its gathered axis is indirect."""
+    data, idx, out = node.input[0], node.input[1], node.output[0]
+    rank = len(ctx.shape(data))
+    axis = _attr(node, "axis", 0) % rank
+    loops, axes = _out_loops(ctx.shape(out))
+    dmap = [() if j == axis else axes[j] for j in range(rank)]
+    return Nest(node, "gatherElements", "injective", loops, {data: dmap, idx: list(axes)}, {out: axes})
 
 
 def _split(ctx, node) -> Nest:

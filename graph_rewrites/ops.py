@@ -14,7 +14,7 @@
   ``{x}``; ``bin:OP`` / ``cmp:OP`` a binary operator (arithmetic / comparison); ``@name`` one of
   cexpr's own emitters. ``None`` when the op has no element expression.
 * ``index`` — the codegen computes it by re-indexing its input(s) (kernels.pull): views, Expand,
-  Slice, Split, Concat, Gather, Tile, Trilu, Cast, CastLike.
+  Slice, Split, Concat, Gather, GatherElements, Tile, Trilu, Cast, CastLike.
 * ``template`` — only a template computes it (MatMul/Gemm, reductions, row composites).
 * ``unrenderable`` — why codegen cannot render the op (lowering accepts it; with kernels
   requested identification leaves it out). ``None`` for every renderable op.
@@ -85,7 +85,7 @@ for _n in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"):
 _add("Transpose", "view", role="view", index=True)
 
 # ---- injective -------------------------------------------------------------------------------
-for _n in ("Expand", "Slice", "Concat", "Split", "Gather", "Tile", "Trilu", "Pad"):
+for _n in ("Expand", "Slice", "Concat", "Split", "Gather", "Tile", "Trilu", "Pad", "GatherElements"):
     _add(_n, "injective", index=True)
 
 # ---- reductions, GEMM, composites ------------------------------------------------------------

@@ -199,6 +199,15 @@ def render_attention(job):
         raise RenderError(f"{describe(mm2)}: head dimension {D} is not static")
     D = int(D)
     lead = (lambda b, h: [b, h]) if rank == 4 else (lambda b, h: [b])
+    lead_l = lead                  # the index prefix of the logits (the Softmax's input)
+    l_shape = em.shape(sm.input[0])
+    if rank == 3 and len(l_shape) == 4 and sympy.simplify(l_shape[0] * l_shape[1] - s_shape[0]) == 0:
+        # batched [B*H, S, D] operands with the scores viewed as [B, H, S, T] around the Softmax (DeBERTa):
+        # the kernel runs (b, h) over the 4-D view, the 3-D tensors are read at b * H + h
+        B, H = l_shape[0], l_shape[1]
+        hc = em.c(H)
+        lead = lambda b, h: [f"({b}) * {hc} + ({h})"]        # noqa: E731
+        lead_l = lambda b, h: [b, h]                          # noqa: E731
     full_q = s_shape[:-1] + [symdim.parse(D)]
 
     def hook(tensor, idx_fn, shape_ref):
@@ -263,7 +272,7 @@ def render_attention(job):
     em.reset()
     s_val = "s" if cache is None or cache.k_scale == 1.0 else f"(s * {cexpr.lit(cache.k_scale)})"
     em.bound[mm1.output[0]] = lambda idx: (s_val, "float")
-    val, ct = em.value(sm.input[0], lead("b", "h") + ["i", "j"])
+    val, ct = em.value(sm.input[0], lead_l("b", "h") + ["i", "j"])
     hooks.append("#define PLUS_HAS_SCORE 1\n"
                  "PLUS_DEV float plus_score(const PlusArgs& args, long long b, long long h, long long i, long long j, float s) {\n"
                  f"{em.take()}\n  return {val if ct == 'float' else f'(float)({val})'};\n}}\n")

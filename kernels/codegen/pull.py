@@ -259,6 +259,8 @@ class Emitter:
             return self._concat(node, t, idx)
         if op == "Gather":
             return self._gather(node, idx)
+        if op == "GatherElements":
+            return self._gather_elements(node, idx)
         if cexpr.supported(op):
             return self._elementwise(node, out_shape, idx)
         if op == "Shape":
@@ -473,6 +475,26 @@ class Emitter:
         safe = self.tmp(f"{ok} ? {j} : 0LL", "long long", "g")
         v, ct = self.value(data, idx[:ax] + [safe] + idx[ax + r:])
         return self.tmp(f"{ok} ? {v} : ({ct})0", ct), ct
+
+
+def _gather_elements(self, node, idx):
+    """GatherElements: the data element at `idx` with its gathered axis replaced by the index value there
+    (negative counts from the end; out of range reads nothing and gives 0, as _gather)."""
+    data, indices = node.input[0], node.input[1]
+    dshape = self.shape(data)
+    ax = self._axis(attr(node, "axis", 0), len(dshape))
+    iv, ict = self.value(indices, idx)
+    if ict != "long long":
+        iv = f"(long long)({iv})"
+    dim = self.c(dshape[ax])
+    j = self.tmp(f"({iv}) < 0 ? ({iv}) + {dim} : ({iv})", "long long", "g")
+    ok = self.tmp(f"{j} >= 0 && {j} < {dim}", "bool", "g")
+    safe = self.tmp(f"{ok} ? {j} : 0LL", "long long", "g")
+    v, ct = self.value(data, idx[:ax] + [safe] + idx[ax + 1:])
+    return self.tmp(f"{ok} ? {v} : ({ct})0", ct), ct
+
+
+Emitter._gather_elements = _gather_elements
 
 
 def dtypes_of(arr) -> int:

@@ -145,7 +145,7 @@ def render_gemm_group(job):
     parts = job.roles["members"]
     if any(n.op_type in ROW_OPS for n in job.nodes):
         raise RenderError(f"{job.node_name}: a gemm group has no row normalisation")
-    first, bodies, kbs, covered, m_fast, ns = None, [], [], set(), [], []
+    first, bodies, kbs, kas, covered, m_fast, ns = None, [], [], [], set(), [], []
     for part in parts:
         seed = job.view.nodes[part["gemm"]]
         em = job.emitter()
@@ -168,6 +168,7 @@ def render_gemm_group(job):
         emit_stores(em, fwd, epi)
         bodies.append(em.take())
         kbs.append(job.inputs.index(b))
+        kas.append(job.inputs.index(a))
         covered |= dep
     M, N, K, trans_b, a_off, b_off, dt = shape
     G = len(parts)
@@ -190,7 +191,12 @@ def render_gemm_group(job):
     bases = " : ".join(f"plus_g == {g} ? (const plus_ab_t*)args.in[{k}]" for g, k in enumerate(kbs[:-1]))
     b_ptr = split + f"  const plus_ab_t* base = {bases} : (const plus_ab_t*)args.in[{kbs[-1]}];\n" \
         f"  return base + {b_off('b')};\n"
-    a_ptr = f"  const long long b = plus_bg % {nb};\n  (void)b;\n  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n"
+    if len(set(kas)) == 1:
+        a_ptr = f"  const long long b = plus_bg % {nb};\n  (void)b;\n  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n"
+    else:       # members with their own A (A's of one shape, from one subgraph)
+        abases = " : ".join(f"plus_g == {g} ? (const plus_ab_t*)args.in[{k}]" for g, k in enumerate(kas[:-1]))
+        a_ptr = split + f"  const plus_ab_t* base = {abases} : (const plus_ab_t*)args.in[{kas[-1]}];\n" \
+            f"  return base + {a_off('b')};\n"
     branches = []
     for g, body in enumerate(bodies):
         head = "  if" if g == 0 else " else if" if g < G - 1 else " else"

@@ -44,6 +44,14 @@ def _probability_chain(view, members: set, sm: int, pv: int):
         op = node.op_type
         if op == "Identity":
             t = node.input[0]
+        elif op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten"):
+            # DeBERTa's [B, H, S, T] softmax viewed as [B*H, S, T] for a batched PV: only the leading (batch,
+            # head) axes may be merged or split, the query and key axes stay the last two
+            si, so = view.shape(node.input[0]) or [], view.shape(node.output[0]) or []
+            if len(si) < 2 or len(so) < 2 or [str(d) for d in si[-2:]] != [str(d) for d in so[-2:]]:
+                return (f"{label} between Softmax and the PV MatMul changes the query/key axes "
+                        f"({si} -> {so}): the attention template cannot apply it")
+            t = node.input[0]
         elif op == "Dropout":
             why = _dropout_training(view, node)
             if why:
@@ -65,7 +73,8 @@ def _probability_chain(view, members: set, sm: int, pv: int):
             t = x
         else:
             return (f"{label}: {op} between Softmax and the PV MatMul (only Identity, Cast, Dropout at "
-                    "inference and the NaN guard Where(IsNaN(p), 0, p) may sit there)")
+                    "inference, a reshape of the batch/head axes and the NaN guard Where(IsNaN(p), 0, p) may sit "
+                    "there)")
         chain.append(p)
     return chain, guard
 
@@ -105,6 +114,8 @@ def attention_roles(view, members):
     # (pushed forward from O, operands pulled) and side outputs that do not depend on the scores
     q, k, v = mm1.input[0], mm1.input[1], mm2.input[1]
     consumed = {qk, sm, pv, *chain}
+    for p in chain:          # a reshape's target shape (TorchScript computes it from Shape nodes)
+        consumed |= ancestors(view, ms, [t for t in view.nodes[p].input[1:] if t])
     consumed |= ancestors(view, ms, [q, k, v])
     consumed |= ancestors(view, ms, [smn.input[0]], stop={qk})
     after = descendants(view, ms, pv)

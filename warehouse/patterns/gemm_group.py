@@ -1,5 +1,6 @@
 """Horizontal GEMM groups: sibling GEMM subgraphs that read the same A (a transformer layer's Q, K and V
-projections, each with its bias and head reshape/transpose store) run as one launch. The gemm template
+projections, each with its bias and head reshape/transpose store; N may differ) run as one launch; so do
+same-shape GEMMs whose A's come out of one subgraph (DeBERTa's c2p and p2c, A = q and k). The gemm template
 sees the group index as an outer batch index (kernels/gemm/render.py, render_gemm_group).
 
 Not grown from a seed: identification (graph_rewrites/identify.py, Identifier.group_horizontal) merges
@@ -35,8 +36,10 @@ def gemm_group_roles(view, members):
                 return (f"{describe_node(node)}: operand {role} '{t}' is computed inside the group; the gemm "
                         "template reads its operands from memory")
         parts.append({"gemm": d, "a": a, "b": b})
-    if len({p["a"] for p in parts}) != 1:
-        return f"the GEMMs read different A tensors ({sorted({p['a'] for p in parts})})"
+    if len({p["a"] for p in parts}) != 1:       # second pass: A's from one subgraph, one shape for all
+        shapes = {str(view.shape(p["a"])) for p in parts}
+        if len(shapes) != 1:
+            return f"the GEMMs read A tensors of different shapes ({sorted(shapes)})"
     return {"a": parts[0]["a"], "members": parts}
 
 

@@ -50,7 +50,9 @@ def _merge(ident, subgraphs, patterns, candidates, batched=False) -> list:
             continue
         for p in patterns:
             ks = [k for k in ks if k not in gone]
-            for group in _groups_of(ident, p, a, ks, subgraphs, merged, gone, batched):
+            # a gated MLP's products meet: only siblings one of which reads the other's result are candidates
+            cand = _meeting(ident, subgraphs, ks) if p.template == "gemm_gated" else ks
+            for group in _groups_of(ident, p, a, cand, subgraphs, merged, gone, batched):
                 merged[group[0]] = group[1]
                 gone.update(group[2])
     out = []
@@ -60,6 +62,13 @@ def _merge(ident, subgraphs, patterns, candidates, batched=False) -> list:
         elif k not in gone:
             out.append(sg)
     return out
+
+
+def _meeting(ident, subgraphs, ks) -> list:
+    """The subgraphs of `ks` that read a result of another one of `ks` or are read by one."""
+    outs = {k: set(subgraphs[k].outputs) for k in ks}
+    reads = {k: {t for p in subgraphs[k].nodes for t in ident.view.graph_index.reads[p]} for k in ks}
+    return [k for k in ks if any(j != k and (outs[j] & reads[k] or outs[k] & reads[j]) for j in ks)]
 
 
 def _signature(ident, sg, batched=False):

@@ -172,6 +172,7 @@ struct Block {
   long long b, batch;
   int split;
   int M, N;
+  int NP;            // row stride of the split-K partials: plus_gemm_shape's N (a ragged group's member N <= it)
   int m0, n0;        // first row / column of the block tile
   int kbeg, kend;    // K range of this block (split-K)
 };
@@ -181,7 +182,7 @@ PLUS_DEV void store(const PlusArgs& args, const Block& blk, int m, int n, float 
   if (m >= blk.M || n >= blk.N) return;
 #if PLUS_SPLITK > 1
   float* part = (float*)args.scratch[0];
-  part[(((long long)blk.split * blk.batch + blk.b) * blk.M + m) * blk.N + n] = v;
+  part[(((long long)blk.split * blk.batch + blk.b) * blk.M + m) * blk.NP + n] = v;
 #else
   plus_epilogue(args, blk.b, m, n, v);
 #endif
@@ -754,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS) plus_gemm(const PlusA
   blk.b = (int)blockIdx.z % batch;
   blk.split = (int)blockIdx.z / batch;
   blk.M = (int)sh.M;
-  blk.N = (int)sh.N;
+  blk.N = blk.NP = (int)sh.N;
   blk.m0 = blockIdx.y * PLUS_BM;
   blk.n0 = blockIdx.x * PLUS_BN;
 #ifdef PLUS_HAS_GROUP_N

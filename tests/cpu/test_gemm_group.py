@@ -1,6 +1,6 @@
 """Horizontal GEMM groups at identification (warehouse/patterns/gemm_group.py, Identifier.group_horizontal):
-Q/K/V siblings reading one A merge into one gemm_group subgraph; siblings with another N form their own
-group; a non-convex union, more outputs than a kernel has and a single sibling are refused with a reason
+Q/K/V siblings reading one A merge into one gemm_group subgraph, also when their N differ (GQA: a ragged
+group); a non-convex union, more outputs than a kernel has and a single sibling are refused with a reason
 that `plus-ep explain` prints."""
 from __future__ import annotations
 
@@ -39,13 +39,32 @@ def test_qkv_siblings_form_one_group_keeping_each_epilogue():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-def test_smaller_n_siblings_form_their_own_group():
-    r, groups, log = _groups(qkv_model(projections=(("q", H, False), ("k", H // 2, True), ("v", H // 2, False))))
-    assert len(groups) == 1 and [p["b"] for p in groups[0].roles["members"]] == ["Wk", "Wv"]
-    assert [s.pattern.name for s in r.subgraphs].count("gemm") == 1         # Q alone
-    refused = [e for e in log if e["status"] == "refused"]
-    assert len(refused) == 1 and "q/MatMul" in refused[0]["members"][0]
-    assert "N=32" in refused[0]["reason"] and "N=16" in refused[0]["reason"]
+def test_smaller_n_siblings_join_a_ragged_group():
+    """GQA: Q is wider than K and V; all three are one group (PLUS_HAS_GROUP_N: each member its own N)."""
+    model = qkv_model(projections=(("q", H, False), ("k", H // 2, True), ("v", H // 2, False)))
+    r, groups, log = _groups(model)
+    assert len(groups) == 1 and [p["b"] for p in groups[0].roles["members"]] == ["Wq", "Wk", "Wv"]
+    assert [s.pattern.name for s in r.subgraphs] == ["gemm_group"]
+    assert [e["status"] for e in log] == ["grouped"]
+    x = np.random.default_rng(1).standard_normal((2, 5, H)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    got = ort.InferenceSession(r.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_ragged_group_hooks_give_each_member_its_n():
+    """The rendered group: plus_gemm_shape's N is the widest member's, plus_group_n / plus_group_ldb switch on
+    the member, and the grid covers the widest N."""
+    from plus_ep.kernels.render import render
+    from plus_ep.kernels.target import Target
+    r, groups, _ = _groups(qkv_model(projections=(("q", H, False), ("k", H // 2, True), ("v", H // 2, False))))
+    ins, outs = r.view.graph_index.boundary(groups[0].nodes)
+    rd = render(r.view, groups[0], ins, outs, Target("sm_80", "exact"), node_name="qkv")
+    src = rd.variants[0].source
+    assert f"return PlusGemmShape{{3LL, (batch * seq), {H}LL, {H}LL}};" in src, src
+    assert "#define PLUS_HAS_GROUP_N 1" in src
+    assert f"return plus_g == 0 ? {H}LL : plus_g == 1 ? {H // 2}LL : {H // 2}LL;" in src
 
 
 def test_too_many_outputs_start_a_second_group():
@@ -69,12 +88,15 @@ def test_disabled_pattern_leaves_three_gemms():
 
 
 def test_explain_prints_groups_and_refusals(tmp_path):
-    p = tmp_path / "gqa.onnx"
+    p, q = tmp_path / "gqa.onnx", tmp_path / "nonconvex.onnx"
     onnx.save(qkv_model(projections=(("q", H, False), ("k", H // 2, True), ("v", H // 2, False))), p)
+    onnx.save(nonconvex_model(), q)
     out = subprocess.run([sys.executable, "-m", "plus_ep", "explain", str(p), "--pattern", "gemm_group"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
-    assert "grouped (2 members, A 'X'): MatMul node 'k/MatMul', MatMul node 'v/MatMul'" in out
-    assert "refused (A 'X'): no sibling with the same N, K, dtype and B layout (N=32" in out
+    assert "grouped (3 members, A 'X'): MatMul node 'q/MatMul', MatMul node 'k/MatMul', MatMul node 'v/MatMul'" in out
+    out = subprocess.run([sys.executable, "-m", "plus_ep", "explain", str(q), "--pattern", "gemm_group"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "refused (A 'X')" in out and "not convex" in out, out
 
 
 def test_group_whose_kernels_fail_falls_back_to_its_members(monkeypatch):

@@ -42,3 +42,23 @@ def test_fused_attention_masked_rows_match_ort(variant, S, logit_scale):
     np.testing.assert_allclose(got[~masked], want[~masked], rtol=1e-5, atol=1e-5)
     if variant == GUARD:
         assert np.all(got[1] == 0)         # batch 1 is fully masked: 0 through the guard
+
+
+@pytest.mark.parametrize("math", ["exact", "tf32"])
+def test_rows_masked_with_the_lowest_finite_value_are_uniform(math):
+    """A mask of finfo(float32).min instead of -inf (DeBERTa's masked_fill; BERT's extended mask): a row whose
+    every key carries it has its maximum near -FLT_MAX, and the softmax is uniform over the keys, as ORT gives
+    it; scaling such logits by log2(e) before subtracting the maximum overflowed to inf (the tensor-core path)."""
+    model, feeds = attention_model(NONE)
+    feeds["mask"] = np.where(np.isinf(feeds["mask"]), np.finfo(np.float32).min, 0.0).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    # batch 1: every query row gets the mean of V over the keys (y is [B, S, H, D], v [B, H, S, D])
+    np.testing.assert_allclose(want[1], np.broadcast_to(feeds["v"][1].mean(axis=1), want[1].shape), atol=1e-5)
+    r = rewrite_detailed(model)
+    (sg,) = r.subgraphs
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    rd = render(r.view, sg, ins, outs, Target("sm_80", math), node_name=f"attention_finite_min_{math}")
+    inputs = [feeds[t] if t in feeds else np.asarray(r.view.const(t)) for t in ins]
+    (got,) = run_rendered(rd, inputs, [want], name=f"attention_finite_min_{math}")
+    tol = 1e-5 if math == "exact" else 5e-3
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

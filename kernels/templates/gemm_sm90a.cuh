@@ -615,7 +615,7 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
     // fp32 partials [SPLITK][batch][M][N] in scratch[0] (N: plus_gemm_shape's, also in a ragged group)
     ((float*)args.scratch[0])[(((long long)split * shape.batch + b) * M + m) * shape.N + n] = v;
 #elif !defined(PLUS_HAS_EPILOGUE)
-    ((plus_c_t*)args.out[0])[(b * M + m) * N + n] = plus_cvt<plus_c_t>(v);
+    ((plus_c_t*)args.out[0])[(b * M + m) * shape.N + n] = plus_cvt<plus_c_t>(v);   // [batch, M, shape N]
 #else
     plus_epilogue(args, b, m, n, v);
 #endif

@@ -56,8 +56,19 @@ GATED_DEFAULT_HOOKS = r"""
 #define PLUS_GATED 1
 """
 
+# A ragged group (PLUS_HAS_GROUP_N): batch index b is member b of up to 3, N = v[8 + b] columns (plus_gemm_shape's
+# N, v[2], is the largest), B = in[1] + v[11 + b] ([K, N_b] or [N_b, K], contiguous); the default epilogue
+# stores into out[0] [batch, M, v[2]] (columns past a member's N untouched).
+RAGGED_HOOKS = r"""
+#define PLUS_HAS_B_PTR
+PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& a, long long b) { return (const plus_ab_t*)a.in[1] + a.v[11 + b]; }
+#define PLUS_HAS_GROUP_N 1
+PLUS_DEV long long plus_group_n(const PlusArgs& a, long long b) { return a.v[8 + b]; }
+PLUS_DEV long long plus_group_ldb(const PlusArgs& a, long long b) { return PLUS_B_TRANS ? a.v[3] : a.v[8 + b]; }
+"""
+
 HOOKS = {"": "", "strided": STRIDED_HOOKS, "fused": FUSED_HOOKS, "gated": GATED_HOOKS,
-         "gated_default": GATED_DEFAULT_HOOKS}
+         "gated_default": GATED_DEFAULT_HOOKS, "ragged": RAGGED_HOOKS}
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,7 @@ class Variant:
     b_trans: int
     aligned: int
     splitk: int = 1
-    hooks: str = ""  # "", "strided", "fused", "gated" or "gated_default"
+    hooks: str = ""  # "", "strided", "fused", "gated", "gated_default" or "ragged"
 
     @property
     def id(self) -> str:

@@ -1,7 +1,8 @@
-"""Gated GEMMs (PLUS_GATED 1: two products sharing the A tiles, kernels/CONTRACT.md §2.1) executed by the PTX
-interpreter against float64 numpy references: every math path of gemm.cuh (SIMT fp32, TF32, f16, bf16) and the
-wgmma template, both B layouts, two weights with a SwiGLU epilogue ("gated") and one combined weight with the
-default hooks storing both products ("gated_default"), odd and aligned sizes, split-K. 0 checker findings."""
+"""Gated GEMMs (PLUS_GATED 1: two products sharing the A tiles, kernels/CONTRACT.md §2.1) and ragged groups
+(PLUS_HAS_GROUP_N: members of different N in one launch) executed by the PTX interpreter against float64 numpy
+references: every math path of gemm.cuh (SIMT fp32, TF32, f16, bf16) and the wgmma template, both B layouts, two
+weights with a SwiGLU epilogue ("gated") and one combined weight with the default hooks storing both products
+("gated_default"), odd and aligned sizes, split-K. 0 checker findings."""
 from __future__ import annotations
 
 import zlib
@@ -11,7 +12,7 @@ import numpy as np
 from plus_ep.kernels.gemm import configs as gc
 from plus_ep.kernels.gemm import sm90a_configs as gc90
 from tests.support import ptx_harness as H
-from tests.support.ptx_sources import GATED_EXTRAS, GATED_WGMMA, gemm_source, wgmma_source
+from tests.support.ptx_sources import GATED_EXTRAS, GATED_WGMMA, RAGGED, RAGGED_WGMMA, gemm_source, wgmma_source
 
 # (batch, M, N, K) per variant of the census lists (N: the width of one product; odd sizes leave partial
 # tiles and unaligned rows, the A1 variants have aligned rows so the 16-byte copies run through the interleave)
@@ -91,6 +92,68 @@ def run_gated(arch, v, batch, M, N, K, checks=True):
             + 2.0 ** -19 * (np.abs(ref) + np.abs(g * acc[1])) + 1e-30
         results = [(got[0], ref, bound)]
     return results, findings
+
+
+# ragged groups: (variant, M, member widths, K); widths odd and below the widest, so whole CTAs lie past a member
+RAGGED_CASES = [("sm_80", RAGGED[0], 37, (64, 32, 24), 40), ("sm_80", RAGGED[1], 50, (96, 40, 40), 64),
+                ("sm_80", RAGGED[2], 29, (64, 17, 33), 36),
+                ("sm_90a", RAGGED_WGMMA[0], 70, (192, 64, 45), 100), ("sm_90a", RAGGED_WGMMA[1], 40, (128, 64, 64), 64)]
+
+
+def run_ragged(arch, v, M, widths, K, checks=True):
+    """(got, ref, bound) over the members' own columns of out[0] [G, M, max N], and the findings."""
+    wg = v.cfg.startswith("wg_")
+    configs = gc90 if wg else gc
+    cfg = configs.BY_NAME[v.cfg]
+    mod = H.module(wgmma_source(v) if wg else gemm_source(v), arch, v.id)
+    rng = np.random.default_rng(zlib.crc32(f"ragged{v.id}{M}{widths}{K}".encode()))
+    G, NM = len(widths), max(widths)
+    a_dev, a_val = H.encode(rng.uniform(-1, 1, size=(G, M, K)).astype(np.float32), v.dtype)
+    bs, offs, off = [], [], 0
+    for n in widths:
+        w = rng.uniform(-1, 1, size=(n, K) if v.b_trans else (K, n)).astype(np.float32)
+        bs.append(w)
+        offs.append(off)
+        off += w.size
+    b_dev, b_val = H.encode(np.concatenate([w.reshape(-1) for w in bs]), v.dtype)
+    out_np = {"half": np.float16, "__nv_bfloat16": np.uint16, "float": np.float32}[v.dtype]
+    dev = H.Device()
+    pa, pb = dev.upload(a_dev, "A"), dev.upload(b_dev, "B")
+    pout = dev.alloc(G * M * NM * np.dtype(out_np).itemsize, "C", fill=0xFF)
+    pscr = dev.alloc(v.splitk * G * M * NM * 4, "scratch", fill=0xFF) if v.splitk > 1 else 0
+    vals = [G, M, NM, K, 0, 0, 0, 0] + list(widths) + [0] * (3 - G) + offs + [0] * (3 - G)
+    params = H.plus_args(ins=(pa, pb), outs=(pout,), scratch=(pscr,), v=vals)
+    r = mod.kernel("plus_gemm").launch(configs.grid(cfg, G, M, NM, v.splitk), (cfg.threads, 1, 1), cfg.smem_bytes,
+                                       params, dev.mem, checks=checks)
+    findings = list(r.findings)
+    if v.splitk > 1:
+        findings += mod.kernel("plus_splitk_reduce").launch(gc.reduce_grid(G, M, NM), (256, 1, 1), 0, params, dev.mem,
+                                                            checks=checks).findings
+    got_all = H.decode(dev.download(pout, np.zeros((G, M, NM), out_np)), v.dtype)
+    results = []
+    for g, (n, w) in enumerate(zip(widths, bs)):
+        bv = b_val[offs[g]:offs[g] + w.size].reshape(w.shape)
+        av = a_val[g]
+        if cfg.math == gc.MATH_TF32:
+            av, bv = (H.tf32(x.astype(np.float32)).astype(np.float64) for x in (av, bv))
+        kn = bv.T if v.b_trans else bv
+        ref, mag = av @ kn, np.abs(av) @ np.abs(kn)
+        bound = H.UNIT[v.dtype] * np.abs(ref) * 1.01 + (K + 4) * 2.0 ** -24 * mag + 1e-30 \
+            + (2.0 ** -25 if v.dtype == "half" else 0)
+        results.append((got_all[g, :, :n], ref, bound))
+        assert np.all(dev.download(pout, np.zeros((G, M, NM), out_np))[g, :, n:].view(np.uint8) == 0xFF), \
+            f"member {g}: columns past its N were written"
+    return results, findings
+
+
+def check_ragged(case):
+    arch, v, M, widths, K = case
+    results, findings = run_ragged(arch, v, M, widths, K)
+    assert not findings, "\n".join(map(str, findings))
+    for g, (got, ref, bound) in enumerate(results):
+        err = np.abs(got - ref)
+        bad = ~(err <= bound)
+        assert not bad.any(), f"member {g}: {int(bad.sum())} elements outside the bound"
 
 
 def check_gated(case):

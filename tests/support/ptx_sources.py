@@ -36,8 +36,8 @@ GEMM_EXTRAS = (Variant("f16_128x64x32_w64x32_s3", "half", 0, 1, splitk=2),
                Variant("f16_16x128x64_w16x32_s4", "half", 1, 1, hooks="strided"))
 WGMMA_EXTRAS = (Variant("wg_64x128x64_w64x128_s4", "half", 1, 0, splitk=3, hooks="fused"),
                 Variant("wg_64x128x64_w64x128_s4", "__nv_bfloat16", 0, 1, hooks="strided"))
-# gated products (PLUS_GATED 1): census on every arch (gemm.cuh) / sm_90a (wgmma), executed by
-# test_ptx_gemm_gated.py (tests/support/ptx_gated_cases.py) with the same sources
+# gated products (PLUS_GATED 1) and ragged groups (PLUS_HAS_GROUP_N): census on every arch (gemm.cuh) / sm_90a
+# (wgmma), executed by test_ptx_gemm_gated.py (tests/support/ptx_gated_cases.py) with the same sources
 V = Variant
 GATED_EXTRAS = (V("simt_64x64x8_w32x32", "float", 0, 0, hooks="gated"),
                 V("simt_32x64x16_w16x32", "float", 1, 0, splitk=2, hooks="gated_default"),
@@ -46,6 +46,11 @@ GATED_EXTRAS = (V("simt_64x64x8_w32x32", "float", 0, 0, hooks="gated"),
                 V("f16_64x64x32_w32x32_s4", "half", 0, 1, hooks="gated"),
                 V("f16_128x64x32_w64x32_s3", "__nv_bfloat16", 1, 0, splitk=2, hooks="gated_default"),
                 V("f16_16x128x64_w16x32_s4", "half", 0, 0, hooks="gated_default"))
+RAGGED = (V("tf32_32x64x32_w16x32_s4", "float", 0, 0, hooks="ragged"),
+          V("f16_64x64x32_w32x32_s4", "half", 1, 1, splitk=2, hooks="ragged"),
+          V("simt_32x64x16_w16x32", "float", 0, 1, splitk=3, hooks="ragged"))
+RAGGED_WGMMA = (V("wg_64x128x64_w64x128_s4", "__nv_bfloat16", 0, 0, splitk=2, hooks="ragged"),
+                V("wg_64x128x64_w64x128_s4", "half", 1, 1, hooks="ragged"))
 GATED_WGMMA = (V("wg_64x128x64_w64x128_s4", "half", 0, 1, hooks="gated"),
                V("wg_64x128x64_w64x128_s4", "__nv_bfloat16", 1, 0, splitk=2, hooks="gated_default"),
                V("wg_128x128x64_w64x128_s5", "half", 0, 0, hooks="gated_default"),
@@ -93,14 +98,14 @@ def census_sources() -> list[tuple[str, str, str]]:
                     v = Variant(cfg.name, dtype, bt, al)
                     out.append((f"gemm-{v.id}", gemm_source(v), arch))
                     i += 1
-        for v in GEMM_EXTRAS + GATED_EXTRAS:
+        for v in GEMM_EXTRAS + GATED_EXTRAS + RAGGED:
             out.append((f"gemm-{v.id}", gemm_source(v), arch))
     for j, cfg in enumerate(gc90.BY_NAME.values()):
         for d, dtype in enumerate(("half", "__nv_bfloat16")):
             for bt, al in wgmma_combos(j, d, cfg.bm):
                 v = Variant(cfg.name, dtype, bt, al)
                 out.append((f"wgmma-{v.id}", wgmma_source(v), "sm_90a"))
-    for v in WGMMA_EXTRAS + GATED_WGMMA + (Variant("wg_128x256x64_w64x256_s4", "half", 0, 1, hooks="fused"),
+    for v in WGMMA_EXTRAS + GATED_WGMMA + RAGGED_WGMMA + (Variant("wg_128x256x64_w64x256_s4", "half", 0, 1, hooks="fused"),
                                            Variant("wg_256x128x64_w128x128_s4", "__nv_bfloat16", 0, 1, splitk=2)):
         out.append((f"wgmma-{v.id}", wgmma_source(v), "sm_90a"))
     hooks, hook_defs = _attn_hooks()

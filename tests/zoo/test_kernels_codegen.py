@@ -29,7 +29,7 @@ def kcache(tmp_path_factory):
     return KernelCache(tmp_path_factory.mktemp("kernels"))
 
 
-@pytest.mark.parametrize("family", zoo_models.FAMILIES)     # the new families: test_wild_families.py
+@pytest.mark.parametrize("family", zoo_models.FAMILIES)     # the new families: test_wild_families.py, test_gated_families.py
 def test_every_subgraph_renders_and_compiles(family, kcache):
     needs_models_extra()
     for exporter in zoo.EXPORTERS:

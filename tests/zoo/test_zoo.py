@@ -20,7 +20,8 @@ from plus_ep.zoo import exporters, models  # noqa: E402
 from tests.support import zoo_models  # noqa: E402
 
 LAYERS = 2
-# the six transformer families; swin, resnet, whisper and clip: tests/zoo/test_wild_families.py
+# the six transformer families; swin, resnet, whisper and clip: tests/zoo/test_wild_families.py; qwen2,
+# phi3, deberta_v2: tests/zoo/test_gated_families.py
 CASES = [(f, e) for f in zoo_models.FAMILIES for e in zoo.EXPORTERS]
 SHAPES = [(2, 7), (1, 16)]
 

@@ -257,11 +257,11 @@ class Identifier:
                         outputs=self.outputs_of(nodes), roles=verdict.roles)
 
     def hull(self, nodes, unfused) -> list | None:
-        """The convex hull of `nodes`: with every node on a path that leaves them and comes back (and
-        the shape-only nodes those read from the set), when all of them are still unfused data nodes
-        (a path through shape computations or another subgraph keeps the candidate out); else None. A candidate that would make the subgraph non-convex joins together with what lies
-        between, e.g. K's RoPE (Mul(k, cos), Mul(rotate_half(k), sin), Add) when the attention already
-        holds the cos/sin shared with Q's RoPE."""
+        """The convex hull of `nodes`: with every node on a path that leaves them and comes back (and the
+        shape-only nodes those read from the set), when each of them is an unfused data node or shape
+        arithmetic no subgraph holds (`_shape_chain`); else None. A candidate that would make the subgraph
+        non-convex joins together with what lies between, e.g. K's RoPE (Mul(k, cos), Mul(rotate_half(k),
+        sin), Add) when the attention already holds the cos/sin shared with Q's RoPE."""
         mask = d = a = 0
         for p in nodes:
             mask |= 1 << p

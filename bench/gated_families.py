@@ -43,7 +43,7 @@ def _verify(model, batch, seq) -> dict:
     start = time.perf_counter()
     rep = verify(model, batch=batch, seq=seq, progress=False)
     return {"ok": rep["ok"], "summary": rep["summary"], "seconds": round(time.perf_counter() - start, 1),
-            "outputs": [{k: o[k] for k in ("name", "arch", "rel", "tol", "ok")} for o in rep["outputs"]],
+            "outputs": [{k: o.get(k) for k in ("name", "arch", "rel", "tol", "ok")} for o in rep["outputs"]],
             "worst_node_rel": max((o["rel"] for n in rep["nodes"] for o in n["outputs"]), default=None)}
 
 

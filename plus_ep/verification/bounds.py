@@ -208,6 +208,12 @@ def _run(node, arrays: list, opsets: dict) -> list:
     names = [f"i{k}" if nm else "" for k, nm in enumerate(node.input)]
     n = helper.make_node(node.op_type, names, [f"o{k}" for k in range(len(node.output))], domain=node.domain)
     n.attribute.extend(node.attribute)
+    if node.op_type in ("GatherElements", "ScatterElements") and arrays and arrays[0] is not None:
+        # onnx.reference (1.23) mis-slices the data's cross-section for a negative axis (DeBERTa's gathers
+        # along -1) and refuses valid shapes: give it the axis counted from the front
+        for a in n.attribute:
+            if a.name == "axis" and a.i < 0:
+                a.i += np.ndim(arrays[0])
     opset = [helper.make_opsetid(d, v) for d, v in opsets.items()]
     graph = helper.make_graph([n], "op", [helper.make_tensor_value_info(nm, 1, None) for nm in names if nm],
                               [helper.make_tensor_value_info(o, 1, None) for o in n.output])

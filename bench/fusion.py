@@ -141,6 +141,23 @@ def _reasons(failures) -> dict:
     return dict(out.most_common())
 
 
+def family_matrix(families, exporters, one, keys) -> list:
+    """`one(family, exporter)` for every pair (the issue-23 family benches): a pair whose export, rewrite or
+    verification fails is a record with its error, not the end of the run; each record's `keys` (and its
+    verify verdict) printed as one JSON line as it comes."""
+    runs = []
+    for family in families:
+        for exporter in exporters:
+            try:
+                rec = one(family, exporter)
+            except Exception as exc:  # noqa: BLE001 - one export's failure is a result, not the end of the run
+                rec = {"family": family, "exporter": exporter, "error": f"{type(exc).__name__}: {exc}"}
+            runs.append(rec)
+            print(json.dumps({k: rec.get(k) for k in ("family", "exporter", *keys, "error")}
+                             | {"verify_ok": rec.get("verify", {}).get("ok")}), flush=True)
+    return runs
+
+
 def _line(label, rec) -> str:
     if "error" in rec:
         return f"  {label}: FAILED {rec['error']}"

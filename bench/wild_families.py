@@ -24,7 +24,7 @@ from collections import Counter
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.env_info import env_info
-from bench.fusion import _reasons
+from bench.fusion import _reasons, family_matrix
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 ARCHS = ["sm_80", "sm_90a"]
@@ -139,18 +139,10 @@ def main(argv=None) -> int:
     logging.getLogger("plus_ep").setLevel(logging.ERROR)
     tmp = None if args.cache else tempfile.TemporaryDirectory(prefix="plus_ep_wild_")
     cache = KernelCache(args.cache or tmp.name)
-    runs = []
-    for family in args.families:
-        for exporter in args.exporters:
-            try:
-                rec = run_one(family, exporter, cache, not args.no_verify, args.batch, args.seq)
-            except Exception as exc:  # noqa: BLE001 - one export's failure is a result, not the end of the run
-                rec = {"family": family, "exporter": exporter, "error": f"{type(exc).__name__}: {exc}"}
-            runs.append(rec)
-            print(json.dumps({k: rec.get(k) for k in ("family", "exporter", "data_kernels", "data_kernels_per_block",
-                                                      "data_kernels_per_layer", "unfused", "within_budget",
-                                                      "ort_optimized", "error")}
-                             | {"verify_ok": rec.get("verify", {}).get("ok")}), flush=True)
+    runs = family_matrix(args.families, args.exporters,
+                         lambda f, e: run_one(f, e, cache, not args.no_verify, args.batch, args.seq),
+                         ("data_kernels", "data_kernels_per_block", "data_kernels_per_layer", "unfused",
+                          "within_budget", "ort_optimized"))
     repro = [] if args.no_verify else run_repro(cache)
     data = {"kind": "kernel_fusion", "what": "architectures in the wild (issue 23): data kernels with kernels built "
             "for sm_80,sm_90a; verify = kernels executed on the CPU PTX interpreter through the launcher (not a GPU)",

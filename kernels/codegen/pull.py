@@ -464,37 +464,28 @@ class Emitter:
         dshape, ishape = self.shape(data), self.shape(indices)
         ax = self._axis(attr(node, "axis", 0), len(dshape))
         r = len(ishape)
-        iv, ict = self.value(indices, idx[ax:ax + r])
+        return self._indexed(data, idx[:ax], self.value(indices, idx[ax:ax + r]), dshape[ax], idx[ax + r:])
+
+    def _gather_elements(self, node, idx):
+        """GatherElements: the data element at `idx` with its gathered axis replaced by the index value there."""
+        data, indices = node.input[0], node.input[1]
+        dshape = self.shape(data)
+        ax = self._axis(attr(node, "axis", 0), len(dshape))
+        return self._indexed(data, idx[:ax], self.value(indices, idx), dshape[ax], idx[ax + 1:])
+
+    def _indexed(self, data, before, index, dim, after):
+        """data[before, index, after] with a run-time index (value, ctype) along an axis of `dim`: negative
+        counts from the end; an index outside [-dim, dim) reads nothing: the load uses a clamped index and
+        the element is 0, as ORT's CUDA Gather does (a kernel cannot raise ORT's CPU error)."""
+        iv, ict = index
         if ict != "long long":
             iv = f"(long long)({iv})"
-        dim = self.c(dshape[ax])
+        dim = self.c(dim)
         j = self.tmp(f"({iv}) < 0 ? ({iv}) + {dim} : ({iv})", "long long", "g")
-        # An index outside [-dim, dim) reads nothing: the load uses a clamped index and the
-        # element is 0, as ORT's CUDA Gather does (a kernel cannot raise ORT's CPU error).
         ok = self.tmp(f"{j} >= 0 && {j} < {dim}", "bool", "g")
         safe = self.tmp(f"{ok} ? {j} : 0LL", "long long", "g")
-        v, ct = self.value(data, idx[:ax] + [safe] + idx[ax + r:])
+        v, ct = self.value(data, list(before) + [safe] + list(after))
         return self.tmp(f"{ok} ? {v} : ({ct})0", ct), ct
-
-
-def _gather_elements(self, node, idx):
-    """GatherElements: the data element at `idx` with its gathered axis replaced by the index value there
-    (negative counts from the end; out of range reads nothing and gives 0, as _gather)."""
-    data, indices = node.input[0], node.input[1]
-    dshape = self.shape(data)
-    ax = self._axis(attr(node, "axis", 0), len(dshape))
-    iv, ict = self.value(indices, idx)
-    if ict != "long long":
-        iv = f"(long long)({iv})"
-    dim = self.c(dshape[ax])
-    j = self.tmp(f"({iv}) < 0 ? ({iv}) + {dim} : ({iv})", "long long", "g")
-    ok = self.tmp(f"{j} >= 0 && {j} < {dim}", "bool", "g")
-    safe = self.tmp(f"{ok} ? {j} : 0LL", "long long", "g")
-    v, ct = self.value(data, idx[:ax] + [safe] + idx[ax + 1:])
-    return self.tmp(f"{ok} ? {v} : ({ct})0", ct), ct
-
-
-Emitter._gather_elements = _gather_elements
 
 
 def dtypes_of(arr) -> int:

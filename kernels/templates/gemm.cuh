@@ -214,6 +214,16 @@ PLUS_DEV bool vec_ok(const plus_ab_t* p, long long ld) {
 #endif
 }
 
+// B1 of a gated GEMM (PLUS_GATED), else nullptr.
+PLUS_DEV const plus_ab_t* b1_ptr(const PlusArgs& args, long long b) {
+#if PLUS_GATED
+  return plus_b1_ptr(args, b);
+#else
+  (void)args; (void)b;
+  return nullptr;
+#endif
+}
+
 #if PLUS_MATH == 0
 // ============================================================================ SIMT fp32 (exact)
 //
@@ -355,13 +365,8 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const plus_ab_t* A = plus_a_ptr(args, blk.b);
   const plus_ab_t* B = plus_b_ptr(args, blk.b);
   const long long lda = plus_lda(args), ldb = plus_ldb_of(args, blk.b);
-#if PLUS_GATED
-  const plus_ab_t* B1 = plus_b1_ptr(args, blk.b);
-  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && vec_ok(B1, ldb);
-#else
-  const plus_ab_t* B1 = nullptr;
-  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb);
-#endif
+  const plus_ab_t* B1 = b1_ptr(args, blk.b);
+  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && (!PLUS_GATED || vec_ok(B1, ldb));
 
   float acc[TM][TN];
 #pragma unroll
@@ -570,13 +575,8 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const plus_ab_t* A = plus_a_ptr(args, blk.b);
   const plus_ab_t* B = plus_b_ptr(args, blk.b);
   const long long lda = plus_lda(args), ldb = plus_ldb_of(args, blk.b);
-#if PLUS_GATED
-  const plus_ab_t* B1 = plus_b1_ptr(args, blk.b);
-  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && vec_ok(B1, ldb);
-#else
-  const plus_ab_t* B1 = nullptr;
-  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb);
-#endif
+  const plus_ab_t* B1 = b1_ptr(args, blk.b);
+  const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && (!PLUS_GATED || vec_ok(B1, ldb));
 
   float acc[MI][NI][4];
 #pragma unroll

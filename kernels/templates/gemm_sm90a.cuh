@@ -251,42 +251,34 @@ struct KMajorLoader {
   unsigned rows_ok;       // bit it: row r0 + it*STEP is inside the problem
   bool all_rows;          // every row of mine is inside the problem
 
-  PLUS_DEV void init(const plus_ab_t* g, long long ld, long long row0, long long nrows, long long kt0, int tid) {
+  // g1 (B with TRANS=1 of a gated GEMM, PLUS_GATED): tile row r is logical row row0 + r, i.e. row
+  // plus_gated_col of B0 (g) or B1 (g1); STEP is a multiple of 16, so a thread's rows stay in one product,
+  // STEP/2 source rows apart. The A loader passes no g1.
+  PLUS_DEV void init(const plus_ab_t* g, long long ld, long long row0, long long nrows, long long kt0, int tid,
+                     const plus_ab_t* g1 = nullptr) {
     const int c = tid & 7;
     r0 = tid >> 3;
     kc = c * 8;
     base = g;
-    step = (long long)STEP * ld;
-    src = g + (row0 + r0) * ld + kt0 * BK + kc;
-    dst = r0 * 128 + ((c ^ (r0 & 7)) << 4);
-    rows_ok = 0;
-#pragma unroll
-    for (int it = 0; it < ITERS; ++it)
-      if (row0 + r0 + it * STEP < nrows) rows_ok |= 1u << it;
-    all_rows = rows_ok == (1u << ITERS) - 1;
-  }
+    long long sr = row0 + r0, rstep = STEP;       // this thread's first source row, rows between its chunks
+    const plus_ab_t* m = g;
 #if PLUS_GATED
-  // B with TRANS=1 of a gated GEMM: tile row r is logical row row0 + r, i.e. row plus_gated_col of B0 (g) or
-  // B1 (g1). STEP is a multiple of 16, so a thread's rows stay in one product, STEP/2 source rows apart.
-  PLUS_DEV void init_gated(const plus_ab_t* g, const plus_ab_t* g1, long long ld, long long row0, long long nrows,
-                           long long kt0, int tid) {
     static_assert(STEP % 16 == 0, "gated rows: a thread's rows must stay in one product");
-    const int c = tid & 7;
-    r0 = tid >> 3;
-    kc = c * 8;
-    base = g;
-    const long long lr = row0 + r0, sr = plus_gated_col(lr);
-    const plus_ab_t* m = plus_gated_part(lr) ? g1 : g;
-    step = (long long)(STEP / 2) * ld;
+    if (g1 != nullptr) {
+      m = plus_gated_part(sr) ? g1 : g;
+      sr = plus_gated_col(sr);
+      rstep = STEP / 2;
+    }
+#endif
+    step = rstep * ld;
     src = m + sr * ld + kt0 * BK + kc;
     dst = r0 * 128 + ((c ^ (r0 & 7)) << 4);
     rows_ok = 0;
 #pragma unroll
     for (int it = 0; it < ITERS; ++it)
-      if (sr + it * (STEP / 2) < nrows) rows_ok |= 1u << it;
+      if (sr + it * rstep < nrows) rows_ok |= 1u << it;
     all_rows = rows_ok == (1u << ITERS) - 1;
   }
-#endif
   // Copy the k-tile starting at k0 into the tile at shared address s_tile, then step to the next k-tile.
   PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K, bool vec) {
     const int kv = clamp8(K - k0 - kc);  // valid elements of my chunk on every row
@@ -329,7 +321,10 @@ struct MNMajorLoader {
   int nv;                 // valid n elements of my chunk (same on every row)
   int cb, cc;             // column block and chunk within it
 
-  PLUS_DEV void init(const plus_ab_t* g, long long ld_, long long n0, long long N, long long kt0, int tid) {
+  // g1 (B1 of a gated GEMM, PLUS_GATED): my chunk (logical columns n0 + 8c..) is then 8 columns of B0 (g, c even)
+  // or B1 (g1, c odd).
+  PLUS_DEV void init(const plus_ab_t* g, long long ld_, long long n0, long long N, long long kt0, int tid,
+                     const plus_ab_t* g1 = nullptr) {
     const int c = tid % CPR;
     kr0 = tid / CPR;
     cb = c >> 3;
@@ -337,25 +332,17 @@ struct MNMajorLoader {
     ld = ld_;
     base = g;
     step = (long long)STEP * ld;
-    nv = clamp8(N - n0 - c * 8);
-    src = g + (kt0 * BK + kr0) * ld + n0 + c * 8;
-  }
+    long long col = n0 + c * 8;
+    const plus_ab_t* m = g;
 #if PLUS_GATED
-  // B of a gated GEMM: my chunk (logical columns n0 + 8c..) is 8 columns of B0 (g, c even) or B1 (g1, c odd).
-  PLUS_DEV void init_gated(const plus_ab_t* g, const plus_ab_t* g1, long long ld_, long long n0, long long N,
-                           long long kt0, int tid) {
-    const int c = tid % CPR;
-    kr0 = tid / CPR;
-    cb = c >> 3;
-    cc = c & 7;
-    ld = ld_;
-    base = g;
-    step = (long long)STEP * ld;
-    const long long col = plus_gated_col(n0 + c * 8);
-    nv = clamp8(N - col);
-    src = (plus_gated_part(n0 + c * 8) ? g1 : g) + (kt0 * BK + kr0) * ld + col;
-  }
+    m = plus_gated_part(col) ? g1 : g;
+    col = plus_gated_col(col);
+#else
+    (void)g1;
 #endif
+    nv = clamp8(N - col);
+    src = m + (kt0 * BK + kr0) * ld + col;
+  }
   PLUS_DEV plus_u32 offset(int kr) const { return cb * MN_BLOCK_BYTES + kr * 128 + ((cc ^ (kr & 7)) << 4); }
   PLUS_DEV void load(plus_u32 s_tile, long long k0, long long K, bool vec) {
     if (vec) {
@@ -462,14 +449,12 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
 #endif
 #if PLUS_GATED
   const plus_ab_t* B1 = plus_b1_ptr(args, b);
-  b_loader.init_gated(B, B1, ldb, n0, N, kt0, tid);
-  // 16-byte copies when every operand allows them (uniform over the CTA; always with PLUS_ALIGNED=1).
-  const bool vec = vec_ok(A, lda) && vec_ok(B, ldb) && vec_ok(B1, ldb);
 #else
-  b_loader.init(B, ldb, n0, N, kt0, tid);
-  // 16-byte copies when both operands allow them (uniform over the CTA; always with PLUS_ALIGNED=1).
-  const bool vec = vec_ok(A, lda) && vec_ok(B, ldb);
+  const plus_ab_t* B1 = nullptr;
 #endif
+  b_loader.init(B, ldb, n0, N, kt0, tid, B1);
+  // 16-byte copies when every operand allows them (uniform over the CTA; always with PLUS_ALIGNED=1).
+  const bool vec = vec_ok(A, lda) && vec_ok(B, ldb) && (!PLUS_GATED || vec_ok(B1, ldb));
   long long k_next = kt0 * BK;
   auto load_next = [&](int s) {
     const plus_u32 sa = smem + s * STAGE_BYTES;

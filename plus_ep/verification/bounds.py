@@ -206,20 +206,27 @@ def _run(node, arrays: list, opsets: dict) -> list:
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
     names = [f"i{k}" if nm else "" for k, nm in enumerate(node.input)]
+    if node.op_type == "GatherElements" and node.domain in ("", "ai.onnx"):
+        return [_gather_elements(arrays[0], arrays[1], int(_attr(node, "axis", 0)))]
     n = helper.make_node(node.op_type, names, [f"o{k}" for k in range(len(node.output))], domain=node.domain)
     n.attribute.extend(node.attribute)
-    if node.op_type in ("GatherElements", "ScatterElements") and arrays and arrays[0] is not None:
-        # onnx.reference (1.23) mis-slices the data's cross-section for a negative axis (DeBERTa's gathers
-        # along -1) and refuses valid shapes: give it the axis counted from the front
-        for a in n.attribute:
-            if a.name == "axis" and a.i < 0:
-                a.i += np.ndim(arrays[0])
     opset = [helper.make_opsetid(d, v) for d, v in opsets.items()]
     graph = helper.make_graph([n], "op", [helper.make_tensor_value_info(nm, 1, None) for nm in names if nm],
                               [helper.make_tensor_value_info(o, 1, None) for o in n.output])
     model = helper.make_model(graph, opset_imports=opset)
     feeds = {nm: a for nm, a in zip(names, arrays) if nm}
     return ReferenceEvaluator(model).run(None, feeds)
+
+
+def _gather_elements(data, indices, axis: int):
+    """ONNX GatherElements with numpy: onnx.reference (1.23) refuses a negative axis with an index narrower
+    than the data along it, and gathers through np.choose, which takes at most 64 choices (DeBERTa's c2p/p2c
+    gathers: axis -1 over 2 x position_buckets relative positions)."""
+    data, indices = np.asarray(data), np.asarray(indices, np.int64)
+    axis = axis % data.ndim
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    sub = tuple(slice(None) if d == axis else slice(0, indices.shape[d]) for d in range(data.ndim))
+    return np.take_along_axis(data[sub], indices, axis=axis)
 
 
 def _corners(node, ins: list, opsets: dict, v_out):

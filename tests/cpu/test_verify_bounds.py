@@ -116,19 +116,21 @@ def test_pack_ties_ptx_to_its_cubin():
 
 
 def test_gather_elements_along_a_negative_axis_moves_data_and_bounds():
-    """DeBERTa's relative-position gathers (axis -1, an index narrower than the data along it): the body
-    evaluates (onnx.reference 1.23 alone refuses a negative axis with such shapes) and the bounds move with
-    the gathered elements."""
+    """DeBERTa's relative-position gathers (axis -1 over more than 64 positions, an index narrower than the
+    data along it, negative indices): the body evaluates (onnx.reference 1.23 refuses a negative axis with
+    such shapes and gathers through np.choose, at most 64 choices) and the bounds move with the elements."""
     nodes = [helper.make_node("MatMul", ["x", "w"], ["c"]), helper.make_node("GatherElements", ["c", "i"], ["y"], axis=-1)]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
                                        helper.make_tensor_value_info("w", TensorProto.FLOAT, None),
                                        helper.make_tensor_value_info("i", TensorProto.INT64, None)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     rng = np.random.default_rng(5)
-    x, w = rng.standard_normal((3, 7, 16)).astype(np.float32), rng.standard_normal((16, 12)).astype(np.float32)
-    i = rng.integers(0, 12, (3, 7, 7)).astype(np.int64)
+    x, w = rng.standard_normal((3, 7, 16)).astype(np.float32), rng.standard_normal((16, 80)).astype(np.float32)
+    i = rng.integers(-80, 80, (3, 7, 7)).astype(np.int64)
     ev = evaluate(g, [x, w, i], math="exact")
     c = x.astype(np.float64) @ w.astype(np.float64)
-    np.testing.assert_allclose(ev.outputs[0].v, np.take_along_axis(c, i, axis=-1), rtol=1e-12)
+    j = np.where(i < 0, i + 80, i)
+    want = np.array([[[c[a, b, j[a, b, k]] for k in range(7)] for b in range(7)] for a in range(3)])
+    np.testing.assert_allclose(ev.outputs[0].v, want, rtol=1e-12)
     mm = matmul(Bounded.exact(x), Bounded.exact(w), "exact")
-    np.testing.assert_allclose(ev.outputs[0].e, np.take_along_axis(mm.e, i, axis=-1), rtol=1e-12)
+    np.testing.assert_allclose(ev.outputs[0].e, np.take_along_axis(mm.e, j, axis=-1), rtol=1e-12)

@@ -144,12 +144,16 @@ def _gated_mlp():
 def test_rebuild_restores_the_original_node_order(fresh_manifest):
     """The rebuild identifies the inlined graph in the order fuse() was given (metadata
     plus_ep.positions): inlined in the rewritten graph's order, the up GEMM would come first and
-    take the gate's epilogue, so no node would come out byte-identical."""
+    take the gate's epilogue, so no node would come out byte-identical. Without the gated-MLP pattern
+    (recorded in the rewrite options, which the rebuild reads), where gate and up are two nodes."""
     import plus_ep
     from plus_ep.graph_rewrites.fuse import inline_fused
-    rewritten = plus_ep.rewrite(_gated_mlp(), archs=["sm_80"], fp32_math="exact")
+    gated = plus_ep.rewrite(_gated_mlp(), archs=["sm_80"], fp32_math="exact")
+    assert [n.name for n in gated.graph.node][:1] == ["plus_ep/gemm_gated/0"]   # one kernel for gate and up
+    assert rebuild.rebuild(gated).identical
+    rewritten = plus_ep.rewrite(_gated_mlp(), archs=["sm_80"], fp32_math="exact", disable=("gemm_gated",))
     assert [(n.name, list(n.input)) for n in rewritten.graph.node][:2] == [
         ("plus_ep/gemm/1", ["X", "Wu"]), ("plus_ep/gemm/0", ["X", "Wg", "u"])]
     assert rebuild.rebuild(rewritten).identical
-    plain = plus_ep.rewrite(inline_fused(rewritten), archs=["sm_80"], fp32_math="exact")
+    plain = plus_ep.rewrite(inline_fused(rewritten), archs=["sm_80"], fp32_math="exact", disable=("gemm_gated",))
     assert [list(n.input)[:2] for n in plain.graph.node][:2] == [["X", "Wg"], ["X", "Wu"]]   # the other partition

@@ -34,8 +34,7 @@ BUDGET = {"llama": {"per_layer": 5, "model": 14}, "qwen2": {"per_layer": 5, "mod
 
 def _export(family, exporter, layers):
     from plus_ep import zoo
-    over = None if family in zoo.GATED_FAMILIES else {"plus_ep_weights": zoo.WEIGHTS_SCHEME}
-    return zoo.export(family, exporter, "small", layers, overrides=over)
+    return zoo.export(family, exporter, "small", layers)
 
 
 def _verify(model, batch, seq) -> dict:

@@ -23,7 +23,4 @@ BUDGET = {"llama": (5, 4), "qwen2": (5, 4), "phi3": (5, 4), "deberta_v2": (6, 1)
 
 def tiny_path(family: str, exporter: str):
     zoo = pytest.importorskip("plus_ep.zoo")
-    overrides = dict(TINY[family])
-    if family not in zoo.GATED_FAMILIES:          # a core family: realistic weights on request
-        overrides["plus_ep_weights"] = zoo.WEIGHTS_SCHEME
-    return zoo.export(family, exporter, "small", layers=LAYERS, overrides=overrides)
+    return zoo.export(family, exporter, "small", layers=LAYERS, overrides=dict(TINY[family]))

@@ -145,7 +145,7 @@ _MODEL_CLASSES = {
 # Attention projections whose weights realistic_weights redraws so that the attention logits have a spread
 # (module names in transformers; GPT-2's fused c_attn holds Q, K and V side by side in its output columns).
 # T5 is not listed: its init already scales Q/K for attention without 1/sqrt(d) (logit std about 1).
-_QK_NAMES = ("query", "key", "q_proj", "k_proj")
+_QK_NAMES = ("query", "key", "q_proj", "k_proj", "query_proj", "key_proj")     # the last two: DeBERTa
 QK_LOGIT_STD = 2.0       # wanted std of a Q.K/sqrt(d) logit for unit-variance inputs
 
 
@@ -180,6 +180,12 @@ def realistic_weights(model, seed: int = 0) -> None:
             elif isinstance(mod, torch.nn.Linear) and leaf == "embedding_hidden_mapping_in":
                 # ALBERT's attention reads this projection of the normed embeddings: keep their scale
                 mod.weight.copy_(randn(mod.weight, mod.in_features ** -0.5))
+            elif isinstance(mod, torch.nn.Linear) and leaf == "qkv_proj":   # Phi-3: rows Q, K, V (V: Hkv * D)
+                c = model.config
+                v_rows = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+                v_rows *= getattr(c, "head_dim", None) or mod.in_features // c.num_attention_heads
+                qk = mod.weight[:mod.out_features - v_rows]
+                qk.copy_(randn(qk, (QK_LOGIT_STD / mod.in_features) ** 0.5))
             elif type(mod).__name__ == "Conv1D" and leaf == "c_attn":      # [in, 3 * hidden]: Q, K, V
                 qk = 2 * mod.weight.shape[1] // 3
                 mod.weight[:, :qk].copy_(randn(mod.weight[:, :qk], (QK_LOGIT_STD / mod.weight.shape[0]) ** 0.5))

@@ -14,6 +14,7 @@ weight, every chain element-wise until the products meet) and refuses anything e
 from onnx import TensorProto, helper
 
 from ...graph_rewrites import ops
+from ...graph_rewrites.contrib.quant import DECODER
 from ...graph_rewrites.index import describe_node
 from ..registry import pattern
 from ..roles import descendants
@@ -112,6 +113,10 @@ def gated_roles(view, members):
         node = view.nodes[d]
         if node.op_type == "Gemm" and (ops.attr(node, "transA", 0) or len(node.input) > 2 and node.input[2]):
             return f"{describe_node(node)}: a Gemm with transA or C is not a gated product"
+        p = view.producer.get(node.input[1])
+        if p is not None and view.nodes[p].doc_string.startswith(DECODER):
+            return (f"{describe_node(node)}: its weight is a MatMulNBits decoder's output, which a single GEMM "
+                    "decodes in its mainloop; the gated template has no weight decoder")
         for role, t in (("A", node.input[0]), ("B", node.input[1])):
             if t not in inputs:
                 return (f"{describe_node(node)}: operand {role} '{t}' is computed inside the subgraph; the gemm "

@@ -125,8 +125,9 @@ class LaunchRecord:
 
 
 class _LoadedModule:
-    def __init__(self, module: Module, info: ImageInfo | None, is_ptx: bool):
+    def __init__(self, module: Module, info: ImageInfo | None, is_ptx: bool, registers: dict | None = None):
         self.module, self.info, self.is_ptx = module, info, is_ptx
+        self.registers = registers or {}      # entry -> registers per thread (the cubin's EIATTR_REGCOUNT)
 
 
 class Emulator:
@@ -263,6 +264,7 @@ class Emulator:
     def _cb_load(self, image, size, is_ptx, handle_out) -> int:
         try:
             data = ctypes.string_at(image, size)
+            registers = {}
             if is_ptx:
                 text = data.rstrip(b"\0").decode("utf-8", "replace")
                 info, key = None, "ptx:" + hashlib.sha256(data).hexdigest()
@@ -275,6 +277,7 @@ class Emulator:
                                       "rebuild the model with this PlusEP (packs carry PTX since format "
                                       "PLUSIMG2) and register it (Emulator.register_model)")
                 text = info.ptx
+                registers = _cubin_registers(data)
             pkey = hashlib.sha256(text.encode()).hexdigest()
             with self._lock:
                 mod = self._parsed.get(pkey)
@@ -286,7 +289,7 @@ class Emulator:
             with self._lock:
                 h = self._next
                 self._next += 1
-                self._modules[h] = _LoadedModule(mod, info, bool(is_ptx))
+                self._modules[h] = _LoadedModule(mod, info, bool(is_ptx), registers)
                 self.load_order.append((h, key))
             handle_out[0] = h
             return 0
@@ -391,6 +394,11 @@ class Emulator:
                            seed=0, sample_ctas=self.sample_ctas)
             rec.counters, rec.findings = dict(res.counters), [str(f) for f in res.findings]
             rec.counters["tensor_core_flops"] = _tensor_core_flops(k, res.counters)
+            # what occupancy depends on (plus_ep/verification/profile.py models waves from it)
+            rec.counters["entry"] = k.name
+            rec.counters["resources"] = {"registers": lm.registers.get(k.name, 0),
+                                         "smem_static": int(k.static_shared_bytes), "smem_dynamic": int(smem),
+                                         "cluster": list(k.cluster_dims or (1, 1, 1))}
             rec.seconds = time.perf_counter() - t0
             self._record(rec)
             if res.findings and self.fail_on_findings:
@@ -421,6 +429,14 @@ class Emulator:
 
 def _node(info) -> str:
     return f" [node {info.node}]" if info is not None and info.node else ""
+
+
+def _cubin_registers(cubin: bytes) -> dict:
+    """entry -> registers per thread, from the cubin (empty when it cannot be read)."""
+    try:
+        return {fn: info.registers or 0 for fn, info in nvrtc.read_cubin(cubin).items()}
+    except ValueError:
+        return {}
 
 
 def _tensor_core_flops(kernel, counters: dict) -> int:

@@ -13,15 +13,23 @@ total CTAs / CTAs run):
   smem wavefronts per request vs ideal bank conflicts (32 banks of 4 bytes)
   dsmem_bytes        bytes moved through distributed shared memory (thread-block clusters; never DRAM)
   tensor_core_share  tensor-core FLOPs / all FLOPs
-  roofline           a bound for an H100 SXM: time >= max(flops / peak, dram_bytes / 3.35 TB/s), peak
-                     989 TFLOP/s dense fp16/bf16 tensor cores, 494.5 tf32 tensor cores, 67 fp32 SIMT
+  roofline_us        a bound for the arch's reference part (an H100 SXM5 for sm_90/sm_90a images):
+                     max(flops / peak, dram_bytes / DRAM bandwidth), as if the kernels filled the machine
+  ctas, waves        CTAs launched, and waves of them on the part's SMs (occupancy, clusters per GPC)
+  modelled_us        the wave-aware model's time (kernels/perfmodel.py), never below the roofline floor
+                     scaled to the SMs the CTAs occupy (an SM draws at most about twice its fair share)
+  per_kernel         the same per launch: grid, block, cluster, registers, shared memory, L2 bytes, ...
+and the report's model_totals: launches, kernel time, launch gaps on a stream and from a CUDA graph
+(apart), the model's constants and their sources. Every time here is MODELLED.
 """
 from __future__ import annotations
 
+from ..kernels import arch as arch_table
+from ..kernels import perfmodel
 from .check import pack_archs, run_emulated
 
-H100_SXM = {"name": "H100 SXM (model)", "dram_bytes_per_s": 3.35e12,
-            "peak_flops": {"fp16": 989e12, "bf16": 989e12, "tf32": 494.5e12, "exact": 67e12}}
+MODEL_NOTE = ("MODELLED from the PTX interpreter's counts (plus_ep/kernels/perfmodel.py: a wave-aware model of "
+              "the arch's reference part); not measurements")
 
 
 def _sum_mem(counters: list, prefix: str, unit: str) -> tuple[float, float, int]:
@@ -41,7 +49,42 @@ def _scale(c: dict) -> float:
     return total / max(1, c.get("ctas_run", total))
 
 
-def node_profile(row: dict, gpu=H100_SXM) -> dict:
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def kernel_profile(c: dict, arch: str, math_: str) -> dict:
+    """One launch: its geometry, occupancy, counts (scaled when CTAs were sampled) and modelled time."""
+    s = _scale(c)
+    res = c.get("resources", {})
+    grid, block = list(c.get("grid", [1, 1, 1])), list(c.get("block", [1, 1, 1]))
+    smem = int(res.get("smem_dynamic", 0)) + int(res.get("smem_static", 0))
+    cluster = _prod(res.get("cluster", [1, 1, 1]))
+    flops = c.get("flops", 0) * s
+    dram = c.get("unique_dram_bytes", 0) * s
+    # global load / store sectors, and distributed shared memory traffic counted like L2 traffic (the route
+    # model does the same, kernels/routes.py gemm_time)
+    l2 = (sum(c.get(k, {}).get("sectors", 0) for k in ("global_ld", "global_st")) * 32
+          + sum(d.get("bytes", 0) for k, d in c.items() if k.startswith("dsmem") and isinstance(d, dict))) * s
+    ld, ld_ideal, _ = _sum_mem([c], "global_ld", "sectors")
+    st, st_ideal, _ = _sum_mem([c], "global_st", "sectors")
+    est = perfmodel.launch_time(arch, ctas=_prod(grid), threads=_prod(block), smem=smem, flops=flops,
+                                dram_bytes=dram, l2_bytes=l2, math_=math_, registers=int(res.get("registers", 0)),
+                                cluster=cluster)
+    return {"entry": c.get("entry", ""), "grid": grid, "block": block, "cluster": cluster,
+            "registers": int(res.get("registers", 0)), "smem": smem,
+            "flops": int(flops), "dram_bytes": int(dram), "l2_bytes": int(l2),
+            "ld_sectors_per_request": round(ld, 2), "ld_sectors_ideal": round(ld_ideal, 2),
+            "st_sectors_per_request": round(st, 2), "st_sectors_ideal": round(st_ideal, 2),
+            **est.as_dict()}
+
+
+def node_profile(row: dict, arch: str | None = None) -> dict:
+    arch = arch or row.get("arch") or "sm_90a"
+    gpu = perfmodel.part(arch)
     cs = row.get("counters", [])
     flops = sum(c.get("flops", 0) * _scale(c) for c in cs)
     tc = sum(c.get("tensor_core_flops", 0) * _scale(c) for c in cs)
@@ -51,8 +94,8 @@ def node_profile(row: dict, gpu=H100_SXM) -> dict:
     sm, sm_ideal, _ = _sum_mem(cs, "shared", "wavefronts")
     dsmem = sum(d.get("bytes", 0) * _scale(c) for c in cs for k, d in c.items()
                 if k.startswith("dsmem") and isinstance(d, dict))
-    peak = gpu["peak_flops"][row["math"]]
-    t_compute, t_mem = flops / peak, dram / gpu["dram_bytes_per_s"]
+    t_compute, t_mem = flops / gpu.peak(row["math"]), dram / gpu.dram_bytes_per_s
+    kernels = [kernel_profile(c, arch, row["math"]) for c in cs]
     return {"node": row["node"], "pattern": row["pattern"], "arch": row["arch"], "math": row["math"],
             "kernels": row["kernels"], "launches": row["launches"],
             "sampled": any(_scale(c) > 1 for c in cs),
@@ -64,7 +107,32 @@ def node_profile(row: dict, gpu=H100_SXM) -> dict:
             "tensor_core_share": round(tc / flops, 3) if flops else 0.0,
             "roofline_us": round(max(t_compute, t_mem) * 1e6, 3),
             "bound": "compute" if t_compute >= t_mem else "memory",
+            "ctas": sum(k["ctas"] for k in kernels), "waves": sum(k["waves"] for k in kernels),
+            "modelled_us": round(sum(k["modelled_us"] for k in kernels), 3),
+            "per_kernel": kernels,
             "findings": row["n_findings"], "errors": row["errors"]}
+
+
+def model_totals(nodes: list, arch: str) -> dict:
+    """The model's totals over every launch: kernel time, launch gaps with and without CUDA graphs (apart)."""
+    launches = sum(len(n["per_kernel"]) for n in nodes)
+    kernel_us = sum(n["modelled_us"] for n in nodes)
+    gaps = {"stream": perfmodel.gap_us(launches, graphs=False), "cuda_graph": perfmodel.gap_us(launches, graphs=True)}
+    p = perfmodel.part(arch)
+    return {"launches": launches, "kernel_us": round(kernel_us, 3),
+            "floor_us": round(sum(k["floor_us"] for n in nodes for k in n["per_kernel"]), 3),
+            "roofline_us": round(sum(n["roofline_us"] for n in nodes), 3),
+            "launch_gaps_us": {k: round(v, 3) for k, v in gaps.items()},
+            "total_us": {k: round(kernel_us + v, 3) for k, v in gaps.items()},
+            "part": p.name,
+            "constants": {"dram_bytes_per_s": p.dram_bytes_per_s, "l2_bytes_per_s": p.l2_bytes_per_s,
+                          "peak_flops": dict(zip(("fp16/bf16", "tf32", "fp32"), p.peak_flops)),
+                          "dram_latency_us": round(p.dram_latency_s * 1e6, 4),
+                          "latency_per_wave_us": round(perfmodel.LATENCY_WAVES * p.dram_latency_s * 1e6, 4),
+                          "sm_bandwidth_share": perfmodel.SHARE, "gpcs": p.gpcs,
+                          "sms": arch_table.get(arch).sms,
+                          "gap_stream_us": perfmodel.GAP_STREAM_S * 1e6,
+                          "gap_cuda_graph_us": perfmodel.GAP_GRAPH_S * 1e6, "source": p.source}}
 
 
 def profile(model, arch=None, batch: int = 1, seq: int = 8, inputs=None, sample_ctas=None,
@@ -77,11 +145,10 @@ def profile(model, arch=None, batch: int = 1, seq: int = 8, inputs=None, sample_
         arch = "sm_90a" if "sm_90a" in have else (have[0] if have else "sm_90a")
     raw = run_emulated(model, [arch], batch, seq, inputs, progress=progress,
                        extra={"profile": True, "sample_ctas": sample_ctas}, past=past)
-    rows = [node_profile(r) for r in raw["nodes"]]
-    return {"model": raw["model"], "arch": arch, "gpu": H100_SXM["name"], "inputs": raw.get("inputs", {}),
-            "sample_ctas": sample_ctas,
-            "note": "modelled from the PTX interpreter's counts; roofline of an H100 SXM; not measurements",
-            "nodes": rows, "errors": raw["errors"], "ok": raw["ok"]}
+    rows = [node_profile(r, arch) for r in raw["nodes"]]
+    return {"model": raw["model"], "arch": arch, "gpu": perfmodel.part(arch).name + " (model)",
+            "inputs": raw.get("inputs", {}), "sample_ctas": sample_ctas, "note": MODEL_NOTE,
+            "nodes": rows, "model_totals": model_totals(rows, arch), "errors": raw["errors"], "ok": raw["ok"]}
 
 
 def _si(x: float) -> str:
@@ -95,21 +162,32 @@ def profile_text(rep: dict) -> str:
     ins = ", ".join(f"{k}{v['shape']}" for k, v in rep.get("inputs", {}).items())
     sampled = f"; {rep['sample_ctas']} CTAs sampled per launch, counts scaled" if rep["sample_ctas"] else ""
     out = [f"profile {rep['model'].rsplit('/', 1)[-1]} [{rep['arch']}] on the PTX interpreter; inputs {ins}{sampled}",
-           (f"MODEL, not a measurement: counts from interpreted execution; roofline of an {rep['gpu']} "
-            "(3.35 TB/s, 989 dense fp16 TFLOP/s)"),
+           (f"MODELLED, not a measurement: counts from interpreted execution; times from the wave-aware model of an "
+            f"{rep['gpu']} (kernels/perfmodel.py)"),
            (f"{'node':<28} {'pattern':<16} {'flops':>8} {'compulsory':>10} {'dram':>8} {'ld sec/req':>11} "
-            f"{'st sec/req':>11} {'smem wf/req':>11} {'tc':>5} {'roofline':>10}"),
+            f"{'st sec/req':>11} {'smem wf/req':>11} {'tc':>5} {'ctas':>5} {'waves':>5} {'roofline':>9} {'modelled':>9}"),
            "(sec/req, wf/req: actual/ideal; compulsory: every input and output tensor once, whole tables included)"]
     for r in rep["nodes"]:
         out.append(f"{r['node'][:28]:<28} {r['pattern'][:16]:<16} {_si(r['flops']):>8} {_si(r['compulsory_bytes']) + 'B':>10} "
                    f"{_si(r['dram_bytes']) + 'B':>8} {r['ld_sectors_per_request']:>5.2f}/{r['ld_sectors_ideal']:<5.2f} "
                    f"{r['st_sectors_per_request']:>5.2f}/{r['st_sectors_ideal']:<5.2f} "
                    f"{r['smem_wavefronts_per_request']:>5.2f}/{r['smem_wavefronts_ideal']:<5.2f} "
-                   f"{r['tensor_core_share']:>5.2f} {r['roofline_us'] * 1e3:>8.1f}ns {r['bound']}")
+                   f"{r['tensor_core_share']:>5.2f} {r.get('ctas', 0):>5} {r.get('waves', 0):>5} "
+                   f"{r['roofline_us']:>7.2f}us {r.get('modelled_us', 0.0):>7.2f}us")
+        if len(r.get("per_kernel", [])) > 1:
+            for k in r["per_kernel"]:
+                out.append(f"    {k['entry']:<24} {k['ctas']:>5} CTAs, {k['waves']} wave(s), {k['per_sm']}/SM, "
+                           f"modelled {k['modelled_us']:.2f}us ({k['bound']})")
         if r.get("dsmem_bytes"):
             out.append(f"    {_si(r['dsmem_bytes'])}B through distributed shared memory (thread-block clusters; not DRAM)")
         for e in r["errors"]:
             out.append(f"    error: {e[:300]}")
+    t = rep.get("model_totals")
+    if t:
+        g, tot = t["launch_gaps_us"], t["total_us"]
+        out.append(f"modelled: {t['launches']} launches, kernels {t['kernel_us']:.2f}us (roofline {t['roofline_us']:.2f}us); "
+                   f"launch gaps {g['stream']:.2f}us on a stream, {g['cuda_graph']:.2f}us from a CUDA graph; "
+                   f"total {tot['stream']:.2f}us / {tot['cuda_graph']:.2f}us")
     for e in rep["errors"]:
         out.append(f"error: {e[:400]}")
     return "\n".join(out)

@@ -94,10 +94,13 @@ def configs(math: int) -> tuple[GemmConfig, ...]:
     return CONFIGS[math]
 
 
-def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1) -> dict[str, int]:
-    """The `#define`s of a variant (tile parameters from `cfg`, plus the per-problem switches)."""
-    if splitk < 1:
-        raise ValueError(f"split-K factor must be >= 1, got {splitk}")
+def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1,
+            splitk_cluster: int = 1) -> dict[str, int]:
+    """The `#define`s of a variant (tile parameters from `cfg`, plus the per-problem switches).
+    `splitk_cluster` > 1 (sm_90a template only): split-K reduced through distributed shared memory."""
+    if splitk < 1 or splitk_cluster < 1:
+        raise ValueError(f"split-K factor must be >= 1, got {splitk} / {splitk_cluster}")
+    extra = {"PLUS_SPLITK_CLUSTER": int(splitk_cluster)} if splitk_cluster > 1 else {}
     return {
         "PLUS_MATH": cfg.math,
         "PLUS_BM": cfg.bm,
@@ -109,11 +112,12 @@ def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int 
         "PLUS_SPLITK": int(splitk),
         "PLUS_B_TRANS": int(bool(b_trans)),
         "PLUS_ALIGNED": int(bool(aligned)),
+        **extra,
     }
 
 
 def grid(cfg: GemmConfig, batch: int, m: int, n: int, splitk: int = 1) -> tuple[int, int, int]:
-    """Grid of `plus_gemm` (contract 2.1)."""
+    """Grid of `plus_gemm` (contract 2.1); `splitk` either way (through scratch, or in the cluster)."""
     return (-(-n // cfg.bn), -(-m // cfg.bm), batch * splitk)
 
 

@@ -16,10 +16,13 @@ distributed shared memory. Each CTA:
   3. stores the row program's outputs; a trailing cluster barrier keeps its partials alive until
      every rank has read them.
 
-The same holds for any row program of template gemm_rownorm (e.g. a user's GEMM + Softmax). Anything else
-(other archs, symbolic or longer N, batched GEMMs, fp32 operands, a row program that needs more than one
-GEMM-side tensor or reads it transposed or sliced) keeps the two-kernel plan: `cluster_variants` returns
-None.
+The same holds for any row program of template gemm_rownorm (e.g. a user's GEMM + Softmax). With
+PLUS_SPLITK_CLUSTER = S the cluster is cx x S CTAs: S CTAs split each tile's K range and sum their partial
+tiles through distributed shared memory before the row program (gemm_sm90a.cuh), so a small M still
+spreads its weights over more SMs. The route model (kernels/routes.py gemm_norm_routes) weighs every
+such tile against the two-kernel plan at each M. Anything else (other archs, symbolic or longer N, batched
+GEMMs, fp32 operands, a row program that needs more than one GEMM-side tensor or reads it transposed or
+sliced) keeps the two-kernel plan: `tile_parts` returns None.
 """
 from __future__ import annotations
 
@@ -48,43 +51,46 @@ def cluster_size(N, arch, dt, nbatch) -> tuple | None:
     return (bn, -(-int(n) // bn)) if bn else None
 
 
-def cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, side, problem):
-    """The one-kernel variants [(name, prefix, kernels, condition)] of a GEMM + row-normalisation
-    subgraph, or None (the caller renders the two-kernel plan). `em` holds the GEMM epilogue so far,
-    `fwd` the forward map of the accumulator `cout`; `epi` the GEMM-side outputs to store, `row_out`
-    the row program's outputs, `side` the outputs no template computes; `problem` is
-    (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt) as render.py computed it."""
-    M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt = problem
-    size = cluster_size(N, job.arch, dt, nbatch)
+def tile_parts(job, st) -> tuple | None:
+    """({cx: configs}, x_fn, tile hook, GEMM hooks) of the one-kernel route of a GEMM + row normalisation
+    subgraph (`st`: render.py's _setup state, whose emitter this consumes), or None when it does not apply
+    (the caller renders the two-kernel plan). Every tile width from the narrowest with cdiv(N, BN) <= 8 up
+    is offered to the route model (wider tiles leave room in the cluster for split-K); widths whose configs
+    all failed to compile (target.excluded) are left out."""
+    size = cluster_size(st.N, job.arch, st.dt, st.nbatch)
     if size is None:
         return None
-    choices = None           # before anything is emitted into `em`: the caller may still render two kernels
+    menus = {}
     for bn in (b for b in sm90a.CLUSTER_WIDTHS if b >= size[0]):
-        try:                 # the narrowest width whose tiles did not fail to compile (target.excluded)
-            choices = routes.gemm_routes(M, N, K, nbatch, dt, job.target, job.syms, allow_splitk=False,
-                                         menu=sm90a.cluster_menu(bn))
-            csize = -(-int(symdim.parse(N)) // bn)
-            break
+        try:
+            menus[-(-int(symdim.parse(st.N)) // bn)] = routes._usable(sm90a.cluster_menu(bn), job.target,
+                                                                      f"GEMM (tile width {bn})")
         except routes.NoConfig:
             continue
-    if choices is None:
+    if not menus:
         return None
     try:
-        x_fn, tile = _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N)
+        x_fn, tile = _hooks_text(job, st.em, st.cout, st.fwd, st.row_nodes, st.dep_c, st.dep_row, st.epi,
+                                 st.row_out, st.N)
     except RenderError:
         return None          # e.g. two GEMM-side tensors feed the rows: the two-kernel plan handles it
-    hooks = gemm_hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)   # plus_epilogue stays empty
-    extra = job.side_kernels(side)
-    aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
-    out = []
-    for cond, cfg, _ in choices:
-        defines = {**routes.gemm_defines(cfg, 1, trans_b, aligned), "PLUS_CLUSTER_X": csize}
-        prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
-        prefix += hooks + x_fn + tile + f'#include "{routes.gemm_header(cfg)}"\n'
-        grid = (str(csize), f"{job.syms.rpn(M)},{cfg.bm},cdiv", "1")
-        kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
-        out.append((f"{cfg.name}/cluster{csize}", prefix, kernels + extra, cond))
-    return out
+    hooks = gemm_hooks(st.em, st.M, st.N, st.K, st.nbatch, st.trans_b, st.ka, st.kb, st.a_off, st.b_off, st.dt)
+    return menus, x_fn, tile, hooks       # plus_epilogue stays empty
+
+
+def tile_variant(job, st, parts, cond, choice, extra) -> tuple:
+    """(name, prefix, kernels, condition) of one one-kernel route: `choice.cx` CTAs along a row of C, K split
+    `choice.csplit` ways inside the same cluster (PLUS_SPLITK_CLUSTER)."""
+    _, x_fn, tile, hooks = parts
+    cfg = choice.cfg
+    aligned = routes.gemm_rows_aligned(st.K, st.K if st.trans_b else st.N, st.dt)
+    defines = {**routes.gemm_defines(cfg, 1, st.trans_b, aligned, splitk_cluster=choice.csplit),
+               "PLUS_CLUSTER_X": choice.cx}
+    prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+    prefix += hooks + x_fn + tile + f'#include "{routes.gemm_header(cfg)}"\n'
+    grid = (str(choice.cx), f"{job.syms.rpn(st.M)},{cfg.bm},cdiv", str(choice.csplit))
+    kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
+    return (choice.label, prefix, kernels + extra, cond)
 
 
 def _in_gemm_order(em, fwd, cout, x, N) -> bool:

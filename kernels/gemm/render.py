@@ -4,6 +4,7 @@ writes the normalised row's input to fp32 scratch, a row program finishes the ro
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 from ..codegen import dtypes, shapevals, symdim
 from .. import routes
@@ -11,7 +12,7 @@ from ..codegen.cexpr import attr, lit
 from ..codegen.forward import bind_forward, emit_stores, forward_map
 from . import configs as gemm_configs, nbits
 from .hooks import frontier, gemm_hooks, hook_text
-from .norm_render import cluster_variants
+from .norm_render import tile_parts, tile_variant
 from ..codegen.pull import RenderError, describe
 from ..codegen.row import ROW_OPS
 
@@ -62,7 +63,9 @@ def _problem(em, seed, a, b):
             lambda: em.delinear("b", batch) + ["m", "n"])
 
 
-def render_gemm(job):
+def _setup(job):
+    """A GEMM subgraph's problem and a fresh emitter holding the accumulator's forward map (called once per
+    kernel plan rendered: the one-kernel row tile and the two-kernel plan each take their own emitter)."""
     seed = job.view.nodes[job.roles["gemm"] if job.roles else job.sg.seed]
     if seed.op_type not in ("MatMul", "Gemm"):
         raise RenderError(f"{describe(seed)}: the gemm template grows from MatMul or Gemm")
@@ -75,7 +78,6 @@ def render_gemm(job):
     if nb:
         trans_b = True                       # the decoder reads B as [N][K]
     nbatch = symdim.numel(batch)
-
     # ---- the accumulator and what follows it --------------------------------------------------
     cout = _bind_acc(em, seed)
     row_nodes = [n for n in job.nodes if n.op_type in ROW_OPS]
@@ -87,39 +89,72 @@ def render_gemm(job):
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
-    if row_nodes and not nb:     # sm_90a, static N <= 4096: one kernel over a thread-block cluster
-        one = cluster_variants(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, side,
-                               (M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt))
-        if one:
-            return one
-    extra = []
-    to_scratch = {}       # GEMM-side tensors the row program reads; stored besides any output store of them
-    if row_nodes:
-        keep = frontier(job, em, cout, row_nodes, dep_c, dep_row)
-        for k, x in enumerate(keep):
-            if x not in fwd:
-                raise RenderError(f"{describe(em.producer.get(x, seed))}: '{x}' feeds the row normalisation "
-                                  "but is not an element-wise function of the GEMM result")
-            to_scratch[x] = (f"args.scratch[{k}]", 1, em.shape(x))      # fp32 (onnx FLOAT = 1)
-            job.plan.scratch.append(f"{job.syms.rpn(symdim.numel(em.shape(x)))},4,*")
+    return SimpleNamespace(seed=seed, em=em, dt=dt, M=M, N=N, K=K, trans_b=trans_b, a_off=a_off, b_off=b_off,
+                           ka=ka, kb=kb, nbatch=nbatch, cout=cout, row_nodes=row_nodes, fwd=fwd, dep_c=dep_c,
+                           dep_row=dep_row, epi=epi, row_out=row_out, side=side, nb=nb)
 
-        def bind_x(em2):
-            for k, x in enumerate(keep):
-                em2.bound[x] = lambda idx, k=k, x=x: (em2.tmp(
-                    f"plus_load<float>(args.scratch[{k}], {em2.linear(idx, em2.shape(x))})", "float", "x"), "float")
-        src, entry, launch, _ = job.row_kernel(row_nodes, {t: job.out_ptr(t) for t in row_out}, bind_x)
-        extra.append((src, entry, launch))
-    m_fastest = _m_fastest(fwd, {**epi, **to_scratch})
-    emit_stores(em, fwd, epi)     # every subgraph output, including one the row program also reads
+
+def render_gemm(job):
+    st = _setup(job)
+    extra = job.side_kernels(st.side)
+    # a MatMulNBits B is decoded by gemm.cuh's mainloop (nbits.py): that template's menu on every arch
+    menu = gemm_configs.configs(routes.gemm_math(st.dt, job.fp32_math)) if st.nb else None
+    if not st.row_nodes:
+        m_fastest = _m_fastest(st.fwd, st.epi)
+        emit_stores(st.em, st.fwd, st.epi)
+        hooks = gemm_hooks(st.em, st.M, st.N, st.K, st.nbatch, st.trans_b, st.ka, st.kb, st.a_off, st.b_off, st.dt)
+        if st.nb:
+            hooks += nbits.chunk_hook(job, st.em, st.nb)
+        return _variants(job, st.M, st.N, st.K, st.nbatch, st.dt, st.trans_b, hooks, m_fastest, extra, menu=menu)
+    # GEMM + row program: per route, one kernel over a thread-block cluster (sm_90a, static N <= 4096:
+    # norm_render.py) or two (the GEMM epilogue writes the row program's input to fp32 scratch, a row kernel
+    # finishes the rows), whichever the route model finds faster at that M
+    tile = None if st.nb else tile_parts(job, st)
+    if symdim.parse(st.nbatch) == 1 and not st.nb:
+        plan = routes.gemm_norm_routes(st.M, st.N, st.K, st.dt, job.target, job.syms,
+                                       tile_menus=tile[0] if tile else None)
+    else:
+        plan = [(cond, "two", c) for cond, c in routes.gemm_routes(st.M, st.N, st.K, st.nbatch, st.dt, job.target,
+                                                                    job.syms, allow_splitk=False, menu=menu)]
+    two = None
+    if any(kind == "two" for _, kind, _ in plan):
+        two = _two_kernel_parts(job, st if tile is None else _setup(job))
+    out = []
+    for cond, kind, choice in plan:
+        if kind == "tile":
+            out.append(tile_variant(job, st, tile, cond, choice, extra))
+        else:
+            hooks, row_extra, m_fastest = two
+            out.append(_variant(job, st.M, st.N, st.nbatch, st.trans_b, st.K, st.dt, hooks, m_fastest,
+                                row_extra + extra, cond, choice))
+    return out
+
+
+def _two_kernel_parts(job, st) -> tuple:
+    """(hooks, [row kernel], m_fastest) of the two-kernel plan: the GEMM epilogue stores the GEMM-side
+    tensors the row program reads to fp32 scratch (besides any output store of them)."""
+    em, seed, fwd = st.em, st.seed, st.fwd
+    to_scratch = {}
+    keep = frontier(job, em, st.cout, st.row_nodes, st.dep_c, st.dep_row)
+    for k, x in enumerate(keep):
+        if x not in fwd:
+            raise RenderError(f"{describe(em.producer.get(x, seed))}: '{x}' feeds the row normalisation "
+                              "but is not an element-wise function of the GEMM result")
+        to_scratch[x] = (f"args.scratch[{k}]", 1, em.shape(x))      # fp32 (onnx FLOAT = 1)
+        job.plan.scratch.append(f"{job.syms.rpn(symdim.numel(em.shape(x)))},4,*")
+
+    def bind_x(em2):
+        for k, x in enumerate(keep):
+            em2.bound[x] = lambda idx, k=k, x=x: (em2.tmp(
+                f"plus_load<float>(args.scratch[{k}], {em2.linear(idx, em2.shape(x))})", "float", "x"), "float")
+    src, entry, launch, _ = job.row_kernel(st.row_nodes, {t: job.out_ptr(t) for t in st.row_out}, bind_x)
+    m_fastest = _m_fastest(fwd, {**st.epi, **to_scratch})
+    emit_stores(em, fwd, st.epi)     # every subgraph output, including one the row program also reads
     emit_stores(em, fwd, to_scratch)
-    hooks = gemm_hooks(em, M, N, K, nbatch, trans_b, ka, kb, a_off, b_off, dt)
-    menu = None
-    if nb:
-        hooks += nbits.chunk_hook(job, em, nb)
-        menu = gemm_configs.configs(routes.gemm_math(dt, job.fp32_math))    # gemm.cuh's menu on every arch
-    extra += job.side_kernels(side)
-    return _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=not row_nodes,
-                     menu=menu)
+    hooks = gemm_hooks(em, st.M, st.N, st.K, st.nbatch, st.trans_b, st.ka, st.kb, st.a_off, st.b_off, st.dt)
+    if st.nb:
+        hooks += nbits.chunk_hook(job, em, st.nb)
+    return hooks, [(src, entry, launch)], m_fastest
 
 
 def _nbits_operands(job, em, seed):
@@ -213,7 +248,7 @@ def render_gemm_group(job):
                      f"  const long long plus_g = plus_bg / {nb};\n  return {which};\n}}\n")
     aligned = all(routes.gemm_rows_aligned(K, K if trans_b else n, dt) for n in ns)
     return _variants(job, M, N, K, nbatch * G, dt, trans_b, hooks, all(m_fast), extra, m_fastest_hook=per_group,
-                     aligned=aligned)
+                     aligned=aligned, a_batch=nbatch)
 
 
 def render_gemm_gated(job):
@@ -321,44 +356,51 @@ def _bind_acc(em, seed) -> str:
 
 
 def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=True, m_fastest_hook="",
-              menu=None, gated=False, aligned=None):
+              a_batch=None, menu=None, gated=False, aligned=None):
     """One variant per route: (name, prefix, kernels, condition). `m_fastest`: every store is contiguous
     along m; `m_fastest_hook`: the source of plus_epi_m_fastest(args, b) when that holds per batch index;
-    `menu`: the configs to choose from (default: the arch's menu).
+    `a_batch`: distinct A matrices when not one per batch index (a horizontal group shares its A); `menu`:
+    the configs to choose from (default: the arch's menu).
     `gated`: two products of N columns each (PLUS_GATED): tiles are chosen and the grid covers 2N interleaved
-    columns, split-K keeps two partial planes. `aligned`: the caller's PLUS_ALIGNED proof (default: lda = K and
-    ldb = N, or K with trans_b, whole 16-byte chunks)."""
-    out = []
+    columns, split-K keeps two partial planes; its epilogue reads both products of a column pair, so split-K
+    goes through scratch, never inside a cluster. `aligned`: the caller's PLUS_ALIGNED proof (default: lda = K
+    and ldb = N, or K with trans_b, whole 16-byte chunks)."""
     width = 2 * symdim.parse(N) if gated else N
-    choices = routes.gemm_routes(M, width, K, nbatch, dt, job.target, job.syms,
-                                 allow_splitk=allow_splitk, menu=menu)
-    max_split = max(s for _, _, s in choices)
+    choices = routes.gemm_routes(M, width, K, nbatch, dt, job.target, job.syms, allow_splitk=allow_splitk,
+                                 a_batch=a_batch, menu=menu, cluster_split=not gated)
+    max_split = max(c.split for _, c in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
         job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split * (2 if gated else 1)},*,4,*")
+    return [_variant(job, M, N, nbatch, trans_b, K, dt, hooks, m_fastest, extra, cond, choice, m_fastest_hook,
+                     gated=gated, aligned=aligned)
+            for cond, choice in choices]
+
+
+def _variant(job, M, N, nbatch, trans_b, K, dt, hooks, m_fastest, extra, cond, choice, m_fastest_hook="",
+             gated=False, aligned=None):
+    """(name, prefix, kernels, condition) of one route's GemmChoice (no row tile)."""
+    cfg, splitk, csplit = choice.cfg, choice.split, choice.csplit
     if aligned is None:
         aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
-    for cond, cfg, splitk in choices:
-        defines = routes.gemm_defines(cfg, splitk, trans_b, aligned)
-        if gated:
-            defines["PLUS_GATED"] = 1
-        per_batch = ""
-        if splitk == 1 and routes.gemm_header(cfg) == "gemm_sm90a.cuh" and not gated:
-            if m_fastest:
-                defines["PLUS_EPI_M_FASTEST"] = 1
-            elif m_fastest_hook:
-                defines["PLUS_EPI_M_FASTEST"], per_batch = 2, m_fastest_hook
-        prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
-        prefix += hooks + per_batch + f'#include "{routes.gemm_header(cfg)}"\n'
-        # gated: the logical width 16 * cdiv(N, 8) of the interleaved products (gemm_hooks.cuh plus_gated_width)
-        gx = f"{job.syms.rpn(N)},8,cdiv,16,*,{cfg.bn},cdiv" if gated else f"{job.syms.rpn(N)},{cfg.bn},cdiv"
-        grid = (gx, f"{job.syms.rpn(M)},{cfg.bm},cdiv",
-                f"{job.syms.rpn(nbatch)},{splitk},*")
-        kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
-        if splitk > 1:
-            total = job.syms.rpn(nbatch * M * N)
-            kernels.append(("", "plus_splitk_reduce", ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
-        out.append((f"{cfg.name}/splitk{splitk}", prefix, kernels + extra, cond))
-    return out
+    defines = routes.gemm_defines(cfg, splitk, trans_b, aligned, splitk_cluster=csplit)
+    if gated:
+        defines["PLUS_GATED"] = 1
+    per_batch = ""
+    if splitk == 1 and routes.gemm_header(cfg) == "gemm_sm90a.cuh" and not gated:
+        if m_fastest:
+            defines["PLUS_EPI_M_FASTEST"] = 1
+        elif m_fastest_hook:
+            defines["PLUS_EPI_M_FASTEST"], per_batch = 2, m_fastest_hook
+    prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+    prefix += hooks + per_batch + f'#include "{routes.gemm_header(cfg)}"\n'
+    # gated: the logical width 16 * cdiv(N, 8) of the interleaved products (gemm_hooks.cuh plus_gated_width)
+    gx = f"{job.syms.rpn(N)},8,cdiv,16,*,{cfg.bn},cdiv" if gated else f"{job.syms.rpn(N)},{cfg.bn},cdiv"
+    grid = (gx, f"{job.syms.rpn(M)},{cfg.bm},cdiv", f"{job.syms.rpn(nbatch)},{splitk * csplit},*")
+    kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
+    if splitk > 1:
+        total = job.syms.rpn(nbatch * M * N)
+        kernels.append(("", "plus_splitk_reduce", ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
+    return (choice.label, prefix, kernels + extra, cond)
 
 
 def _m_fastest(fwd, targets) -> bool:

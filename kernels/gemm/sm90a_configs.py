@@ -64,6 +64,11 @@ CLUSTER_CONFIGS = (
 )
 
 
+# Small tiles for the plain GEMM menu too: at small M a weight-dominated GEMM (BERT's FFN at batch 1: M = 128)
+# spreads over more SMs with 64 x 64 tiles (the route model weighs them, kernels/routes.py).
+SMALL_CONFIGS = tuple(c for c in CLUSTER_CONFIGS if c.name == "wg_64x64x64_w64x64_s4")
+
+
 def cluster_bn(n: int) -> int | None:
     """The tile width of the one-kernel GEMM + row normalisation for a static row length N: the narrowest
     BN in 64, 128, 256, 512 with cdiv(N, BN) <= CLUSTER_MAX (most CTAs per row); None above 8 x 512 = 4096
@@ -82,12 +87,14 @@ def cluster_menu(bn: int) -> list:
 BY_NAME = {c.name: c for c in CONFIGS}      # the plain menu (the tests enumerate it)
 
 
-def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1) -> dict[str, int]:
+def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1,
+            splitk_cluster: int = 1) -> dict[str, int]:
     """The `#define`s of a variant (the sm80 menu's, restricted to PLUS_MATH 2)."""
     if cfg.math != MATH_F16:
         raise ValueError(f"{cfg.name}: the sm_90a wgmma template only does PLUS_MATH 2 (f16/bf16)")
-    return _defines(cfg, b_trans=b_trans, aligned=aligned, splitk=splitk)
+    return _defines(cfg, b_trans=b_trans, aligned=aligned, splitk=splitk, splitk_cluster=splitk_cluster)
 
 
-__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "MATH_F16", "WARPGROUP",
+__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "MATH_F16",
+           "SMALL_CONFIGS", "WARPGROUP",
            "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "reduce_grid"]

@@ -74,6 +74,9 @@
 #ifndef PLUS_SPLITK
 #define PLUS_SPLITK 1
 #endif
+#ifndef PLUS_SPLITK_CLUSTER
+#define PLUS_SPLITK_CLUSTER 1
+#endif
 #ifndef PLUS_MATH
 #define PLUS_MATH 2
 #endif
@@ -115,13 +118,36 @@ static_assert(!PLUS_EPI_M_FASTEST, "gemm_sm90a: the gated epilogue walks the C t
 // in tile mode): the CTAs of one row of tiles form a thread-block cluster of PLUS_CLUSTER_X = cdiv(N, BN) CTAs
 // (declared with __cluster_dims__, so a plain cuLaunchKernel launches it) and reduce whole rows through
 // distributed shared memory.  The hook replaces the epilogue loop: it stores every output itself.
+//
+// Split-K inside a thread-block cluster (PLUS_SPLITK_CLUSTER = S in 2, 4, 8): the S CTAs that split the K range
+// of one C tile form the cluster's z dimension (grid.z = batch * S, blockIdx.z = b * S + split), each stages
+// its fp32 partial tile in its own shared memory, and after a cluster barrier CTA `split` sums rows
+// [split * BM/S, (split + 1) * BM/S) of all S partials through distributed shared memory, in split order (the
+// same bits whichever CTA sums), then runs the epilogue (or the row tile) on those rows only: one launch, no
+// scratch.  With the row tile the cluster is (PLUS_CLUSTER_X, 1, S): rank = x + split * PLUS_CLUSTER_X, and
+// the row reductions combine the PLUS_CLUSTER_X ranks of one split (plus_cluster.cuh).
 #ifdef PLUS_HAS_ROW_TILE
 #ifndef PLUS_CLUSTER_X
 #error "gemm_sm90a.cuh: PLUS_HAS_ROW_TILE needs PLUS_CLUSTER_X (CTAs per cluster = cdiv(N, BN))"
 #endif
 static_assert(PLUS_SPLITK == 1 && !PLUS_EPI_M_FASTEST, "gemm_sm90a: the row tile needs the whole sum, n fastest");
-static_assert(PLUS_CLUSTER_X >= 1 && PLUS_CLUSTER_X <= 8, "gemm_sm90a: portable clusters have at most 8 CTAs");
-#define PLUS_WG_CLUSTER __cluster_dims__(PLUS_CLUSTER_X, 1, 1)
+static_assert(PLUS_CLUSTER_X >= 1 && PLUS_CLUSTER_X * PLUS_SPLITK_CLUSTER <= 8,
+              "gemm_sm90a: portable clusters have at most 8 CTAs");
+#define PLUS_WG_CLUSTER_X PLUS_CLUSTER_X
+#else
+#define PLUS_WG_CLUSTER_X 1
+#endif
+#if PLUS_SPLITK_CLUSTER > 1
+static_assert(PLUS_SPLITK == 1, "gemm_sm90a: split-K through scratch (PLUS_SPLITK) or in the cluster, not both");
+static_assert(PLUS_SPLITK_CLUSTER == 2 || PLUS_SPLITK_CLUSTER == 4 || PLUS_SPLITK_CLUSTER == 8,
+              "gemm_sm90a: PLUS_SPLITK_CLUSTER is 2, 4 or 8");
+static_assert(PLUS_BM % (8 * PLUS_SPLITK_CLUSTER) == 0, "gemm_sm90a: each split reduces whole 8-row groups");
+static_assert(PLUS_SPLITK_CLUSTER <= 8, "gemm_sm90a: portable clusters have at most 8 CTAs");
+// the gated epilogue walks the whole tile (both products of a column pair): its split-K goes through scratch
+static_assert(!PLUS_GATED, "gemm_sm90a: a gated GEMM splits K through scratch (PLUS_SPLITK), not in a cluster");
+#endif
+#if defined(PLUS_HAS_ROW_TILE) || PLUS_SPLITK_CLUSTER > 1
+#define PLUS_WG_CLUSTER __cluster_dims__(PLUS_WG_CLUSTER_X, 1, PLUS_SPLITK_CLUSTER)
 #else
 #define PLUS_WG_CLUSTER
 #endif
@@ -374,6 +400,31 @@ struct MNMajorLoader {
   }
 };
 
+#if PLUS_SPLITK_CLUSTER > 1
+// Split-K in the cluster: rows [r_lo, r_lo + RS) of the staged fp32 C tile become the sum of the S ranks'
+// partial tiles (ranks x + q * PLUS_WG_CLUSTER_X, q = 0 .. S-1, added in that order), 16 bytes at a time
+// along the tile's contiguous axis (n, or m with the m-fastest layout). Only this CTA reads or writes these
+// rows of its own tile; the other ranks read its other rows.
+PLUS_DEV void split_reduce(plus_u32 c_tile, bool mf, int r_lo, int RS, int tid) {
+  const plus_u32 x = plus_cluster_ctarank() % PLUS_WG_CLUSTER_X;
+  const int units = RS * BN / 4;
+#pragma unroll 1
+  for (int u = tid; u < units; u += THREADS) {
+    const int r = r_lo + (mf ? (u % (RS / 4)) * 4 : u / (BN / 4)), c = mf ? u / (RS / 4) : (u % (BN / 4)) * 4;
+    const plus_u32 off = c_tile + c_offset(mf, r, c);
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int q = 0; q < PLUS_SPLITK_CLUSTER; ++q) {
+      float p[4];
+      plus_ld_shared_cluster_f4(plus_mapa_shared(off, x + (plus_u32)q * PLUS_WG_CLUSTER_X), p);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] += p[e];
+    }
+    plus_st_shared16(off, __float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+  }
+}
+#endif
+
 #ifdef PLUS_HAS_PROLOGUE_A
 // Apply plus_prologue_a to the in-range elements of the A tile in stage `s_tile` (k-tile at k0);
 // zero padding (k >= K) stays 0 so it adds nothing to the sums.
@@ -420,8 +471,15 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
 
   const PlusGemmShape shape = plus_gemm_shape(args);
   const long long M = shape.M, K = shape.K;
+#if PLUS_SPLITK_CLUSTER > 1
+  constexpr int NSPLIT = PLUS_SPLITK_CLUSTER;
+  const long long b = (long long)blockIdx.z / NSPLIT;
+  const int split = (int)(blockIdx.z % NSPLIT);      // also the cluster's z index: the rank's split
+#else
+  constexpr int NSPLIT = PLUS_SPLITK;
   const long long b = (long long)blockIdx.z % shape.batch;
   const int split = (int)((long long)blockIdx.z / shape.batch);
+#endif
   const long long m0 = (long long)blockIdx.y * BM, n0 = (long long)blockIdx.x * BN;
   const long long N = plus_n_of(args, b, shape.N);   // a ragged group's member N (else shape.N)
 #ifdef PLUS_HAS_GROUP_N
@@ -435,7 +493,7 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
 
   // k-tiles [kt0, kt0 + nk) belong to this split.
   const long long ktiles = (K + BK - 1) / BK;
-  const long long per_split = (ktiles + PLUS_SPLITK - 1) / PLUS_SPLITK;
+  const long long per_split = (ktiles + NSPLIT - 1) / NSPLIT;
   const long long kt0 = split * per_split;
   const int nk = (int)max(0LL, min(ktiles, kt0 + per_split) - kt0);
 
@@ -566,10 +624,23 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
     }
   }
   __syncthreads();
+#if PLUS_SPLITK_CLUSTER > 1
+  // The rows this CTA finishes, [r_lo, r_lo + RS): the sum of the S partial tiles in split order.
+  constexpr int RS = BM / NSPLIT;
+  const int r_lo = split * RS;
+  plus_cluster_sync();   // every split's partial tile is staged (release / acquire)
+  split_reduce(c_tile, mf, r_lo, RS, tid);
+  __syncthreads();       // the summed rows are visible to the whole CTA
+#else
+  constexpr int RS = BM;
+  const int r_lo = 0;
+#endif
 #ifdef PLUS_HAS_ROW_TILE
   // tile[r * C_LD + c] = C[b, m0 + r, n0 + c] (fp32) for r < rows, c < cols; the hook may rewrite it in place.
-  plus_row_tile(args, b, reinterpret_cast<float*>(plus_wg_smem + (smem - smem_raw)), C_LD, m0, n0,
-                (int)min((long long)BM, M - m0), (int)min((long long)BN, N - n0));
+  // Its first cluster barrier follows this CTA's split-K reads of the other ranks' tiles (PLUS_SPLITK_CLUSTER),
+  // and its trailing one keeps this CTA's tile alive until every rank has read it.
+  plus_row_tile(args, b, reinterpret_cast<float*>(plus_wg_smem + (smem - smem_raw)) + r_lo * C_LD, C_LD, m0 + r_lo,
+                n0, (int)max(0LL, min((long long)RS, M - m0 - r_lo)), (int)min((long long)BN, N - n0));
 #elif PLUS_GATED
   // Gated: logical columns 16t + e and 16t + 8 + e of the tile are element (n0/2 + 8t + e) of both products.
 #pragma unroll 2
@@ -590,9 +661,12 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
 #endif
   }
 #else
+#if PLUS_SPLITK_CLUSTER > 1
+  plus_cluster_arrive();   // every read of the other ranks' tiles is done
+#endif
 #pragma unroll 2
-  for (int idx = tid; idx < BM * BN; idx += THREADS) {
-    const int r = mf ? idx % BM : idx / BN, c = mf ? idx / BM : idx % BN;
+  for (int idx = tid; idx < RS * BN; idx += THREADS) {
+    const int r = r_lo + (mf ? idx % RS : idx / BN), c = mf ? idx / RS : idx % BN;
     const long long m = m0 + r, n = n0 + c;
     if (m >= M || n >= N) continue;
     const float v = plus_ld_shared_f(c_tile + c_offset(mf, r, c));
@@ -605,6 +679,9 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
     plus_epilogue(args, b, m, n, v);
 #endif
   }
+#if PLUS_SPLITK_CLUSTER > 1
+  plus_cluster_wait();     // no rank still reads this CTA's tile
+#endif
 #endif  // PLUS_HAS_ROW_TILE
 }
 

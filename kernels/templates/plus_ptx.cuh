@@ -8,7 +8,7 @@
 //   wgmma.fence / commit_group / wait_group and wgmma.mma_async m64nNk16 with shared-memory descriptors
 //     (sm_90a only: declared when __CUDA_ARCH_FEAT_SM90_ALL is defined)
 //   %cluster_ctarank, barrier.cluster.arrive.release / wait.acquire, mapa.shared::cluster,
-//     ld.shared::cluster (thread-block clusters, sm_90+: declared when __CUDA_ARCH__ >= 900)
+//     ld.shared::cluster (.f32, .v4.f32) (thread-block clusters, sm_90+: declared when __CUDA_ARCH__ >= 900)
 // Shared-memory operands are 32-bit shared-window addresses (plus_smem_u32 converts a generic pointer).
 // Every wrapper that touches memory carries a "memory" clobber, so the compiler never moves ordinary
 // loads/stores across it.
@@ -142,6 +142,11 @@ PLUS_DEV float plus_ld_shared_cluster_f(plus_u32 addr) {
   float x;
   asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(x) : "r"(addr) : "memory");
   return x;
+}
+// Four consecutive fp32 (16-byte aligned) from distributed shared memory.
+PLUS_DEV void plus_ld_shared_cluster_f4(plus_u32 addr, float (&x)[4]) {
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(addr) : "memory");
 }
 
 #endif  // __CUDA_ARCH__ >= 900

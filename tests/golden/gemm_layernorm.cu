@@ -1,7 +1,7 @@
 // PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
 // node:    gemm_layernorm
 // pattern: gemm_layernorm (template gemm_rownorm)
-// route:   0 of 2, taken when `s0,s1,*,16384,<=` is the first non-zero condition
+// route:   0 of 3, taken when `s0,s1,*,2048,<=` is the first non-zero condition
 // variant: simt_32x64x16_w16x32/splitk1
 // symbols: batch = args.v[0], seq = args.v[1]
 // +Graph:

@@ -79,14 +79,16 @@ class Variant:
     aligned: int
     splitk: int = 1
     hooks: str = ""  # "", "strided", "fused", "gated", "gated_default" or "ragged"
+    csplit: int = 1  # split-K inside a thread-block cluster (sm_90a template, PLUS_SPLITK_CLUSTER)
 
     @property
     def id(self) -> str:
         s = f"{self.cfg}-{self.dtype.strip('_')}-T{self.b_trans}-A{self.aligned}"
         if self.splitk > 1:
             s += f"-sk{self.splitk}"
+        if self.csplit > 1:
+            s += f"-csk{self.csplit}"
         return s + (f"-{self.hooks}" if self.hooks else "")
-
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,9 @@ def source(v: Variant, configs, header: str) -> str:
     cfg = configs.BY_NAME[v.cfg]
     mod = configs.__name__.rsplit(".", 1)[-1]
     lines = [f"// test variant {v.id}", '#include "plus_common.cuh"']
+    extra = {"splitk_cluster": v.csplit} if v.csplit > 1 else {}
     lines += [f"#define {k} {val}" for k, val in configs.defines(cfg, b_trans=v.b_trans, aligned=v.aligned,
-                                                                splitk=v.splitk).items()]
+                                                                splitk=v.splitk, **extra).items()]
     lines += [f"typedef {v.dtype} plus_ab_t;", HOOKS[v.hooks], f'#include "{header}"',
               f'static_assert(PLUS_THREADS == {cfg.threads}, "{mod}.threads mirrors PLUS_THREADS");',
               f'static_assert(PLUS_SMEM_BYTES == {cfg.smem_bytes}, "{mod}.smem_bytes mirrors PLUS_SMEM_BYTES");']

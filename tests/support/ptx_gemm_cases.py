@@ -38,7 +38,8 @@ def _cases():
         for d, dtype in enumerate(("half", "__nv_bfloat16")):
             bt, al = wgmma_combos(j, d, cfg.bm)[0]
             out.append(("sm_90a", Variant(cfg.name, dtype, bt, al), 1, cfg.bm - 7, cfg.bn - 9, 2 * cfg.bk + 5))
-    out += [("sm_90a", WGMMA_EXTRAS[0], 2, 40, 70, 200), ("sm_90a", WGMMA_EXTRAS[1], 2, 30, 50, 330)]
+    out += [("sm_90a", WGMMA_EXTRAS[0], 2, 40, 70, 200), ("sm_90a", WGMMA_EXTRAS[1], 2, 30, 50, 330),
+            ("sm_90a", WGMMA_EXTRAS[2], 2, 150, 70, 300), ("sm_90a", WGMMA_EXTRAS[3], 1, 50, 130, 1000)]
     return out
 
 
@@ -92,7 +93,7 @@ def run_gemm(arch, v, batch, M, N, K, mutate=None, checks=True, seed=None):
     vals = [batch, M, N, K, lda, M * lda, ldb, 0 if strided else b_rows * ldb]
     params = H.plus_args(ins=(pa, pb, pbias), outs=(pout,), scratch=(pscr,), v=vals)
     findings = []
-    r = mod.kernel("plus_gemm").launch(configs.grid(cfg, batch, M, N, v.splitk), (cfg.threads, 1, 1),
+    r = mod.kernel("plus_gemm").launch(configs.grid(cfg, batch, M, N, v.splitk * v.csplit), (cfg.threads, 1, 1),
                                        cfg.smem_bytes, params, dev.mem, checks=checks)
     findings += r.findings
     if v.splitk > 1:

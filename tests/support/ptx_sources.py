@@ -35,7 +35,10 @@ GEMM_EXTRAS = (Variant("f16_128x64x32_w64x32_s3", "half", 0, 1, splitk=2),
                Variant("tf32_64x64x32_w32x32_s3", "float", 0, 1, splitk=3, hooks="fused"),
                Variant("f16_16x128x64_w16x32_s4", "half", 1, 1, hooks="strided"))
 WGMMA_EXTRAS = (Variant("wg_64x128x64_w64x128_s4", "half", 1, 0, splitk=3, hooks="fused"),
-                Variant("wg_64x128x64_w64x128_s4", "__nv_bfloat16", 0, 1, hooks="strided"))
+                Variant("wg_64x128x64_w64x128_s4", "__nv_bfloat16", 0, 1, hooks="strided"),
+                # split-K inside a cluster (partials summed through distributed shared memory)
+                Variant("wg_128x128x64_w64x128_s5", "half", 0, 1, hooks="fused", csplit=4),
+                Variant("wg_64x128x64_w64x128_s4", "__nv_bfloat16", 1, 0, csplit=8))
 # gated products (PLUS_GATED 1) and ragged groups (PLUS_HAS_GROUP_N): census on every arch (gemm.cuh) / sm_90a
 # (wgmma), executed by test_ptx_gemm_gated.py (tests/support/ptx_gated_cases.py) with the same sources
 V = Variant
@@ -68,6 +71,23 @@ def wgmma_combos(j: int, d: int, bm: int):
     if bm == 64:
         return [COMBOS[(j + 2 * d + k) % 4] for k in range(4)]
     return [COMBOS[(j + 2 * d + k) % 4] for k in range(2)]
+
+
+# A key-padding mask as the renderer splits it off the score (kernels/attention/render.py): plus_key_bias reads
+# an int64 [B, Skv] attention mask (in[3]) and gives (1 - m) * -10000; plus_attn_side stores that extended mask
+# as fp32 [B, Skv] to out[1] from the attention kernel's own threads (no launch of its own).
+KEY_BIAS_HOOKS = r"""
+#define PLUS_HAS_KEY_BIAS 1
+PLUS_DEV float plus_key_bias(const PlusArgs& a, long long b, long long h, long long j) {
+  return (1.0f - (float)plus_load<long long>(a.in[3], b * a.v[4] + j)) * -10000.0f;
+}
+#define PLUS_HAS_ATTN_SIDE 1
+PLUS_DEV void plus_attn_side(const PlusArgs& a, long long first, long long stride) {
+  for (long long q = first; q < a.v[0] * a.v[4]; q += stride)
+    plus_store<float>(a.out[1], q, (1.0f - (float)plus_load<long long>(a.in[3], q)) * -10000.0f);
+}
+"""
+
 
 
 def _attn_hooks():
@@ -108,6 +128,11 @@ def census_sources() -> list[tuple[str, str, str]]:
     for v in WGMMA_EXTRAS + GATED_WGMMA + RAGGED_WGMMA + (Variant("wg_128x256x64_w64x256_s4", "half", 0, 1, hooks="fused"),
                                            Variant("wg_256x128x64_w128x128_s4", "__nv_bfloat16", 0, 1, splitk=2)):
         out.append((f"wgmma-{v.id}", wgmma_source(v), "sm_90a"))
+    # the key-bias and side-output hooks (a padding mask split off the score, the extended mask stored by
+    # the attention kernel itself) on the tensor-core and SIMT paths
+    for cfg, dtype in ((ac.by_name("tc_d64_q64_kv64_w4"), "half"), (ac.by_name("simt_d64_q32_kv32_w4"), "float")):
+        for arch in ("sm_80", "sm_90a"):
+            out.append((f"attn-keybias-{cfg.name}-{dtype}", ac.source(cfg, dtype, hooks=KEY_BIAS_HOOKS), arch))
     hooks, hook_defs = _attn_hooks()
     # the tuned menu (SIMT and f16/bf16 at head dims 64-128) in full; of the other entries (TF32, head dims
     # 32 and 256) the smallest config of each menu

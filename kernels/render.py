@@ -135,6 +135,18 @@ class Job:
             out.append((src, entry, pointwise.launch(self.syms, n)))
         return out
 
+    def side_device(self, outputs, name: str) -> str:
+        """`outputs` (grouped by shape) as a device function `name(args, first, stride)` whose caller's
+        threads each compute elements first, first + stride, ... of every group (no launch of its own)."""
+        groups: dict = {}
+        shapes = self.emitter()
+        for t in outputs:
+            groups.setdefault(tuple(str(d) for d in shapes.shape(t)), []).append(t)
+        loops = [pointwise.device_loop(self.emitter(), {t: self.out_ptr(t) for t in names})
+                 for names in groups.values()]
+        return (f"PLUS_DEV void {name}(const PlusArgs& args, long long first, long long stride) {{\n"
+                + "".join(loops) + "}\n")
+
     def row_kernel(self, row_nodes, stores, bind=None, entry="plus_row"):
         em = self.emitter()
         if bind:

@@ -268,14 +268,25 @@ def render_attention(job):
                          f"  return (const plus_qkv_t*)args.in[{k}] + (b * {cache.hkv}LL + hkv) * {em.c(cache.past)} * {D}LL;\n}}\n"
                          f"PLUS_DEV long long plus_{name}_ld(const PlusArgs&) {{ return {D}; }}\n")
             hooks.append(ptrs)
-    # score hook: the tensors between the QKᵀ MatMul and the Softmax, with the product bound to `s`
+    # score hook: the tensors between the QKᵀ MatMul and the Softmax, with the product bound to `s`; a term
+    # added last that depends on the key only (a padding mask) becomes the key-bias hook, which the template
+    # loads once per key tile with coalesced loads (not with a KV cache: its decode route packs several heads
+    # into one block, whose key tile would need a copy per head)
+    score_t, bias_t = _key_bias_split(job, em, mm1, sm, len(l_shape)) if cache is None else (sm.input[0], None)
     em.reset()
     s_val = "s" if cache is None or cache.k_scale == 1.0 else f"(s * {cexpr.lit(cache.k_scale)})"
     em.bound[mm1.output[0]] = lambda idx: (s_val, "float")
-    val, ct = em.value(sm.input[0], lead_l("b", "h") + ["i", "j"])
+    # the logits' own index (lead_l, l_shape: the 4-D view around a batched [B*H, S, T] product, DeBERTa)
+    val, ct = em.value(score_t, em.broadcast(lead_l("b", "h") + ["i", "j"], em.shape(score_t), l_shape))
     hooks.append("#define PLUS_HAS_SCORE 1\n"
                  "PLUS_DEV float plus_score(const PlusArgs& args, long long b, long long h, long long i, long long j, float s) {\n"
                  f"{em.take()}\n  return {val if ct == 'float' else f'(float)({val})'};\n}}\n")
+    if bias_t is not None:
+        em.reset()
+        val, ct = em.value(bias_t, em.broadcast(lead_l("b", "h") + ["i", "j"], em.shape(bias_t), l_shape))
+        hooks.append("#define PLUS_HAS_KEY_BIAS 1\n"
+                     "PLUS_DEV float plus_key_bias(const PlusArgs& args, long long b, long long h, long long j) {\n"
+                     f"{em.take()}\n  return {dtypes.convert(val, ct, 'float')};\n}}\n")
     # output hook: push O forward to the subgraph outputs
     em = job.emitter()
     out = mm2.output[0]
@@ -290,7 +301,11 @@ def render_attention(job):
                  "PLUS_DEV void plus_attn_out(const PlusArgs& args, long long b, long long h, long long i, int d, float o) {\n"
                  f"{em.take()}\n}}\n")
     written = {cache.k, cache.v} if cache is not None else set()
-    side = job.side_kernels([t for t in job.outputs if t not in dep_s and t not in written])
+    # outputs that do not depend on the scores (the extended mask a later layer reads) are computed by the
+    # attention kernel's own threads before their tiles (PLUS_HAS_ATTN_SIDE): no launch of their own
+    side_outs = [t for t in job.outputs if t not in dep_s and t not in written]
+    if side_outs:
+        hooks.append("#define PLUS_HAS_ATTN_SIDE 1\n" + job.side_device(side_outs, "plus_attn_side"))
     out_variants = []
     plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=math_)
     decode = decode_route(job, cache, math_, D, Sq) if cache is not None else None
@@ -332,7 +347,7 @@ def render_attention(job):
             grid = (f"{job.syms.rpn(Sq)},{cfg.bq},cdiv", job.syms.rpn(H), job.syms.rpn(B))
             kernels = [("", "plus_attention", (grid, block, str(cfg.smem_bytes)))]
         prefix += '#include "attention.cuh"\n'
-        out_variants.append((cfg.name, prefix, kernels + side, cond))
+        out_variants.append((cfg.name, prefix, kernels, cond))
     return out_variants
 
 
@@ -376,3 +391,26 @@ def decode_route(job, cache: KVCache, math_: int, D: int, Sq):
         return None
     cond = routes.ALWAYS if rows.is_Integer else f"{job.syms.rpn(Sq)},{cache.group},*,16,<="
     return cond, usable[0]
+
+
+def _key_bias_split(job, em, mm1, sm, rank) -> tuple:
+    """(score tensor, key-bias tensor or None): when the Softmax reads an Add of a term computed from the
+    QKᵀ product and a term that is not and has extent 1 along the query axis (a padding mask broadcast over
+    queries), the logit is plus_score (the first) + plus_key_bias (the second), both in fp32 as the Add's
+    element expression adds them (a + b in float); anything else stays one score hook."""
+    t = sm.input[0]
+    node = em.producer.get(t)
+    if node is None or node.op_type != "Add" or len(node.input) != 2:
+        return t, None
+    dep = job.depends_on([mm1.output[0]])
+    x, y = node.input
+    if y in dep and x not in dep:
+        x, y = y, x
+    if x not in dep or y in dep:
+        return t, None
+    ys = em.shape(y)
+    if len(ys) > rank or (len(ys) >= 2 and symdim.parse(ys[-2]) != 1):
+        return t, None
+    if any(em.dtype(v) not in dtypes.FLOATS for v in (x, y, t)):
+        return t, None
+    return x, y

@@ -71,6 +71,16 @@
 //   PLUS_HAS_Q / _K / _V float plus_q(args, b, h, i, d) / plus_k(args, b, hkv, j, d) / plus_v(...);
 //                        default: read through the pointer hooks
 //   PLUS_HAS_SCORE       float plus_score(args, b, h, i, j, s); default s. -CUDART_INF_F masks the pair.
+//   PLUS_HAS_KEY_BIAS    float plus_key_bias(args, b, h, j): a term of the logit that depends on the key only
+//                        (a padding mask); the logit is plus_score(...) + plus_key_bias(...). The block loads
+//                        it once per key tile into shared memory, consecutive threads taking consecutive keys
+//                        (coalesced), instead of once per (query row, key) pair. One head per block only
+//                        (PLUS_ATTN_GQA_PACK 1). Default: none.
+//   PLUS_HAS_ATTN_SIDE   void plus_attn_side(args, long long first, long long stride): tensors the subgraph
+//                        outputs beside O that do not depend on it (the extended mask a later layer reads);
+//                        every thread of the grid computes elements first, first + stride, ... (first = its
+//                        global thread index, stride = threads in the grid), before the attention work, so
+//                        no extra launch computes them. Default: none.
 //   PLUS_HAS_ATTN_OUT    void plus_attn_out(args, b, h, i, d, o); default stores [B, H, Sq, D] to out[0]
 // PlusAttnShape comes from plus_common.cuh (hooks precede this file).
 //
@@ -284,18 +294,35 @@ PLUS_DEV long long row_h(const Tile& t, int p) { return G > 1 ? t.h + p % G : t.
 
 // Logit of one (tile row p, key j) pair: -inf outside the problem or under the causal mask, otherwise the
 // score hook. The hook is only called for real pairs, so it may index inputs by i and j without guards.
-PLUS_DEV float logit(const PlusArgs& args, const Tile& t, int p, int j, float s) {
+// `kb` is the key's term plus_key_bias (PLUS_HAS_KEY_BIAS), read from the block's key-tile copy; else 0.
+PLUS_DEV float logit(const PlusArgs& args, const Tile& t, int p, int j, float s, float kb = 0.0f) {
   bool ok = p < t.rows && j < t.Skv;
 #if PLUS_CAUSAL
   ok = ok && j <= row_i(p) + t.off;
 #endif
+#ifdef PLUS_HAS_KEY_BIAS
+  return ok ? plus_score(args, t.b, row_h(t, p), row_i(p), j, s) + kb : -CUDART_INF_F;
+#else
+  (void)kb;
   return ok ? plus_score(args, t.b, row_h(t, p), row_i(p), j, s) : -CUDART_INF_F;
+#endif
+}
+
+// The key terms of the key tile starting at kv0 into kb[0 .. BKV): one coalesced pass of the block's threads
+// (keys past Skv get 0; their logits are -inf anyway). Callers publish it with a block barrier.
+PLUS_DEV void load_key_bias(const PlusArgs& args, const Tile& t, float* kb, int kv0) {
+#ifdef PLUS_HAS_KEY_BIAS
+  static_assert(G == 1, "PLUS_HAS_KEY_BIAS: one head per block (the key tile's terms are the block head's)");
+  for (int j = threadIdx.x; j < BKV; j += NT) kb[j] = kv0 + j < t.Skv ? plus_key_bias(args, t.b, t.h, kv0 + j) : 0.0f;
+#else
+  (void)args; (void)t; (void)kb; (void)kv0;
+#endif
 }
 
 // Does a key tile starting at kv0 need per-element masking for query rows [r0, r0 + rows)? Without a score
 // hook, interior tiles skip the logit() bookkeeping entirely.
 PLUS_DEV bool tile_needs_mask(const Tile& t, int kv0, int r0, int rows) {
-#ifdef PLUS_HAS_SCORE
+#if defined(PLUS_HAS_SCORE) || defined(PLUS_HAS_KEY_BIAS)
   (void)t; (void)kv0; (void)r0; (void)rows;
   return true;
 #else
@@ -464,6 +491,11 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
   const int half = lane >> 4, hl = lane & 15;
   const int wrow0 = warp * RW;    // first block row of this warp
 
+#ifdef PLUS_HAS_KEY_BIAS
+  __shared__ float sKB[BKV];      // the key tile's plus_key_bias terms
+#else
+  float* sKB = nullptr;
+#endif
   // Query tile (rows past the problem are zero; they are computed but never stored).
   fill_tile<BQ, D>(sQ, [&](int r, int d) -> float {
     const int p = t.q0 + r;
@@ -491,6 +523,7 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
       const int j = kv0 + r;
       return j < t.Skv ? plus_v(args, t.b, t.hkv, j, d) : 0.0f;
     });
+    load_key_bias(args, t, sKB, kv0);
     __syncthreads();
 #if PLUS_ATTN_KV_CACHE
     if (t.writer) {
@@ -534,7 +567,11 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
       float mx = -CUDART_INF_F;
 #pragma unroll
       for (int c = 0; c < NJ; ++c) {
+#ifdef PLUS_HAS_KEY_BIAS
+        if (masked) s[r][c] = logit(args, t, i, kv0 + hl + 16 * c, s[r][c], sKB[hl + 16 * c]);
+#else
         if (masked) s[r][c] = logit(args, t, i, kv0 + hl + 16 * c, s[r][c]);
+#endif
         mx = fmaxf(mx, s[r][c]);
       }
       mx = row_max<16>(mx);
@@ -797,10 +834,17 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     for (int e = 0; e < 4; ++e) a[e] = operand(a[e]);
   };
 
+#ifdef PLUS_HAS_KEY_BIAS
+  __shared__ float sKB[BKV];   // the key tile's plus_key_bias terms (written after the barrier that ends its
+                               // previous tile's logits, published by the barrier that starts its own)
+#else
+  float* sKB = nullptr;
+#endif
   if (t.kt1 > t.kt0) {
     load_q(args, t, sQ);
     load_k(args, t, sK, t.kt0 * BKV);
     plus_cp_async_commit();
+    load_key_bias(args, t, sKB, t.kt0 * BKV);
   }
 
   for (int kt = t.kt0; kt < t.kt1; ++kt) {
@@ -850,10 +894,15 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 #pragma unroll
       for (int n = 0; n < NKT; ++n) {
         const int j = kv0 + n * 8 + 2 * q;
-        s[n][0] = logit(args, t, i0, j, s[n][0]);
-        s[n][1] = logit(args, t, i0, j + 1, s[n][1]);
-        s[n][2] = logit(args, t, i1, j, s[n][2]);
-        s[n][3] = logit(args, t, i1, j + 1, s[n][3]);
+#ifdef PLUS_HAS_KEY_BIAS
+        const float kb0 = sKB[n * 8 + 2 * q], kb1 = sKB[n * 8 + 2 * q + 1];
+#else
+        const float kb0 = 0.0f, kb1 = 0.0f;
+#endif
+        s[n][0] = logit(args, t, i0, j, s[n][0], kb0);
+        s[n][1] = logit(args, t, i0, j + 1, s[n][1], kb1);
+        s[n][2] = logit(args, t, i1, j, s[n][2], kb0);
+        s[n][3] = logit(args, t, i1, j + 1, s[n][3], kb1);
       }
     }
 #pragma unroll
@@ -894,6 +943,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     if (kt + 1 < t.kt1) {
       load_k(args, t, sK, kv0 + BKV);
       plus_cp_async_commit();
+      load_key_bias(args, t, sKB, kv0 + BKV);
     }
 
     // ---- O += P V: P from registers, V by ldmatrix.trans (tf32: 32-bit shared loads) ----
@@ -1019,6 +1069,12 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 #endif
 extern "C" __global__ void PLUS_ATTN_BOUNDS plus_attention(const PlusArgs args) {
   extern __shared__ __align__(16) unsigned char plus_attn_smem[];
+#ifdef PLUS_HAS_ATTN_SIDE
+  {
+    const long long cta = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    plus_attn_side(args, cta * blockDim.x + threadIdx.x, (long long)gridDim.x * gridDim.y * gridDim.z * blockDim.x);
+  }
+#endif
 #if PLUS_MATH != 0
   plus_attn::tc(args, reinterpret_cast<plus_qkv_t*>(plus_attn_smem));
 #else

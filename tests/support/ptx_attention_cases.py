@@ -14,7 +14,7 @@ import pytest
 
 from plus_ep.kernels.attention import configs as ac
 from tests.support import ptx_harness as H
-from tests.support.ptx_sources import _attn_hooks
+from tests.support.ptx_sources import KEY_BIAS_HOOKS, _attn_hooks
 
 DTYPES = {2: ("half", "__nv_bfloat16"), 1: ("float",), 0: ("float",)}
 LOGIT_STD = 2.5            # scores q.k of standard deviation 2.5: a peaky softmax, as in trained models
@@ -189,3 +189,38 @@ def test_attention_bshd_hooks_mask_on_interpreter(math, dtype):
     bound = _bound(ref, mag, dtype, D, math, score_error(t(qv) * 0.5, t(kv), scale))
     assert (np.abs(got - ref) <= bound).all(), np.abs(got - ref).max()
     assert (got[:, :, 3, :] == 0).all()
+
+
+@pytest.mark.parametrize("name,dtype", [("tc_d64_q16_kv32_w1", "half"), ("tc_d64_q64_kv64_w4", "__nv_bfloat16"),
+                                        ("tf32_d64_q32_kv64_w2", "float"), ("simt_d64_q32_kv32_w4", "float")])
+def test_attention_key_bias_and_side_outputs_on_interpreter(name, dtype):
+    """PLUS_HAS_KEY_BIAS (a padded batch row: keys past its length masked, several key tiles so the shared
+    copy is reloaded between tiles under the race checker) and PLUS_HAS_ATTN_SIDE (the extended mask stored by
+    the same launch): O against float64, the side output exactly."""
+    cfg = ac.by_name(name)
+    B, Hh, Sq, Skv, D = 2, 2, cfg.bq + 5, 2 * cfg.bkv + 9, cfg.head_dim
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((B, Hh, Sq, D)).astype(np.float32) * D ** -0.5
+    k = rng.standard_normal((B, Hh, Skv, D)).astype(np.float32)
+    v = rng.standard_normal((B, Hh, Skv, D)).astype(np.float32)
+    am = np.ones((B, Skv), np.int64)
+    am[1, Skv - cfg.bkv - 3:] = 0                       # batch row 1 padded over more than a key tile
+    dev = H.Device()
+    (qd, qv), (kd, kv), (vd, vv) = (H.encode(x, dtype) for x in (q, k, v))
+    ptrs = [dev.upload(x, n) for x, n in ((qd, "Q"), (kd, "K"), (vd, "V"), (am, "mask"))]
+    out_like = np.zeros((B, Hh, Sq, D), qd.dtype)
+    pout = dev.alloc(out_like.nbytes, "O", fill=0xFF)
+    pside = dev.alloc(B * Skv * 4, "side", fill=0xFF)
+    src = ac.source(cfg, dtype, hooks=KEY_BIAS_HOOKS)
+    mod = H.module(src, "sm_80", f"attn_kb_{name}")
+    params = H.plus_args(ins=ptrs, outs=(pout, pside), v=(B, Hh, Hh, Sq, Skv))
+    r = mod.kernel("plus_attention").launch(cfg.grid(B, Hh, Sq), (cfg.threads, 1, 1), cfg.smem_bytes, params,
+                                            dev.mem, checks=True)
+    assert not r.findings, "\n".join(map(str, r.findings))
+    bias = ((1.0 - am.astype(np.float32)) * np.float32(-10000.0)).astype(np.float32)
+    assert (dev.download(pside, np.zeros((B, Skv), np.float32)) == bias).all()
+    got = H.decode(dev.download(pout, out_like), dtype)
+    ref, mag = reference(qv, kv, vv, False, mask=bias[:, None, None, :].astype(np.float64))
+    bound = _bound(ref, mag, dtype, D, cfg.math, score_error(qv, kv))
+    err = np.abs(got - ref)
+    assert (err <= bound).all(), f"max err {err.max()} (bound there {bound.flat[np.argmax(err - bound)]})"

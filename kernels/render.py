@@ -10,8 +10,13 @@ not compute (side outputs) runs as point-wise kernels in the same module.
 """
 from __future__ import annotations
 
+import copy
+import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import numpy as np
 import sympy
 
 from .codegen import pointwise, shapevals, symdim
@@ -22,7 +27,7 @@ from .gemm.render import render_gemm, render_gemm_gated, render_gemm_group
 from .target import Target
 from .wire.plan import Launch, Plan, Route, check_bound, checked_composite_dims, input_tokens
 from ..limits import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
-from .codegen.pull import Emitter, RenderError
+from .codegen.pull import MAX_LITERAL_ARRAY, Emitter, RenderError
 from .codegen.row import ROW_OPS, RowProgram
 from ..graph_rewrites.ops import SHAPE_OPS
 from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
@@ -192,8 +197,109 @@ for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce
     register_renderer(_name, _fn)
 
 
+# ---- the render cache -----------------------------------------------------------------------------
+# A subgraph renders to the same plan and sources whatever its tensors and nodes are called, except for the
+# node name in the plan and in each source's comment header (kernels/build/sources.py). So renders are kept by
+# the subgraph's canonical form (render_key): the twelve identical layers of a BERT render once, and a warm
+# rewrite in the same process renders nothing (issue 24). The key holds everything a renderer reads: the
+# pattern and template, the target, every node's op, domain, attributes and inputs/outputs (tensors numbered
+# by first appearance), every tensor's type and shape, the values of integer constants (shapes, axes, indices)
+# and of float constants small enough to be folded into code (pull.MAX_LITERAL_ARRAY elements; larger ones,
+# the weights, are read from memory), which boundary tensors are run-time data, the element values of boundary shape tensors (computed from
+# the graph outside the subgraph), the roles (node indices as positions, tensors as numbers) and the +Graph.
+RENDER_CACHE_SIZE = 512
+_RENDERS: OrderedDict = OrderedDict()
+_RENDERS_LOCK = threading.Lock()
+
+
+def render_key(view, sg, inputs, outputs, target: Target) -> str:
+    """The canonical form of a render job, as a digest (see above)."""
+    h = hashlib.sha256()
+    ids: dict = {}
+    nodes = sorted(sg.nodes)
+    pos = {n: k for k, n in enumerate(nodes)}
+
+    def tid(t):
+        if not t:
+            return "-"
+        if t not in ids:
+            ids[t] = len(ids)
+            h.update(repr(("tensor", ids[t], view.dtypes.get(t), [str(d) for d in (view.shape(t) or [])])).encode())
+            c = view.const(t)
+            if c is not None:
+                arr = np.asarray(c)
+                h.update(repr(("const", arr.dtype.str, arr.shape)).encode())
+                if arr.dtype.kind in "biu" or arr.size <= MAX_LITERAL_ARRAY:
+                    h.update(np.ascontiguousarray(arr).tobytes())
+        return ids[t]
+
+    def canon(x):
+        if isinstance(x, bool) or x is None or isinstance(x, float):
+            return x
+        if isinstance(x, int):
+            return ("node", pos[x]) if x in pos else x
+        if isinstance(x, str):
+            return ("t", tid(x)) if (x in view.dtypes or x in ids) else x
+        if isinstance(x, dict):
+            return tuple((k, canon(v)) for k, v in sorted(x.items()))
+        if isinstance(x, (list, tuple)):
+            return tuple(canon(v) for v in x)
+        return repr(x)
+
+    pattern = sg.pattern
+    h.update(repr((pattern.name, pattern.template, target.arch, target.fp32_math, sorted(target.excluded))).encode())
+    for t in inputs:
+        shape_vals = None
+        if shapevals.is_shape_tensor(view, t):
+            vals = shapevals.values(view, t)
+            shape_vals = None if vals is None else [str(v) for v in vals]
+        h.update(repr(("in", tid(t), t in view.data, shape_vals)).encode())
+    for n in nodes:
+        node = view.nodes[n]
+        h.update(repr((node.op_type, node.domain, [tid(i) for i in node.input], [tid(o) for o in node.output])).encode())
+        for a in node.attribute:
+            h.update(a.SerializeToString())
+    h.update(repr(("out", [tid(t) for t in outputs], canon(getattr(sg, "roles", None)),
+                   canon(getattr(sg, "seed", None)), canon(list(getattr(sg, "outputs", None) or [])))).encode())
+    pgraph = getattr(sg, "pgraph", None)
+    if pgraph is not None:
+        h.update(pgraph.render().encode())
+    return h.hexdigest()
+
+
+def _renamed(rd: Rendered, node_name: str) -> Rendered:
+    """A copy of a cached render for node `node_name` (the plan's node and each source's header line)."""
+    out = copy.deepcopy(rd)
+    old, out.plan.node = out.plan.node, node_name
+    for v in out.variants:
+        v.source = v.source.replace(f"{sources.COMMENT}node:    {old}\n", f"{sources.COMMENT}node:    {node_name}\n", 1)
+    return out
+
+
 def render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Rendered:
-    """The kernels of subgraph `sg` (its boundary `inputs` and `outputs`, in node order) for `target`."""
+    """The kernels of subgraph `sg` (its boundary `inputs` and `outputs`, in node order) for `target`;
+    a subgraph of the same canonical form as one rendered before in this process comes from the cache."""
+    key = render_key(view, sg, inputs, outputs, target)
+    with _RENDERS_LOCK:
+        hit = _RENDERS.get(key)
+        if hit is not None:
+            _RENDERS.move_to_end(key)
+    if hit is not None:
+        return _renamed(hit, node_name)
+    rd = _render(view, sg, inputs, outputs, target, node_name)
+    with _RENDERS_LOCK:
+        _RENDERS[key] = copy.deepcopy(rd)
+        while len(_RENDERS) > RENDER_CACHE_SIZE:
+            _RENDERS.popitem(last=False)
+    return rd
+
+
+def clear_render_cache() -> None:
+    with _RENDERS_LOCK:
+        _RENDERS.clear()
+
+
+def _render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Rendered:
     job = Job(view, sg, inputs, outputs, target, node_name)
     template = sg.pattern.template
     if template not in TEMPLATES:

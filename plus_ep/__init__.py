@@ -12,11 +12,45 @@ kernels and the native launcher plug in behind the same nodes.
 """
 __version__ = "0.1.0"
 
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
 from .library import get_library_path  # noqa: E402
-from .rewrite import RewriteResult, load_model, rewrite, rewrite_detailed  # noqa: E402
-from .session import InferenceSession  # noqa: E402
 from .ep import register  # noqa: E402
 from . import ep as _ep  # noqa: E402
+
+# The rewriter (onnx, sympy, the warehouse) and the session class load on first use, so that `import plus_ep`
+# costs little more than the `import onnxruntime` it needs to register the EP (issue 24).
+_LAZY = {"rewrite": "rewrite", "rewrite_detailed": "rewrite", "load_model": "rewrite", "RewriteResult": "rewrite",
+         "InferenceSession": "session"}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'plus_ep' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(_types.ModuleType):
+    """`plus_ep.rewrite` is the function, as it always was, though the rewriter now loads lazily: when the
+    import system binds the submodule plus_ep.rewrite to the package (on `from plus_ep.rewrite import ...`),
+    the name is left to the function (loaded on first use by __getattr__)."""
+
+    def __setattr__(self, name, value):
+        if name == "rewrite" and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 

@@ -2,6 +2,7 @@
 sympy expressions, printed as C (over `args.v[k]`) or as the launch plan's reverse-Polish tokens."""
 from __future__ import annotations
 
+import functools
 import re
 
 import sympy
@@ -24,16 +25,23 @@ def parse(dim) -> sympy.Expr:
         return dim
     if dim is None:
         raise DimError("unknown dimension")
-    names = {n: sympy.Symbol(n, integer=True, nonnegative=True) for n in _NAME.findall(str(dim))
+    return _parse_text(str(dim))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> sympy.Expr:
+    """A dimension string as sympy reads it, memoised: sympy expressions are immutable, and re-parsing the
+    same few dimension strings was most of a warm rewrite's time (issue 24)."""
+    names = {n: sympy.Symbol(n, integer=True, nonnegative=True) for n in _NAME.findall(text)
              if n not in _FUNCTIONS}
     try:
-        expr = sympy.sympify(str(dim), locals={**_FUNCTIONS, **names})
+        expr = sympy.sympify(text, locals={**_FUNCTIONS, **names})
         if expr.has(sympy.floor, sympy.ceiling):      # the quotient cancels: floor(4*batch) is 4*batch
             expr = expr.replace(lambda x: isinstance(x, (sympy.floor, sympy.ceiling)),
                                 lambda x: type(x)(sympy.cancel(x.args[0])))
         return expr
     except (sympy.SympifyError, TypeError, SyntaxError) as exc:
-        raise DimError(f"cannot read dimension {dim!r}: {exc}") from None
+        raise DimError(f"cannot read dimension {text!r}: {exc}") from None
 
 
 def shape(dims) -> list:

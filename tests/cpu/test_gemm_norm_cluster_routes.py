@@ -55,7 +55,17 @@ def test_cluster_tiles_compile_without_spills():
             seen.add(v.name)
             res = nvrtc.compile_cubin(v.source, "sm_90a", name="gemm_norm.cu")
             assert nvrtc.check_resources(res, dynamic_smem=int(r.launches[0].smem), arch="sm_90a") == [], v.name
-    assert {name.split("/")[0] for name in seen} >= {c.name for c in sm90a.CLUSTER_CONFIGS}
+    # every cluster-only tile, forced (the others excluded), compiles too
+    everything = {c.name for c in sm90a.CONFIGS + sm90a.CLUSTER_CONFIGS}
+    for c in sm90a.CLUSTER_CONFIGS:
+        if c.name in {name.split("/")[0] for name in seen}:
+            continue
+        rd, _, _ = render_subgraph(norm_model("M", 2 * c.bn, 64, TensorProto.FLOAT16, sum_out=True)[0],
+                                   excluded=everything - {c.name})
+        v, r = rd.variants[0], rd.plan.routes[0]
+        assert v.name.startswith(c.name) and "PLUS_HAS_ROW_TILE" in v.source
+        res = nvrtc.compile_cubin(v.source, "sm_90a", name="gemm_norm.cu")
+        assert nvrtc.check_resources(res, dynamic_smem=int(r.launches[0].smem), arch="sm_90a") == [], v.name
 
 
 def test_ptx_declares_the_cluster():

@@ -12,6 +12,9 @@
  *                [--read-shapes]  (shape tensors read as the CUDA twin does: stream sync + device copy)
  *                                            create a kernel, bind, launch through the driver
  *                                            ($PLUS_EP_CUDA_LIBRARY, the stand-in), print outputs
+ *   harness time PLAN --pack ARCH=FILE --in SPEC.. --repeat N
+ *                                            the launcher's host time per run (bind, and bind + launch through
+ *                                            the stand-in), outputs and scratch allocated once (bench/launch_overhead.py)
  *   harness threads PLAN --pack ARCH=FILE THREADS ITERS [--staged]
  *                                            THREADS threads x ITERS runs of fake_add on one kernel
  * SPEC: "-" (absent input) or DTYPE:DIMS[=FILL], DTYPE an ONNX number, DIMS "2x3" ("" = scalar),
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "driver.h"
 #include "kernel.h"
@@ -481,6 +485,64 @@ static int cmd_run(int argc, char** argv) {
     return rc ? 1 : 0;
 }
 
+/* ---- time: the launcher's host cost per run (bind + launch), outputs and scratch allocated once; this
+ * thread's CPU time, so that other work on a shared machine does not count ---- */
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmd_time(int argc, char** argv) {
+    run_opts o;
+    char* pos[1];
+    CHECK(parse_run_opts(argc, argv, &o, 1, pos) == 1, "usage: time PLAN --pack A=F --in SPEC.. --repeat N");
+    o.plan = pos[0];
+    fake_hooks h;
+    const plus_driver* d = driver(&h);
+    plus_kernel* k = make_kernel(&o);
+    if (!k) return free_run_opts(&o), 1;
+    const plus_plan* p = plus_kernel_plan(k);
+    char err[PLUS_ERR_LEN];
+    plus_tensor_desc desc[PLUS_MAX_IN];
+    for (int i = 0; i < o.n_in; i++) {
+        desc[i] = o.in[i].d;
+        if (plus_plan_input_on_host(p, i)) desc[i].host = o.in[i].data;
+    }
+    plus_binding b;
+    CHECK(!plus_kernel_bind(k, desc, (size_t)o.n_in, (size_t)p->n_out, &b, err, sizeof err), "bind: %s", err);
+    PlusArgs args;
+    memset(&args, 0, sizeof args);
+    for (int i = 0; i < o.n_in; i++) args.in[i] = o.in[i].d.present ? o.in[i].data : NULL;
+    for (int o2 = 0; o2 < p->n_out; o2++) {
+        long long elems = 1;
+        for (int dd = 0; dd < p->out[o2].rank; dd++) elems *= b.out_dims[o2][dd];
+        args.out[o2] = calloc(1, (size_t)plus_tensor_bytes(p->out[o2].dtype, elems) + 1);
+    }
+    for (int s = 0; s < PLUS_MAX_SCRATCH; s++)
+        if (b.scratch_bytes[s]) args.scratch[s] = malloc((size_t)b.scratch_bytes[s]);
+    CUstream st = (CUstream)h.stream(o.dev);
+    long before = h.count("launch");
+    CHECK(!plus_kernel_launch(k, d, NULL, st, &b, &args, err, sizeof err), "launch: %s", err);   /* loads images */
+    long per_run = h.count("launch") - before;
+    double t0 = now_ns();
+    for (int r = 0; r < o.repeat; r++)
+        CHECK(!plus_kernel_bind(k, desc, (size_t)o.n_in, (size_t)p->n_out, &b, err, sizeof err), "bind: %s", err);
+    double t1 = now_ns();
+    for (int r = 0; r < o.repeat; r++) {
+        CHECK(!plus_kernel_bind(k, desc, (size_t)o.n_in, (size_t)p->n_out, &b, err, sizeof err), "bind: %s", err);
+        CHECK(!plus_kernel_launch(k, d, NULL, st, &b, &args, err, sizeof err), "launch: %s", err);
+    }
+    double t2 = now_ns();
+    printf("runs=%d launches_per_run=%ld bind_ns=%.1f bind_launch_ns=%.1f\n", o.repeat, per_run,
+           (t1 - t0) / o.repeat, (t2 - t1) / o.repeat);
+    for (int o2 = 0; o2 < p->n_out; o2++) free(args.out[o2]);
+    for (int s = 0; s < PLUS_MAX_SCRATCH; s++) free(args.scratch[s]);
+    plus_kernel_destroy(k);
+    free_run_opts(&o);
+    return 0;
+}
+
 /* ---- threads ---- */
 typedef struct {
     plus_kernel* k;
@@ -614,5 +676,6 @@ int main(int argc, char** argv) {
     if (!strcmp(c, "threads")) return cmd_threads(argc - 2, argv + 2);
     if (!strcmp(c, "trust")) return cmd_trust(argc - 2, argv + 2);
     if (!strcmp(c, "keys")) return cmd_keys(argc - 2, argv + 2);
+    if (!strcmp(c, "time")) return cmd_time(argc - 2, argv + 2);
     CHECK(0, "unknown command %s", c);
 }

@@ -8,8 +8,10 @@ wave-aware model `plus-ep profile --emulate` applies to the interpreter's counts
 candidate's analytic counts: CTAs, the tile work it pads to, the bytes every CTA moves through L2 (its A
 and B tiles over its K range, its share of C, the other splits' partial rows it reads through distributed
 shared memory, counted like L2 traffic) and the compulsory DRAM bytes (A, B and C once, the split's
-partials). A second launch costs a stream launch gap (perfmodel.GAP_STREAM_S). The fastest candidate
-wins; ties go to the one kernel, then to the tile that pads least, then the larger tile, then no split.
+partials). A second launch costs a stream launch gap (perfmodel.GAP_STREAM_S), and a plan of two launches
+must be modelled LAUNCH_PREFERENCE (10 %) faster than the best one-launch plan to be chosen. The fastest
+candidate wins; ties go to the one kernel, then to the tile that pads least, then the larger tile, then no
+split.
 The symbolic dim (M = batch·seq for most GEMMs) is sampled at powers of two; neighbouring samples with
 the same choice form one route `M <= bound`, the last route is `1`.
 """
@@ -104,6 +106,7 @@ class GemmChoice:
     csplit: int = 1           # K parts summed through distributed shared memory (the cluster's z)
     cx: int = 1               # CTAs along a row of C in the row tile's cluster (1: no row tile)
     us: float = 0.0           # modelled time of the choice's launches (perfmodel), for reports and tests
+    cost: float = 0.0         # what routes compare: `us`, raised by LAUNCH_PREFERENCE for a two-launch plan
 
     def key(self) -> tuple:
         return (self.cfg.name, self.split, self.csplit, self.cx)
@@ -198,8 +201,9 @@ def gemm_candidates(m, n, k, batch, menu, target, allow_splitk=True, a_batch=Non
                 opts += [(s, 1) for s in SCRATCH_SPLITS if math.ceil(k / s) >= 128]
         for split, csplit in opts:
             us = gemm_time(c, m, n, k, batch, arch, split, csplit, a_batch=a_batch, out_bytes=out_bytes)
-            cands.append((round(us, 6), _waste(c, m, n), -c.bm * c.bn, split * csplit,
-                          GemmChoice(c, split, csplit, us=us)))
+            cost = us * (1 + LAUNCH_PREFERENCE) if split > 1 else us        # split through scratch: two launches
+            cands.append((round(cost, 6), _waste(c, m, n), -c.bm * c.bn, split * csplit,
+                          GemmChoice(c, split, csplit, us=us, cost=cost)))
     return [x[4] for x in sorted(cands, key=lambda x: x[:4])]
 
 
@@ -209,10 +213,14 @@ def _waste(cfg, m, n) -> float:
 
 
 ROUTE_TOLERANCE = 0.05        # a neighbouring sample's choice within 5 % of the best is kept (fewer variants)
+# A plan of more launches must be modelled this much faster to be chosen: beyond the GPU-side gap the model
+# charges, a launch costs host time (the driver's launch call, ORT's dispatch when no CUDA graph replays the
+# run) and the two-kernel plans' fp32 scratch costs an allocation and L2 capacity the model does not see.
+LAUNCH_PREFERENCE = 0.10
 
 
 def sampled_routes(M, syms, ranked) -> list:
-    """[(condition rpn, choice)] from `ranked(m) -> [choices, fastest first]` (each with .key() and .us) at
+    """[(condition rpn, choice)] from `ranked(m) -> [choices, fastest first]` (each with .key() and .cost) at
     static M, or at SAMPLES of the symbolic M; the last condition is ALWAYS. At a sample where the previous
     sample's choice is within ROUTE_TOLERANCE of the fastest, it is kept: the model is not that precise, and
     every distinct choice is another variant to compile."""
@@ -225,7 +233,7 @@ def sampled_routes(M, syms, ranked) -> list:
         choice = cands[0]
         if prev is not None:
             same = [c for c in cands if c.key() == prev.key()]
-            if same and same[0].us <= choice.us * (1 + ROUTE_TOLERANCE):
+            if same and same[0].cost <= choice.cost * (1 + ROUTE_TOLERANCE):
                 choice = same[0]
         picks.append((s, choice))
         prev = choice
@@ -281,14 +289,16 @@ def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None
         cands = []
         for c, cx, s in tiles:
             us = gemm_time(c, m, n, k, 1, arch, csplit=s, cx=cx)
-            cands.append((round(us, 6), 0, _waste(c, m, n), -c.bm * c.bn, s, ("tile", GemmChoice(c, 1, s, cx, us=us))))
+            cands.append((round(us, 6), 0, _waste(c, m, n), -c.bm * c.bn, s,
+                          ("tile", GemmChoice(c, 1, s, cx, us=us, cost=us))))
         try:
             row_us = row_kernel_time(m, n, arch, elem)
             for two in gemm_candidates(m, n, k, 1, menu, target, allow_splitk=True, a_batch=a_batch, out_bytes=4,
                                        scratch_split=False):
                 us = two.us + row_us
-                cands.append((round(us, 6), 1, _waste(two.cfg, m, n), -two.cfg.bm * two.cfg.bn, two.csplit,
-                              ("two", GemmChoice(two.cfg, 1, two.csplit, 1, us=us))))
+                cost = us * (1 + LAUNCH_PREFERENCE)
+                cands.append((round(cost, 6), 1, _waste(two.cfg, m, n), -two.cfg.bm * two.cfg.bn, two.csplit,
+                              ("two", GemmChoice(two.cfg, 1, two.csplit, 1, us=us, cost=cost))))
         except NoConfig:
             if not cands:
                 raise
@@ -306,8 +316,8 @@ class _Kinded:
         return (self.kind,) + self.choice.key()
 
     @property
-    def us(self) -> float:
-        return self.choice.us
+    def cost(self) -> float:
+        return self.choice.cost
 
 
 def gemm_defines(cfg, splitk, trans_b, aligned=False, splitk_cluster=1) -> dict:

@@ -96,3 +96,18 @@ def test_neighbouring_samples_keep_a_choice_within_tolerance():
     keys = [c.key() for _, c in rts]
     assert len(keys) == len(set(keys)) or len(keys) <= len(routes.SAMPLES)
     assert rts[-1][0] == routes.ALWAYS
+
+
+def test_two_launches_must_win_by_the_launch_preference():
+    """BERT-base at batch 8 x 128 tokens: FFN2 + LayerNorm's one-kernel row tile and the two-kernel plan are
+    modelled within 10 % of each other, so the one launch wins; at batch 1 the two-kernel plan is twice as
+    fast (the row tile's cluster caps FFN2 at 16 CTAs) and wins."""
+    menus = {-(-768 // bn): sm90a.cluster_menu(bn) for bn in sm90a.CLUSTER_WIDTHS if -(-768 // bn) <= 8}
+    kinds = {}
+    for m in (128, 1024):
+        (rt,) = routes.gemm_norm_routes(m, 768, 3072, TensorProto.FLOAT16, Target("sm_90a"), symdim.Symbols(),
+                                        tile_menus=menus)
+        kinds[m] = rt[1]
+        if rt[1] == "two":
+            assert rt[2].cost == pytest.approx(rt[2].us * (1 + routes.LAUNCH_PREFERENCE))
+    assert kinds == {128: "two", 1024: "tile"}

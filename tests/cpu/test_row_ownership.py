@@ -7,7 +7,7 @@ from plus_ep.graph_rewrites.graph import GraphView
 from plus_ep.graph_rewrites.identify import Subgraph
 from plus_ep.kernels.codegen import row as row_mod
 from plus_ep.kernels.codegen.pull import RenderError
-from plus_ep.kernels.render import render
+from plus_ep.kernels.render import clear_render_cache, render
 from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
 from plus_ep.warehouse import default_warehouse
@@ -47,5 +47,6 @@ def test_the_check_catches_the_old_store_order(monkeypatch):
     assert set(outs) == {"Y", "YT"}
     render(res.view, sg, ins, outs, Target("sm_80"), node_name="rows")
     monkeypatch.setattr(row_mod.RowProgram, "store_index", lambda self, t: (self.index_of(t), []))
+    clear_render_cache()       # renders are kept by the subgraph's canonical form: render it again, patched
     with pytest.raises(RenderError, match=r"output 'YT' needs 'Y' of another row"):
         render(res.view, sg, ins, outs, Target("sm_80"), node_name="rows")

@@ -104,16 +104,17 @@ class GemmChoice:
     cfg: object
     split: int = 1            # K parts summed through scratch[0] by plus_splitk_reduce (a second launch)
     csplit: int = 1           # K parts summed through distributed shared memory (the cluster's z)
-    cx: int = 1               # CTAs along a row of C in the row tile's cluster (1: no row tile)
+    cx: int = 1               # CTAs along a row of C in the row tile's cluster
+    row_tile: bool = False    # the one-kernel GEMM + row normalisation (norm_render.py)
     us: float = 0.0           # modelled time of the choice's launches (perfmodel), for reports and tests
     cost: float = 0.0         # what routes compare: `us`, raised by LAUNCH_PREFERENCE for a two-launch plan
 
     def key(self) -> tuple:
-        return (self.cfg.name, self.split, self.csplit, self.cx)
+        return (self.cfg.name, self.split, self.csplit, self.cx, self.row_tile)
 
     @property
     def label(self) -> str:
-        parts = [f"cluster{self.cx}"] if self.cx > 1 else []
+        parts = [f"cluster{self.cx}"] if self.row_tile else []
         if self.csplit > 1:
             parts.append(f"csplit{self.csplit}")
         if not parts:
@@ -273,14 +274,14 @@ def row_kernel_time(m, n, arch, out_bytes=2) -> float:
 def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None):
     """Routes of GEMM + row normalisation (one batch): [(condition rpn, kind, GemmChoice)], kind "tile" (one
     kernel: the row tile over a cluster of cx x csplit CTAs, sm_90a) or "two" (the GEMM epilogue writes the
-    row input to fp32 scratch, plus_row finishes the rows: two launches). `tile_menus`: {cx: configs} of the
+    row input to fp32 scratch, plus_row finishes the rows: two launches). `tile_menus`: [(cx, configs)], one per width, of the
     row tile (None: no one-kernel route). Each sample of M takes the faster by the model."""
     arch = target.arch
     n, k = _static(N), _static(K)
     menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch)
     elem = _elem(gemm_math(dtype, target.fp32_math))
     tiles = []
-    for cx, configs in (tile_menus or {}).items():
+    for cx, configs in (tile_menus or []):
         for c in configs:
             for s in [1] + _cluster_splits(c, k, cx):
                 tiles.append((c, cx, s))
@@ -290,7 +291,7 @@ def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None
         for c, cx, s in tiles:
             us = gemm_time(c, m, n, k, 1, arch, csplit=s, cx=cx)
             cands.append((round(us, 6), 0, _waste(c, m, n), -c.bm * c.bn, s,
-                          ("tile", GemmChoice(c, 1, s, cx, us=us, cost=us))))
+                          ("tile", GemmChoice(c, 1, s, cx, row_tile=True, us=us, cost=us))))
         try:
             row_us = row_kernel_time(m, n, arch, elem)
             for two in gemm_candidates(m, n, k, 1, menu, target, allow_splitk=True, a_batch=a_batch, out_bytes=4,

@@ -52,7 +52,7 @@ def cluster_size(N, arch, dt, nbatch) -> tuple | None:
 
 
 def tile_parts(job, st) -> tuple | None:
-    """({cx: configs}, x_fn, tile hook, GEMM hooks) of the one-kernel route of a GEMM + row normalisation
+    """([(cx, configs) per tile width], x_fn, tile hook, GEMM hooks) of the one-kernel route of a GEMM + row normalisation
     subgraph (`st`: render.py's _setup state, whose emitter this consumes), or None when it does not apply
     (the caller renders the two-kernel plan). Every tile width from the narrowest with cdiv(N, BN) <= 8 up
     is offered to the route model (wider tiles leave room in the cluster for split-K); widths whose configs
@@ -60,11 +60,11 @@ def tile_parts(job, st) -> tuple | None:
     size = cluster_size(st.N, job.arch, st.dt, st.nbatch)
     if size is None:
         return None
-    menus = {}
+    menus = []
     for bn in (b for b in sm90a.CLUSTER_WIDTHS if b >= size[0]):
         try:
-            menus[-(-int(symdim.parse(st.N)) // bn)] = routes._usable(sm90a.cluster_menu(bn), job.target,
-                                                                      f"GEMM (tile width {bn})")
+            menus.append((-(-int(symdim.parse(st.N)) // bn),
+                          routes._usable(sm90a.cluster_menu(bn), job.target, f"GEMM (tile width {bn})")))
         except routes.NoConfig:
             continue
     if not menus:

@@ -79,7 +79,7 @@ def test_split_k_never_exceeds_a_portable_cluster_and_reduces_whole_row_groups()
 def test_gemm_norm_routes_weigh_one_kernel_against_two():
     """GEMM + LayerNorm at N 768: the route model compares the row tile over a cluster (with split-K in the
     cluster) and the two-kernel plan by modelled time, per M; at large M the one kernel wins."""
-    menus = {-(-768 // bn): sm90a.cluster_menu(bn) for bn in sm90a.CLUSTER_WIDTHS if -(-768 // bn) <= 8}
+    menus = [(-(-768 // bn), sm90a.cluster_menu(bn)) for bn in sm90a.CLUSTER_WIDTHS if -(-768 // bn) <= 8]
     rts = routes.gemm_norm_routes("M", 768, 768, TensorProto.FLOAT16, Target("sm_90a"), symdim.Symbols(),
                                   tile_menus=menus)
     kinds = [kind for _, kind, _ in rts]
@@ -102,7 +102,7 @@ def test_two_launches_must_win_by_the_launch_preference():
     """BERT-base at batch 8 x 128 tokens: FFN2 + LayerNorm's one-kernel row tile and the two-kernel plan are
     modelled within 10 % of each other, so the one launch wins; at batch 1 the two-kernel plan is twice as
     fast (the row tile's cluster caps FFN2 at 16 CTAs) and wins."""
-    menus = {-(-768 // bn): sm90a.cluster_menu(bn) for bn in sm90a.CLUSTER_WIDTHS if -(-768 // bn) <= 8}
+    menus = [(-(-768 // bn), sm90a.cluster_menu(bn)) for bn in sm90a.CLUSTER_WIDTHS if -(-768 // bn) <= 8]
     kinds = {}
     for m in (128, 1024):
         (rt,) = routes.gemm_norm_routes(m, 768, 3072, TensorProto.FLOAT16, Target("sm_90a"), symdim.Symbols(),

@@ -37,25 +37,31 @@ def _check(out, ref, dt):
         assert (np.abs(out["S"] - ref["S"]) <= ulp * np.abs(ref["S"]) + 1e-6).all()
 
 
+# clusters: (CTAs along a row = PLUS_CLUSTER_X, K splits inside the cluster, clusters run), as the route model
+# chooses them for the shape (kernels/routes.py gemm_norm_routes)
 @pytest.mark.parametrize("M,N,K,dt,kw,clusters", [
-    (45, 200, 64, F16, {"sum_out": True}, (4, 1)),                      # ragged N (BN 64) and M, S also stored
-    (150, 768, 32, BF16, {"rms": True, "bias": False}, (6, 2)),         # BERT's N, two row tiles of clusters
-    (10, 512, 32, BF16, {"sum_out": True}, (8, 1)),                     # the largest portable cluster
-    (7, 48, 40, F16, {}, (1, 1)),                                        # one CTA per cluster
-    (70, 300, 48, F16, {"gemm": True}, (5, 1)),                         # ONNX Gemm: transB=1, bias as C
-    (20, 2500, 64, F16, {"sum_out": True}, (5, 1)),                     # BN 512 (N <= 4096): 2 warpgroups on N
-    (12, 1100, 32, F16, {}, (5, 1)),                                     # BN 256 (1024 < N <= 2048)
+    (45, 200, 64, F16, {"sum_out": True}, (4, 1, 1)),                   # ragged N (BN 64) and M, S also stored
+    (150, 768, 32, BF16, {"rms": True, "bias": False}, (6, 1, 3)),      # BERT's N, three row tiles of clusters
+    (10, 512, 32, BF16, {"sum_out": True}, (8, 1, 1)),                  # the largest portable cluster
+    (7, 48, 40, F16, {}, (1, 1, 1)),                                     # one CTA per cluster
+    (70, 300, 48, F16, {"gemm": True}, (5, 1, 2)),                      # ONNX Gemm: transB=1, bias as C
+    (20, 2500, 64, F16, {"sum_out": True}, (5, 1, 1)),                  # BN 512 (N <= 4096): 2 warpgroups on N
+    (12, 1100, 32, F16, {}, (5, 1, 1)),                                  # BN 256 (1024 < N <= 2048)
+    (200, 768, 768, F16, {"sum_out": True}, (3, 2, 4)),                 # split-K inside the cluster: 3 x 2 CTAs
 ])
 def test_one_launch_matches_float64(M, N, K, dt, kw, clusters):
+    cx, csplit, runs = clusters
     rd, out, ref, results = _run(M, N, K, dt, **kw)
     (launch,) = rd.plan.routes[0].launches
-    assert launch.entry == "plus_gemm" and launch.grid[0] == str(clusters[0]) and not rd.plan.scratch
-    assert f"#define PLUS_CLUSTER_X {clusters[0]}" in rd.variants[0].source
+    assert launch.entry == "plus_gemm" and launch.grid[0] == str(cx) and launch.grid[2] == str(csplit)
+    assert not rd.plan.scratch
+    assert f"#define PLUS_CLUSTER_X {cx}" in rd.variants[0].source
+    assert (f"#define PLUS_SPLITK_CLUSTER {csplit}" in rd.variants[0].source) == (csplit > 1)
     (res,) = results
     assert res.findings == [], [str(f) for f in res.findings]
-    assert res.counters["cluster"]["dims"] == [clusters[0], 1, 1]
-    assert res.counters["cluster"]["clusters_run"] == clusters[1]
-    if clusters[0] > 1:        # partials of the other ranks read through DSMEM, never counted as DRAM
+    assert res.counters["cluster"]["dims"] == [cx, 1, csplit]
+    assert res.counters["cluster"]["clusters_run"] == runs
+    if cx * csplit > 1:        # partials of the other ranks read through DSMEM, never counted as DRAM
         assert res.counters["dsmem_ld"]["requests"] > 0
     _check(out, ref, dt)
 

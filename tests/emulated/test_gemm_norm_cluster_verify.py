@@ -17,7 +17,9 @@ def test_cluster_kernel_through_the_launcher():
     (node,) = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
     plan = next(a.s.decode() for a in node.attribute if a.name == "plus_plan")
     sm90a = plan.split("arch sm_90a\n")[1]
-    assert "plus_row" not in sm90a and all(ln.split()[4] == "4" for ln in sm90a.splitlines() if ln.startswith("kernel"))
+    # the route model's routes for N = 200: row tiles over clusters of cdiv(200, BN) CTAs (4 at BN 64), one launch
+    assert "plus_row" not in sm90a and {ln.split()[4] for ln in sm90a.splitlines() if ln.startswith("kernel")} <= {
+        "4", "2", "1"}
     rep = plus_ep.verify(r.model, batch=37, stress=False)     # the model run: launches per arch below
     assert rep["ok"], plus_ep.verify_text(rep)
     runs = {(x["arch"], tuple(x["kernels"]), x["launches"]) for x in rep["nodes"]}

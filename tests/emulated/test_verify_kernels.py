@@ -83,7 +83,11 @@ def test_profile_reports_counts_per_node(tiny):
     assert g["dram_bytes"] >= g["compulsory_bytes"] // 2 and g["roofline_us"] > 0
     assert g["ld_sectors_per_request"] >= g["ld_sectors_ideal"] > 0
     assert g["tensor_core_share"] == 0.0 and g["math"] == "exact"   # fp32 exact: SIMT
-    assert "MODEL, not a measurement" in profile_text(rep)
+    assert "MODELLED, not a measurement" in profile_text(rep)
+    assert g["ctas"] >= 1 and g["waves"] >= 1 and g["modelled_us"] >= max(k["floor_us"] for k in g["per_kernel"]) > 0
+    t = rep["model_totals"]
+    assert t["launches"] == sum(len(r["per_kernel"]) for r in rep["nodes"])
+    assert t["launch_gaps_us"]["cuda_graph"] < t["launch_gaps_us"]["stream"] and t["constants"]["sms"] == 108
     sampled = profile(str(tiny), arch="sm_80", batch=4, seq=16, sample_ctas=1)
     assert sampled["ok"] and any(r["sampled"] for r in sampled["nodes"])
 

@@ -179,11 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--json", action="store_true", help="print the whole report as JSON")
     vf.set_defaults(func=cmd_verify)
 
-    pf = sub.add_parser("profile", parents=[common], help="per fused node: flops, bytes, coalescing, roofline",
+    pf = sub.add_parser("profile", parents=[common],
+                        help="per fused node: flops, bytes, coalescing, CTAs, waves, modelled time",
                         description="With --emulate: run the kernels on the PTX interpreter and report per fused "
                                     "node the flops, compulsory and emulated DRAM bytes, sectors and shared-memory "
-                                    "wavefronts per request against the ideal, tensor-core share and a roofline "
-                                    "bound for an H100 SXM. A model from interpreted execution, not a measurement.")
+                                    "wavefronts per request against the ideal, tensor-core share, a roofline "
+                                    "bound and, per node and kernel, the CTAs, waves and a wave-aware modelled time "
+                                    "for the arch's reference part (an H100 SXM5 for sm_90a), with launch gaps on a "
+                                    "stream and from a CUDA graph apart. A model from interpreted execution, not a "
+                                    "measurement.")
     pf.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels")
     pf.add_argument("--emulate", action="store_true", help="run on the PTX interpreter (required: no GPU profiling yet)")
     pf.add_argument("--arch", metavar="ARCH", default=None, help="image arch (default: sm_90a if present, else the first)")

@@ -26,8 +26,8 @@ from .attention.render import render_attention
 from .gemm.render import render_gemm, render_gemm_gated, render_gemm_group
 from .target import Target
 from .wire.plan import Launch, Plan, Route, check_bound, checked_composite_dims, input_tokens
-from ..limits import MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
-from .codegen.pull import MAX_LITERAL_ARRAY, Emitter, RenderError
+from ..limits import LITERAL_ELEMENTS, MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
+from .codegen.pull import Emitter, RenderError
 from .codegen.row import ROW_OPS, RowProgram
 from ..graph_rewrites.ops import SHAPE_OPS
 from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
@@ -204,7 +204,7 @@ for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce
 # rewrite in the same process renders nothing (issue 24). The key holds everything a renderer reads: the
 # pattern and template, the target, every node's op, domain, attributes and inputs/outputs (tensors numbered
 # by first appearance), every tensor's type and shape, the values of integer constants (shapes, axes, indices)
-# and of float constants small enough to be folded into code (pull.MAX_LITERAL_ARRAY elements; larger ones,
+# and of float constants small enough to be folded into code (limits.LITERAL_ELEMENTS elements; larger ones,
 # the weights, are read from memory), which boundary tensors are run-time data, the element values of boundary shape tensors (computed from
 # the graph outside the subgraph), the roles (node indices as positions, tensors as numbers) and the +Graph.
 RENDER_CACHE_SIZE = 512
@@ -229,7 +229,7 @@ def render_key(view, sg, inputs, outputs, target: Target) -> str:
             if c is not None:
                 arr = np.asarray(c)
                 h.update(repr(("const", arr.dtype.str, arr.shape)).encode())
-                if arr.dtype.kind in "biu" or arr.size <= MAX_LITERAL_ARRAY:
+                if arr.dtype.kind in "biu" or arr.size <= LITERAL_ELEMENTS:
                     h.update(np.ascontiguousarray(arr).tobytes())
         return ids[t]
 

@@ -60,7 +60,8 @@ def test_cache_attention_is_one_node_writing_present(heads, kv_heads, dtype, mat
 
 def test_computed_past_is_not_a_cache():
     """A past that is computed inside the subgraph (here: scaled) is not read from the past input: the
-    attention keeps the generic form (present by a side kernel)."""
+    attention keeps the generic form: the present is a side output, computed by the attention launch's own
+    threads (PLUS_HAS_ATTN_SIDE), not a launch of its own."""
     m = kv_cache_attention(4, 2, 32)
     g = m.graph
     for n in g.node:
@@ -70,7 +71,8 @@ def test_computed_past_is_not_a_cache():
     g.node.insert(0, onnx.helper.make_node("Mul", ["past_key", "sqrt_scale"], ["past_key_scaled"]))
     rd, _ = _render(m)
     src = rd.variants[0].source
-    assert "PLUS_ATTN_KV_CACHE" not in src and "plus_pointwise" in src
+    assert "PLUS_ATTN_KV_CACHE" not in src and "PLUS_HAS_ATTN_SIDE" in src and "plus_pointwise" not in src
+    assert [k.entry for r in rd.plan.routes for k in r.launches] == ["plus_attention"]
 
 
 @pytest.mark.parametrize("batch,seq,past", [(2, 1, 20), (2, 5, 0), (1, 1, 1)])

@@ -458,15 +458,23 @@ static void free_run_opts(run_opts* o) {
     for (int i = 0; i < o->n_in; i++) free(o->in[i].data);
 }
 
+/* The options of `run` / `time` (one positional: the plan) and the kernel made from them; NULL when the
+ * launcher refuses the plan (its options are freed then). */
+static plus_kernel* open_plan_kernel(int argc, char** argv, run_opts* o, const char* usage) {
+    char* pos[1];
+    CHECK(parse_run_opts(argc, argv, o, 1, pos) == 1, "%s", usage);
+    o->plan = pos[0];
+    plus_kernel* k = make_kernel(o);
+    if (!k) free_run_opts(o);
+    return k;
+}
+
 static int cmd_run(int argc, char** argv) {
     run_opts o;
-    char* pos[1];
-    CHECK(parse_run_opts(argc, argv, &o, 1, pos) == 1, "usage: run PLAN ...");
-    o.plan = pos[0];
     fake_hooks h;
     const plus_driver* d = driver(&h);
-    plus_kernel* k = make_kernel(&o);
-    if (!k) return free_run_opts(&o), 1;
+    plus_kernel* k = open_plan_kernel(argc, argv, &o, "usage: run PLAN ...");
+    if (!k) return 1;
     const plus_plan* p = plus_kernel_plan(k);
     char err[PLUS_ERR_LEN];
     int rc = 0;
@@ -495,13 +503,10 @@ static double now_ns(void) {
 
 static int cmd_time(int argc, char** argv) {
     run_opts o;
-    char* pos[1];
-    CHECK(parse_run_opts(argc, argv, &o, 1, pos) == 1, "usage: time PLAN --pack A=F --in SPEC.. --repeat N");
-    o.plan = pos[0];
     fake_hooks h;
     const plus_driver* d = driver(&h);
-    plus_kernel* k = make_kernel(&o);
-    if (!k) return free_run_opts(&o), 1;
+    plus_kernel* k = open_plan_kernel(argc, argv, &o, "usage: time PLAN --pack A=F --in SPEC.. --repeat N");
+    if (!k) return 1;
     const plus_plan* p = plus_kernel_plan(k);
     char err[PLUS_ERR_LEN];
     plus_tensor_desc desc[PLUS_MAX_IN];

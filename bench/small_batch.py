@@ -9,6 +9,11 @@ kernel run on the PTX interpreter through `plus-ep profile --emulate`, and the p
 Counts and times are a MODEL from interpreted execution, never GPU measurements.
 
     python -m bench.small_batch --layers 2 --batch 1 --seq 128 [--out bench/results/DATE-small-batch-b1.json]
+
+`--sample-ctas N` interprets N CTAs per launch and scales the counts (for sizes the interpreter cannot run
+whole in the time at hand): FLOPs and sectors per request stay exact per CTA run, but the DRAM bytes, and the
+modelled times they feed, are scaled from the sampled CTAs' unique sectors (data that CTAs share counted once
+per sampled CTA), so the DRAM criterion is not judged and the result says `sampled`.
 """
 from __future__ import annotations
 
@@ -64,6 +69,8 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--sample-ctas", type=int, default=None,
+                    help="interpret N CTAs per launch and scale the counts (default: every CTA)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -71,15 +78,18 @@ def main(argv=None) -> int:
         r = rewrite_detailed(bert_base_fp16(a.layers), archs=["sm_90a"])
         path = pathlib.Path(tmp) / "bert_base_fp16.plus.onnx"
         onnx.save(r.model, path)
-        rep = profile(str(path), arch="sm_90a", batch=a.batch, seq=a.seq, sample_ctas=None)
+        rep = profile(str(path), arch="sm_90a", batch=a.batch, seq=a.seq, sample_ctas=a.sample_ctas)
     s = summarise(rep)
     t = rep["model_totals"]
     met = {"kernel_us": t["kernel_us"] <= CRITERIA["kernel_us"], "launches": t["launches"] <= CRITERIA["launches"],
            "ld_sectors": s["worst"]["ld"] <= CRITERIA["sectors"], "st_sectors": s["worst"]["st"] <= CRITERIA["sectors"],
-           "dram_vs_compulsory": s["worst"]["dram"] <= CRITERIA["dram"],
+           "dram_vs_compulsory": None if a.sample_ctas else s["worst"]["dram"] <= CRITERIA["dram"],
            "no_findings": all(n["findings"] == 0 for n in s["nodes"]) and rep["ok"]}
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "what": "issue 24 acceptance: BERT-base fp16 on the PTX interpreter (sm_90a, every CTA), MODELLED H100 times",
+           "what": "issue 24 acceptance: BERT-base fp16 on the PTX interpreter (sm_90a, "
+                   + (f"{a.sample_ctas} CTAs sampled per launch, counts scaled" if a.sample_ctas else "every CTA")
+                   + "), MODELLED H100 times",
+           "sampled": a.sample_ctas,
            "note": rep["note"] + "; GPU timing not measured (no GPU)", "env": env_info(),
            "model": {"layers": a.layers, "hidden": 768, "heads": 12, "ffn": 3072, "dtype": "float16",
                      "batch": a.batch, "seq": a.seq},

@@ -90,6 +90,9 @@ def main(argv=None) -> int:
                    + (f"{a.sample_ctas} CTAs sampled per launch, counts scaled" if a.sample_ctas else "every CTA")
                    + "), MODELLED H100 times",
            "sampled": a.sample_ctas,
+           "caveat": ("sampled: launches, CTAs, waves and sectors per request hold; the DRAM bytes are scaled from "
+                      "the sampled CTAs' unique sectors (data CTAs share counted per sampled CTA), so DRAM, the "
+                      "roofline and the modelled times are inflated, not estimates") if a.sample_ctas else None,
            "note": rep["note"] + "; GPU timing not measured (no GPU)", "env": env_info(),
            "model": {"layers": a.layers, "hidden": 768, "heads": 12, "ffn": 3072, "dtype": "float16",
                      "batch": a.batch, "seq": a.seq},

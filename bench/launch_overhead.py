@@ -26,10 +26,10 @@ from plus_ep.kernels.render import render
 from plus_ep.kernels.target import Target
 from plus_ep.kernels.wire.pack import write as write_pack
 from plus_ep.rewrite import rewrite_detailed
+from tests.support.launcher_sources import LAUNCHER_SOURCES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NATIVE, TESTS_NATIVE = ROOT / "plus_ep" / "native", ROOT / "tests" / "native"
-SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c"]
 
 
 def build(out: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
@@ -41,7 +41,7 @@ def build(out: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     subprocess.run([gcc, *common, "-fPIC", "-shared", str(TESTS_NATIVE / "fake_cuda.c"), "-o", str(fake),
                     "-lpthread"], check=True)
     harness = out / "harness"
-    subprocess.run([gcc, *common, str(TESTS_NATIVE / "harness.c"), *[str(NATIVE / s) for s in SOURCES],
+    subprocess.run([gcc, *common, str(TESTS_NATIVE / "harness.c"), *[str(NATIVE / s) for s in LAUNCHER_SOURCES],
                     "-o", str(harness), "-ldl", "-lpthread"], check=True)
     return harness, fake
 

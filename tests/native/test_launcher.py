@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.launcher_sources import LAUNCHER_SOURCES
+
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
 TESTS_NATIVE = ROOT / "tests" / "native"
-LAUNCHER_SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c"]
 GCC = shutil.which("gcc") or shutil.which("cc")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 

@@ -21,9 +21,9 @@ MENUS = [("sm_80", TensorProto.FLOAT16, "exact"), ("sm_80", TensorProto.FLOAT, "
 def test_routes_follow_the_rows(arch, dtype, fp32_math):
     menu = routes.gemm_menu(routes.gemm_math(dtype, fp32_math), arch)
     rts = routes.gemm_routes("M", 3072, 768, 1, dtype, Target(arch, fp32_math), symdim.Symbols())
-    assert len(rts) >= 2, [(c, cfg.name) for c, cfg, _ in rts]
-    assert rts[-1][0] == routes.ALWAYS and all(c != routes.ALWAYS for c, _, _ in rts[:-1])
-    small, large = rts[0][1], rts[-1][1]
+    assert len(rts) >= 2, [(c, ch.cfg.name) for c, ch in rts]
+    assert rts[-1][0] == routes.ALWAYS and all(c != routes.ALWAYS for c, _ in rts[:-1])
+    small, large = rts[0][1].cfg, rts[-1][1].cfg
     assert small.bm * small.bn < large.bm * large.bn, (small.name, large.name)
     assert large.bm * large.bn == max(c.bm * c.bn for c in menu), large.name
 
@@ -33,7 +33,7 @@ def test_small_and_large_static_problems(arch, dtype, fp32_math):
     menu = routes.gemm_menu(routes.gemm_math(dtype, fp32_math), arch)
     math_ = routes.gemm_math(dtype, fp32_math)
     target = Target(arch, fp32_math)
-    tiny, _ = routes.best_gemm(8, 3072, 768, 1, routes.gemm_menu(math_, arch), target)
-    big, _ = routes.best_gemm(8192, 3072, 768, 1, routes.gemm_menu(math_, arch), target)
+    tiny = routes.best_gemm(8, 3072, 768, 1, routes.gemm_menu(math_, arch), target).cfg
+    big = routes.best_gemm(8192, 3072, 768, 1, routes.gemm_menu(math_, arch), target).cfg
     assert tiny.bm < big.bm or tiny.bm * tiny.bn < big.bm * big.bn, (tiny.name, big.name)
     assert big.bm * big.bn == max(c.bm * c.bn for c in menu), big.name

@@ -188,7 +188,7 @@ CATALOGUE = [
       'part = f"plus_rt_part[{self._passes % 2}]"', 'part = "plus_rt_part[0]"',
       "row passes reuse one partial buffer while other ranks may still read the previous pass's", ["gemm_norm_cluster"]),
     M("cluster_size_floor", "gemm_norm_cluster", "kernels/gemm/norm_render.py",
-      "csize = -(-int(symdim.parse(N)) // bn)", "csize = int(symdim.parse(N)) // bn",
+      "menus.append((-(-int(symdim.parse(st.N)) // bn),", "menus.append((int(symdim.parse(st.N)) // bn,",
       "cluster size floor(N / BN): the ragged last column tile is never computed", ["gemm_norm_cluster"]),
     # ---- attention.cuh: every path -------------------------------------------------------------------------
     M("attn_gqa_head_map", "attention_f16", T + "attention.cuh",
@@ -196,8 +196,8 @@ CATALOGUE = [
       "grouped-query attention maps query head h to kv head h % Hkv instead of h / (H / Hkv)",
       ["attention_f16", "attention_simt"]),
     M("attn_score_hook_edges_only", "attention_simt", T + "attention.cuh",
-      "#ifdef PLUS_HAS_SCORE\n  (void)t; (void)kv0; (void)r0; (void)rows;\n  return true;\n#else",
-      "#ifdef PLUS_HAS_SCORE_NEVER\n  (void)t; (void)kv0; (void)r0; (void)rows;\n  return true;\n#else",
+      "#if defined(PLUS_HAS_SCORE) || defined(PLUS_HAS_KEY_BIAS)\n  (void)t; (void)kv0; (void)r0; (void)rows;",
+      "#if defined(PLUS_HAS_SCORE_NEVER) || defined(PLUS_HAS_KEY_BIAS)\n  (void)t; (void)kv0; (void)r0; (void)rows;",
       "the score hook (scale + mask) is applied on edge key tiles only, skipped on interior ones",
       ["attention_simt", "attention_f16"]),
     M("attn_causal_top_left", "attention_simt", T + "attention.cuh",
@@ -275,7 +275,7 @@ CATALOGUE = [
       "Max through fmaxf alone: a NaN operand is dropped (ONNX: NaN)", ["render", "pointwise"]),
     # ---- routes ---------------------------------------------------------------------------------------------
     M("routes_first_config", "routes", "kernels/routes.py",
-      "_, _, cfg, split = min(cands, key=lambda x: (x[0], -x[1]))", "_, _, cfg, split = cands[0]",
+      "return [x[4] for x in sorted(cands, key=lambda x: x[:4])]", "return [x[4] for x in cands]",
       "the GEMM route model always picks the first usable config of the menu", ["routes"]),
     M("routes_aligned_ignores_ldb", "routes", "kernels/routes.py",
       "return bool(k.is_Integer and ld.is_Integer and (int(k) * elem) % 16 == 0 and (int(ld) * elem) % 16 == 0)",

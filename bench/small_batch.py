@@ -49,6 +49,8 @@ def summarise(rep: dict) -> dict:
                    "modelled_us": k["modelled_us"], "bound": k["bound"],
                    "ld_sectors": [k["ld_sectors_per_request"], k["ld_sectors_ideal"]],
                    "st_sectors": [k["st_sectors_per_request"], k["st_sectors_ideal"]]}
+            if "finish_us" in k:         # the one-launch GEMM + row program's tail, inside modelled_us
+                row["finish_us"] = k["finish_us"]
             if k["entry"] in FAMILY:
                 for kind in ("ld", "st"):
                     r = _ratio(*row[f"{kind}_sectors"])

@@ -159,6 +159,12 @@ class Job:
         prog = RowProgram(em, row_nodes, entry)
         return prog.body(stores), entry, prog.launch(self.syms), prog
 
+    def row_finish(self, row_nodes, stores, bind) -> str:
+        """The row program as the device function row.FINISH_FN(args, lo, hi) (RowProgram.finish)."""
+        em = self.emitter()
+        bind(em)
+        return RowProgram(em, row_nodes).finish(stores)
+
 
 def _elementwise(job: Job):
     kernels = job.side_kernels(job.outputs)

@@ -106,11 +106,12 @@ class GemmChoice:
     csplit: int = 1           # K parts summed through distributed shared memory (the cluster's z)
     cx: int = 1               # CTAs along a row of C in the row tile's cluster
     row_tile: bool = False    # the one-kernel GEMM + row normalisation (norm_render.py)
+    finish: bool = False      # GEMM + row program in one launch: the last CTA of a row group finishes its rows
     us: float = 0.0           # modelled time of the choice's launches (perfmodel), for reports and tests
     cost: float = 0.0         # what routes compare: `us`, raised by LAUNCH_PREFERENCE for a two-launch plan
 
     def key(self) -> tuple:
-        return (self.cfg.name, self.split, self.csplit, self.cx, self.row_tile)
+        return (self.cfg.name, self.split, self.csplit, self.cx, self.row_tile, self.finish)
 
     @property
     def label(self) -> str:
@@ -119,6 +120,8 @@ class GemmChoice:
             parts.append(f"csplit{self.csplit}")
         if not parts:
             parts.append(f"splitk{self.split}")
+        if self.finish:
+            parts.append("finish")
         return f"{self.cfg.name}/" + "-".join(parts)
 
 
@@ -261,21 +264,35 @@ def gemm_routes(M, N, K, batch, dtype, target, syms, allow_splitk=True, menu=Non
                                                              cluster_split=cluster_split))
 
 
+def _rows_time(m, n, arch, out_bytes, ctas, threads) -> float:
+    """Modelled microseconds of a row program over m rows of n fp32 inputs from scratch, writing rows of
+    `out_bytes` elements, spread over `ctas` CTAs of `threads` threads."""
+    nbytes = m * n * (4 + out_bytes)
+    return perfmodel.launch_time(arch, ctas=ctas, threads=threads, smem=0, flops=8.0 * m * n, dram_bytes=nbytes,
+                                 l2_bytes=nbytes, math_="exact").modelled_us
+
+
 def row_kernel_time(m, n, arch, out_bytes=2) -> float:
     """Modelled microseconds of the two-kernel plan's row program (plus_row: one CTA of 256 threads per row,
     reading the fp32 scratch row, writing the output row) plus the launch gap it adds."""
-    rows = max(1, min(m, 65535))
-    nbytes = m * n * (4 + out_bytes)
-    est = perfmodel.launch_time(arch, ctas=rows, threads=256, smem=0, flops=8.0 * m * n, dram_bytes=nbytes,
-                                l2_bytes=nbytes, math_="exact")
-    return est.modelled_us + perfmodel.GAP_STREAM_S * 1e6
+    return _rows_time(m, n, arch, out_bytes, max(1, min(m, 65535)), 256) + perfmodel.GAP_STREAM_S * 1e6
 
 
-def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None):
+def row_finish_time(m, n, arch, cfg, csplit, out_bytes=2) -> float:
+    """Modelled microseconds the one-launch plan's row finish adds after its GEMM (gemm_hooks.cuh
+    plus_finish_rows): the last CTA of each row group (cdiv(m, BM) x csplit groups) runs the row program
+    over its rows with the GEMM's threads, after the group's other CTAs, so the model adds it whole
+    (a serial tail, not overlapped with the GEMM)."""
+    groups = max(1, math.ceil(m / cfg.bm) * csplit)
+    return _rows_time(m, n, arch, out_bytes, groups, cfg.threads)
+
+
+def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None, finish=False):
     """Routes of GEMM + row normalisation (one batch): [(condition rpn, kind, GemmChoice)], kind "tile" (one
-    kernel: the row tile over a cluster of cx x csplit CTAs, sm_90a) or "two" (the GEMM epilogue writes the
-    row input to fp32 scratch, plus_row finishes the rows: two launches). `tile_menus`: [(cx, configs)], one per width, of the
-    row tile (None: no one-kernel route). Each sample of M takes the faster by the model."""
+    kernel: the row tile over a cluster of cx x csplit CTAs, sm_90a), "two" (the GEMM epilogue writes the
+    row input to fp32 scratch, plus_row finishes the rows: two launches) or, with `finish`, "one" (the same
+    GEMM, whose last CTA of each row group finishes those rows: one launch). `tile_menus`: [(cx, configs)],
+    one per width, of the row tile (None: no row tile route). Each sample of M takes the faster by the model."""
     arch = target.arch
     n, k = _static(N), _static(K)
     menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch)
@@ -298,8 +315,12 @@ def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None
                                        scratch_split=False):
                 us = two.us + row_us
                 cost = us * (1 + LAUNCH_PREFERENCE)
-                cands.append((round(cost, 6), 1, _waste(two.cfg, m, n), -two.cfg.bm * two.cfg.bn, two.csplit,
+                cands.append((round(cost, 6), 2, _waste(two.cfg, m, n), -two.cfg.bm * two.cfg.bn, two.csplit,
                               ("two", GemmChoice(two.cfg, 1, two.csplit, 1, us=us, cost=cost))))
+                if finish:
+                    us = two.us + row_finish_time(m, n, arch, two.cfg, two.csplit, elem)
+                    cands.append((round(us, 6), 1, _waste(two.cfg, m, n), -two.cfg.bm * two.cfg.bn, two.csplit,
+                                  ("one", GemmChoice(two.cfg, 1, two.csplit, 1, finish=True, us=us, cost=us))))
         except NoConfig:
             if not cands:
                 raise

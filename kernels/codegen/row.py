@@ -29,6 +29,7 @@ ROW_OPS = set(REDUCE_OPS) | ops.with_role("row")
 _COMBINE = {"sum": ("0.0f", "{a} + {v}", "plus_block_sum"), "max": ("-CUDART_INF_F", "fmaxf({a}, {v})", "plus_block_max"),
             "min": ("CUDART_INF_F", "fminf({a}, {v})", "plus_block_min"), "prod": ("1.0f", "{a} * {v}", "plus_block_prod")}
 THREADS = 256
+FINISH_FN = "plus_row_finish"   # the rows as a device function of the one-launch GEMM + row program
 
 
 def reduced_axes(em: Emitter, node) -> list:
@@ -284,6 +285,32 @@ class RowProgram:
     def body(self, stores: dict) -> str:
         """The kernel; `stores` maps output tensor -> (pointer expr, dtype). Row-shaped outputs are stored
         by every thread over the row; per-row outputs (a reduction's result) once, by thread 0."""
+        inner = self._rows_code(stores)
+        return (f'extern "C" __global__ void {bounds(THREADS)} {self.entry}(const PlusArgs args) {{\n'
+                f"  __shared__ float red[33];\n"
+                f"  const long long rows = {self.em.c(self.rows)};\n"
+                f"  const long long L = {self.em.c(self.length)};\n"
+                f"  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {{\n"
+                f"{inner}\n"
+                f"    __syncthreads();\n"
+                f"  }}\n}}\n")
+
+    def finish(self, stores: dict) -> str:
+        """The same rows as a device function `FINISH_FN(args, lo, hi)` over rows [lo, hi) for the CTA that
+        calls it (any multiple of 32 threads): the one-launch GEMM + row program (gemm_hooks.cuh
+        plus_finish_rows), where the last GEMM CTA to write a group of rows finishes them."""
+        inner = self._rows_code(stores)
+        return (f"PLUS_DEV void {FINISH_FN}(const PlusArgs& args, long long lo, long long hi) {{\n"
+                f"  __shared__ float red[33];\n"
+                f"  const long long rows = {self.em.c(self.rows)};\n"
+                f"  const long long L = {self.em.c(self.length)};\n"
+                f"  for (long long row = lo; row < hi && row < rows; ++row) {{\n"
+                f"{inner}\n"
+                f"    __syncthreads();\n"
+                f"  }}\n}}\n")
+
+    def _rows_code(self, stores: dict) -> str:
+        """The per-row code of body() and finish(): passes, scalars, stores of one row `row`."""
         em = self.em
         row_check.check(self, stores)
         em.reset()
@@ -303,15 +330,7 @@ class RowProgram:
         self._stores(row_shaped)
         em.indent = saved_indent
         em.emit("}")
-        inner = em.take()
-        return (f'extern "C" __global__ void {bounds(THREADS)} {self.entry}(const PlusArgs args) {{\n'
-                f"  __shared__ float red[33];\n"
-                f"  const long long rows = {em.c(self.rows)};\n"
-                f"  const long long L = {em.c(self.length)};\n"
-                f"  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {{\n"
-                f"{inner}\n"
-                f"    __syncthreads();\n"
-                f"  }}\n}}\n")
+        return em.take()
 
     def launch(self, syms):
         rows = syms.rpn(self.rows)

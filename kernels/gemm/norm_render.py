@@ -93,7 +93,7 @@ def tile_variant(job, st, parts, cond, choice, extra) -> tuple:
     return (choice.label, prefix, kernels + extra, cond)
 
 
-def _in_gemm_order(em, fwd, cout, x, N) -> bool:
+def in_gemm_order(em, fwd, cout, x, N) -> bool:
     """x is the GEMM result pushed forward through element-wise ops, Casts and the Reshape family only (no
     Transpose, Slice or Split, no condition), with rows of length N: its element (row, j) in row-major order
     is C[m = row, n = j], so a CTA's C tile holds x's rows m0.., columns n0.."""
@@ -116,7 +116,7 @@ def _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N) 
     """(plus_row_x, plus_row_tile) sources; raises RenderError when the row tile cannot express the
     subgraph (then nothing was emitted into `em` that the caller keeps)."""
     keep = frontier(job, em, cout, row_nodes, dep_c, dep_row)
-    if len(keep) != 1 or not _in_gemm_order(em, fwd, cout, keep[0], N):
+    if len(keep) != 1 or not in_gemm_order(em, fwd, cout, keep[0], N):
         raise RenderError(f"{job.node_name}: the row tile reads one GEMM-side tensor in the GEMM's element order")
     x = keep[0]
     rows = job.emitter()

@@ -12,7 +12,7 @@ from ..codegen.cexpr import attr, lit
 from ..codegen.forward import bind_forward, emit_stores, forward_map
 from . import configs as gemm_configs, nbits
 from .hooks import frontier, gemm_hooks, hook_text
-from .norm_render import tile_parts, tile_variant
+from .norm_render import in_gemm_order, tile_parts, tile_variant
 from ..codegen.pull import RenderError, describe
 from ..codegen.row import ROW_OPS
 
@@ -112,27 +112,47 @@ def render_gemm(job):
     tile = None if st.nb else tile_parts(job, st)
     if symdim.parse(st.nbatch) == 1 and not st.nb:
         plan = routes.gemm_norm_routes(st.M, st.N, st.K, st.dt, job.target, job.syms,
-                                       tile_menus=tile[0] if tile else None)
+                                       tile_menus=tile[0] if tile else None, finish=_finish_applies(job, st))
     else:
         plan = [(cond, "two", c) for cond, c in routes.gemm_routes(st.M, st.N, st.K, st.nbatch, st.dt, job.target,
                                                                     job.syms, allow_splitk=False, menu=menu)]
     two = None
-    if any(kind == "two" for _, kind, _ in plan):
-        two = _two_kernel_parts(job, st if tile is None else _setup(job))
+    if any(kind != "tile" for _, kind, _ in plan):
+        two = _two_kernel_parts(job, st if tile is None else _setup(job),
+                                finish=any(kind == "one" for _, kind, _ in plan))
     out = []
     for cond, kind, choice in plan:
         if kind == "tile":
             out.append(tile_variant(job, st, tile, cond, choice, extra))
+        elif kind == "one":
+            hooks, _, m_fastest, (finish_src, words) = two
+            out.append(_variant(job, st.M, st.N, st.nbatch, st.trans_b, st.K, st.dt, hooks + finish_src, m_fastest,
+                                extra, cond, choice, finish=words))
         else:
-            hooks, row_extra, m_fastest = two
+            hooks, row_extra, m_fastest, _ = two
             out.append(_variant(job, st.M, st.N, st.nbatch, st.trans_b, st.K, st.dt, hooks, m_fastest,
                                 row_extra + extra, cond, choice))
     return out
 
 
-def _two_kernel_parts(job, st) -> tuple:
-    """(hooks, [row kernel], m_fastest) of the two-kernel plan: the GEMM epilogue stores the GEMM-side
-    tensors the row program reads to fp32 scratch (besides any output store of them)."""
+def _finish_applies(job, st) -> bool:
+    """The one-launch plan (route kind "one") can finish the rows of a two-kernel GEMM + row program: one batch,
+    one GEMM-side tensor x feeds the rows, and x is the GEMM result in the GEMM's element order with rows of
+    length N (row r of x is row m = r of C), so the CTAs of one row tile wrote every element of its rows."""
+    if st.nb or symdim.parse(st.nbatch) != 1:
+        return False
+    try:
+        keep = frontier(job, st.em, st.cout, st.row_nodes, st.dep_c, st.dep_row)
+    except RenderError:
+        return False
+    return len(keep) == 1 and in_gemm_order(st.em, st.fwd, st.cout, keep[0], st.N)
+
+
+def _two_kernel_parts(job, st, finish=False) -> tuple:
+    """(hooks, [row kernel], m_fastest, finish) of the two-kernel plan: the GEMM epilogue stores the GEMM-side
+    tensors the row program reads to fp32 scratch (besides any output store of them). With `finish`, also
+    (the row program as row.FINISH_FN reading that scratch, the scratch index of the row groups' arrival
+    words) for the one-launch plan; else None."""
     em, seed, fwd = st.em, st.seed, st.fwd
     to_scratch = {}
     keep = frontier(job, em, st.cout, st.row_nodes, st.dep_c, st.dep_row)
@@ -148,13 +168,24 @@ def _two_kernel_parts(job, st) -> tuple:
             em2.bound[x] = lambda idx, k=k, x=x: (em2.tmp(
                 f"plus_load<float>(args.scratch[{k}], {em2.linear(idx, em2.shape(x))})", "float", "x"), "float")
     src, entry, launch, _ = job.row_kernel(st.row_nodes, {t: job.out_ptr(t) for t in st.row_out}, bind_x)
+    finished = None
+    if finish:
+        def bind_cg(em2):       # the finishing CTA reads what other CTAs stored in this launch: from L2 (.cg)
+            for k, x in enumerate(keep):
+                em2.bound[x] = lambda idx, k=k, x=x: (em2.tmp(
+                    f"__ldcg((const float*)args.scratch[{k}] + ({em2.linear(idx, em2.shape(x))}))", "float", "x"),
+                    "float")
+        words = len(job.plan.scratch)
+        # one 64-bit arrival word per row group: cdiv(M, BM) x split <= M / 8 + 8 groups (BM / split >= 8)
+        job.plan.scratch.append(f"{job.syms.rpn(st.M)},8,+,8,*")
+        finished = (job.row_finish(st.row_nodes, {t: job.out_ptr(t) for t in st.row_out}, bind_cg), words)
     m_fastest = _m_fastest(fwd, {**st.epi, **to_scratch})
     emit_stores(em, fwd, st.epi)     # every subgraph output, including one the row program also reads
     emit_stores(em, fwd, to_scratch)
     hooks = gemm_hooks(em, st.M, st.N, st.K, st.nbatch, st.trans_b, st.ka, st.kb, st.a_off, st.b_off, st.dt)
     if st.nb:
         hooks += nbits.chunk_hook(job, em, st.nb)
-    return hooks, [(src, entry, launch)], m_fastest
+    return hooks, [(src, entry, launch)], m_fastest, finished
 
 
 def _nbits_operands(job, em, seed):
@@ -377,14 +408,17 @@ def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_
 
 
 def _variant(job, M, N, nbatch, trans_b, K, dt, hooks, m_fastest, extra, cond, choice, m_fastest_hook="",
-             gated=False, aligned=None):
-    """(name, prefix, kernels, condition) of one route's GemmChoice (no row tile)."""
+             gated=False, aligned=None, finish=None):
+    """(name, prefix, kernels, condition) of one route's GemmChoice (no row tile). `finish`: the scratch index
+    of the row groups' arrival words of the one-launch GEMM + row program (its `hooks` define row.FINISH_FN)."""
     cfg, splitk, csplit = choice.cfg, choice.split, choice.csplit
     if aligned is None:
         aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     defines = routes.gemm_defines(cfg, splitk, trans_b, aligned, splitk_cluster=csplit)
     if gated:
         defines["PLUS_GATED"] = 1
+    if finish is not None:
+        defines["PLUS_HAS_ROW_FINISH"], defines["PLUS_ROW_FINISH"] = 1, finish
     per_batch = ""
     if splitk == 1 and routes.gemm_header(cfg) == "gemm_sm90a.cuh" and not gated:
         if m_fastest:

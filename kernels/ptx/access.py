@@ -80,7 +80,8 @@ def local_access(M, op, addrs, size, tids, data=None):
     return None
 
 
-def global_read(M, op, addrs, size, tids, nc=False):
+def global_read(M, op, addrs, size, tids, nc=False, cg=False):
+    """`cg`: an ld.global.cg (L2 only), counted apart as global_ld_cg (profile.py: the row finish's reads)."""
     try:
         out = M.gmem.gather(addrs, size)
     except _Oob as e:
@@ -88,7 +89,7 @@ def global_read(M, op, addrs, size, tids, nc=False):
     if M.checks is not None:
         M.checks.global_access(M, op, addrs, size, tids, "nc" if nc else "ld")
     if M.counters is not None:
-        M.counters.global_(M, op, addrs, size, tids, "ld")
+        M.counters.global_(M, op, addrs, size, tids, "ld_cg" if cg else "ld")
     return out
 
 

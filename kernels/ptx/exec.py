@@ -9,6 +9,7 @@ cluster.launch_clusters, which runs each cluster's CTAs interleaved through the 
 """
 from __future__ import annotations
 
+import itertools
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .memory import GlobalMemory
 from .parse import global_bytes, parse
 
 MAX_STEPS = 20_000_000
+_GRID_IDS = itertools.count(1)     # %gridid of each launch in this process (a context's launch number)
 
 
 @dataclass
@@ -113,6 +115,7 @@ class Kernel:
         """`cluster`: a launch-time cluster shape (cuLaunchKernelEx's attribute), for kernels compiled
         without .reqnctapercluster; None runs the compile-time shape (or none)."""
         t0 = time.perf_counter()
+        self._gridid = next(_GRID_IDS)      # %gridid: every CTA of this launch reads the same, no two launches do
         grid = tuple(int(x) for x in (tuple(grid) + (1, 1, 1))[:3])
         block = tuple(int(x) for x in (tuple(block) + (1, 1, 1))[:3])
         if min(grid) < 1 or min(block) < 1:
@@ -193,6 +196,7 @@ class Kernel:
         M.wg = WgmmaState(-(-T // 128))
         for nm, v in (("%nctaid.x", grid[0]), ("%nctaid.y", grid[1]), ("%nctaid.z", grid[2])):
             M.sregs[nm][:] = v
+        M.sregs["%gridid"][:] = self._gridid
         return dyn_base + int(shared_bytes) if self._dyn_names else self.static_shared_bytes
 
     def _result(self, M, grid, block, ctas, t0) -> LaunchResult:

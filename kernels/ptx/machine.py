@@ -35,7 +35,8 @@ class Machine:
                       "%laneid": t % 32, "%warpid": t // 32,
                       "%ctaid.x": np.zeros(1, np.uint32), "%ctaid.y": np.zeros(1, np.uint32),
                       "%ctaid.z": np.zeros(1, np.uint32), "%nctaid.x": np.zeros(1, np.uint32),
-                      "%nctaid.y": np.zeros(1, np.uint32), "%nctaid.z": np.zeros(1, np.uint32)}
+                      "%nctaid.y": np.zeros(1, np.uint32), "%nctaid.z": np.zeros(1, np.uint32),
+                      "%gridid": np.zeros(1, np.uint64)}      # set per launch (exec.py Kernel.launch)
         for nm in CLUSTER_SREGS:                # set per CTA by the cluster scheduler (cluster.py)
             self.sregs[nm] = np.zeros(1, np.uint32)
         self.cluster = None                     # the ClusterState of a cluster launch

@@ -143,18 +143,72 @@ def generic_split(addrs):
 _ATOM_T = {"u32": np.uint32, "s32": np.int32, "f32": np.float32}
 
 
+_GLOBAL_ATOM_T = {"u32": np.uint32, "s32": np.int32, "u64": np.uint64, "b32": np.uint32, "b64": np.uint64,
+                  "f32": np.float32}
+
+
+def _global_atom(stmt, mo, red):
+    """atom/red{.sem}{.scope}.global.{add,cas,exch}: one thread at a time in thread order (the CTAs of a launch
+    run one after another), each a read and a write of global memory as the counters and checks see them."""
+    kind = mo.take("add", "cas", "exch")
+    ty = mo.type(tuple(_GLOBAL_ATOM_T))
+    mo.done()
+    ops = stmt.operands
+    n_src = 2 if kind == "cas" else 1
+    if kind is None or (kind != "add" and ty == "f32") or (red and kind != "add") or \
+            len(ops) != (1 if red else 2) + n_src or ops[0 if red else 1][0] != "mem":
+        raise unsupported(stmt, "global atomics: atom.global.{add,cas,exch}, red.global.add")
+    dt = np.dtype(_GLOBAL_ATOM_T[ty])
+    mem_op = ops[0 if red else 1]
+    srcs = ops[-n_src:]
+
+    def factory(M):
+        ag = addr_getter(M, mem_op)
+        gets = [M.rd(x, ty) for x in srcs]
+        put = None if red else M.wr(ops[0], ty)
+        T = M.T
+
+        def run(m):
+            tids = A.active(m, T)
+            a = np.broadcast_to(ag(), (T,))[tids].astype(np.uint64)
+            vals = [np.broadcast_to(g(), (T,))[tids].astype(dt) for g in gets]
+            old = np.zeros(len(tids), dt)
+            with np.errstate(over="ignore"):
+                for k in range(len(tids)):
+                    at, who = a[k:k + 1], tids[k:k + 1]
+                    cur = A.global_read(M, op, at, dt.itemsize, who).view(dt)[0, 0]
+                    if kind == "add":
+                        new = cur + vals[0][k]
+                    elif kind == "cas":
+                        new = vals[1][k] if cur == vals[0][k] else cur
+                    else:
+                        new = vals[0][k]
+                    A.global_write(M, op, at, np.array([new], dt).view(np.uint8).reshape(1, -1), who)
+                    old[k] = cur
+            if put is not None:
+                full = np.zeros(T, dt)
+                full[tids] = old
+                put(full, m)
+        return run
+    op = Op(stmt.line, stmt.opcode, "op", "st.global", factory)
+    return op
+
+
 @handler("atom", "red")
 def _atom(stmt):
     """atom/red{.sem}{.scope}.{shared,shared::cta,shared::cluster}.add.{u32,s32,f32}: applied in thread order
-    (lowest thread first), so results are deterministic; atomics are exempt from the race checkers."""
+    (lowest thread first), so results are deterministic; atomics are exempt from the race checkers. Global
+    memory: _global_atom."""
     mo = Mods(stmt)
     mo.take("relaxed", "acquire", "release", "acq_rel")
     mo.take("cta", "cluster", "gpu", "sys")
+    red = stmt.opcode.startswith("red")
+    if mo.flag("global"):
+        return _global_atom(stmt, mo, red)
     space = mo.take("shared", "shared::cta", "shared::cluster")
     add = mo.flag("add")
     ty = mo.type(tuple(_ATOM_T))
     mo.done()
-    red = stmt.opcode.startswith("red")
     ops = stmt.operands
     if space is None or not add or len(ops) != (2 if red else 3) or ops[-2][0] != "mem":
         raise unsupported(stmt, "only atom/red.add on shared / shared::cluster memory")

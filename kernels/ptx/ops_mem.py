@@ -57,6 +57,7 @@ def _ld(stmt):
     mo = Mods(stmt)
     sp = _space(mo, stmt)
     nc = mo.flag("nc")
+    cg = "cg" in mo.parts and sp == "global"
     for c in _CACHE:
         mo.take(c)
     n = _vec(mo)
@@ -87,7 +88,7 @@ def _ld(stmt):
             tids = A.active(m, T)
             a = np.broadcast_to(ag(), (T,))[tids]
             if sp == "global":
-                raw = A.global_read(M, op, a, esize * n, tids, nc=nc)
+                raw = A.global_read(M, op, a, esize * n, tids, nc=nc, cg=cg)
             elif sp == "shared":
                 raw = A.shared_read(M, op, a, esize * n, tids)
             elif sp == "param":

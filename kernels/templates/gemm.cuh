@@ -773,6 +773,12 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS) plus_gemm(const PlusA
   blk.kend = K;
 #endif
   plusg::gemm_block(args, blk, plus_gemm_smem);
+#ifdef PLUS_HAS_ROW_FINISH
+  static_assert(PLUS_SPLITK == 1 && !PLUS_GATED, "gemm.cuh: the row finish needs whole sums of one product");
+  // one launch of GEMM + row program: the last of the gridDim.x column tiles of rows [m0, m0 + BM) finishes
+  // them (gemm_hooks.cuh)
+  plus_finish_rows(args, blockIdx.y, gridDim.x, blk.m0, min((long long)blk.M, (long long)blk.m0 + PLUS_BM));
+#endif
 }
 
 #if PLUS_SPLITK > 1

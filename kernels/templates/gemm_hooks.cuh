@@ -89,3 +89,47 @@ PLUS_DEV void plus_epilogue_gated(const PlusArgs& args, long long b, long long m
 }
 #endif
 #endif
+
+// ---- GEMM + row program in one launch (PLUS_HAS_ROW_FINISH; kernels/gemm/render.py, route kind "one") ----
+// The epilogue stores the row program's fp32 input to scratch, as in the two-kernel plan; then the CTAs that
+// together wrote rows [lo, hi) of it (`arrivals` of them: one per column tile) count themselves on the group's
+// 64-bit word in scratch[PLUS_ROW_FINISH], and the last to arrive runs the generated
+// plus_row_finish(args, lo, hi) over those rows instead of a second kernel. The word holds
+// (tag << 16) | count, the tag being this launch's grid id (never 0): a word left by another launch, or any
+// value the scratch held before, counts as 0, and the last arrival resets it to 0 for the next launch, so
+// the scratch needs no clearing and concurrent launches (each with its own scratch) never meet.
+#ifdef PLUS_HAS_ROW_FINISH
+#ifdef PLUS_HAS_GROUP_N
+#error "gemm_hooks.cuh: a ragged group's CTAs past a member's N never arrive (PLUS_HAS_ROW_FINISH)"
+#endif
+PLUS_DEV bool plus_last_arrival(unsigned long long* word, unsigned arrivals) {
+  unsigned long long id;
+  asm volatile("mov.u64 %0, %%gridid;" : "=l"(id));
+  const unsigned long long tag = id % 0xFFFFFFFFFFFEull + 1ull;   // 1 .. 2^48 - 2: never 0 (reset) nor all ones
+  unsigned long long cur = 0ull;
+  for (;;) {
+    const unsigned long long next = ((cur >> 16) == tag ? cur : tag << 16) + 1ull;
+    const unsigned long long seen = atomicCAS(word, cur, next);
+    if (seen == cur) {
+      cur = next;
+      break;
+    }
+    cur = seen;
+  }
+  if ((cur & 0xFFFFull) != arrivals) return false;
+  *word = 0ull;               // every arrival of this launch has counted: ready for the next launch
+  return true;
+}
+
+PLUS_DEV void plus_finish_rows(const PlusArgs& args, long long group, unsigned arrivals, long long lo, long long hi) {
+  __shared__ int plus_last;
+  __threadfence();            // this thread's scratch stores are visible device-wide before the CTA counts itself
+  __syncthreads();
+  if (threadIdx.x == 0)
+    plus_last = plus_last_arrival((unsigned long long*)args.scratch[PLUS_ROW_FINISH] + group, arrivals);
+  __syncthreads();
+  if (!plus_last) return;
+  __threadfence();            // the other CTAs published their stores before counting; read them after ours
+  plus_row_finish(args, lo, hi);
+}
+#endif

@@ -137,6 +137,12 @@ static_assert(PLUS_CLUSTER_X >= 1 && PLUS_CLUSTER_X * PLUS_SPLITK_CLUSTER <= 8,
 #else
 #define PLUS_WG_CLUSTER_X 1
 #endif
+#ifdef PLUS_HAS_ROW_FINISH
+static_assert(PLUS_SPLITK == 1 && !PLUS_GATED, "gemm_sm90a: the row finish needs whole sums of one product");
+#ifdef PLUS_HAS_ROW_TILE
+#error "gemm_sm90a.cuh: PLUS_HAS_ROW_FINISH and PLUS_HAS_ROW_TILE are two plans for the same rows"
+#endif
+#endif
 #if PLUS_SPLITK_CLUSTER > 1
 static_assert(PLUS_SPLITK == 1, "gemm_sm90a: split-K through scratch (PLUS_SPLITK) or in the cluster, not both");
 static_assert(PLUS_SPLITK_CLUSTER == 2 || PLUS_SPLITK_CLUSTER == 4 || PLUS_SPLITK_CLUSTER == 8,
@@ -681,6 +687,11 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
   }
 #if PLUS_SPLITK_CLUSTER > 1
   plus_cluster_wait();     // no rank still reads this CTA's tile
+#endif
+#ifdef PLUS_HAS_ROW_FINISH
+  // one launch of GEMM + row program: this CTA wrote rows [m0 + r_lo, + RS) of the row input for its columns;
+  // the last of the gridDim.x column tiles to do so finishes those rows (gemm_hooks.cuh)
+  plus_finish_rows(args, (long long)blockIdx.y * NSPLIT + split, gridDim.x, m0 + r_lo, min(M, m0 + r_lo + RS));
 #endif
 #endif  // PLUS_HAS_ROW_TILE
 }

@@ -18,6 +18,9 @@ total CTAs / CTAs run):
   ctas, waves        CTAs launched, and waves of them on the part's SMs (occupancy, clusters per GPC)
   modelled_us        the wave-aware model's time (kernels/perfmodel.py), never below the roofline floor
                      scaled to the SMs the CTAs occupy (an SM draws at most about twice its fair share)
+  finish_us          (a GEMM + row program in one launch) the tail after the GEMM: the last CTA of each row
+                     group reads the row input through L2 (ld.global.cg) and finishes the rows; included
+                     in modelled_us
   per_kernel         the same per launch: grid, block, cluster, registers, shared memory, L2 bytes, ...
 and the report's model_totals: launches, kernel time, launch gaps on a stream and from a CUDA graph
 (apart), the model's constants and their sources. Every time here is MODELLED.
@@ -69,17 +72,27 @@ def kernel_profile(c: dict, arch: str, math_: str) -> dict:
     # model does the same, kernels/routes.py gemm_time)
     l2 = (sum(c.get(k, {}).get("sectors", 0) for k in ("global_ld", "global_st")) * 32
           + sum(d.get("bytes", 0) for k, d in c.items() if k.startswith("dsmem") and isinstance(d, dict))) * s
+    # a GEMM + row program in one launch (gemm_hooks.cuh plus_finish_rows): the last CTA of each row group
+    # (gridDim.y x gridDim.z of them) reads the row input through L2 (ld.global.cg, counted apart) after the
+    # group's other CTAs are done: modelled as a tail after the launch, those CTAs moving those bytes
+    finish = c.get("global_ld_cg", {}).get("sectors", 0) * 32 * s
     ld, ld_ideal, _ = _sum_mem([c], "global_ld", "sectors")
     st, st_ideal, _ = _sum_mem([c], "global_st", "sectors")
     est = perfmodel.launch_time(arch, ctas=_prod(grid), threads=_prod(block), smem=smem, flops=flops,
                                 dram_bytes=dram, l2_bytes=l2, math_=math_, registers=int(res.get("registers", 0)),
                                 cluster=cluster)
+    out = est.as_dict()
+    if finish:
+        tail = perfmodel.launch_time(arch, ctas=grid[1] * grid[2], threads=_prod(block), smem=0, flops=0,
+                                     dram_bytes=0, l2_bytes=finish, math_="exact").modelled_us
+        out["finish_us"] = round(tail, 3)
+        out["modelled_us"] = round(est.modelled_us + tail, 3)
     return {"entry": c.get("entry", ""), "grid": grid, "block": block, "cluster": cluster,
             "registers": int(res.get("registers", 0)), "smem": smem,
             "flops": int(flops), "dram_bytes": int(dram), "l2_bytes": int(l2),
             "ld_sectors_per_request": round(ld, 2), "ld_sectors_ideal": round(ld_ideal, 2),
             "st_sectors_per_request": round(st, 2), "st_sectors_ideal": round(st_ideal, 2),
-            **est.as_dict()}
+            **out}
 
 
 def node_profile(row: dict, arch: str | None = None) -> dict:

@@ -111,3 +111,38 @@ def test_two_launches_must_win_by_the_launch_preference():
         if rt[1] == "two":
             assert rt[2].cost == pytest.approx(rt[2].us * (1 + routes.LAUNCH_PREFERENCE))
     assert kinds == {128: "two", 1024: "tile"}
+
+
+def test_row_finish_takes_batch_one_in_one_launch():
+    """BERT-base FFN2 + LayerNorm at batch 1 x 128 tokens: with the one-launch plan offered (the last CTA of each
+    row group finishes its rows), it beats both the two-kernel plan (same GEMM, no second launch, a shorter
+    tail) and the cluster row tile (16 CTAs); its modelled time is the GEMM's plus the finish tail. At
+    batch 8 the cluster row tile keeps the route."""
+    menus = [(-(-768 // bn), sm90a.cluster_menu(bn)) for bn in sm90a.CLUSTER_WIDTHS if -(-768 // bn) <= 8]
+    t = Target("sm_90a")
+    (rt,) = routes.gemm_norm_routes(128, 768, 3072, TensorProto.FLOAT16, t, symdim.Symbols(), tile_menus=menus,
+                                    finish=True)
+    _, kind, c = rt
+    assert kind == "one" and c.finish and c.label.endswith("-finish") and c.cost == c.us
+    gemm = routes.gemm_time(c.cfg, 128, 768, 3072, 1, "sm_90a", csplit=c.csplit, out_bytes=4)
+    tail = routes.row_finish_time(128, 768, "sm_90a", c.cfg, c.csplit)
+    assert tail > 0 and c.us == pytest.approx(gemm + tail)
+    assert c.us < routes.row_kernel_time(128, 768, "sm_90a") + gemm       # the two-kernel plan's time
+    (big,) = routes.gemm_norm_routes(1024, 768, 3072, TensorProto.FLOAT16, t, symdim.Symbols(), tile_menus=menus,
+                                     finish=True)
+    assert big[1] == "tile"
+
+
+def test_profile_adds_the_finish_tail():
+    """plus-ep profile: a launch whose CTAs read through ld.global.cg (the row finish) gets a tail of those
+    bytes over gridDim.y x gridDim.z CTAs added to its modelled time; without such reads nothing changes."""
+    from plus_ep.verification.profile import kernel_profile
+    c = {"grid": [6, 2, 8], "block": [128, 1, 1], "ctas_run": 96, "flops": 2 * 128 * 768 * 3072,
+         "unique_dram_bytes": 5_900_000, "global_ld": {"requests": 1000, "sectors": 400_000},
+         "global_st": {"requests": 100, "sectors": 12_000},
+         "resources": {"smem_dynamic": 99328, "registers": 128, "cluster": [1, 1, 8]}}
+    plain = kernel_profile(c, "sm_90a", "fp16")
+    assert "finish_us" not in plain
+    done = kernel_profile({**c, "global_ld_cg": {"requests": 100, "sectors": 36_864}}, "sm_90a", "fp16")
+    assert done["finish_us"] > 0
+    assert done["modelled_us"] == pytest.approx(plain["modelled_us"] + done["finish_us"], abs=2e-3)

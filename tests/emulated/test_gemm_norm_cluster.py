@@ -110,16 +110,18 @@ def test_gemm_on_flattened_rows_with_reshaped_output():
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_gemm_softmax_user_pattern(arch, tmp_path):
     """The README's gemm_softmax pattern (template gemm_rownorm): a max and a sum pass, cluster-wide on
-    sm_90a, where the logits are the GEMM output itself; the two-kernel plan on sm_80 reads them from
-    scratch (before: the row program's input was dropped from the scratch tensors and rendering failed).
-    sm_90a rounds the logits to f16 as the graph holds them; the scratch keeps them in fp32."""
+    sm_90a, where the logits are the GEMM output itself; on sm_80 the GEMM stores them to scratch and the last
+    CTA of each row tile finishes its rows in the same launch (before: the row program's input was dropped
+    from the scratch tensors and rendering failed). sm_90a rounds the logits to f16 as the graph holds them;
+    the scratch keeps them in fp32."""
     (tmp_path / "gemm_softmax.py").write_text(SOFTMAX_PATTERN)
     model, vals = softmax_model(37, 300, 64)
     rd, ins, _ = render_subgraph(model, arch=arch, warehouse=load_warehouse(tmp_path, plugins=False),
                                  patterns=("gemm_softmax",))
     got, results = run_route(rd, 0, [device_array(vals[i], F16) for i in ins], [np.zeros((37, 300), np.float16)],
                              arch=arch)
-    assert len(results) == (1 if arch == "sm_90a" else 2) and all(r.findings == [] for r in results)
+    assert len(results) == 1 and all(r.findings == [] for r in results)
+    assert ("PLUS_HAS_ROW_FINISH" in rd.variants[0].source) == (arch == "sm_80")
     logits = vals["X"].astype(np.float64) @ vals["W"].astype(np.float64)
     if arch == "sm_90a":
         logits = logits.astype(np.float16).astype(np.float64)

@@ -2,7 +2,7 @@
 // node:    gemm_layernorm
 // pattern: gemm_layernorm (template gemm_rownorm)
 // route:   0 of 3, taken when `s0,s1,*,2048,<=` is the first non-zero condition
-// variant: simt_32x64x16_w16x32/splitk1
+// variant: simt_32x64x16_w16x32/splitk1-finish
 // symbols: batch = args.v[0], seq = args.v[1]
 // +Graph:
 //   loop0 [batch*seq, para, (add, sqrt)] {x0,x1,x2,x3,x13,x4,x5}:{x18}
@@ -21,6 +21,8 @@
 #define PLUS_SPLITK 1
 #define PLUS_B_TRANS 0
 #define PLUS_ALIGNED 1
+#define PLUS_HAS_ROW_FINISH 1
+#define PLUS_ROW_FINISH 1
 typedef float plus_ab_t;
 #define PLUS_HAS_GEMM_SHAPE 1
 PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
@@ -49,32 +51,29 @@ PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long
   const float t4 = (t2 + x3);
   plus_store<float>(args.scratch[0], (m) * 64LL + n, t4);
 }
-#include "gemm.cuh"
-
-
-extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
+PLUS_DEV void plus_row_finish(const PlusArgs& args, long long lo, long long hi) {
   const long long batch = args.v[0];
   const long long seq = args.v[1];
   __shared__ float red[33];
   const long long rows = (batch * seq);
   const long long L = 64LL;
-  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+  for (long long row = lo; row < hi && row < rows; ++row) {
     float r0s_acc = 0.0f;
     for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      const float x1 = plus_load<float>(args.scratch[0], (row) * 64LL + j);
+      const float x1 = __ldcg((const float*)args.scratch[0] + ((row) * 64LL + j));
       r0s_acc = r0s_acc + x1;
     }
     const float r0s = plus_block_sum(r0s_acc, red);
     const float mean0 = r0s / (float)L;
     float r0q_acc = 0.0f;
     for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      const float x2 = plus_load<float>(args.scratch[0], (row) * 64LL + j);
+      const float x2 = __ldcg((const float*)args.scratch[0] + ((row) * 64LL + j));
       r0q_acc = r0q_acc + (x2 - mean0) * (x2 - mean0);
     }
     const float r0q = plus_block_sum(r0q_acc, red);
     const float rstd0 = rsqrtf(r0q / (float)L + 9.999999960041972e-13f);
     for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      const float x3 = plus_load<float>(args.scratch[0], (row) * 64LL + j);
+      const float x3 = __ldcg((const float*)args.scratch[0] + ((row) * 64LL + j));
       const float x4 = plus_load<float>(args.in[4], j);
       const float x5 = plus_load<float>(args.in[5], j);
       const float t6 = (((x3 - mean0) * rstd0) * x4) + x5;
@@ -83,3 +82,5 @@ extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
     __syncthreads();
   }
 }
+#include "gemm.cuh"
+

@@ -165,9 +165,9 @@ def host_value(raw, dt):
     return raw.astype(np.float32)
 
 
-def run_route(rd, route: int, inputs: list, outputs: list, arch="sm_90a", ptx_edit=None):
+def run_route(rd, route: int, inputs: list, outputs: list, arch="sm_90a", ptx_edit=None, **launch):
     """Launch every kernel of route `route` of a static-shape render on the CPU PTX interpreter (checkers
     on, poisoned outputs); returns (outputs like the `outputs` arrays, [LaunchResult]). `ptx_edit(text) ->
     text` mutates the PTX before it is parsed (mutation tests)."""
     from tests.support.run_rendered import launch_route
-    return launch_route(rd, inputs, outputs, arch, "gemm_norm", route=route, ptx_edit=ptx_edit)
+    return launch_route(rd, inputs, outputs, arch, "gemm_norm", route=route, ptx_edit=ptx_edit, **launch)

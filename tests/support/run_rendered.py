@@ -22,19 +22,34 @@ def static_value(rpn: str) -> int:
 
 
 def launch_route(rd, inputs: list, outputs: list, arch: str = "sm_80", name: str = "fused", route: int = 0,
-                 ptx_edit=None, checks: bool = True):
+                 ptx_edit=None, checks: bool = True, cta_order: str = "linear", seed: int = 0, repeat: int = 1):
     """Launch every kernel of route `route` of `rd` with `inputs` (arrays in the subgraph's input order);
     returns (outputs shaped and typed like the `outputs` templates, [LaunchResult]). Output and scratch
     buffers start poisoned (tests/support/poison.py) and a float output element no launch wrote fails
-    here. `ptx_edit(text) -> text` mutates the PTX before it is parsed (mutation tests)."""
-    from plus_ep.kernels.ptx import Module
-    from plus_ep.kernels.ptx.build import compile_ptx
-    from tests.support.ptx_harness import Device, module, plus_args
+    here. `ptx_edit(text) -> text` mutates the PTX before it is parsed (mutation tests). `cta_order`
+    "random" runs the CTAs (clusters) in a random order drawn from `seed`; `repeat` runs the route that many
+    times on the same buffers (outputs poisoned again, scratch left as the previous run left it) and returns the
+    last run's outputs and results."""
+    from tests.support.poison import POISON_BYTE
+    from tests.support.ptx_harness import Device
     assert not rd.plan.syms, "static shapes only"
     dev = Device()
     ins = [dev.upload(np.asarray(a)) for a in inputs]
     outs = [dev.output(o) for o in outputs]
     scratch = [dev.alloc(static_value(e), "scratch") for e in rd.plan.scratch]
+    for k in range(repeat):
+        if k:          # outputs poisoned again: what the last run did not write fails
+            for p in outs:
+                dev.array(p)[:] = POISON_BYTE
+        results = _launches(rd, route, name, arch, ptx_edit, dev, ins, outs, scratch, checks, cta_order, seed)
+    got = [dev.download_written(p, np.asarray(o), f"{name} output {k}") for k, (p, o) in enumerate(zip(outs, outputs))]
+    return got, results
+
+
+def _launches(rd, route, name, arch, ptx_edit, dev, ins, outs, scratch, checks, cta_order, seed) -> list:
+    from plus_ep.kernels.ptx import Module
+    from plus_ep.kernels.ptx.build import compile_ptx
+    from tests.support.ptx_harness import module, plus_args
     results = []
     for launch in rd.plan.routes[route].launches:
         source = rd.variants[launch.image].source
@@ -45,9 +60,8 @@ def launch_route(rd, inputs: list, outputs: list, arch: str = "sm_80", name: str
         results.append(mod.kernel(launch.entry).launch(
             grid=tuple(static_value(g) for g in launch.grid), block=tuple(static_value(b) for b in launch.block),
             shared_bytes=static_value(launch.smem), params=plus_args(ins=ins, outs=outs, scratch=scratch),
-            memory=dev.mem, checks=checks))
-    got = [dev.download_written(p, np.asarray(o), f"{name} output {k}") for k, (p, o) in enumerate(zip(outs, outputs))]
-    return got, results
+            memory=dev.mem, checks=checks, cta_order=cta_order, seed=seed))
+    return results
 
 
 def run_rendered(rd, inputs: list, outputs: list, arch: str = "sm_80", name: str = "fused") -> list:

@@ -31,6 +31,12 @@ inner products", Higham & Mary 2019, for the reductions):
 * data movement (Reshape, Transpose, Gather, Slice, Concat, Where ...) moves bounds with the data;
 * every op's result is rounded to its storage type: + u(type) |v|.
 
+This module is the one owner of these formulas and of the unit roundoffs (`unit`, U32, U_TF32): the test
+suite's node-level checks (LayerNorm/RMSNorm rows, tests/support/gemm_norm_cases.py and
+tests/emulated/test_row_kernels_conditioning.py) take their bounds from `layernorm` here, without MARGIN;
+tests/support/bounds.py keeps only what verify does not need (whole-model bounds measured against ONNX
+Runtime CPU, the poison-aware assertion).
+
 A body op outside these rules raises Unsupported; verify then falls back to the flat tolerance of the
 math mode (plus_ep/verification/tolerances.py) and says so. The model here assumes kernels accumulate in fp32 and do
 fp32 arithmetic on f16/bf16 data, as PlusEP's templates do.
@@ -43,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["Bounded", "Evaluation", "Unsupported", "compare", "evaluate", "layernorm", "matmul",
-           "softmax", "unit", "LAMBDA", "MATHS"]
+           "softmax", "unit", "C_TRANSCENDENTAL", "LAMBDA", "MATHS", "U32", "U_TF32"]
 
 MATHS = ("exact", "tf32", "fp16", "bf16")
 U32 = 2.0 ** -24

@@ -18,11 +18,11 @@ from onnx import TensorProto, helper, numpy_helper
 from plus_ep.kernels.render import render
 from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
-from tests.support.bounds import norm_bound
+from plus_ep.verification.bounds import U32, Bounded, layernorm
 from tests.support.run_rendered import run_rendered
 
 F32 = TensorProto.FLOAT
-U = 2.0 ** -24
+U = U32
 
 
 def _one_subgraph(model, pattern_names, fp32_math="exact"):
@@ -84,7 +84,8 @@ def test_norm_of_low_variance_rows(rms):
     x64 = x.astype(np.float64)
     c = x64 if rms else x64 - x64.mean(-1, keepdims=True)
     ref = c / np.sqrt((c * c).mean(-1, keepdims=True) + eps) * g + (0.0 if rms else b)
-    bound = norm_bound(x64, ref, g, rms, eps, out_unit=U)
+    # verify's LayerNorm/RMSNorm rule (plus_ep/verification/bounds.py), without its MARGIN
+    bound = layernorm(Bounded.exact(x), Bounded.exact(g), None if rms else Bounded.exact(b), -1, eps, rms)[0].e
     _check(got, ref, bound, op)
 
 

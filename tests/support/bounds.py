@@ -15,12 +15,13 @@ Measured on the demo BERT and zoo exports through correct kernels, |kernel - ref
 about 3.5x (spread + u |ref|) per element (kernels/ptx interpreter, this repository's tests); the bound
 takes 10x. A planted bug of 1e-3 of the output scale is far outside it where the math is exact.
 
-Node-level kernels have analytic bounds instead: `norm_bound` (LayerNorm / RMSNorm rows, from the row's
-statistics) here; the template tests keep theirs beside their cases (GEMM: output rounding plus
-(K + 4) 2^-24 sum|a||b|, tests/support/ptx_gemm_cases.py; attention: tests/support/ptx_attention_cases.py).
-
-`element_bound` and `norm_bound` are single calls so that the bounds module of `plus-ep verify` (issue 21)
-can replace them when it lands on main; nothing else needs to change.
+This module is the test-only layer over verify's bounds (plus_ep/verification/bounds.py, the one owner
+of the bound formulas and unit roundoffs): whole-model bounds measured against ONNX Runtime CPU, the
+poison-aware assertion and the float32 reference of a float16 model, none of which `plus-ep verify` needs.
+Node-level kernels take analytic bounds from verify's module (LayerNorm / RMSNorm rows:
+`plus_ep.verification.bounds.layernorm`, tests/support/gemm_norm_cases.py); the template tests keep their
+worst-case GEMM and attention bounds beside their cases (tests/support/ptx_gemm_cases.py,
+tests/support/ptx_attention_cases.py), on verify's unit roundoffs.
 """
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from plus_ep.verification.bounds import C_TRANSCENDENTAL, U32, U_TF32, unit
 from tests.support.poison import unwritten
 
 # unit roundoff of the math a model's kernels run (fp32 "exact" kernels differ from ORT by summation
 # order and erf/exp/rsqrt last bits: a few fp32 ulps)
-UNIT = {"exact": 2.0 ** -21, "tf32": 2.0 ** -11, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+UNIT = {"exact": C_TRANSCENDENTAL * U32, "tf32": U_TF32, "fp16": unit("float16"), "bf16": unit("bfloat16")}
 FACTOR = 10.0
 
 
@@ -84,24 +86,6 @@ def element_bound(ref: np.ndarray, spread: np.ndarray, math: str) -> np.ndarray:
     fin = np.isfinite(r)
     rms = float(np.sqrt(np.mean(r[fin] ** 2))) if fin.any() else 0.0
     return FACTOR * (np.asarray(spread, np.float64) + u * np.where(fin, r, 0.0)) + u * rms
-
-
-def norm_bound(s: np.ndarray, y: np.ndarray, g: np.ndarray, rms: bool, eps: float, out_unit: float,
-               in_unit: float = 0.0) -> np.ndarray:
-    """Per-element bound on a fp32 LayerNorm / RMSNorm kernel's output over the last axis of `s` (the values
-    the graph normalises), `y` the exact result, `g` the scale: the output's rounding (1.01 out_unit |y|)
-    plus the row statistics carried through r = 1 / sqrt(mean(c^2) + eps), c = s - mean (or s): fp32 sums of
-    N terms ((N + 8) 2^-24 of the row's largest |s|), values that may differ from `s` by in_unit |s| (a fused
-    kernel normalising the fp32 sum the graph rounds), rsqrt.approx 2^-22:
-    |g| r ((2 in_unit + (N + 8) 2^-24) max|s| (1 + |c| r) + 2^-22 |c|). On a low-variance row r is large: the
-    bound widens with the row's conditioning, exactly where an epsilon or a mean slip shows most."""
-    s = np.asarray(s, np.float64)
-    c = s if rms else s - s.mean(-1, keepdims=True)
-    r = 1.0 / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
-    big = np.abs(s).max(-1, keepdims=True)
-    n = s.shape[-1]
-    stats = np.abs(g) * r * ((2 * in_unit + (n + 8) * 2.0 ** -24) * big * (1 + np.abs(c) * r) + 2.0 ** -22 * np.abs(c))
-    return 1.01 * out_unit * np.abs(y) + stats + 1e-30
 
 
 def assert_within(got: np.ndarray, ref: np.ndarray, bound: np.ndarray, what: str) -> float:

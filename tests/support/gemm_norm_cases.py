@@ -102,20 +102,22 @@ def reference(values, dt, rms=False, bias=True, eps=1e-5):
     return s, y
 
 
-UNIT_OF = {TensorProto.FLOAT16: 2.0 ** -11, TensorProto.BFLOAT16: 2.0 ** -8, TensorProto.FLOAT: 2.0 ** -24}
-
-
 def reference_bound(values, dt, rms=False, bias=True, eps=1e-5):
-    """(S, Y, bound on |Y_kernel - Y| per element): tests/support/bounds.norm_bound with Y rounded to dt and
-    S possibly normalised before its rounding to dt (the fused kernel normalises the fp32 sum it stores)."""
-    from tests.support.bounds import norm_bound
+    """(S, Y, bound on |Y_kernel - Y| per element): Y in float64 from S rounded to dt, as the graph holds
+    it; the bound is verify's LayerNorm/RMSNorm rule (plus_ep.verification.bounds.layernorm, without its
+    MARGIN) on S known within one rounding to dt (the fused kernel normalises the fp32 sum it stores),
+    with Y rounded to dt."""
+    from plus_ep.verification.bounds import Bounded, layernorm, unit
     v = {k: np.asarray(a, np.float64) for k, a in values.items()}
     w = v["W"] if "W" in v else v["Wt"].T
     s = v["X"] @ w + (v["B"] if bias else 0.0) + v["R"]
     s = _round(s, dt).astype(np.float64)
     c = s if rms else s - s.mean(-1, keepdims=True)
     y = c / np.sqrt((c * c).mean(-1, keepdims=True) + eps) * v["g"] + (0.0 if rms else v["bb"])
-    return s, y, norm_bound(s, y, v["g"], rms, eps, UNIT_OF[dt], UNIT_OF[dt])
+    x = Bounded.exact(s, dt)
+    x = Bounded(x.v, unit(dt) * np.abs(s), x.dtype)
+    bounded, _, _ = layernorm(x, Bounded.exact(v["g"]), None if rms else Bounded.exact(v["bb"]), -1, eps, rms)
+    return s, y, bounded.e
 
 
 SOFTMAX_PATTERN = '''from plus_ep.warehouse import pattern

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from plus_ep.kernels.attention import configs as ac
+from plus_ep.verification.bounds import U_TF32
 from tests.support import ptx_harness as H
 from tests.support.ptx_sources import KEY_BIAS_HOOKS, _attn_hooks
 
 DTYPES = {2: ("half", "__nv_bfloat16"), 1: ("float",), 0: ("float",)}
 LOGIT_STD = 2.5            # scores q.k of standard deviation 2.5: a peaky softmax, as in trained models
-TF32_UNIT = 2.0 ** -11     # cvt.rna.tf32.f32: 10 stored mantissa bits, round to nearest
+TF32_UNIT = U_TF32         # cvt.rna.tf32.f32: 10 stored mantissa bits, round to nearest
 
 
 def reference(q, k, v, causal, mask=None, scale=1.0):

@@ -11,6 +11,7 @@ import numpy as np
 from plus_ep.kernels.build.nvrtc import TEMPLATES_DIR
 from plus_ep.kernels.ptx import GlobalMemory, Module
 from plus_ep.kernels.ptx.build import compile_ptx
+from plus_ep.verification.bounds import unit
 from tests.support.poison import POISON_BYTE, assert_written
 
 
@@ -112,5 +113,6 @@ def decode(dev: np.ndarray, dtype: str) -> np.ndarray:
     return dev.astype(np.float64)
 
 
-# unit roundoff of each storage type (relative half-ulp), used for output-rounding tolerances
-UNIT = {"half": 2.0 ** -11, "__nv_bfloat16": 2.0 ** -8, "float": 2.0 ** -24}
+# unit roundoff of each storage type (relative half-ulp), used for output-rounding tolerances, by C type
+# name; the values are verify's (plus_ep/verification/bounds.py)
+UNIT = {c: unit(t) for c, t in (("half", "float16"), ("__nv_bfloat16", "bfloat16"), ("float", "float32"))}

@@ -92,18 +92,22 @@ static void fill_values(tensor* t, const char* spec) {
     }
 }
 
+/* The plan in file `path` parsed into *p (free it with plus_plan_free): 0, or 1 after printing
+ * "error: <the parser's message>". */
+static int load_plan(const char* path, plus_plan* p) {
+    char* text = slurp(path, NULL);
+    char err[PLUS_ERR_LEN];
+    int rc = plus_plan_parse(text, p, err, sizeof err);
+    free(text);
+    if (rc) printf("error: %s\n", err);
+    return rc ? 1 : 0;
+}
+
 /* ---- commands ---- */
 static int cmd_parse(int argc, char** argv) {
     CHECK(argc == 1, "usage: parse PLAN");
-    char* text = slurp(argv[0], NULL);
     plus_plan p;
-    char err[PLUS_ERR_LEN];
-    int rc = plus_plan_parse(text, &p, err, sizeof err);
-    free(text);
-    if (rc) {
-        printf("error: %s\n", err);
-        return 1;
-    }
+    if (load_plan(argv[0], &p)) return 1;
     printf("ok node=%s in=%d out=%d sym=%d val=%d routes=%d kernels=%d archs=", p.node, p.n_in, p.n_out, p.n_sym,
            p.n_val, p.n_routes, p.n_kernels);
     for (int i = 0; i < p.n_archs; i++) printf("%s%s", i ? "," : "", p.arch[i]);
@@ -174,15 +178,9 @@ static int print_launches(const plus_plan* p, const plus_binding* b) {
 
 static int cmd_bind(int argc, char** argv) {
     CHECK(argc >= 1, "usage: bind PLAN SPEC...");
-    char* text = slurp(argv[0], NULL);
     plus_plan p;
+    if (load_plan(argv[0], &p)) return 1;
     char err[PLUS_ERR_LEN];
-    if (plus_plan_parse(text, &p, err, sizeof err)) {
-        printf("error: %s\n", err);
-        free(text);
-        return 1;
-    }
-    free(text);
     int n = argc - 1;
     tensor* t = calloc((size_t)n + 1, sizeof *t);
     CHECK(n <= PLUS_MAX_IN, "at most %d inputs", PLUS_MAX_IN);
@@ -210,15 +208,8 @@ static int cmd_bind(int argc, char** argv) {
 
 static int cmd_infer(int argc, char** argv) {
     CHECK(argc >= 1 && argc - 1 <= PLUS_MAX_IN, "usage: infer PLAN SPEC...");
-    char* text = slurp(argv[0], NULL);
     plus_plan p;
-    char err[PLUS_ERR_LEN];
-    int rc = plus_plan_parse(text, &p, err, sizeof err);
-    free(text);
-    if (rc) {
-        printf("error: %s\n", err);
-        return 1;
-    }
+    if (load_plan(argv[0], &p)) return 1;
     int n = argc - 1;
     static int64_t dims[PLUS_MAX_IN][PLUS_MAX_RANK];
     static char namebuf[PLUS_MAX_IN][PLUS_MAX_RANK][64];

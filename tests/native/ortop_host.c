@@ -25,6 +25,7 @@ OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_b
 
 struct OrtStatus { int code; char msg[2048]; };
 typedef struct { int dtype; size_t rank; int64_t dims[8]; void* data; size_t count; int owned; } value;
+#include "ort_standin.h"   /* statuses and tensor reads over `value` */
 
 static const OrtCustomOp* g_ops[64];
 static int g_n_ops;
@@ -37,15 +38,6 @@ static size_t g_n_in;
 static value g_out[8];
 static void* g_stream;
 
-static OrtStatus* status(int code, const char* msg) {
-    OrtStatus* s = calloc(1, sizeof *s);
-    s->code = code;
-    snprintf(s->msg, sizeof s->msg, "%s", msg);
-    return s;
-}
-static OrtStatus* f_CreateStatus(int code, const char* msg) { return status(code, msg); }
-static const char* f_GetErrorMessage(const OrtStatus* s) { return s->msg; }
-static void f_ReleaseStatus(OrtStatus* s) { free(s); }
 static OrtStatus* f_CreateCustomOpDomain(const char* name, OrtCustomOpDomain** out) {
     CHECK(!strcmp(name, "ai.plus_ep"), "domain %s", name);
     *out = (OrtCustomOpDomain*)&g_n_ops;
@@ -111,28 +103,10 @@ static OrtStatus* f_Logger_LogMessage(const OrtLogger* l, int level, const char*
 }
 static OrtAllocator g_alloc;
 static OrtStatus* f_GetAllocatorWithDefaultOptions(OrtAllocator** out) { *out = &g_alloc; return NULL; }
-static OrtStatus* f_GetTensorTypeAndShape(const OrtValue* v, OrtTensorTypeAndShapeInfo** out) {
-    *out = (OrtTensorTypeAndShapeInfo*)v;
-    return NULL;
-}
-static void f_ReleaseTensorTypeAndShapeInfo(OrtTensorTypeAndShapeInfo* t) { (void)t; }
-static OrtStatus* f_GetTensorElementType(const OrtTensorTypeAndShapeInfo* t, int* out) {
-    *out = ((const value*)t)->dtype;
-    return NULL;
-}
-static OrtStatus* f_GetDimensionsCount(const OrtTensorTypeAndShapeInfo* t, size_t* out) {
-    *out = ((const value*)t)->rank;
-    return NULL;
-}
 static OrtStatus* f_GetDimensions(const OrtTensorTypeAndShapeInfo* t, int64_t* out, size_t n) {
     memcpy(out, ((const value*)t)->dims, n * sizeof *out);
     return NULL;
 }
-static OrtStatus* f_GetTensorShapeElementCount(const OrtTensorTypeAndShapeInfo* t, size_t* out) {
-    *out = ((const value*)t)->count;
-    return NULL;
-}
-static OrtStatus* f_GetTensorMutableData(OrtValue* v, void** out) { *out = ((value*)v)->data; return NULL; }
 static OrtStatus* f_KernelContext_GetInputCount(const OrtKernelContext* c, size_t* n) { (void)c; *n = g_n_in; return NULL; }
 static OrtStatus* f_KernelContext_GetOutputCount(const OrtKernelContext* c, size_t* n) { (void)c; *n = 1; return NULL; }
 static OrtStatus* f_KernelContext_GetInput(const OrtKernelContext* c, size_t i, const OrtValue** out) {

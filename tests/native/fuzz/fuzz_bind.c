@@ -10,13 +10,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fz_in in = {data, size};
-    char* text = fz_cstr(&in);
     plus_plan p;
+    char* text = fz_plan(&in, &p);
+    if (!text) return 0;
     char err[PLUS_ERR_LEN];
-    if (plus_plan_parse(text, &p, err, sizeof err)) {
-        free(text);
-        return 0;
-    }
     fz_tensors t;
     fz_make_inputs(&in, &p, &t);
     const char* names[PLUS_MAX_IN + 1];

@@ -35,22 +35,14 @@ static const int CCS[] = {75, 80, 86, 89, 90, 100, 120};
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fz_in in = {data, size};
     char* text = fz_cstr(&in);
-    int n_packs = fz_u8(&in) % 5;
-    char* arch[4];
-    uint8_t* blob[4];
-    plus_pack_src src[4];
-    for (int i = 0; i < n_packs; i++) {
-        arch[i] = fz_cstr(&in);
-        size_t len = (size_t)fz_bytes_le(&in, 2), got;
-        blob[i] = fz_blob(&in, len, &got);
-        src[i] = (plus_pack_src){.arch = arch[i], .data = blob[i], .size = got};
-    }
+    fz_packs pk;
+    fz_read_packs(&in, &pk);
     g_set_cc(CCS[fz_u8(&in) % (sizeof CCS / sizeof CCS[0])]);
     plus_kernel* k = NULL;
     char err[PLUS_ERR_LEN];
     const char* names[] = {"a", "b", "c"};
-    int rc = plus_kernel_create(n_packs & 1 ? "node" : NULL, text, src, n_packs, names, 3, &k, err, sizeof err);
-    for (int i = 0; i < n_packs; i++) free(arch[i]), free(blob[i]);   /* the kernel keeps its own copies */
+    int rc = plus_kernel_create(pk.n & 1 ? "node" : NULL, text, pk.src, pk.n, names, 3, &k, err, sizeof err);
+    fz_free_packs(&pk);   /* the kernel keeps its own copies */
     free(text);
     if (rc) {
         if (k || !memchr(err, 0, sizeof err)) abort();

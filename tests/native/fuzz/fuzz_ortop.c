@@ -23,6 +23,7 @@ OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_b
 struct OrtStatus { int code; char msg[PLUS_ERR_LEN * 2]; };
 typedef struct { int kind; int dtype; size_t rank; int64_t dims[16]; void* data; size_t count, bytes; } value;   /* kind 0 */
 typedef struct { char arch[PLUS_NAME_LEN]; int dtype; uint8_t* data; size_t size; } attr;
+#include "../ort_standin.h"   /* statuses and tensor reads over `value` */
 
 static const OrtCustomOp* g_ops[64];
 static int g_n_ops;
@@ -43,15 +44,6 @@ static int g_plan_out[PLUS_MAX_OUT], g_n_out;   /* the plan's output types, as t
 static int g_stream_obj;
 static long g_live_values, g_scratch;
 
-static OrtStatus* status(int code, const char* msg) {
-    OrtStatus* s = calloc(1, sizeof *s);
-    s->code = code;
-    snprintf(s->msg, sizeof s->msg, "%s", msg);
-    return s;
-}
-static OrtStatus* f_CreateStatus(int code, const char* msg) { return status(code, msg); }
-static const char* f_GetErrorMessage(const OrtStatus* s) { return s->msg; }
-static void f_ReleaseStatus(OrtStatus* s) { free(s); }
 static OrtStatus* f_CreateCustomOpDomain(const char* name, OrtCustomOpDomain** out) {
     (void)name;
     *out = (OrtCustomOpDomain*)&g_n_ops;
@@ -132,30 +124,12 @@ static OrtStatus* f_KernelInfoGetAllocator(const OrtKernelInfo* i, int mem, OrtA
 }
 static void f_ReleaseAllocator(OrtAllocator* a) { (void)a; }
 static OrtStatus* f_AllocatorFree(OrtAllocator* a, void* p) { (void)a; free(p); g_scratch--; return NULL; }
-static OrtStatus* f_GetTensorTypeAndShape(const OrtValue* v, OrtTensorTypeAndShapeInfo** out) {
-    *out = (OrtTensorTypeAndShapeInfo*)v;
-    return NULL;
-}
-static void f_ReleaseTensorTypeAndShapeInfo(OrtTensorTypeAndShapeInfo* t) { (void)t; }
-static OrtStatus* f_GetTensorElementType(const OrtTensorTypeAndShapeInfo* t, int* out) {
-    *out = ((const value*)t)->dtype;
-    return NULL;
-}
-static OrtStatus* f_GetDimensionsCount(const OrtTensorTypeAndShapeInfo* t, size_t* out) {
-    *out = ((const value*)t)->rank;
-    return NULL;
-}
 static OrtStatus* f_GetDimensions(const OrtTensorTypeAndShapeInfo* t, int64_t* out, size_t n) {
     const value* v = (const value*)t;
     if (n < v->rank) return status(ORT_INVALID_ARGUMENT, "dims buffer too small");
     memcpy(out, v->dims, v->rank * sizeof *out);
     return NULL;
 }
-static OrtStatus* f_GetTensorShapeElementCount(const OrtTensorTypeAndShapeInfo* t, size_t* out) {
-    *out = ((const value*)t)->count;
-    return NULL;
-}
-static OrtStatus* f_GetTensorMutableData(OrtValue* v, void** out) { *out = ((value*)v)->data; return NULL; }
 static OrtStatus* f_KernelContext_GetInputCount(const OrtKernelContext* c, size_t* n) { (void)c; *n = g_n_in; return NULL; }
 static OrtStatus* f_KernelContext_GetOutputCount(const OrtKernelContext* c, size_t* n) {
     (void)c;

@@ -40,16 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     default: {
         char* plan = fz_cstr(&in);
-        int n = fz_u8(&in) % 5;
-        char* arch[4];
-        uint8_t* blob[4];
-        plus_pack_src src[4];
-        for (int i = 0; i < n; i++) {
-            arch[i] = fz_cstr(&in);
-            size_t got;
-            blob[i] = fz_blob(&in, (size_t)fz_bytes_le(&in, 2), &got);
-            src[i] = (plus_pack_src){.arch = arch[i], .data = blob[i], .size = got};
-        }
+        fz_packs pk;
+        fz_read_packs(&in, &pk);
+        int n = pk.n;
+        plus_pack_src* src = pk.src;
         char* sig = fz_cstr(&in);
         uint8_t d1[32], d2[32];
         plus_trust_digest(plan, src, n, d1);
@@ -63,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         plus_trust_opts o = {0};
         if (plus_trust_check("node", plan, src, n, sig[0] ? sig : NULL, &o, warning, sizeof warning, err, sizeof err) >= 0)
             abort();   /* nothing is trusted here: no manifest, no keys, no opt-out */
-        for (int i = 0; i < n; i++) free(arch[i]), free(blob[i]);
+        fz_free_packs(&pk);
         free(sig);
         free(plan);
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bind.h"
+#include "kernel.h"   /* plus_pack_src */
 
 typedef struct { const uint8_t* p; size_t n; } fz_in;
 
@@ -91,6 +92,43 @@ static inline long long fz_elems(const int64_t* dims, int rank) {
         if (dims[d] < 0 || __builtin_mul_overflow(n, (long long)dims[d], &n)) return -1;
     }
     return n <= FZ_MAX_ELEMS ? n : -1;
+}
+
+/* The plan text up to the input's next NUL, parsed into *p: the text (free it after plus_plan_free(p)),
+ * or NULL when the parser refused it (nothing to free; a refusal's message is always NUL-terminated,
+ * else abort: a finding). */
+static inline char* fz_plan(fz_in* in, plus_plan* p) {
+    char* text = fz_cstr(in);
+    char err[PLUS_ERR_LEN];
+    if (plus_plan_parse(text, p, err, sizeof err)) {
+        if (!memchr(err, 0, sizeof err)) abort();
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Image packs as a host hands them over: a count byte (0 to 4 packs), per pack an arch name NUL, a
+ * uint16 LE length and that many bytes (each name and image its own heap block; fz_free_packs). */
+typedef struct {
+    int n;
+    char* arch[4];
+    uint8_t* blob[4];
+    plus_pack_src src[4];
+} fz_packs;
+
+static inline void fz_read_packs(fz_in* in, fz_packs* k) {
+    k->n = fz_u8(in) % 5;
+    for (int i = 0; i < k->n; i++) {
+        k->arch[i] = fz_cstr(in);
+        size_t len = (size_t)fz_bytes_le(in, 2), got;
+        k->blob[i] = fz_blob(in, len, &got);
+        k->src[i] = (plus_pack_src){.arch = k->arch[i], .data = k->blob[i], .size = got};
+    }
+}
+
+static inline void fz_free_packs(fz_packs* k) {
+    for (int i = 0; i < k->n; i++) free(k->arch[i]), free(k->blob[i]);
 }
 
 /* ---- run inputs for a parsed plan ----

@@ -158,6 +158,39 @@ def family_matrix(families, exporters, one, keys) -> list:
     return runs
 
 
+
+def family_args(argv, description, families, exporters, seq_help=None) -> argparse.Namespace:
+    """The command line of the issue-23 family benches (bench/gated_families.py, bench/wild_families.py):
+    which families and exporters, --no-verify, the verify run's --batch and --seq, --cache and --out."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--families", nargs="+", default=list(families), choices=families)
+    ap.add_argument("--exporters", nargs="+", default=list(exporters))
+    ap.add_argument("--no-verify", action="store_true")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=7, help=seq_help)
+    ap.add_argument("--cache", default=None, help="kernel cache folder (default: a fresh temporary one)")
+    ap.add_argument("--out", default=None)
+    return ap.parse_args(argv)
+
+
+def family_cache(args, prefix: str):
+    """plus_ep's log quieted to errors, and the family benches' kernel cache: --cache, or a fresh temporary
+    folder named `prefix...`. Returns (cache, the temporary folder or None: keep it until the run ends)."""
+    from plus_ep.kernels.build.cache import KernelCache
+
+    logging.getLogger("plus_ep").setLevel(logging.ERROR)
+    tmp = None if args.cache else tempfile.TemporaryDirectory(prefix=prefix)
+    return KernelCache(args.cache or tmp.name), tmp
+
+
+def write_family_results(data: dict, out: str | None, name: str) -> pathlib.Path:
+    """`data` as JSON at --out, or at bench/results/<date>-kernel-fusion-<name>.json; prints the path."""
+    path = pathlib.Path(out) if out else RESULTS / f"{datetime.date.today().isoformat()}-kernel-fusion-{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=float) + "\n")
+    print(path)
+    return path
+
 def _line(label, rec) -> str:
     if "error" in rec:
         return f"  {label}: FAILED {rec['error']}"

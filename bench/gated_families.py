@@ -10,10 +10,7 @@ Writes bench/results/<date>-kernel-fusion-gated.json. Verification is interprete
 """
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
-import logging
 import pathlib
 import sys
 import time
@@ -21,9 +18,8 @@ from collections import Counter
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.env_info import env_info
-from bench.fusion import _reasons, family_matrix
+from bench.fusion import _reasons, family_args, family_cache, family_matrix, write_family_results
 
-RESULTS = pathlib.Path(__file__).parent / "results"
 ARCHS = ["sm_80", "sm_90a"]
 LAYERS = 2
 FAMILIES = ("llama", "qwen2", "phi3", "deberta_v2")
@@ -76,20 +72,8 @@ def run_one(family, exporter, cache, verify_runs, batch, seq) -> dict:
 
 
 def main(argv=None) -> int:
-    from plus_ep.kernels.build.cache import KernelCache
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
-    ap.add_argument("--exporters", nargs="+", default=["torchscript", "dynamo"])
-    ap.add_argument("--no-verify", action="store_true")
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=7)
-    ap.add_argument("--cache", default=None, help="kernel cache folder (default: a fresh temporary one)")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    import tempfile
-    logging.getLogger("plus_ep").setLevel(logging.ERROR)
-    tmp = None if args.cache else tempfile.TemporaryDirectory(prefix="plus_ep_gated_")
-    cache = KernelCache(args.cache or tmp.name)
+    args = family_args(argv, __doc__.splitlines()[0], FAMILIES, ["torchscript", "dynamo"])
+    cache, _tmp = family_cache(args, "plus_ep_gated_")
     runs = family_matrix(args.families, args.exporters,
                          lambda f, e: run_one(f, e, cache, not args.no_verify, args.batch, args.seq),
                          ("data_kernels", "data_kernels_per_layer", "unfused", "within_budget"))
@@ -100,10 +84,7 @@ def main(argv=None) -> int:
             "settings": {"size": "small", "layers": LAYERS, "archs": ARCHS, "batch": args.batch, "seq": args.seq,
                          "fp32_math": "tf32"},
             "runs": runs}
-    out = pathlib.Path(args.out) if args.out else RESULTS / f"{datetime.date.today().isoformat()}-kernel-fusion-gated.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, default=float) + "\n")
-    print(out)
+    write_family_results(data, args.out, "gated")
     return 0 if all(r.get("within_budget") and r.get("verify", {}).get("ok", True) for r in runs) else 1
 
 

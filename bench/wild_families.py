@@ -12,10 +12,8 @@ ORT's optimized graph is the CPU EP's (the CUDA EP's fusions need a GPU).
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import logging
 import pathlib
 import sys
 import tempfile
@@ -24,9 +22,8 @@ from collections import Counter
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.env_info import env_info
-from bench.fusion import _reasons, family_matrix
+from bench.fusion import _reasons, family_args, family_cache, family_matrix, write_family_results
 
-RESULTS = pathlib.Path(__file__).parent / "results"
 ARCHS = ["sm_80", "sm_90a"]
 LAYERS = 2            # Swin: stages of 2 blocks; ResNet: blocks per stage (ResNet-18); Whisper, CLIP: layers
 # data kernels per block (Swin: transformer block; Whisper encoder, CLIP text: layer) and for the whole model
@@ -126,19 +123,9 @@ def run_repro(cache) -> list:
 
 def main(argv=None) -> int:
     from plus_ep import zoo
-    from plus_ep.kernels.build.cache import KernelCache
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", nargs="+", default=list(zoo.WILD_FAMILIES), choices=zoo.WILD_FAMILIES)
-    ap.add_argument("--exporters", nargs="+", default=list(zoo.EXPORTERS))
-    ap.add_argument("--no-verify", action="store_true")
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=7, help="sequence length of CLIP's inputs (Swin, Whisper: static)")
-    ap.add_argument("--cache", default=None, help="kernel cache folder (default: a fresh temporary one)")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    logging.getLogger("plus_ep").setLevel(logging.ERROR)
-    tmp = None if args.cache else tempfile.TemporaryDirectory(prefix="plus_ep_wild_")
-    cache = KernelCache(args.cache or tmp.name)
+    args = family_args(argv, __doc__.splitlines()[0], zoo.WILD_FAMILIES, zoo.EXPORTERS,
+                       seq_help="sequence length of CLIP's inputs (Swin, Whisper: static)")
+    cache, _tmp = family_cache(args, "plus_ep_wild_")
     runs = family_matrix(args.families, args.exporters,
                          lambda f, e: run_one(f, e, cache, not args.no_verify, args.batch, args.seq),
                          ("data_kernels", "data_kernels_per_block", "data_kernels_per_layer", "unfused",
@@ -149,10 +136,7 @@ def main(argv=None) -> int:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "env": env_info(),
             "settings": {"size": "small", "layers": LAYERS, "archs": ARCHS, "batch": args.batch, "seq": args.seq},
             "runs": runs, "repro": repro}
-    out = pathlib.Path(args.out) if args.out else RESULTS / f"{datetime.date.today().isoformat()}-kernel-fusion-wild.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, default=float) + "\n")
-    print(out)
+    write_family_results(data, args.out, "wild")
     return 0
 
 

@@ -70,14 +70,8 @@ def run_gated(arch, v, batch, M, N, K, checks=True):
     ldb = K if v.b_trans else N
     vals = [batch, M, N, K, 0, 0, ldb, (N * K)]
     params = H.plus_args(ins=(pa, pb, pbias, pb1), outs=pouts, scratch=(pscr,), v=vals)
-    findings = []
-    r = mod.kernel("plus_gemm").launch(logical_grid(cfg, batch, M, N, v.splitk), (cfg.threads, 1, 1),
-                                       cfg.smem_bytes, params, dev.mem, checks=checks)
-    findings += r.findings
-    if v.splitk > 1:
-        r2 = mod.kernel("plus_splitk_reduce").launch(gc.reduce_grid(batch, M, N), (256, 1, 1), 0, params, dev.mem,
-                                                     checks=checks)
-        findings += r2.findings
+    _, findings = H.launch_gemm(mod, cfg, logical_grid(cfg, batch, M, N, v.splitk), params, dev.mem, v.splitk,
+                                (batch, M, N), checks=checks)
     got = [H.decode(dev.download(p, o), out_t) for p, o in zip(pouts, outs)]
     if combined:
         results = [(g, a, H.UNIT[out_t] * np.abs(a) * 1.01 + e + 1e-30 + (2.0 ** -25 if out_t == "half" else 0))
@@ -123,12 +117,8 @@ def run_ragged(arch, v, M, widths, K, checks=True):
     pscr = dev.alloc(v.splitk * G * M * NM * 4, "scratch", fill=0xFF) if v.splitk > 1 else 0
     vals = [G, M, NM, K, 0, 0, 0, 0] + list(widths) + [0] * (3 - G) + offs + [0] * (3 - G)
     params = H.plus_args(ins=(pa, pb), outs=(pout,), scratch=(pscr,), v=vals)
-    r = mod.kernel("plus_gemm").launch(configs.grid(cfg, G, M, NM, v.splitk), (cfg.threads, 1, 1), cfg.smem_bytes,
-                                       params, dev.mem, checks=checks)
-    findings = list(r.findings)
-    if v.splitk > 1:
-        findings += mod.kernel("plus_splitk_reduce").launch(gc.reduce_grid(G, M, NM), (256, 1, 1), 0, params, dev.mem,
-                                                            checks=checks).findings
+    _, findings = H.launch_gemm(mod, cfg, configs.grid(cfg, G, M, NM, v.splitk), params, dev.mem, v.splitk,
+                                (G, M, NM), checks=checks)
     got_all = H.decode(dev.download(pout, np.zeros((G, M, NM), out_np)), v.dtype)
     results = []
     for g, (n, w) in enumerate(zip(widths, bs)):

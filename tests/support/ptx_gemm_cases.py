@@ -92,14 +92,8 @@ def run_gemm(arch, v, batch, M, N, K, mutate=None, checks=True, seed=None):
     pscr = dev.alloc(v.splitk * batch * M * N * 4, "scratch", fill=0xFF) if v.splitk > 1 else 0
     vals = [batch, M, N, K, lda, M * lda, ldb, 0 if strided else b_rows * ldb]
     params = H.plus_args(ins=(pa, pb, pbias), outs=(pout,), scratch=(pscr,), v=vals)
-    findings = []
-    r = mod.kernel("plus_gemm").launch(configs.grid(cfg, batch, M, N, v.splitk * v.csplit), (cfg.threads, 1, 1),
-                                       cfg.smem_bytes, params, dev.mem, checks=checks)
-    findings += r.findings
-    if v.splitk > 1:
-        r2 = mod.kernel("plus_splitk_reduce").launch(gc.reduce_grid(batch, M, N), (256, 1, 1), 0, params, dev.mem,
-                                                     checks=checks)
-        findings += r2.findings
+    r, findings = H.launch_gemm(mod, cfg, configs.grid(cfg, batch, M, N, v.splitk * v.csplit), params, dev.mem,
+                                v.splitk, (batch, M, N), checks=checks)
     got = H.decode(dev.download(pout, out_like), out_t if out_t != "float" else "float")
     bound = H.UNIT[out_t] * np.abs(ref) * 1.01 + (K + 4) * 2.0 ** -24 * mag * (1.2 if v.hooks == "fused" else 1.0) \
         + 1e-30

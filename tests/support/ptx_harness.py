@@ -9,6 +9,7 @@ import re
 import numpy as np
 
 from plus_ep.kernels.build.nvrtc import TEMPLATES_DIR
+from plus_ep.kernels.gemm.configs import reduce_grid
 from plus_ep.kernels.ptx import GlobalMemory, Module
 from plus_ep.kernels.ptx.build import compile_ptx
 from plus_ep.verification.bounds import unit
@@ -79,6 +80,18 @@ class Device:
 @functools.lru_cache(maxsize=256)
 def module(source: str, arch: str, name: str = "kernel") -> Module:
     return Module.parse(compile_ptx(source, arch, name=f"{name}.cu"), name=name)
+
+
+def launch_gemm(mod: Module, cfg, grid, params: bytes, mem: GlobalMemory, splitk: int, out_shape, checks=True):
+    """A plus_gemm launch as the launcher runs it: plus_gemm on `grid` (cfg.threads threads, cfg.smem_bytes
+    of shared memory), then, when the K split goes through scratch (splitk > 1), plus_splitk_reduce over
+    the (batch, M, N) `out_shape`. Returns (plus_gemm's launch result, the findings of both launches)."""
+    r = mod.kernel("plus_gemm").launch(grid, (cfg.threads, 1, 1), cfg.smem_bytes, params, mem, checks=checks)
+    findings = list(r.findings)
+    if splitk > 1:
+        findings += mod.kernel("plus_splitk_reduce").launch(reduce_grid(*out_shape), (256, 1, 1), 0, params, mem,
+                                                            checks=checks).findings
+    return r, findings
 
 
 def bf16_bits(x: np.ndarray) -> np.ndarray:

@@ -40,3 +40,15 @@ static inline OrtStatus* f_GetTensorShapeElementCount(const OrtTensorTypeAndShap
     return NULL;
 }
 static inline OrtStatus* f_GetTensorMutableData(OrtValue* v, void** out) { *out = ((value*)v)->data; return NULL; }
+
+/* Point a slot of `table` at the program's f_<name>. */
+#define ORT_STANDIN_SET(table, name) ((table)[name##_slot] = (ort_fnptr)f_##name)
+
+/* Point `table`'s slots at the functions above; the program sets its own slots beside (and may
+ * override one of these after). */
+static inline void ort_standin_fill(ort_fnptr* table) {
+    ORT_STANDIN_SET(table, CreateStatus); ORT_STANDIN_SET(table, GetErrorMessage); ORT_STANDIN_SET(table, ReleaseStatus);
+    ORT_STANDIN_SET(table, GetTensorTypeAndShape); ORT_STANDIN_SET(table, ReleaseTensorTypeAndShapeInfo);
+    ORT_STANDIN_SET(table, GetTensorElementType); ORT_STANDIN_SET(table, GetDimensionsCount);
+    ORT_STANDIN_SET(table, GetTensorShapeElementCount); ORT_STANDIN_SET(table, GetTensorMutableData);
+}

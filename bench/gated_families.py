@@ -47,10 +47,11 @@ def run_one(family, exporter, cache, verify_runs, batch, seq) -> dict:
 
     from plus_ep.report import data_kernels
     from plus_ep.rewrite import rewrite_detailed
+    from plus_ep.zoo.configs import WEIGHTS_SCHEME
     path = _export(family, exporter, LAYERS)
     model = onnx.load(str(path))
     rec = {"family": family, "exporter": exporter, "size": "small", "layers": LAYERS, "model": path.name,
-           "weights": "realistic-v1", "original": {"nodes": len(model.graph.node), "data_kernels": data_kernels(model)}}
+           "weights": WEIGHTS_SCHEME, "original": {"nodes": len(model.graph.node), "data_kernels": data_kernels(model)}}
     start = time.perf_counter()
     r = rewrite_detailed(model, archs=ARCHS, cache=cache, progress=False)
     dk = data_kernels(r.model)

@@ -274,10 +274,10 @@ CATALOGUE = [
       '"Pow": _pow, "Max": lambda n, a, t: (f"fmaxf({a[0]}, {a[1]})", "float"), "Min": _minmax("fminf", "<"),',
       "Max through fmaxf alone: a NaN operand is dropped (ONNX: NaN)", ["render", "pointwise"]),
     # ---- routes ---------------------------------------------------------------------------------------------
-    M("routes_first_config", "routes", "kernels/routes.py",
+    M("routes_first_config", "routes", "kernels/gemm/routes.py",
       "return [x[4] for x in sorted(cands, key=lambda x: x[:4])]", "return [x[4] for x in cands]",
       "the GEMM route model always picks the first usable config of the menu", ["routes"]),
-    M("routes_aligned_ignores_ldb", "routes", "kernels/routes.py",
+    M("routes_aligned_ignores_ldb", "routes", "kernels/gemm/routes.py",
       "return bool(k.is_Integer and ld.is_Integer and (int(k) * elem) % 16 == 0 and (int(ld) * elem) % 16 == 0)",
       "return bool(k.is_Integer and (int(k) * elem) % 16 == 0)",
       "PLUS_ALIGNED=1 proven from K alone: a B whose rows are not whole 16-byte chunks gets 16-byte cp.async",

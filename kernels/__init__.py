@@ -6,9 +6,9 @@ them, and the formats and interpreter that check them. Installed as `plus_ep.ker
     rendered = render(view, subgraph, inputs, outputs, Target("sm_90a", fp32_math="tf32"))
 
 Rooms, by job (docs/architecture.md maps them):
-  render.py, routes.py, target.py, arch.py   one subgraph -> sources + plan; shape routes; what for; GPU table
+  render.py, routes.py, target.py, arch.py   one subgraph -> sources + plan; route-model base; what for; GPU table
   codegen/      the emitters every family shares (pull, forward, row, pointwise, cexpr, symdim, ...)
-  gemm/, attention/   a template family each: its renderer and config menu (templates/<family>.cuh)
+  gemm/, attention/   a template family each: its renderer, config menu and shape routes (templates/<family>.cuh)
   build/        NVRTC, compile jobs, the content-keyed kernel cache, the build stage (build_kernels)
   wire/         the formats the C launcher reads: the plan (plan.py) and image packs (pack.py)
   ptx/          the PTX interpreter `plus-ep verify` runs kernels on

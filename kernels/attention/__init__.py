@@ -1,1 +1,2 @@
-"""The attention template family (templates/attention.cuh): its renderer (render) and config menu (configs)."""
+"""The attention template family (templates/attention.cuh): its renderer (render), config menu (configs) and
+shape routes (routes)."""

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import sympy
 
 from ..codegen import cexpr, dtypes, symdim
-from .. import routes
+from ..routes import ALWAYS, NoConfig, _usable, sm_count
+from . import routes
 from ..codegen.forward import bind_forward, emit_stores, forward_map
 from ..codegen.pull import RenderError, attr, describe
 
@@ -173,7 +174,7 @@ def kv_cache(job, em, mm1, mm2, H, D) -> KVCache | None:
 def _splits(job, cache: KVCache, B, Skv, bkv: int):
     """Split count of the decode route, as (C expression, plan RPN): enough blocks for two per SM of the
     arch (B * Hkv blocks without splitting), at least two key tiles per split, at least one split."""
-    target = 2 * routes.sm_count(job.arch)
+    target = 2 * sm_count(job.arch)
     c_tiles = f"(({job.syms.c(Skv)} + {2 * bkv - 1}LL) / {2 * bkv}LL)"
     c_want = f"(({target}LL + {job.syms.c(B)} * {cache.hkv}LL - 1) / ({job.syms.c(B)} * {cache.hkv}LL))"
     c = f"max(1LL, min({c_tiles}, {c_want}))"
@@ -310,7 +311,7 @@ def render_attention(job):
     plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=math_)
     decode = decode_route(job, cache, math_, D, Sq) if cache is not None else None
     if decode is not None:      # a static query count small enough: the decode route alone
-        plan = [decode] if decode[0] == routes.ALWAYS else [decode] + plan
+        plan = [decode] if decode[0] == ALWAYS else [decode] + plan
     for cond, cfg in plan:
         packed = decode is not None and cfg is decode[1]
         defines = routes.attention_defines(cfg, D)
@@ -384,12 +385,12 @@ def decode_route(job, cache: KVCache, math_: int, D: int, Sq):
             blocks = max(1, 8 // e[2])          # a 256-register budget: 65536 / (blocks * 32 * warps)
             menu.append(ac.make_config(math_, dp, *e[:3], f"{base.name}_decode_b{blocks}", blocks))
     try:
-        usable = routes._usable(menu, job.target, f"decode attention (head dim {D})") if menu else []
-    except routes.NoConfig:
+        usable = _usable(menu, job.target, f"decode attention (head dim {D})") if menu else []
+    except NoConfig:
         return None
     if not usable:
         return None
-    cond = routes.ALWAYS if rows.is_Integer else f"{job.syms.rpn(Sq)},{cache.group},*,16,<="
+    cond = ALWAYS if rows.is_Integer else f"{job.syms.rpn(Sq)},{cache.group},*,16,<="
     return cond, usable[0]
 
 

@@ -19,7 +19,7 @@ distributed shared memory. Each CTA:
 The same holds for any row program of template gemm_rownorm (e.g. a user's GEMM + Softmax). With
 PLUS_SPLITK_CLUSTER = S the cluster is cx x S CTAs: S CTAs split each tile's K range and sum their partial
 tiles through distributed shared memory before the row program (gemm_sm90a.cuh), so a small M still
-spreads its weights over more SMs. The route model (kernels/routes.py gemm_norm_routes) weighs every
+spreads its weights over more SMs. The route model (kernels/gemm/routes.py gemm_norm_routes) weighs every
 such tile against the two-kernel plan at each M. Anything else (other archs, symbolic or longer N, batched
 GEMMs, fp32 operands, a row program that needs more than one GEMM-side tensor or reads it transposed or
 sliced) keeps the two-kernel plan: `tile_parts` returns None.
@@ -30,7 +30,8 @@ from onnx import TensorProto
 
 from .. import arch as arch_table
 from ..codegen import dtypes, symdim
-from .. import routes
+from ..routes import NoConfig, _usable
+from . import routes
 from . import sm90a_configs as sm90a
 from ..codegen.forward import emit_stores
 from .hooks import frontier, gemm_hooks
@@ -64,8 +65,8 @@ def tile_parts(job, st) -> tuple | None:
     for bn in (b for b in sm90a.CLUSTER_WIDTHS if b >= size[0]):
         try:
             menus.append((-(-int(symdim.parse(st.N)) // bn),
-                          routes._usable(sm90a.cluster_menu(bn), job.target, f"GEMM (tile width {bn})")))
-        except routes.NoConfig:
+                          _usable(sm90a.cluster_menu(bn), job.target, f"GEMM (tile width {bn})")))
+        except NoConfig:
             continue
     if not menus:
         return None

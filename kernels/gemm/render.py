@@ -7,7 +7,7 @@ import re
 from types import SimpleNamespace
 
 from ..codegen import dtypes, shapevals, symdim
-from .. import routes
+from . import routes
 from ..codegen.cexpr import attr, lit
 from ..codegen.forward import bind_forward, emit_stores, forward_map
 from . import configs as gemm_configs, nbits

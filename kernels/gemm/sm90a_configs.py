@@ -65,7 +65,7 @@ CLUSTER_CONFIGS = (
 
 
 # Small tiles for the plain GEMM menu too: at small M a weight-dominated GEMM (BERT's FFN at batch 1: M = 128)
-# spreads over more SMs with 64 x 64 tiles (the route model weighs them, kernels/routes.py).
+# spreads over more SMs with 64 x 64 tiles (the route model weighs them, kernels/gemm/routes.py).
 SMALL_CONFIGS = tuple(c for c in CLUSTER_CONFIGS if c.name == "wg_64x64x64_w64x64_s4")
 
 

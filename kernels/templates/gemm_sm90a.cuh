@@ -227,7 +227,7 @@ PLUS_DEV float plus_ld_shared_f(plus_u32 src) {
 }
 
 // Whether an operand allows 16-byte copies: base 16-byte aligned and row stride a multiple of 8 elements.
-// With PLUS_ALIGNED=1 the codegen has proved it (kernels/routes.py); otherwise it is checked once per CTA
+// With PLUS_ALIGNED=1 the codegen has proved it (kernels/gemm/routes.py); otherwise it is checked once per CTA
 // (a uniform branch), so aligned data takes the cp.async path whatever the codegen could prove.
 PLUS_DEV bool vec_ok(const plus_ab_t* p, long long ld) {
 #if PLUS_ALIGNED

@@ -69,7 +69,7 @@ def kernel_profile(c: dict, arch: str, math_: str) -> dict:
     flops = c.get("flops", 0) * s
     dram = c.get("unique_dram_bytes", 0) * s
     # global load / store sectors, and distributed shared memory traffic counted like L2 traffic (the route
-    # model does the same, kernels/routes.py gemm_time)
+    # model does the same, kernels/gemm/routes.py gemm_time)
     l2 = (sum(c.get(k, {}).get("sectors", 0) for k in ("global_ld", "global_st")) * 32
           + sum(d.get("bytes", 0) for k, d in c.items() if k.startswith("dsmem") and isinstance(d, dict))) * s
     # a GEMM + row program in one launch (gemm_hooks.cuh plus_finish_rows): the last CTA of each row group

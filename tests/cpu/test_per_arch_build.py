@@ -122,12 +122,13 @@ def test_every_config_spilling_leaves_the_subgraph_with_the_reason(monkeypatch):
 
 @pytest.mark.parametrize("head_dim", [32, 64, 80, 96, 128, 256])
 def test_attention_menus_exist_for_head_dims(head_dim):
-    from plus_ep.kernels import routes
+    from plus_ep.kernels.attention import routes
     from plus_ep.kernels.codegen import symdim
+    from plus_ep.kernels.routes import ALWAYS
     for arch in ("sm_80", "sm_86", "sm_90a"):
         for math_ in (0, 2):
             rts = routes.attention_routes(2, 12, "seq", "seq", head_dim, Target(arch), symdim.Symbols(), math_=math_)
-            assert rts and rts[-1][0] == routes.ALWAYS
+            assert rts and rts[-1][0] == ALWAYS
             room = arch_table.get(arch).smem_per_block
             assert all(cfg.smem_bytes <= room for _, cfg in rts)
 
@@ -136,12 +137,13 @@ def test_tensor_core_attention_falls_back_to_simt_when_every_config_spills():
     """Head dim 256 in f16 with every tensor-core config excluded (as the kernel build excludes a config that
     spilled or does not fit the arch): the route model picks the SIMT configs instead of losing the subgraph."""
     from plus_ep.kernels.attention import configs as ac
-    from plus_ep.kernels import routes
+    from plus_ep.kernels.attention import routes
     from plus_ep.kernels.codegen import symdim
+    from plus_ep.kernels.routes import NoConfig
     tc = {c.name for c in ac.configs_for(2, 256)}
     rts = routes.attention_routes(2, 8, "seq", "seq", 256, Target("sm_80", excluded=tc), symdim.Symbols(), math_=2)
     assert rts and all(cfg.math == 0 for _, cfg in rts)
     simt = {c.name for c in ac.configs_for(0, 256)}
-    with pytest.raises(routes.NoConfig, match="no attention"):
+    with pytest.raises(NoConfig, match="no attention"):
         routes.attention_routes(2, 8, "seq", "seq", 256, Target("sm_80", excluded=tc | simt), symdim.Symbols(),
                                 math_=2)

@@ -1,5 +1,5 @@
 """The wave-aware launch-time model (kernels/perfmodel.py) and the GEMM route model that uses it
-(kernels/routes.py): occupancy, waves, cluster placement, the SM-scaled roofline floor, and the routes it
+(kernels/gemm/routes.py): occupancy, waves, cluster placement, the SM-scaled roofline floor, and the routes it
 gives BERT-base's GEMMs at small and large M. Every number is MODELLED."""
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import pytest
 from onnx import TensorProto
 
 from plus_ep.kernels import arch as arch_table
-from plus_ep.kernels import perfmodel, routes
+from plus_ep.kernels import perfmodel
 from plus_ep.kernels.codegen import symdim
+from plus_ep.kernels.gemm import routes
 from plus_ep.kernels.gemm import sm90a_configs as sm90a
+from plus_ep.kernels.routes import ALWAYS, LAUNCH_PREFERENCE, SAMPLES
 from plus_ep.kernels.target import Target
 
 H100 = perfmodel.part("sm_90a")
@@ -94,8 +96,8 @@ def test_gemm_norm_routes_weigh_one_kernel_against_two():
 def test_neighbouring_samples_keep_a_choice_within_tolerance():
     rts = routes.gemm_routes("M", 768, 768, 1, TensorProto.FLOAT16, Target("sm_90a"), symdim.Symbols())
     keys = [c.key() for _, c in rts]
-    assert len(keys) == len(set(keys)) or len(keys) <= len(routes.SAMPLES)
-    assert rts[-1][0] == routes.ALWAYS
+    assert len(keys) == len(set(keys)) or len(keys) <= len(SAMPLES)
+    assert rts[-1][0] == ALWAYS
 
 
 def test_two_launches_must_win_by_the_launch_preference():
@@ -109,7 +111,7 @@ def test_two_launches_must_win_by_the_launch_preference():
                                         tile_menus=menus)
         kinds[m] = rt[1]
         if rt[1] == "two":
-            assert rt[2].cost == pytest.approx(rt[2].us * (1 + routes.LAUNCH_PREFERENCE))
+            assert rt[2].cost == pytest.approx(rt[2].us * (1 + LAUNCH_PREFERENCE))
     assert kinds == {128: "two", 1024: "tile"}
 
 

@@ -1,4 +1,4 @@
-"""The GEMM route model (kernels/routes.py) chooses by shape: a symbolic M (batch x seq) gets several routes,
+"""The GEMM route model (kernels/gemm/routes.py) chooses by shape: a symbolic M (batch x seq) gets several routes,
 small M a smaller tile than large M (a 128-row tile on 8 rows computes 94 % padding; on sm_90a, where every
 wgmma tile is one wave at small M, the tie goes to the larger tile) and large M the menu's largest tile (most
 data reuse per loaded element). A model that ignored the shape (one config for every M) would
@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 from onnx import TensorProto
 
-from plus_ep.kernels import routes
 from plus_ep.kernels.codegen import symdim
+from plus_ep.kernels.gemm import routes
+from plus_ep.kernels.routes import ALWAYS
 from plus_ep.kernels.target import Target
 
 MENUS = [("sm_80", TensorProto.FLOAT16, "exact"), ("sm_80", TensorProto.FLOAT, "tf32"),
@@ -22,7 +23,7 @@ def test_routes_follow_the_rows(arch, dtype, fp32_math):
     menu = routes.gemm_menu(routes.gemm_math(dtype, fp32_math), arch)
     rts = routes.gemm_routes("M", 3072, 768, 1, dtype, Target(arch, fp32_math), symdim.Symbols())
     assert len(rts) >= 2, [(c, ch.cfg.name) for c, ch in rts]
-    assert rts[-1][0] == routes.ALWAYS and all(c != routes.ALWAYS for c, _ in rts[:-1])
+    assert rts[-1][0] == ALWAYS and all(c != ALWAYS for c, _ in rts[:-1])
     small, large = rts[0][1].cfg, rts[-1][1].cfg
     assert small.bm * small.bn < large.bm * large.bn, (small.name, large.name)
     assert large.bm * large.bn == max(c.bm * c.bn for c in menu), large.name

@@ -9,7 +9,7 @@ Rooms, by job (docs/architecture.md maps them):
   render.py, routes.py, target.py, arch.py   one subgraph -> sources + plan; route-model base; what for; GPU table
   codegen/      the emitters every family shares (pull, forward, row, pointwise, cexpr, symdim, ...)
   gemm/, attention/   a template family each: its renderer, config menu and shape routes (templates/<family>.cuh)
-  build/        NVRTC, compile jobs, the content-keyed kernel cache, the build stage (build_kernels)
+  build/        NVRTC, the cubin reader, compile jobs, the content-keyed kernel cache, the build stage (build_kernels)
   wire/         the formats the C launcher reads: the plan (plan.py) and image packs (pack.py)
   ptx/          the PTX interpreter `plus-ep verify` runs kernels on
   templates/    the CUDA templates and plus_abi.h, the ABI shared with plus_ep/native

@@ -51,6 +51,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from ... import config
+from . import cubin as cubin_reader
 from . import nvrtc, sources
 from .files import write_atomic
 from .nvrtc import CompileResult, Resources
@@ -265,11 +266,11 @@ class KernelCache:
             want = nvrtc.parse_arch(arch) if arch is not None else nvrtc.parse_arch(meta["arch"])
             if nvrtc.parse_arch(meta["arch"]) != want:
                 raise ValueError(f"meta.json says the entry is for {meta['arch']}, not {want}")
-            got = nvrtc.cubin_arch(cubin)
+            got = cubin_reader.cubin_arch(cubin)
             # the SM number decides whether the image loads; sm_90 vs sm_90a SASS both run on 9.0
             if got.rstrip("a") != want.rstrip("a"):
                 raise ValueError(f"cubin is SASS for {got}, the entry is for {want}")
-            nvrtc.read_cubin(cubin)  # its section table and symbols are all there
+            cubin_reader.read_cubin(cubin)  # its section table and symbols are all there
             try:
                 ptx = (entry / PTX).read_bytes()
             except FileNotFoundError:   # removed and stored again between the reads, as above

@@ -10,9 +10,10 @@ Only `cuda.bindings.nvrtc` is used to compile: nothing here touches the CUDA dri
 machine without a GPU. `local_arch()` is the one function that asks the driver, and it is guarded.
 
 Resource use comes from the ptxas verbose log (`-Xptxas=-v`), one record per entry function, and is
-cross-checked against the cubin itself: registers from the `.nv.info` section (EIATTR_REGCOUNT), static
-shared memory from the size of `.nv.shared.<entry>` (minus the 1 KB system reservation that sm_90
-cubins fold into it). Where the two disagree the larger value wins and a warning is logged.
+cross-checked against the cubin itself (the cubin reader, cubin.py): registers from the `.nv.info` section
+(EIATTR_REGCOUNT), static shared memory from the size of `.nv.shared.<entry>` (minus the 1 KB system
+reservation that sm_90 cubins fold into it). Where the two disagree the larger value wins and a warning is
+logged.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import re
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ... import config
 from .. import arch as arch_table
+from . import cubin as cubin_reader
 
 log = logging.getLogger("plus_ep.kernels")
 
@@ -38,8 +40,6 @@ TEMPLATES_DIR = pathlib.Path(__file__).resolve().parents[1] / "templates"
 """Folder of the CUDA templates (`plus_common.cuh`, ...): first on the include path, hashed into cache keys."""
 
 HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".inc")
-
-_SM90_RESERVED_SMEM = arch_table.RESERVED_SMEM_PER_BLOCK
 
 
 # ---------------------------------------------------------------------------------------------- arch
@@ -262,148 +262,10 @@ def parse_ptxas_log(text: str) -> dict[str, Resources]:
     return out
 
 
-# ---------------------------------------------------------------------------- cubin (ELF) reading
-
-_EIATTR_FRAME_SIZE = 0x11
-_EIATTR_MIN_STACK_SIZE = 0x12
-_EIATTR_REGCOUNT = 0x2F
-_EIFMT_SVAL = 0x04
-_SHT_SYMTAB = 2
-_SHT_NOBITS = 8
-_STT_FUNC = 2
-_STO_CUDA_ENTRY = 0x10
-
-
-@dataclass
-class CubinInfo:
-    """What the cubin itself says about each entry function."""
-    registers: int | None = None
-    smem_static: int = 0
-    frame: int = 0
-    min_stack: int = 0
-    attrs: dict = field(default_factory=dict)
-
-
-def read_cubin(cubin: bytes) -> dict[str, CubinInfo]:
-    """Entry functions of a cubin with registers (EIATTR_REGCOUNT), frame and stack sizes from `.nv.info`
-    and static shared memory from `.nv.shared.<entry>`. A minimal ELF64 little-endian reader."""
-    d = bytes(cubin)
-    if len(d) < 64 or d[:4] != b"\x7fELF" or d[4] != 2 or d[5] != 1:
-        raise ValueError("not an ELF64 little-endian cubin")
-    shoff, = struct.unpack_from("<Q", d, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3A)
-    if shoff + shnum * shentsize > len(d) or shentsize < 64 or shstrndx >= shnum:
-        raise ValueError("truncated cubin (section table out of range)")
-    secs = [struct.unpack_from("<IIQQQQIIQQ", d, shoff + i * shentsize) for i in range(shnum)]
-
-    def cstr(sec_index: int, off: int) -> str:
-        base = secs[sec_index][4] + off
-        end = d.index(b"\0", base)
-        return d[base:end].decode("utf-8", "replace")
-
-    def body(i: int) -> bytes:
-        _, typ, _, _, off, size, *_ = secs[i]
-        if typ == _SHT_NOBITS:
-            return b""
-        if off + size > len(d):
-            raise ValueError("truncated cubin (section data out of range)")
-        return d[off:off + size]
-
-    names = [cstr(shstrndx, s[0]) for s in secs]
-    symtab = next((i for i, s in enumerate(secs) if s[1] == _SHT_SYMTAB), None)
-    if symtab is None:
-        raise ValueError("cubin without a symbol table")
-    strtab = secs[symtab][6]
-    syms = []  # (name, info, other)
-    raw = body(symtab)
-    for off in range(0, len(raw) - 23, 24):
-        st_name, st_info, st_other, _, _, _ = struct.unpack_from("<IBBHQQ", raw, off)
-        syms.append((cstr(strtab, st_name), st_info, st_other))
-
-    out: dict[str, CubinInfo] = {}
-    for name, info, other in syms:
-        if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY:
-            out[name] = CubinInfo()
-
-    reserved = _SM90_RESERVED_SMEM if any(n.startswith(".nv.shared.reserved") for n in names) else 0
-    for i, n in enumerate(names):
-        if n.startswith(".nv.shared.") and not n.startswith(".nv.shared.reserved"):
-            fn = n[len(".nv.shared."):]
-            if fn in out:
-                out[fn].smem_static = max(0, secs[i][5] - reserved)
-
-    for i, n in enumerate(names):
-        if n != ".nv.info" and not n.startswith(".nv.info."):
-            continue
-        data, p = body(i), 0
-        owner = n[len(".nv.info."):] if n.startswith(".nv.info.") else None
-        while p + 4 <= len(data):
-            fmt, attr, val = data[p], data[p + 1], struct.unpack_from("<H", data, p + 2)[0]
-            if fmt == _EIFMT_SVAL:
-                payload, p = data[p + 4:p + 4 + val], p + 4 + val
-            else:
-                payload, p = None, p + 4
-            if owner is None and payload is not None and len(payload) == 8 and attr in (
-                    _EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE, _EIATTR_MIN_STACK_SIZE):
-                sym, value = struct.unpack("<II", payload)
-                fn = syms[sym][0] if sym < len(syms) else None
-                if fn in out:
-                    if attr == _EIATTR_REGCOUNT:
-                        out[fn].registers = value
-                    elif attr == _EIATTR_FRAME_SIZE:
-                        out[fn].frame = value
-                    else:
-                        out[fn].min_stack = value
-            elif owner in out:
-                out[owner].attrs[attr] = payload if payload is not None else val
-    return out
-
-
-_EM_CUDA = 190
-_ELFOSABI_CUDA_V7 = 0x33     # e_flags & 0xff is the SM (CUDA <= 12.x cubins)
-_ELFOSABI_CUDA_V8 = 0x41     # (e_flags >> 8) & 0xff is the SM (CUDA 13 cubins)
-_RE_TKINFO_ARCH = re.compile(rb"-arch[= ]+(sm_\d+a?)\b")
-
-
-def cubin_arch(cubin: bytes) -> str:
-    """The arch a cubin's SASS is for ("sm_80", "sm_90", "sm_90a"), from the ELF header's e_flags
-    (SM number) and, for the arch-specific "a" targets, the ptxas command line ptxas leaves in the
-    `.note.nv.tkinfo` section. Raises ValueError for anything that is not a CUDA ELF cubin."""
-    d = bytes(cubin)
-    if len(d) < 64 or d[:4] != b"\x7fELF" or d[4] != 2 or d[5] != 1:
-        raise ValueError("not an ELF64 little-endian cubin")
-    osabi = d[7]
-    e_machine, = struct.unpack_from("<H", d, 18)
-    flags, = struct.unpack_from("<I", d, 0x30)
-    if e_machine != _EM_CUDA:
-        raise ValueError(f"ELF machine {e_machine} is not CUDA ({_EM_CUDA})")
-    if osabi == _ELFOSABI_CUDA_V8:
-        sm = (flags >> 8) & 0xFF
-    elif osabi == _ELFOSABI_CUDA_V7:
-        sm = flags & 0xFF
-    else:
-        raise ValueError(f"unknown CUDA ELF OS/ABI 0x{osabi:02x}")
-    arch = f"sm_{sm}"
-    try:   # the note is informational: without it the SM number is all we know
-        shoff, = struct.unpack_from("<Q", d, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3A)
-        secs = [struct.unpack_from("<IIQQQQ", d, shoff + i * shentsize) for i in range(shnum)]
-        names_off = secs[shstrndx][4]
-        for s in secs:
-            name = d[names_off + s[0]:d.index(b"\0", names_off + s[0])]
-            if name == b".note.nv.tkinfo":
-                m = _RE_TKINFO_ARCH.search(d[s[4]:s[4] + s[5]])
-                if m and m.group(1).decode().rstrip("a") == arch:
-                    arch = m.group(1).decode()
-                break
-    except (struct.error, ValueError, IndexError):
-        pass
-    return arch
-
 
 def _merge(name: str, from_log: dict[str, Resources], cubin: bytes) -> dict[str, Resources]:
     try:
-        elf = read_cubin(cubin)
+        elf = cubin_reader.read_cubin(cubin)
     except (ValueError, IndexError, struct.error) as e:
         log.warning("%s: cannot read the cubin's ELF sections (%s); using the ptxas log only", name, e)
         return from_log

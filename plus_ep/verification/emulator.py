@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..kernels import arch as arch_table
+from ..kernels.build import cubin as cubin_reader
 from ..kernels.build import nvrtc
 from ..kernels.wire.pack import parse as parse_pack
 from ..kernels.ptx import GlobalMemory, Module, PtxError
@@ -434,7 +435,7 @@ def _node(info) -> str:
 def _cubin_registers(cubin: bytes) -> dict:
     """entry -> registers per thread, from the cubin (empty when it cannot be read)."""
     try:
-        return {fn: info.registers or 0 for fn, info in nvrtc.read_cubin(cubin).items()}
+        return {fn: info.registers or 0 for fn, info in cubin_reader.read_cubin(cubin).items()}
     except ValueError:
         return {}
 

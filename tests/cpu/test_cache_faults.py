@@ -20,6 +20,7 @@ pytest.importorskip("cuda.bindings.nvrtc")
 
 from plus_ep.kernels.build import cache as kcache  # noqa: E402
 from plus_ep.kernels.build import files as kfiles  # noqa: E402
+from plus_ep.kernels.build import cubin as cubin_reader  # noqa: E402
 from plus_ep.kernels.build import nvrtc  # noqa: E402
 from plus_ep.kernels.build.cache import KernelCache  # noqa: E402
 from plus_ep.kernels.build.compile import Job, compile_all  # noqa: E402
@@ -56,14 +57,14 @@ def warnings_of(caplog, text) -> list:
 @pytest.mark.parametrize("arch", nvrtc.ARCHS)
 def test_cubin_arch_reads_the_elf_header(arch):
     r = nvrtc.compile_cubin(src(), arch)
-    assert nvrtc.cubin_arch(r.cubin) == arch
+    assert cubin_reader.cubin_arch(r.cubin) == arch
 
 
 @pytest.mark.parametrize("data", [b"", b"\x7fELF" + bytes(60), b"FAKECUBIN\n" * 10],
                          ids=["empty", "zero-header", "not-elf"])
 def test_cubin_arch_rejects_non_cubins(data):
     with pytest.raises(ValueError):
-        nvrtc.cubin_arch(data)
+        cubin_reader.cubin_arch(data)
 
 
 def _plant(cache: KernelCache, key: str, cubin: bytes, arch: str | None = None) -> pathlib.Path:
@@ -90,7 +91,7 @@ def test_cubin_for_another_arch_is_rebuilt(cache, caplog, lie_in_meta):
     assert "sm_80" in msg and "sm_90" in msg and str(entry) in msg
     assert not entry.exists() and cache.stats.corrupt == 1
     again = cache.build(src(), "sm_90", name="scale.cu")
-    assert not again.cached and again.cubin == good.cubin and nvrtc.cubin_arch(again.cubin) == "sm_90"
+    assert not again.cached and again.cubin == good.cubin and cubin_reader.cubin_arch(again.cubin) == "sm_90"
     assert cache.build(src(), "sm_90").cached   # and the rebuilt entry is good
 
 
@@ -98,7 +99,7 @@ def test_build_never_returns_a_wrong_arch_hit(cache):
     good = cache.build(src(), "sm_90")
     _plant(cache, good.key, nvrtc.compile_cubin(src(), "sm_86").cubin)
     r = cache.build(src(), "sm_90")
-    assert nvrtc.cubin_arch(r.cubin) == "sm_90" and r.cubin == good.cubin and not r.cached
+    assert cubin_reader.cubin_arch(r.cubin) == "sm_90" and r.cubin == good.cubin and not r.cached
 
 
 @pytest.mark.parametrize("bad", ["truncated-elf", "garbage", "empty"])
@@ -190,7 +191,7 @@ def test_unwritable_cache_compiles_without_caching(tmp_path, caplog, read_only, 
     results = compile_all(jobs, cache=cache, workers=2, progress=False)
     for job, r in zip(jobs, results):
         assert isinstance(r, CompileResult), r
-        assert not r.cached and nvrtc.cubin_arch(r.cubin) == job.arch
+        assert not r.cached and cubin_reader.cubin_arch(r.cubin) == job.arch
         assert r.cubin == nvrtc.compile_cubin(job.source, job.arch).cubin
     (msg,) = warnings_of(caplog, "cannot be written")      # one warning for six kernels
     assert str(root) in msg and "without caching" in msg
@@ -210,7 +211,7 @@ def test_read_only_cache_still_serves_hits(tmp_path, caplog, read_only):
     hit = ro.build(src(), "sm_90")
     assert hit.cached and hit.cubin == first.cubin
     miss = ro.build(src("7.0f"), "sm_90")
-    assert not miss.cached and nvrtc.cubin_arch(miss.cubin) == "sm_90"
+    assert not miss.cached and cubin_reader.cubin_arch(miss.cubin) == "sm_90"
     assert len(warnings_of(caplog, "cannot be written")) == 1
     assert ro.stats.hits == 1 and ro.stats.compiled == 1
 
@@ -265,7 +266,7 @@ def test_full_disk_for_the_lock_file(cache, caplog, monkeypatch):
     monkeypatch.setattr(os, "open", no_space)
     caplog.set_level(logging.WARNING, logger="plus_ep.kernels")
     r = cache.build(src(), "sm_80")
-    assert nvrtc.cubin_arch(r.cubin) == "sm_80" and len(warnings_of(caplog, "cannot be written")) == 1
+    assert cubin_reader.cubin_arch(r.cubin) == "sm_80" and len(warnings_of(caplog, "cannot be written")) == 1
     assert files_under(cache.root) == []
 
 
@@ -283,7 +284,7 @@ def test_dead_writers_leftovers_are_replaced(cache, caplog):
     caplog.set_level(logging.WARNING, logger="plus_ep.kernels")
     assert cache.get(key) is None and cache.stats.corrupt == 0
     r = cache.build(src(), "sm_90")
-    assert nvrtc.cubin_arch(r.cubin) == "sm_90" and not r.cached
+    assert cubin_reader.cubin_arch(r.cubin) == "sm_90" and not r.cached
     assert sorted(p.name for p in entry.iterdir()) == ["kernel.cu", "kernel.cubin", "kernel.ptx", "meta.json"]
     assert cache.get(key).cubin == r.cubin and not warnings_of(caplog, "damaged")
 

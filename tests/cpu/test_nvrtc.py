@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
+from plus_ep.kernels.build import cubin as cubin_reader  # noqa: E402
 from plus_ep.kernels.build import nvrtc  # noqa: E402
 from plus_ep.kernels.build.nvrtc import CompileError, CompileResult, Resources  # noqa: E402
 
@@ -98,7 +99,7 @@ def test_compile_tiny_kernel(arch, caplog):
     assert r.resources["plus_fill"].smem_static == 0
     assert nvrtc.check_resources(r) == []
     # The cubin's own ELF sections agree with the ptxas log (no cross-check warning was logged).
-    elf = nvrtc.read_cubin(r.cubin)
+    elf = cubin_reader.read_cubin(r.cubin)
     assert elf["plus_tiny"].registers == tiny.registers and elf["plus_tiny"].smem_static == 132
     assert not [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
 
@@ -162,10 +163,10 @@ ptxas info    : Used 12 registers, 360 bytes cmem[0]
 
 def test_read_cubin_rejects_garbage():
     with pytest.raises(ValueError):
-        nvrtc.read_cubin(b"not an elf")
+        cubin_reader.read_cubin(b"not an elf")
     r = nvrtc.compile_cubin(TINY, "sm_80")
     with pytest.raises(ValueError):
-        nvrtc.read_cubin(r.cubin[:200])
+        cubin_reader.read_cubin(r.cubin[:200])
 
 
 def test_local_arch_without_driver_is_quick():

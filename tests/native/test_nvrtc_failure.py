@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("cuda.bindings.nvrtc")
 
 import plus_ep.kernels.build.stage as kernel_build  # noqa: E402
+from plus_ep.kernels.build import cubin as cubin_reader  # noqa: E402
 from plus_ep.kernels.build import nvrtc  # noqa: E402
 from plus_ep.kernels.wire import plan as plan_text  # noqa: E402
 from plus_ep.kernels.build.nvrtc import CompileError, CompileResult  # noqa: E402
@@ -109,7 +110,7 @@ def test_the_other_subgraphs_keep_their_kernels(broken):
         assert n.name == parsed.node     # the launcher's errors name this very node
         pack = bytes(onnx.numpy_helper.to_array(attr(n, "plus_images_sm_90").t))
         images = kernel_build.unpack_images(pack)
-        assert images and all(nvrtc.cubin_arch(im) == "sm_90" for im in images)
+        assert images and all(cubin_reader.cubin_arch(im) == "sm_90" for im in images)
     # the unfused subgraphs' original operators are back in the main graph
     ops = [n.op_type for n in res.model.graph.node if n.domain == ""]
     assert "Softmax" in ops and ops.count("MatMul") >= 3      # attention's two and the failed GEMM's

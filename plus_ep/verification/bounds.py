@@ -29,7 +29,7 @@ inner products", Higham & Mary 2019, for the reductions):
 * element-wise ops propagate bounds by evaluating the op at the corners of the input intervals, and add
   C_EXACT (+, -, *, /, sqrt, max ...) or C_TRANSCENDENTAL (exp, erf, tanh ...) units of fp32 rounding;
 * data movement (Reshape, Transpose, Gather, Slice, Concat, Where ...) moves bounds with the data;
-* every op's result is rounded to its storage type: + u(type) |v|.
+* every op's result is rounded to its storage type: + u(type) |v|, and may underflow: + eta (_ETA).
 
 This module is the one owner of these formulas and of the unit roundoffs (`unit`, U32, U_TF32): the test
 suite's node-level checks (LayerNorm/RMSNorm rows, tests/support/gemm_norm_cases.py and
@@ -64,6 +64,10 @@ MARGIN = 2.0
 _UNITS = {"float64": 2.0 ** -53, "float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 # smallest positive normal per storage type: below it, flush-to-zero and subnormal rounding
 _TINY = {"float64": 2.2e-308, "float32": 1.18e-38, "float16": 6.1e-5, "bfloat16": 1.18e-38}
+# underflow of one op (the standard model fl(x op y) = (x op y)(1 + d) + eta): the fp32 arithmetic's eta, taken
+# as the smallest normal (a result below it may be flushed, or lost when an intermediate such as exp(-x) in a
+# sigmoid overflows), plus half the spacing of the storage type's subnormals where it is narrower than fp32
+_ETA = {"float64": 1.18e-38, "float32": 1.18e-38, "float16": 1.18e-38 + 2.0 ** -25, "bfloat16": 1.18e-38}
 _ONNX_FLOAT = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
 
 
@@ -105,10 +109,12 @@ class Bounded:
         return self.dtype in _UNITS
 
     def rounded(self, c_ops: float = 0.0) -> Bounded:
-        """This value rounded to its storage type after an op costing c_ops units of fp32 rounding."""
+        """This value rounded to its storage type after an op costing c_ops units of fp32 rounding, plus the
+        op's underflow (_ETA): absolute, so it matters only for results near the bottom of the range."""
         if not self.is_float:
             return self
-        return Bounded(self.v, self.e + (c_ops * U32 + unit(self.dtype)) * np.abs(self.v), self.dtype)
+        return Bounded(self.v, self.e + (c_ops * U32 + unit(self.dtype)) * np.abs(self.v) + _ETA[self.dtype],
+                       self.dtype)
 
 
 @dataclass

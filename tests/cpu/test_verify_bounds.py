@@ -134,3 +134,22 @@ def test_gather_elements_along_a_negative_axis_moves_data_and_bounds():
     np.testing.assert_allclose(ev.outputs[0].v, want, rtol=1e-12)
     mm = matmul(Bounded.exact(x), Bounded.exact(w), "exact")
     np.testing.assert_allclose(ev.outputs[0].e, np.take_along_axis(mm.e, j, axis=-1), rtol=1e-12)
+
+
+def test_underflow_near_the_bottom_of_the_range_is_allowed_and_nothing_more():
+    """SiLU(g) * u on a very negative gate (the fp32 genai decoder's stress inputs): the exact value is about
+    -2e-37, a kernel whose sigmoid's exp(-g) overflows gives -0.0. Each op's underflow (eta, the smallest
+    normal) propagates through the products, so that is inside the bound; the same 2e-37 error on a value of
+    normal size, or an error of 1e-6 on this element, is not."""
+    nodes = [helper.make_node("Sigmoid", ["g"], ["s"]), helper.make_node("Mul", ["g", "s"], ["a"]),
+             helper.make_node("Mul", ["a", "u"], ["y"])]
+    g = helper.make_graph(nodes, "silu_up", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "gu"],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    gate, up = np.array([-95.0, 0.5], np.float32), np.array([450.0, 3.0], np.float32)
+    ev = evaluate(g, [gate, up], math="exact")
+    exact = ev.outputs[0].v
+    assert -1e-36 < exact[0] < -1e-37
+    flushed = np.array([-0.0, exact[1]], np.float32)
+    assert compare(flushed, ev.outputs[0])["ok"]
+    assert not compare(np.array([exact[0] + 1e-6, exact[1]], np.float32), ev.outputs[0])["ok"]
+    assert not compare(np.array([exact[0], exact[1] * (1 + 1e-4)], np.float32), ev.outputs[0])["ok"]

@@ -66,6 +66,7 @@ class Emitter:
         self.inits: list[onnx.TensorProto] = []
         self.made: set[str] = set()          # tensors produced by this expansion's own nodes
         self.uses_shared: set[str] = set()   # tensors produced by another expansion's shared nodes
+        self.one_const: dict | None = None   # {(dtype, shape, bytes): name}: equal constants as one initializer
 
     # ---- names and nodes --------------------------------------------------------------------------
     def fresh(self, what: str) -> str:
@@ -104,7 +105,12 @@ class Emitter:
     def const(self, value, dtype=None) -> str:
         """An initializer holding `value` (np.ndarray kept as is; a Python number/list as `dtype`)."""
         arr = np.asarray(value, dtype=np_dtype(dtype) if dtype is not None else None)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if self.one_const is not None and key in self.one_const:
+            return self.one_const[key]
         name = self.fresh("c")
+        if self.one_const is not None:
+            self.one_const[key] = name
         self.inits.append(numpy_helper.from_array(arr, name))
         self.facts.const[name] = arr
         self.facts.dtype[name] = helper.np_dtype_to_tensor_dtype(arr.dtype)

@@ -43,7 +43,10 @@ def unpack(e: Emitter, packed, bits: int, rank: int):
 
 
 def dequantized_weight(e: Emitter, n):
-    """The [K, N] weight of MatMulNBits node `n`, in the scales' element type."""
+    """The [K, N] weight of MatMulNBits node `n`, in the scales' element type. Equal constants of the chain are
+    one initializer: the chain moves into its GEMM's fused node (decoders.py), two of them into a gated GEMM's,
+    and every initializer it reads is an input of that node (limits.MAX_IN)."""
+    e.one_const = {}
     b, scales, zp = inp(n, 1), inp(n, 2), inp(n, 3)
     K, N, bits, bs = (int(attr(n, a)) for a in ("K", "N", "bits", "block_size"))
     if bits not in (2, 4, 8):

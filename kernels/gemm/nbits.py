@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
+from ...graph_rewrites.contrib.decoders import LAYOUT
 from ..codegen import dtypes
 from ..codegen.pull import RenderError
 
@@ -27,8 +28,23 @@ def check(nb: dict) -> None:
                           "2, 4 or 8 bits and a block size that is a multiple of 8")
 
 
-def chunk_hook(job, em, nb: dict) -> str:
-    """The template's plus_b_chunk: W consecutive decoded elements of one column of B."""
+def check_pair(nbs, where: str) -> None:
+    """The two weights of a gated GEMM (gate, up) decoded in one mainloop: both quantised, one layout (their
+    packed fields, scales and zero points may differ; each has its own)."""
+    if len(nbs) != 2 or any(nb is None for nb in nbs):
+        raise RenderError(f"{where}: one of the gate/up weights is a MatMulNBits weight and the other is not; "
+                          "a gated GEMM decodes both or neither")
+    got = [tuple(int(nb[k]) for k in LAYOUT) for nb in nbs]
+    if got[0] != got[1]:
+        raise RenderError(f"{where}: the gate and up MatMulNBits weights differ in layout ({', '.join(LAYOUT)} = "
+                          f"{got[0]} vs {got[1]}); a gated GEMM decodes two weights of one layout")
+    for nb in nbs:
+        check(nb)
+
+
+def chunk_hook(job, em, nb: dict, fn: str = "plus_b_chunk") -> str:
+    """The template's plus_b_chunk (`fn`; plus_b1_chunk: B1 of a gated GEMM, templates/gemm.cuh): W consecutive
+    decoded elements of one column of B."""
     check(nb)
     K, bits, bs = int(nb["K"]), int(nb["bits"]), int(nb["block_size"])
     blocks = -(-K // bs)
@@ -51,11 +67,12 @@ def chunk_hook(job, em, nb: dict) -> str:
         field = "(float)q[kk]"
     else:
         field = f"(float)((q[kk / {per}] >> ((kk % {per}) * {bits})) & {mask})"
+    pad = " " * (len(fn) - len("plus_b_chunk"))
     return (
-        "#define PLUS_B_NBITS 1\n"
-        "template <int W>\n"
-        "PLUS_DEV void plus_b_chunk(const PlusArgs& args, long long b, long long n, long long k, int avail,\n"
-        "                           float (&v)[W]) {\n"
+        ("#define PLUS_B_NBITS 1\n" if fn == "plus_b_chunk" else "")
+        + "template <int W>\n"
+        f"PLUS_DEV void {fn}(const PlusArgs& args, long long b, long long n, long long k, int avail,\n"
+        f"                           {pad}float (&v)[W]) {{\n"
         "  (void)b;\n"
         f"  const unsigned char* q = (const unsigned char*)args.in[{kq}] + n * {row}LL;\n"
         f"  const long long blk = k / {bs};          // a chunk never straddles a quantisation block\n"

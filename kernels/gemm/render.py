@@ -294,11 +294,13 @@ def render_gemm_gated(job):
     if any(n.op_type in ROW_OPS for n in job.nodes):
         raise RenderError(f"{job.node_name}: a gated GEMM has no row normalisation")
     em = job.emitter()
+    nbs = roles.get("nbits")          # the members' MatMulNBits decoders, B0's and B1's (contrib/decoders.py)
+    decode = ""
     if roles["form"] == "pair":
         got = []
         for m in roles["members"]:
             seed = job.view.nodes[m["gemm"]]
-            a, b, dt = _operands(job, em, seed, m)
+            a, b, dt = _nbits_operands(job, em, seed) if nbs else _operands(job, em, seed, m)
             got.append((seed, b, dt, _problem(em, seed, a, b)))
         keys = [(str(pr[0]), str(pr[1]), str(pr[2]), str(pr[3]), pr[4], pr[5]("b"), pr[6]("b"), dt)
                 for _, _, dt, pr in got]
@@ -306,12 +308,22 @@ def render_gemm_gated(job):
             raise RenderError(f"{describe(got[1][0])}: problem {keys[1]} differs from the gate's {keys[0]}")
         seeds = [g[0] for g in got]
         batch, M, N, K, trans_b, a_off, b_off, c_index = got[0][3]
-        dt, ldb = got[0][2], (K if trans_b else N)
-        kb, kb1 = job.inputs.index(got[0][1]), job.inputs.index(got[1][1])
+        dt = got[0][2]
+        if nbs:          # both weights decoded in the mainloop (nbits.py): B0 by plus_b_chunk, B1 by plus_b1_chunk
+            nbits.check_pair(nbs, job.node_name)
+            trans_b = True                   # the decoders read B as [N][K]; B0/B1 pointers are never read
+            decode = nbits.chunk_hook(job, em, nbs[0]) + nbits.chunk_hook(job, em, nbs[1], fn="plus_b1_chunk")
+            kb = kb1 = job.inputs.index(roles["a"])
+        else:
+            kb, kb1 = job.inputs.index(got[0][1]), job.inputs.index(got[1][1])
+        ldb = K if trans_b else N
         b1_ptr = f"  return (const plus_ab_t*)args.in[{kb1}] + {b_off('b')};\n"
         b1_aligned = True
         parts = list(roles["parts"])
     else:
+        if nbs:
+            raise RenderError(f"{job.node_name}: a combined gate/up projection with a MatMulNBits weight is not "
+                              "decoded by the gated template")
         seed = job.view.nodes[roles["gemm"]]
         a, b, dt = _operands(job, em, seed, roles)
         batch, M, N2, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
@@ -347,7 +359,10 @@ def render_gemm_gated(job):
                       f"  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n",
                       f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')};\n", ldb=ldb, b1_ptr=b1_ptr)
     aligned = routes.gemm_rows_aligned(K, ldb, dt) and b1_aligned
-    return _variants(job, M, N, K, nbatch, dt, trans_b, hooks, False, [], gated=True, aligned=aligned)
+    # decoded weights: gemm.cuh's menu on every arch (the wgmma template has no decoding loader), as render_gemm
+    menu = gemm_configs.configs(routes.gemm_math(dt, job.fp32_math)) if nbs else None
+    return _variants(job, M, N, K, nbatch, dt, trans_b, hooks + decode, False, [], gated=True, aligned=aligned,
+                     menu=menu)
 
 
 def _ordered_halves(job, roles) -> list:

@@ -38,7 +38,9 @@
 //        with PLUS_B_NBITS 1 (and PLUS_B_TRANS 1): B is not read through plus_b_ptr but decoded by the hook,
 //        W consecutive elements B[n][k..k+W) at a time (k a multiple of W; v[j] for j >= avail must be
 //        0): a weight-only quantised B (MatMulNBits) is dequantised in the mainloop, on its way into the
-//        B stage (MATH 1/2) or the staging registers (MATH 0), with synchronous loads
+//        B stage (MATH 1/2) or the staging registers (MATH 0), with synchronous loads; gated (PLUS_GATED 1),
+//        B1 is decoded by plus_b1_chunk (same signature: two MatMulNBits weights with their own packed fields,
+//        scales and zero points) and plus_b_ptr / plus_b1_ptr are not read
 //   void plus_epilogue(const PlusArgs&, long long b, long long m, long long n, float acc)
 //        default: out[0][(b*M + m)*N + n] = plus_cvt<plus_c_t>(acc); plus_c_t defaults to plus_ab_t
 //        (typedef it and #define PLUS_HAS_C_T for another output type)
@@ -146,7 +148,6 @@ static_assert(PLUS_THREADS >= 32 && PLUS_THREADS <= 1024, "1..32 warps per block
 static_assert(PLUS_SPLITK >= 1, "PLUS_SPLITK >= 1");
 static_assert(!PLUS_GATED || (PLUS_BN % 32 == 0 && PLUS_WN % 16 == 0),
               "gated: whole 16-column pairs of 8-blocks in every warp tile");
-static_assert(!(PLUS_GATED && PLUS_B_NBITS), "gemm.cuh: a gated GEMM reads B0/B1 from memory, not through plus_b_chunk");
 #if PLUS_MATH == 0
 static_assert(PLUS_WM % 16 == 0 && PLUS_WN % 32 == 0,
               "SIMT warp tile: WM a multiple of 16 (4 lanes x 4 rows), WN a multiple of 32 (8 lanes x 4 columns)");
@@ -224,6 +225,32 @@ PLUS_DEV const plus_ab_t* b1_ptr(const PlusArgs& args, long long b) {
 #endif
 }
 
+#if PLUS_B_NBITS
+// W decoded elements B[n][k..k+W) of a quantised B (k a multiple of W): plus_b_chunk's values, those at or past
+// k_lim or in a row n >= n_lim 0. Gated: n is a logical row of the interleaved products (as chunk_src's GMAP 2),
+// row plus_gated_col(n) of B0 (plus_b_chunk) or of B1 (plus_b1_chunk: the up projection's own packed weights,
+// scales and zero points).
+template <int W>
+PLUS_DEV void b_chunk(const PlusArgs& args, long long b, int n, int n_lim, int k, int k_lim, float (&v)[W]) {
+#pragma unroll
+  for (int j = 0; j < W; ++j) v[j] = 0.f;
+#if PLUS_GATED
+  const int part = plus_gated_part(n);
+  n = (int)plus_gated_col(n);
+#endif
+  int avail = n < n_lim ? k_lim - k : 0;
+  avail = avail < 0 ? 0 : (avail > W ? W : avail);
+  if (avail == 0) return;
+#if PLUS_GATED
+  if (part) {
+    plus_b1_chunk<W>(args, b, n, k, avail, v);
+    return;
+  }
+#endif
+  plus_b_chunk<W>(args, b, n, k, avail, v);
+}
+#endif
+
 #if PLUS_MATH == 0
 // ============================================================================ SIMT fp32 (exact)
 //
@@ -286,13 +313,10 @@ PLUS_DEV void fetch(const PlusArgs& args, const Block& blk, Stage& st, const plu
     st.b[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (B_CHUNKS % PLUS_THREADS == 0 || c < B_CHUNKS) {
 #if PLUS_B_NBITS
-      const int r = c / KC, k = k0 + (c % KC) * 4, n = blk.n0 + r;
-      const int avail = n < blk.N ? min(4, blk.kend - k) : 0;
-      if (avail > 0) {
-        float v[4];
-        plus_b_chunk<4>(args, blk.b, n, k, avail, v);
-        st.b[i] = make_float4(v[0], v[1], v[2], v[3]);
-      }
+      const int r = c / KC, k = k0 + (c % KC) * 4;
+      float v[4];
+      b_chunk<4>(args, blk.b, blk.n0 + r, blk.N, k, blk.kend, v);
+      st.b[i] = make_float4(v[0], v[1], v[2], v[3]);
       (void)B; (void)ldb; (void)vec_b; (void)B1;
 #elif PLUS_B_TRANS
       const int r = c / KC, k = k0 + (c % KC) * 4;
@@ -547,13 +571,8 @@ PLUS_DEV void load_tile_nbits(const PlusArgs& args, long long b, plus_ab_t* s, i
     const int c = threadIdx.x + i * PLUS_THREADS;
     if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
       const int r = c / CPR, cc = (c % CPR) * CE;
-      const int n = n0 + r, k = k0 + cc;
-      int avail = n < n_lim ? k_lim - k : 0;
-      avail = avail < 0 ? 0 : (avail > CE ? CE : avail);
       float v[CE];
-#pragma unroll
-      for (int j = 0; j < CE; ++j) v[j] = 0.f;
-      if (avail > 0) plus_b_chunk<CE>(args, b, n, k, avail, v);
+      b_chunk<CE>(args, b, n0 + r, n_lim, k0 + cc, k_lim, v);
       union {
         uint4 u;
         plus_ab_t e[CE];

@@ -121,3 +121,54 @@ def test_f16_pair_renders_for_wgmma():
     r = plus_ep.rewrite_detailed(M.gated_pair_model(TensorProto.FLOAT16))
     epi = _epilogue(r, "sm_90a")
     assert "acc0" in epi and "acc1" in epi
+
+
+def _chunk_hook(src, fn):
+    """The body of the decoding hook `fn` (plus_b_chunk / plus_b1_chunk) in a rendered source."""
+    start = src.index(f"PLUS_DEV void {fn}(")
+    return src[start:src.index("\n}\n", start)]
+
+
+def test_int4_pair_decodes_each_weight_with_its_own_fields():
+    """MatMulNBits gate and up weights (asymmetric gate, symmetric up): one gated subgraph holding both decoder
+    chains; B0's hook reads the gate's packed weights, scales and zero points, B1's the up projection's own (a
+    hook reading the other weight's fields fails here; the interpreter run is in
+    tests/emulated/test_contrib_kernels.py)."""
+    r = plus_ep.rewrite_detailed(M.gated_nbits_model(TensorProto.FLOAT16))
+    (sg,) = r.subgraphs
+    assert sg.pattern.name == "gemm_gated"
+    assert [nb["packed"] for nb in sg.roles["nbits"]] == ["gate_Q", "up_Q"]
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    assert {"gate_Q", "gate_scales", "gate_zp", "up_Q", "up_scales"} <= set(ins)
+    src = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="g").variants[0].source
+    assert "#define PLUS_GATED 1" in src and "#define PLUS_B_NBITS 1" in src and '#include "gemm.cuh"' in src
+    gate, up = _chunk_hook(src, "plus_b_chunk"), _chunk_hook(src, "plus_b1_chunk")
+    at = {t: f"args.in[{ins.index(t)}]" for t in ("gate_Q", "gate_scales", "gate_zp", "up_Q", "up_scales")}
+    assert at["gate_Q"] in gate and at["gate_scales"] in gate and at["gate_zp"] in gate
+    assert at["up_Q"] in up and at["up_scales"] in up and "8.0f" in up            # symmetric: zero point 2^(4-1)
+    assert not any(at[t] in up for t in ("gate_Q", "gate_scales", "gate_zp"))
+    assert not any(at[t] in gate for t in ("up_Q", "up_scales"))
+
+
+@pytest.mark.parametrize("kw,why", [(dict(up_block=32), "differ in layout"), (dict(plain_up=True), "only one weight")],
+                         ids=["block-sizes-differ", "one-quantised"])
+def test_int4_pair_of_other_layouts_stays_two_decoding_gemms(kw, why):
+    """Gate and up weights quantised with different block sizes, or only one of them quantised: no gated kernel
+    (the refusal names why); each MatMulNBits GEMM still decodes its weight in its own mainloop."""
+    r = plus_ep.rewrite_detailed(M.gated_nbits_model(TensorProto.FLOAT16, k=64, **kw))
+    assert "gemm_gated" not in [s.pattern.name for s in r.subgraphs]
+    reasons = [e["reason"] for e in r.identifier.groups if e["pattern"] == "gemm_gated"]
+    assert any(why in (x or "") for x in reasons), reasons
+    decoded = [s.roles["nbits"]["packed"] for s in r.subgraphs if "nbits" in (s.roles or {})]
+    assert decoded == (["gate_Q"] if kw.get("plain_up") else ["gate_Q", "up_Q"])
+
+
+def test_gated_renderer_refuses_two_layouts():
+    from plus_ep.kernels.codegen.pull import RenderError
+    from plus_ep.kernels.gemm.nbits import check_pair
+    nb = {"K": 64, "N": 32, "bits": 4, "block_size": 32, "packed": "q", "scales": "s", "zero_points": None}
+    check_pair([nb, dict(nb, packed="q1", scales="s1", zero_points="z1")], "g")      # own fields: fine
+    with pytest.raises(RenderError, match="differ in layout"):
+        check_pair([nb, dict(nb, bits=8)], "g")
+    with pytest.raises(RenderError, match="decodes both or neither"):
+        check_pair([nb, None], "g")

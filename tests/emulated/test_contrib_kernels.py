@@ -96,6 +96,62 @@ def test_int4_gemm_hook_reads_packed_fields():
     assert "n * 3LL + blk" in src and "n * 2LL + blk / 2" in src                   # scales, packed zero points
 
 
+def _dequantised(inits, nb) -> np.ndarray:
+    """float64 [K, N] weight of a MatMulNBits decoder description, from its packed fields (numpy, not ORT)."""
+    K, N, bits, bs = nb["K"], nb["N"], nb["bits"], nb["block_size"]
+    per, mask = 8 // bits, (1 << bits) - 1
+    fields = lambda q: np.stack([(q >> (bits * j)) & mask for j in range(per)], -1).reshape(N, -1).astype(float)  # noqa: E731
+    s = inits[nb["scales"]].astype(np.float64).reshape(N, -1)
+    blocks = s.shape[1]
+    z = fields(inits[nb["zero_points"]].reshape(N, -1))[:, :blocks] if nb["zero_points"] else 1 << (bits - 1)
+    w = (fields(inits[nb["packed"]].reshape(N, -1)).reshape(N, blocks, bs) - np.broadcast_to(z, (N, blocks))[..., None])
+    return (w * s[..., None]).reshape(N, -1)[:, :K].T
+
+
+F16, F32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+# (id, arch, fp32 math, gated_models.gated_nbits_model arguments): 2/4/8 bits, zero points on the gate, the up
+# weight, both or neither, K with a partial last quantisation block (40/16, 70/32), N not a multiple of 8 (37, 20);
+# f16 mma.sync, TF32 mma.sync and exact fp32 SIMT (gemm.cuh on sm_80 and sm_90a alike)
+GATED_NBITS = [("b4-gatezp-f16-K40-N37", "sm_80", "exact", dict(dtype=F16)),
+               ("b2-bothzp-tf32", "sm_90a", "tf32", dict(dtype=F32, bits=2, k=48, inter=24, zero_points=(True, True))),
+               ("b8-upzp-simt-K70-N20", "sm_80", "exact",
+                dict(dtype=F32, bits=8, block=32, k=70, inter=20, zero_points=(False, True), gate_bias=False)),
+               ("b4-sym-f16-aligned", "sm_90a", "exact",
+                dict(dtype=F16, block=32, k=64, inter=48, zero_points=(False, False)))]
+
+
+@pytest.mark.parametrize("name,arch,math,kw", GATED_NBITS, ids=[c[0] for c in GATED_NBITS])
+def test_gated_int4_mlp_kernel_matches_ort_and_float64(name, arch, math, kw, tmp_path):
+    """Gate and up MatMulNBits weights, each with its own scales (the up weight 4x larger) and zero points, decoded
+    in one gated GEMM's mainloop (PLUS_GATED + PLUS_B_NBITS): through the launcher on the interpreter, against ORT
+    CPU's MatMulNBits kernels on the original model and a float64 numpy SwiGLU of the dequantised weights."""
+    from onnx import numpy_helper
+
+    from tests.support import gated_models
+    model = gated_models.gated_nbits_model(**kw)
+    r = rewrite_detailed(model, archs=[arch], fp32_math=math)
+    assert not r.kernels.failures, r.kernels.failures
+    (sg,) = r.subgraphs
+    assert sg.pattern.name == "gemm_gated" and [nb["packed"] for nb in sg.roles["nbits"]] == ["gate_Q", "up_Q"]
+    (node,) = r.model.graph.node
+    assert {"gate_Q", "up_Q", "gate_scales", "up_scales"} <= set(node.input)    # the packed fields, no dequantised B
+    path = tmp_path / "m.plus.onnx"
+    onnx.save(r.model, path)
+    dt = np.float16 if kw["dtype"] == F16 else np.float32
+    x = np.random.default_rng(5).standard_normal((2, 5, kw.get("k", 40))).astype(dt)
+    np.savez(tmp_path / "f.npz", X=x)
+    res = json.loads(run_child(RUNNER, [path, arch, "feeds", tmp_path / "f.npz", tmp_path / "o.npz"], timeout=600))
+    assert res["launches"] == 1 and not res["errors"] and res["findings"] == 0 and not res["unlaunched"], res
+    got = np.load(tmp_path / "o.npz")["Y"]
+    want = cc.run_ort(model, {"X": x})["Y"]                    # ORT CPU's MatMulNBits kernels
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    g, u = (x.astype(np.float64) @ _dequantised(inits, nb) for nb in sg.roles["nbits"])
+    g = g + inits["gate_bias"] if "gate_bias" in inits else g
+    ref = g / (1 + np.exp(-g)) * u
+    tol = 1e-2 if dt == np.float16 else (5e-3 if math == "tf32" else 2e-5)
+    assert cc.rel_err(got, want) <= tol and cc.rel_err(got, ref) <= tol, (cc.rel_err(got, want), cc.rel_err(got, ref))
+
+
 @pytest.fixture(scope="module")
 def genai_kernels(tmp_path_factory):
     from plus_ep.zoo import ortopt
@@ -112,7 +168,10 @@ def test_genai_int4_every_gqa_and_matmulnbits_has_kernels(genai_kernels):
     rep = report(r)
     assert rep["contrib_ops"]["GroupQueryAttention"] == {"expanded": 2, "fused": 2}
     assert rep["contrib_ops"]["MatMulNBits"] == {"expanded": 11, "fused": 11}
-    assert sum(1 for sg in r.subgraphs if "nbits" in (sg.roles or {})) == 11    # each decodes int4 in-kernel
+    # each decodes int4 in-kernel: 7 GEMMs one weight each, and per layer the gate/up pair in one gated GEMM
+    nbits = [sg.roles["nbits"] for sg in r.subgraphs if "nbits" in (sg.roles or {})]
+    assert sorted(len(nb) if isinstance(nb, list) else 1 for nb in nbits) == [1] * 7 + [2, 2]
+    assert rep["patterns"]["gemm_gated"] == 2 and rep["data_kernels_after"] == 14
     assert not any(n.domain == "com.microsoft" for n in r.model.graph.node)
     used = {t for n in r.model.graph.node for t in n.input}
     assert not any(n.op_type in ("BitShift", "BitwiseAnd") for n in r.model.graph.node)   # no dequantised copy

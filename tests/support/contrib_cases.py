@@ -325,7 +325,7 @@ def gqa_cases():
     return cases
 
 
-def _quantize(w, bits, block, symmetric, rng_):
+def quantize_nbits(w, bits, block, symmetric, rng_):
     """(packed uint8 [N, blocks, block·bits/8], scales [N, blocks], packed zero points or None) of a
     [K, N] weight, in ORT's MatMulNBits layout."""
     K, N = w.shape
@@ -364,7 +364,7 @@ def nbits_cases():
     for bits, block, K, N, sym in ((4, 32, 64, 48, True), (4, 16, 40, 24, False), (8, 32, 64, 16, False),
                                    (2, 16, 32, 8, False)):
         w = r.standard_normal((K, N)).astype(np.float32) / np.sqrt(K)
-        packed, scales, zp, zvals = _quantize(w, bits, block, sym, r)
+        packed, scales, zp, zvals = quantize_nbits(w, bits, block, sym, r)
         a = r.standard_normal((2, 3, K)).astype(np.float32)
         for dt, tol in ((np.float32, 5e-5), (np.float16, 5e-3)):
             tag = np.dtype(dt).name

@@ -1,12 +1,14 @@
 """Gated-MLP and GQA-projection test models (warehouse/patterns/gemm_gated.py, ragged gemm_group): X [batch, seq,
 H] read by a gate and an up projection (two weights, or one combined weight split by Slice or Split) whose
-SwiGLU/GeGLU product is scaled and stored; Q/K/V projections of different widths with a long K (split-K routes).
-Random non-trivial weights and biases."""
+SwiGLU/GeGLU product is scaled and stored; the pair with MatMulNBits weights (int2/4/8, each with its own scales
+and zero points); Q/K/V projections of different widths with a long K (split-K routes). Random non-trivial
+weights and biases."""
 from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto
 
+from tests.support.contrib_cases import quantize_nbits
 from tests.support.graphs import Graph
 
 H, INTER = 48, 40              # I = 40: not a multiple of 16, so the last 16-column pair of the interleave is partial
@@ -46,6 +48,38 @@ def gated_pair_model(dtype=TensorProto.FLOAT, act="silu", bias=True, up_first=Fa
         u = proj(wu, "up")
     y = g.op("Mul", a, u, name="gated/Mul")
     g.op("Mul", y, g.init("scale", np.array(0.5, dt)), out="Y", name="scale/Mul")
+    g.output("Y", ["batch", "seq", inter], dtype)
+    return g.model()
+
+
+def gated_nbits_model(dtype=TensorProto.FLOAT16, bits=4, block=16, k=40, inter=37, zero_points=(True, False),
+                      up_scale=4.0, gate_bias=True, up_block=None, plain_up=False, seed=21):
+    """onnxruntime-genai's int4 MLP: Y = silu(MatMulNBits(X, gate) [+ bias]) * MatMulNBits(X, up), X [batch, seq, k].
+    Each weight quantised with its own blockwise scales (the up weight `up_scale` times larger, so a decoder
+    reading the other weight's scales is far off) and, where `zero_points` says so, its own packed uint8 zero
+    points (asymmetric); k not a multiple of `block` leaves a partial last block, `inter` not a multiple of 8 a
+    partial 8-column block of the interleave. `up_block`: another block size for the up weight; `plain_up`: the up
+    projection a plain MatMul (both refused by the gated template)."""
+    rng = np.random.default_rng(seed)
+    dt = NP[dtype]
+    g = Graph("gated_nbits", domains={"com.microsoft": 1})
+    x = g.input("X", ["batch", "seq", k], dtype)
+    outs = []
+    for name, mag, zp, bs in (("gate", 1.0, zero_points[0], block), ("up", up_scale, zero_points[1], up_block or block)):
+        w = mag * rng.standard_normal((k, inter)).astype(np.float32) / np.sqrt(k)
+        if name == "up" and plain_up:
+            outs.append(g.op("MatMul", x, g.init("up_W", w.astype(dt)), name="up/MatMul"))
+            continue
+        packed, scales, zpk, _ = quantize_nbits(w, bits, bs, not zp, rng)
+        ins = [x, g.init(f"{name}_Q", packed), g.init(f"{name}_scales", scales.astype(dt)),
+               g.init(f"{name}_zp", zpk) if zp else ""]
+        if name == "gate" and gate_bias:
+            ins += ["", g.init("gate_bias", (0.3 * rng.standard_normal(inter)).astype(dt))]
+        while not ins[-1]:
+            ins.pop()
+        outs.append(g.op("MatMulNBits", *ins, name=f"{name}/MatMulNBits", domain="com.microsoft",
+                         K=k, N=inter, bits=bits, block_size=bs))
+    g.op("Mul", _act(g, outs[0], "silu"), outs[1], out="Y", name="gated/Mul")
     g.output("Y", ["batch", "seq", inter], dtype)
     return g.model()
 

@@ -10,11 +10,13 @@ Two forms, one template (`gemm_gated`, kernels/gemm/render.py render_gemm_gated)
   in Phi-3: grown from the MatMul like any GEMM epilogue, matched by the two vertical patterns below.
 The +Graph decides the loop structure; `gated_roles` decides the rest (two products of one A, halves of one
 weight, every chain element-wise until the products meet) and refuses anything else with a reason.
+MatMulNBits weights (int2/4/8): the separate form only, both weights quantised with one layout; the kernel decodes
+both in its mainloop (graph_rewrites/contrib/decoders.py moves both decoder chains in, kernels/gemm/nbits.py).
 """
 from onnx import TensorProto, helper
 
 from ...graph_rewrites import ops
-from ...graph_rewrites.contrib.quant import DECODER
+from ...graph_rewrites.contrib import decoders
 from ...graph_rewrites.index import describe_node
 from ..registry import pattern
 from ..roles import descendants
@@ -113,10 +115,9 @@ def gated_roles(view, members):
         node = view.nodes[d]
         if node.op_type == "Gemm" and (ops.attr(node, "transA", 0) or len(node.input) > 2 and node.input[2]):
             return f"{describe_node(node)}: a Gemm with transA or C is not a gated product"
-        p = view.producer.get(node.input[1])
-        if p is not None and view.nodes[p].doc_string.startswith(DECODER):
-            return (f"{describe_node(node)}: its weight is a MatMulNBits decoder's output, which a single GEMM "
-                    "decodes in its mainloop; the gated template has no weight decoder")
+        if decoders.decoder_of(view, node.input[1]) is not None and (node.op_type != "MatMul" or len(dots) != 2):
+            return (f"{describe_node(node)}: its weight is a MatMulNBits decoder's output, which the gated template "
+                    "decodes for two separate MatMul projections only (not a combined one)")
         for role, t in (("A", node.input[0]), ("B", node.input[1])):
             if t not in inputs:
                 return (f"{describe_node(node)}: operand {role} '{t}' is computed inside the subgraph; the gemm "
@@ -131,6 +132,9 @@ def gated_roles(view, members):
         shapes = {tuple(view.shape(view.nodes[d].input[1]) or ()) for d in dots}
         if len(shapes) != 1 or len(next(iter(shapes))) != 2:
             return f"the two weights differ in shape or are not 2-D ({sorted(shapes)})"
+        why = decoders.gated_pair(view, [view.nodes[d].input[1] for d in dots])     # MatMulNBits: both decoded
+        if isinstance(why, str):                                                  # in the mainloop, or neither
+            return why
         roles = {"a": a.pop(), "form": "pair", "parts": [view.nodes[d].output[0] for d in dots],
                  "members": [{"gemm": d, "a": view.nodes[d].input[0], "b": view.nodes[d].input[1]} for d in dots]}
     elif len(dots) == 1:

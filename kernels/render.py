@@ -282,9 +282,10 @@ def _renamed(rd: Rendered, node_name: str) -> Rendered:
     return out
 
 
-def render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Rendered:
+def render(view, sg, inputs, outputs, target: Target, node_name="fused", store=None) -> Rendered:
     """The kernels of subgraph `sg` (its boundary `inputs` and `outputs`, in node order) for `target`;
-    a subgraph of the same canonical form as one rendered before in this process comes from the cache."""
+    a subgraph of the same canonical form as one rendered before in this process comes from the cache,
+    else from `store` (a build.render_store.RenderStore: renders kept on disk by earlier processes)."""
     key = render_key(view, sg, inputs, outputs, target)
     with _RENDERS_LOCK:
         hit = _RENDERS.get(key)
@@ -292,12 +293,23 @@ def render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Rend
             _RENDERS.move_to_end(key)
     if hit is not None:
         return _renamed(hit, node_name)
+    disk_key = store.key(key, sg.pattern) if store is not None else None
+    rd = store.get(disk_key) if store is not None else None
+    if rd is not None:
+        _remember(key, rd)
+        return _renamed(rd, node_name)
     rd = _render(view, sg, inputs, outputs, target, node_name)
+    _remember(key, rd)
+    if store is not None:
+        store.put(disk_key, rd)
+    return rd
+
+
+def _remember(key: str, rd: Rendered) -> None:
     with _RENDERS_LOCK:
         _RENDERS[key] = copy.deepcopy(rd)
         while len(_RENDERS) > RENDER_CACHE_SIZE:
             _RENDERS.popitem(last=False)
-    return rd
 
 
 def clear_render_cache() -> None:

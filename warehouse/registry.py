@@ -162,11 +162,18 @@ class Warehouse:
         changes the digest). Part of the rewritten-model cache key (plus_ep/model_cache.py)."""
         h = hashlib.sha256()
         for p in self.patterns:
-            h.update(repr((p.name, p.allow_prologue, p.allow_epilogue, p.template, p.any_parallel,
-                           p.horizontal)).encode())
-            for fn in (p.define, p.check, p.roles):
-                h.update(b"\0" + _source_digest(fn))
+            h.update(pattern_digest(p))
         return h.hexdigest()
+
+
+def pattern_digest(p) -> bytes:
+    """What one pattern matches and renders with: its name and options, and the source digest of its
+    definition, check and roles finder (Warehouse.digest; the render store's key, kernels/build/render_store.py)."""
+    h = hashlib.sha256(repr((p.name, p.allow_prologue, p.allow_epilogue, p.template, p.any_parallel,
+                             p.horizontal)).encode())
+    for fn in (p.define, p.check, p.roles):
+        h.update(b"\0" + _source_digest(fn))
+    return h.digest()
 
 
 _DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # function -> its source digest

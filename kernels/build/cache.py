@@ -302,12 +302,16 @@ class KernelCache:
             pass
 
     def _remove(self, entry: pathlib.Path) -> None:
+        """Remove an entry folder (or a stored render's file, render_store.py)."""
         trash = entry.with_name(f".trash-{entry.name}-{uuid.uuid4().hex[:8]}")
         try:
             os.rename(entry, trash)  # atomic: readers see the entry or nothing
         except OSError:
             return
-        shutil.rmtree(trash, ignore_errors=True)
+        if trash.is_dir():
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            trash.unlink(missing_ok=True)
 
     def put(self, key: str, source: str | bytes, result: CompileResult, name: str = "plus_kernel.cu",
             options=()) -> pathlib.Path:
@@ -398,10 +402,13 @@ class KernelCache:
 
     # ------------------------------------------------------------------------------- size limit
     def entries(self) -> list[CacheEntry]:
-        """Every entry (a dead writer's leftover folder counts as used at time 0); not the lock files."""
+        """Every entry (a dead writer's leftover folder counts as used at time 0), the stored renders
+        (<root>/renders, render_store.py) included; not the lock files."""
         out = []
         if not self.root.is_dir():
             return out
+        from .render_store import RenderStore
+        out += RenderStore.beside(self).entries()
         now = time.time()
         for shard in self.root.iterdir():
             if len(shard.name) != 2 or not shard.is_dir():

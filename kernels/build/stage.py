@@ -20,7 +20,9 @@ from onnx import numpy_helper
 
 from ...graph_rewrites.fuse import node_name
 from . import nvrtc
+from .cache import KernelCache
 from .compile import Job, ResourceError, compile_all
+from .render_store import RenderStore
 from ..wire.pack import Image, pack_images, unpack_images  # noqa: F401  (the pack format lives there)
 from ..wire.pack import tie
 from ..wire.pack import write as write_pack
@@ -67,18 +69,18 @@ def _config_name(variant_name: str) -> str:
     return variant_name.split("/")[0]          # "f16_128x128x32_w64x64_s3/splitk1" -> the config
 
 
-def _render_per_arch(view, sg, name, archs, fp32_math, excluded):
+def _render_per_arch(view, sg, name, archs, fp32_math, excluded, store=None):
     """Render for each arch and group the archs whose kernels come out the same; returns the groups,
     the node's input order and how many leading inputs are CPU-resident. A node whose plan reads shape
     tensors on the host (`shapev`) takes them first (op type FusedHost<n>, kernels/CONTRACT.md §3),
     unless a kernel also reads one of them in device memory (then the launcher copies them per run)."""
     ins, outs = view.graph_index.boundary(sg.nodes)
-    groups = _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs)
+    groups = _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs, store)
     host = sorted({i for _, i, _ in groups[0].rendered.plan.shapev})
     if host and len(host) < len(ins):
         order = [ins[i] for i in host] + [t for i, t in enumerate(ins) if i not in host]
         try:
-            regrouped = _render_groups(view, sg, name, archs, fp32_math, excluded, order, outs)
+            regrouped = _render_groups(view, sg, name, archs, fp32_math, excluded, order, outs, store)
         except RenderError as exc:      # keep the order that rendered (its shapes are copied per run)
             log.debug("%s: shape tensors first does not render: %s", name, exc)
             regrouped = None
@@ -98,13 +100,13 @@ def _host_safe(groups, n: int) -> bool:
     return True
 
 
-def _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs) -> list:
+def _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs, store=None) -> list:
     """Render for each arch (its routes, template choice and resource limits; configs that failed on
     that arch excluded) and group the archs whose kernels come out the same."""
     groups: list = []
     for arch in archs:
         target = Target(arch, fp32_math, frozenset(excluded.get(arch, ())))
-        rd = render(view, sg, ins, outs, target=target, node_name=name)
+        rd = render(view, sg, ins, outs, target=target, node_name=name, store=store)
         key = ([v.source for v in rd.variants], [(r.cond, r.launches) for r in rd.plan.routes], rd.plan.scratch)
         for g in groups:
             r0 = g.rendered
@@ -131,13 +133,15 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
     names = {k: node_names[k] if node_names else node_name(sg.pattern.name, k) for k, sg in enumerate(subgraphs)}
     images: dict = {}
     plans: dict = {}
+    # renders kept on disk beside the kernels (render_store.py); cache=False (no kernel cache): none
+    store = None if cache is False else RenderStore.beside(cache if cache is not None else KernelCache())
     for round_ in range(MAX_FALLBACKS + 1):
         jobs, owners, groups_of = [], [], {}
         for k in pending:
             name = names[k]
             try:
                 groups, order, n_host = _render_per_arch(view, subgraphs[k], name, archs, fp32_math,
-                                                         excluded.get(k, {}))
+                                                         excluded.get(k, {}), store)
                 plan = merge_plans([(g.archs, g.rendered.plan) for g in groups], archs)
                 problem = plan_problem(plan.text())
                 if problem:

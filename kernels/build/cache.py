@@ -32,6 +32,12 @@ evicts at a time; it removes an entry the way `get` removes a damaged one (renam
 concurrent reader sees the whole entry or a miss and compiles again; a folder without meta.json is another
 process's store in progress and is left alone unless it is an hour old. `lru_evict` is the one eviction
 rule, shared with the rewritten-model cache (plus_ep/model_cache.py).
+
+Renders: `<root>/renders/<key[:2]>/<key>.json` holds a subgraph's rendered plan and sources
+(kernels/build/render_store.py, keyed by the subgraph's canonical form, the target, the pattern and
+PlusEP's own sources), so a warm rewrite in a new process renders nothing. They are entries of this cache:
+`entries()` lists them (a file each, used = its modification time), so the size limit, `evict` and
+`clear` (and `plus-ep cache info|trim|clear kernels`) cover them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ limit.
 An entry is one JSON file `<root>/<key[:2]>/<key>.json` (no pickle: loading it runs no code), written
 atomically (kernels/build/files.py). It holds the render as tagged JSON (tuples and the plan's dataclasses
 named, so it loads back equal in value and type; a render that does not is not stored) and its own key;
-a file that does not parse or names another key is removed and the subgraph rendered again. A hit marks
+a file that does not parse or names another key is removed and the subgraph rendered again; a folder that
+cannot be written (a read-only deploy cache) keeps nothing, said once per process at INFO. A hit marks
 the file used (its modification time, at most once a minute). The entries are kernel cache entries for
 `plus-ep cache info|clear|trim` and the size limit (PLUS_EP_KERNEL_CACHE_LIMIT): KernelCache.entries()
 lists them beside the compiled kernels, least recently used first out.
@@ -40,6 +41,7 @@ log = logging.getLogger("plus_ep.kernels")
 SCHEMA = 1
 FOLDER = "renders"
 SUFFIX = ".json"
+_UNWRITABLE: set = set()        # roots that could not be written (said once per process)
 
 
 @functools.lru_cache(maxsize=1)
@@ -99,7 +101,6 @@ class RenderStore:
     def __init__(self, root: str | os.PathLike):
         self.root = pathlib.Path(root)
         self.hits = self.stores = 0
-        self._warned = False
 
     @classmethod
     def beside(cls, kernel_cache) -> "RenderStore":
@@ -156,11 +157,11 @@ class RenderStore:
             path = self.path(key)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, text.encode())
-        except OSError as exc:
-            if not self._warned:
-                self._warned = True
-                log.warning("render store %s cannot be written (%s); renders are not kept", self.root,
-                            exc.strerror or exc)
+        except OSError as exc:     # a read-only kernel cache (a deploy folder): slower, not wrong
+            if self.root not in _UNWRITABLE:
+                _UNWRITABLE.add(self.root)
+                log.info("render store %s cannot be written (%s); renders are not kept", self.root,
+                         exc.strerror or exc)
             return False
         self.stores += 1
         return True

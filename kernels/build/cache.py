@@ -68,6 +68,7 @@ SCHEMA = 2   # 2: entries hold kernel.ptx
 ENV_ASSERT_CACHED = "PLUS_EP_ASSERT_CACHED"
 
 CUBIN, PTX, SOURCE, META = "kernel.cubin", "kernel.ptx", "kernel.cu", "meta.json"
+RENDERS, RENDER_SUFFIX = "renders", ".json"     # <root>/renders/../<key>.json: the stored renders (render_store.py)
 
 
 EVICT_TO = 0.9              # eviction goes down to this share of the limit
@@ -100,6 +101,26 @@ def tree_size(path: pathlib.Path) -> int:
         return total
     except OSError:
         return 0
+
+
+def file_entries(folder: pathlib.Path, suffix: str) -> list[CacheEntry]:
+    """The files `<folder>/<2 chars>/<name><suffix>` as entries (used = modification time): the stored
+    renders (RENDERS, render_store.py)."""
+    out = []
+    if not folder.is_dir():
+        return out
+    for shard in folder.iterdir():
+        if len(shard.name) != 2 or not shard.is_dir():
+            continue
+        for f in shard.iterdir():
+            if f.suffix != suffix or f.name.startswith("."):
+                continue
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            out.append(CacheEntry(f.name, (f,), st.st_size, st.st_mtime))
+    return out
 
 
 def lru_evict(entries, limit: int, remove, keep=()) -> list:
@@ -413,8 +434,7 @@ class KernelCache:
         out = []
         if not self.root.is_dir():
             return out
-        from .render_store import RenderStore
-        out += RenderStore.beside(self).entries()
+        out += file_entries(self.root / RENDERS, RENDER_SUFFIX)
         now = time.time()
         for shard in self.root.iterdir():
             if len(shard.name) != 2 or not shard.is_dir():

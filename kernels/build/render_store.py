@@ -34,13 +34,14 @@ import pathlib
 import time
 
 from ... import config
+from .cache import RENDER_SUFFIX, RENDERS, file_entries, package_version
 from .files import write_atomic
 
 log = logging.getLogger("plus_ep.kernels")
 
 SCHEMA = 1
-FOLDER = "renders"
-SUFFIX = ".json"
+FOLDER = RENDERS
+SUFFIX = RENDER_SUFFIX
 _UNWRITABLE: set = set()        # roots that could not be written (said once per process)
 
 
@@ -49,7 +50,6 @@ def _environment() -> bytes:
     """The key's part that is the same for every render of this process."""
     import numpy
     import sympy
-    from .cache import package_version
     return (f"render store {SCHEMA}\nplus_ep {package_version()}\nsources {config.source_digest()}\n"
             f"sympy {sympy.__version__}\nnumpy {numpy.__version__}\n").encode()
 
@@ -168,19 +168,4 @@ class RenderStore:
 
     def entries(self) -> list:
         """Every stored render as a kernels.build.cache.CacheEntry (for info, trim and the size limit)."""
-        from .cache import CacheEntry
-        out = []
-        if not self.root.is_dir():
-            return out
-        for shard in self.root.iterdir():
-            if len(shard.name) != 2 or not shard.is_dir():
-                continue
-            for f in shard.iterdir():
-                if f.suffix != SUFFIX:
-                    continue
-                try:
-                    st = f.stat()
-                except OSError:
-                    continue
-                out.append(CacheEntry(f.name, (f,), st.st_size, st.st_mtime))
-        return out
+        return file_entries(self.root, SUFFIX)

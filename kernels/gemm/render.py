@@ -163,18 +163,19 @@ def _two_kernel_parts(job, st, finish=False) -> tuple:
         to_scratch[x] = (f"args.scratch[{k}]", 1, em.shape(x))      # fp32 (onnx FLOAT = 1)
         job.plan.scratch.append(f"{job.syms.rpn(symdim.numel(em.shape(x)))},4,*")
 
-    def bind_x(em2):
-        for k, x in enumerate(keep):
-            em2.bound[x] = lambda idx, k=k, x=x: (em2.tmp(
-                f"plus_load<float>(args.scratch[{k}], {em2.linear(idx, em2.shape(x))})", "float", "x"), "float")
-    src, entry, launch, _ = job.row_kernel(st.row_nodes, {t: job.out_ptr(t) for t in st.row_out}, bind_x)
+    def binder(load):
+        """Binds each scratch tensor's element to `load` (k, linear index) in the row program's emitter."""
+        def bind(em2):
+            for k, x in enumerate(keep):
+                em2.bound[x] = lambda idx, k=k, x=x: (em2.tmp(load(k, em2.linear(idx, em2.shape(x))), "float", "x"),
+                                                      "float")
+        return bind
+    src, entry, launch, _ = job.row_kernel(st.row_nodes, {t: job.out_ptr(t) for t in st.row_out},
+                                           binder(lambda k, i: f"plus_load<float>(args.scratch[{k}], {i})"))
     finished = None
     if finish:
-        def bind_cg(em2):       # the finishing CTA reads what other CTAs stored in this launch: from L2 (.cg)
-            for k, x in enumerate(keep):
-                em2.bound[x] = lambda idx, k=k, x=x: (em2.tmp(
-                    f"__ldcg((const float*)args.scratch[{k}] + ({em2.linear(idx, em2.shape(x))}))", "float", "x"),
-                    "float")
+        # the finishing CTA reads what other CTAs stored in this launch: from L2 (.cg)
+        bind_cg = binder(lambda k, i: f"__ldcg((const float*)args.scratch[{k}] + ({i}))")
         words = len(job.plan.scratch)
         # one 64-bit arrival word per row group: cdiv(M, BM) x split <= M / 8 + 8 groups (BM / split >= 8)
         job.plan.scratch.append(f"{job.syms.rpn(st.M)},8,+,8,*")

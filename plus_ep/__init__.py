@@ -12,6 +12,26 @@ kernels and the native launcher plug in behind the same nodes.
 """
 __version__ = "0.1.0"
 
+
+def _source_tree_root():
+    """The checkout this package sits in when it is imported from a source tree, else None.
+
+    The product card keeps graph_rewrites/, kernels/ and warehouse/ beside plus_ep/; an install maps them to
+    plus_ep.graph_rewrites, plus_ep.kernels and plus_ep.warehouse (pyproject's package-dir). With the checkout
+    on __path__, a bare source tree has the same names without pip: `PYTHONPATH=<checkout> python -c ...`.
+    """
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file() and all((root / d / "__init__.py").is_file()
+                                                   for d in ("graph_rewrites", "kernels", "warehouse")):
+        return str(root)
+    return None
+
+
+_ROOT = _source_tree_root()
+if _ROOT is not None:
+    __path__.append(_ROOT)
+
 import sys as _sys  # noqa: E402
 import types as _types  # noqa: E402
 

@@ -82,7 +82,7 @@ def _ort(errors: dict) -> dict:
 def _nvrtc(errors: dict) -> dict:
     out = {"cuda_bindings": _version("cuda.bindings")}
     try:
-        from plus_ep.kernels.build import nvrtc
+        from plus_ep.kernels.compile import nvrtc
         out["nvrtc"] = ".".join(map(str, nvrtc.nvrtc_version()))
         out["local_arch"] = nvrtc.local_arch()
     except Exception as exc:  # noqa: BLE001

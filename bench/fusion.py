@@ -108,7 +108,7 @@ def _plus_ep(model, blocks, repeat):
 def _compile(model, blocks, arch):
     """Rewrite with kernels into an empty cache (cold), then again (warm). `compiles` counts NVRTC
     runs (identical kernels compile once), `images` the kernel images the fused nodes carry."""
-    from plus_ep.kernels.build.cache import KernelCache
+    from plus_ep.kernels.compile.cache import KernelCache
     from plus_ep.rewrite import rewrite_detailed
 
     with tempfile.TemporaryDirectory(prefix="plus_ep_bench_kernels_") as tmp:
@@ -176,7 +176,7 @@ def family_args(argv, description, families, exporters, seq_help=None) -> argpar
 def family_cache(args, prefix: str):
     """plus_ep's log quieted to errors, and the family benches' kernel cache: --cache, or a fresh temporary
     folder named `prefix...`. Returns (cache, the temporary folder or None: keep it until the run ends)."""
-    from plus_ep.kernels.build.cache import KernelCache
+    from plus_ep.kernels.compile.cache import KernelCache
 
     logging.getLogger("plus_ep").setLevel(logging.ERROR)
     tmp = None if args.cache else tempfile.TemporaryDirectory(prefix=prefix)
@@ -283,7 +283,7 @@ def parse_args(argv):
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
     if args.compile_arch != "none":
-        from plus_ep.kernels.build import nvrtc
+        from plus_ep.kernels.compile import nvrtc
         try:
             nvrtc.parse_arch(args.compile_arch)
         except ValueError as exc:

@@ -126,7 +126,7 @@ def _clean(x):
 
 
 def _write(doc, path):
-    from plus_ep.kernels.build.files import write_atomic
+    from plus_ep.kernels.compile.files import write_atomic
     write_atomic(path, (json.dumps(_clean(doc), indent=1) + "\n").encode())
 
 

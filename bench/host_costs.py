@@ -33,7 +33,7 @@ def cpu():
 from plus_ep import zoo
 model = zoo.load("bert", "torchscript", "small")
 from plus_ep.rewrite import rewrite_detailed
-from plus_ep.kernels.build.cache import KernelCache
+from plus_ep.kernels.compile.cache import KernelCache
 cache = KernelCache(sys.argv[1])
 out = []
 for i in range(int(sys.argv[2])):

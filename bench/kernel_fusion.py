@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bert-fp16", type=int, metavar="LAYERS", default=0,
                     help="also rewrite BERT-base fp16 with LAYERS layers (bench/bert_fp16.py)")
     args = ap.parse_args(argv)
-    from plus_ep.kernels.build.cache import KernelCache
+    from plus_ep.kernels.compile.cache import KernelCache
 
     from plus_ep import zoo
 

@@ -31,7 +31,7 @@ def step_setup(step: str, argv: list):
     not, kernel cache). The emulated driver's interpreter is attached first, when it is the driver."""
     import pathlib
 
-    from plus_ep.kernels.build.cache import KernelCache
+    from plus_ep.kernels.compile.cache import KernelCache
 
     from . import lease_env
     carry, out = pathlib.Path(argv[0]), argv[1]

@@ -326,7 +326,7 @@ def kernel_cache(root: pathlib.Path, short: bool) -> dict:
     layer has every kernel of twelve), into the carried cache: BERT-base fp16 and fp32 for the GPU, the
     rehearsal's small BERTs for here."""
     import plus_ep
-    from plus_ep.kernels.build.cache import KernelCache
+    from plus_ep.kernels.compile.cache import KernelCache
 
     from . import lease_bert
     cache = KernelCache(root / "cache" / "kernels")

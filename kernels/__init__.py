@@ -9,7 +9,8 @@ Rooms, by job (docs/architecture.md maps them):
   render.py, routes.py, target.py, arch.py   one subgraph -> sources + plan; route-model base; what for; GPU table
   codegen/      the emitters every family shares (pull, forward, row, pointwise, cexpr, symdim, ...)
   gemm/, attention/   a template family each: its renderer, config menu and shape routes (templates/<family>.cuh)
-  build/        NVRTC, the cubin reader, compile jobs, the content-keyed kernel cache, the build stage (build_kernels)
+  compile/      NVRTC, the cubin reader, compile jobs, the content-keyed kernel cache, PTX for the interpreter,
+                the compile stage (build_kernels)
   wire/         the formats the C launcher reads: the plan (plan.py) and image packs (pack.py)
   ptx/          the PTX interpreter `plus-ep verify` runs kernels on
   templates/    the CUDA templates and plus_abi.h, the ABI shared with plus_ep/native
@@ -26,8 +27,8 @@ _PUBLIC = {
     "Target": ".target", "FP32_MATHS": ".target", "FP32_MATH_DEFAULT": ".target",
     "Rendered": ".render", "Variant": ".render", "register_renderer": ".render",
     "RenderError": ".codegen.pull",
-    "build_kernels": ".build.stage", "KernelBuild": ".build.stage",
-    "KernelCache": ".build.cache", "CompileError": ".build.nvrtc", "ResourceError": ".build.compile",
+    "build_kernels": ".compile.stage", "KernelBuild": ".compile.stage",
+    "KernelCache": ".compile.cache", "CompileError": ".compile.nvrtc", "ResourceError": ".compile.jobs",
     "Plan": ".wire.plan", "Route": ".wire.plan", "Launch": ".wire.plan",
     "Image": ".wire.pack", "pack_images": ".wire.pack", "unpack_images": ".wire.pack",
 }

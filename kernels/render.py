@@ -21,7 +21,7 @@ import sympy
 
 from .codegen import pointwise, shapevals, symdim
 from . import routes
-from .build import sources
+from .compile import sources
 from .attention.render import render_attention
 from .gemm.render import render_gemm, render_gemm_gated, render_gemm_group
 from .target import Target
@@ -205,7 +205,7 @@ for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce
 
 # ---- the render cache -----------------------------------------------------------------------------
 # A subgraph renders to the same plan and sources whatever its tensors and nodes are called, except for the
-# node name in the plan and in each source's comment header (kernels/build/sources.py). So renders are kept by
+# node name in the plan and in each source's comment header (kernels/compile/sources.py). So renders are kept by
 # the subgraph's canonical form (render_key): the twelve identical layers of a BERT render once, and a warm
 # rewrite in the same process renders nothing (issue 24). The key holds everything a renderer reads: the
 # pattern and template, the target, every node's op, domain, attributes and inputs/outputs (tensors numbered
@@ -285,7 +285,7 @@ def _renamed(rd: Rendered, node_name: str) -> Rendered:
 def render(view, sg, inputs, outputs, target: Target, node_name="fused", store=None) -> Rendered:
     """The kernels of subgraph `sg` (its boundary `inputs` and `outputs`, in node order) for `target`;
     a subgraph of the same canonical form as one rendered before in this process comes from the cache,
-    else from `store` (a build.render_store.RenderStore: renders kept on disk by earlier processes)."""
+    else from `store` (a compile.render_store.RenderStore: renders kept on disk by earlier processes)."""
     key = render_key(view, sg, inputs, outputs, target)
     with _RENDERS_LOCK:
         hit = _RENDERS.get(key)
@@ -342,7 +342,7 @@ def _render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Ren
 
 
 def _finish_sources(job: Job, variants: list) -> None:
-    """Each variant's source gets its comment header and named symbols (kernels/build/sources.py)."""
+    """Each variant's source gets its comment header and named symbols (kernels/compile/sources.py)."""
     pgraph = getattr(job.sg, "pgraph", None)
     pgraph = pgraph.render() if pgraph is not None else None
     for v, variant in enumerate(variants):

@@ -602,7 +602,7 @@ def cache_folders() -> dict:
 
 def cache_info() -> dict:
     from . import model_cache
-    from .kernels.build.cache import KernelCache, tree_size
+    from .kernels.compile.cache import KernelCache, tree_size
     folders = cache_folders()
     out = {"root": str(config.cache_root()), "kinds": {}}
     counts = {config.KERNELS: lambda: len(KernelCache(folders[config.KERNELS]).entries()),
@@ -622,7 +622,7 @@ def _mib(n: int) -> str:
 
 
 def cmd_cache(args) -> int:
-    from .kernels.build.cache import KernelCache
+    from .kernels.compile.cache import KernelCache
     from . import model_cache
     folders = cache_folders()
     if args.cache_command == "info":
@@ -644,7 +644,7 @@ def cmd_cache(args) -> int:
     bad = [k for k in kinds if k not in config.CACHE_KINDS]
     if bad:
         raise UsageError(f"cache clear: unknown kind {bad[0]!r}; kinds: {', '.join(config.CACHE_KINDS)}")
-    from .kernels.build.cache import tree_size
+    from .kernels.compile.cache import tree_size
     for kind in dict.fromkeys(kinds):
         folder = folders[kind]
         before = tree_size(folder) if folder.exists() else 0

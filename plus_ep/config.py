@@ -2,7 +2,7 @@
 
     from plus_ep import config
     config.cache_root()            # $PLUS_EP_CACHE_DIR or ~/.cache/plus_ep
-    config.kernel_cache_dir()      # <root>/kernels   (compiled cubins, kernels/build/cache.py)
+    config.kernel_cache_dir()      # <root>/kernels   (compiled cubins, kernels/compile/cache.py)
     config.model_cache_dir()       # <root>/models    (rewritten models, plus_ep.InferenceSession)
     config.zoo_dir()               # $PLUS_EP_ZOO_DIR or <root>/zoo   (exported zoo models)
     config.flag("PLUS_EP_ASSERT_CACHED"), config.get("PLUS_EP_WAREHOUSE"), config.integer(...)
@@ -49,26 +49,26 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "Folder of exported zoo models, when they should live apart from the cache root."),
     Variable("PLUS_EP_BENCH_DIR", "`<zoo folder>/bench`", "`bench/export.py`",
              "Folder of the benchmark's exports."),
-    Variable("PLUS_EP_KERNEL_CACHE_LIMIT", "`2G`", "`plus_ep.kernels.build.cache`",
+    Variable("PLUS_EP_KERNEL_CACHE_LIMIT", "`2G`", "`plus_ep.kernels.compile.cache`",
              "Size limit of the kernel cache (`500M`, `2G`, bytes; `0`: none): past it, the entries used "
              "longest ago are removed after a store (to 90% of the limit)."),
     Variable("PLUS_EP_MODEL_CACHE_LIMIT", "`8G`", "`plus_ep.model_cache`",
              "Size limit of the rewritten-model cache, read and applied as the kernel cache's "
              "(the entry just stored always stays)."),
-    Variable("PLUS_EP_ASSERT_CACHED", "off", "`plus_ep.kernels.build.cache`",
+    Variable("PLUS_EP_ASSERT_CACHED", "off", "`plus_ep.kernels.compile.cache`",
              "`1`: a kernel-cache miss raises `CacheMiss` instead of compiling (proves a warm start "
              "compiles nothing)."),
     # ---- code generation and compilation
     Variable("PLUS_EP_WAREHOUSE", "none", "`plus_ep.warehouse.registry`",
              "Folder whose `*.py` files add user patterns (`@pattern`) after the built-in ones and "
              "entry-point plugins."),
-    Variable("PLUS_EP_DUMP_DIR", "none", "`plus_ep.kernels.build.sources`",
+    Variable("PLUS_EP_DUMP_DIR", "none", "`plus_ep.kernels.compile.sources`",
              "Folder where every generated kernel source is written, under the name NVRTC compiles it "
              "with (`<node>.<variant>.<arch>.cu`)."),
-    Variable("PLUS_EP_OVERRIDE_DIR", "none", "`plus_ep.kernels.build.sources`",
+    Variable("PLUS_EP_OVERRIDE_DIR", "none", "`plus_ep.kernels.compile.sources`",
              "Folder of hand-edited kernel sources: a file with a generated source's name replaces that "
              "source (with a warning); the override is part of the kernel cache key."),
-    Variable("PLUS_EP_LINEINFO", "off", "`plus_ep.kernels.build.nvrtc`",
+    Variable("PLUS_EP_LINEINFO", "off", "`plus_ep.kernels.compile.nvrtc`",
              "`1`: compile with `-lineinfo` (source lines in Nsight Compute; larger models)."),
     # ---- the native launcher and the plugin EP (read in C)
     Variable("PLUS_EP_REGISTER", "on", "`plus_ep.ep`",

@@ -31,7 +31,7 @@ def _diff(a, b) -> float:
 
 def run(layers=1, batch=2, seq=128, archs=None, out=print, verify_kernels=True, verify_batch=1,
         verify_seq=8) -> dict:
-    from .kernels.build import nvrtc
+    from .kernels.compile import nvrtc
     model = demo_model.build_bert(layers=layers)
     local = nvrtc.local_arch()
     archs = archs or ([local] if local in nvrtc.ARCHS else ["sm_80"])

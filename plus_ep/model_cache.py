@@ -12,7 +12,7 @@ names, order, options and the source of every pattern, user patterns included).
 
 Size limit (PLUS_EP_MODEL_CACHE_LIMIT, default 8 GiB; plus_ep/config.py): a hit marks its entry used
 (the .json's modification time) and a store applies the limit with the kernel cache's rule
-(`kernels/build/cache.py: lru_evict`, least recently used first, the entry just stored kept), one
+(`kernels/compile/cache.py: lru_evict`, least recently used first, the entry just stored kept), one
 process at a time (a non-blocking flock on `<models>/.evict.lock`). An entry is removed .json first, so
 a concurrent reader sees a miss (it rebuilds), never a model without its check.
 """
@@ -27,8 +27,8 @@ import time
 import warnings
 
 from . import config
-from .kernels.build.cache import TOUCH_EVERY, CacheEntry, lru_evict, package_version, try_lock
-from .kernels.build.files import write_atomic
+from .kernels.compile.cache import TOUCH_EVERY, CacheEntry, lru_evict, package_version, try_lock
+from .kernels.compile.files import write_atomic
 from .kernels.target import FP32_MATH_DEFAULT
 
 log = logging.getLogger("plus_ep")
@@ -168,7 +168,7 @@ def rewritten_model(model_bytes: bytes, arch: str, opts: dict, shape_reads: bool
     (`cache_dir` option, else $PLUS_EP_CACHE_DIR, else ~/.cache/plus_ep: see plus_ep/config.py). A cache
     folder that cannot be written (read only, disk full) warns once and the model is built without being
     stored."""
-    from .kernels.build.cache import KernelCache
+    from .kernels.compile.cache import KernelCache
     from .rewrite import rewrite_detailed
     from .warehouse import default_warehouse
     from . import options

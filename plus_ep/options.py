@@ -168,7 +168,7 @@ def cli_archs(spec: str | None) -> list[str]:
     """`--arch`: "auto" (or nothing) = the local GPU's arch if PlusEP builds for it, else DEFAULT_ARCHS;
     "none" = no kernels; else comma-separated archs. ValueError for an unknown arch."""
     from .kernels.arch import ARCHS, parse
-    from .kernels.build import nvrtc
+    from .kernels.compile import nvrtc
     spec = (spec or "auto").strip().lower()
     if spec == "none":
         return []

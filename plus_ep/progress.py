@@ -21,7 +21,7 @@ terminal (`disable=None`). rich renders more but pulls markup, pygments and its 
 import for a single line.
 
 A leaf like plus_ep/config.py: the standard library and tqdm only, nothing of plus_ep, so the compiler
-core (kernels/build/compile.py) may import it.
+core (kernels/compile/jobs.py) may import it.
 """
 from __future__ import annotations
 

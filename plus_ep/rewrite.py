@@ -33,7 +33,7 @@ class RewriteResult:
     view: GraphView | None = None
     identifier: Identifier | None = None
     seconds: float = 0.0
-    kernels: object = None                               # kernels.build.stage.KernelBuild when archs given
+    kernels: object = None                               # kernels.compile.stage.KernelBuild when archs given
     fp32_math: str = FP32_MATH_DEFAULT                   # fp32 GEMM/attention math of the kernels ("tf32" | "exact")
     source: onnx.ModelProto | None = None                # the model as given (view.model has contrib ops expanded)
     contrib: contrib.Expanded | None = None              # what each contrib op became, and the ones left opaque
@@ -114,7 +114,7 @@ def _rewrite_detailed(model, warehouse, disable, archs, cache, progress, fp32_ma
     built = None
     names = _node_names(subgraphs)      # decided once: the kernel build's plans and warnings, fuse()'s nodes
     if archs:
-        from .kernels.build.stage import build_kernels
+        from .kernels.compile.stage import build_kernels
         built = build_kernels(view, proto, subgraphs, archs, cache=cache, progress=progress,
                               fp32_math=fp32_math, node_names=names,
                               compile=compile_kernels)

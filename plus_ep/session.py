@@ -52,7 +52,7 @@ def _trusted(model_bytes: bytes, opts: dict) -> bytes:
     if b"plus_plan" not in model_bytes:
         return model_bytes
     from . import config, rebuild, trust
-    from .kernels.build.cache import KernelCache
+    from .kernels.compile.cache import KernelCache
     if opts.get("trust") == "any" or trust.policy() == "any":
         return model_bytes
     model, what = rebuild.resolve(onnx.load_model_from_string(model_bytes),
@@ -76,7 +76,7 @@ class InferenceSession(ort.InferenceSession):
             super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
             return
         from . import ep
-        from .kernels.build import nvrtc
+        from .kernels.compile import nvrtc
         ep.register()                       # the plugin EP (raises on onnxruntime < 1.25)
         gpu = nvrtc.local_arch()
         arch = options.arch_for(plus) or gpu

@@ -168,7 +168,7 @@ class Warehouse:
 
 def pattern_digest(p) -> bytes:
     """What one pattern matches and renders with: its name and options, and the source digest of its
-    definition, check and roles finder (Warehouse.digest; the render store's key, kernels/build/render_store.py)."""
+    definition, check and roles finder (Warehouse.digest; the render store's key, kernels/compile/render_store.py)."""
     h = hashlib.sha256(repr((p.name, p.allow_prologue, p.allow_epilogue, p.template, p.any_parallel,
                              p.horizontal)).encode())
     for fn in (p.define, p.check, p.roles):

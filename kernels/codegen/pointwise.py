@@ -14,7 +14,7 @@ MAX_BLOCKS = 8192
 
 def bounds(threads: int) -> str:
     """Launch bounds of a row or point-wise kernel of `threads` per block: PLUS_BOUNDS (plus_common.cuh),
-    which kernels/build/compile.py relaxes to one block per SM for a kernel that spills."""
+    which kernels/compile/jobs.py relaxes to one block per SM for a kernel that spills."""
     return f"PLUS_BOUNDS({threads})"
 
 

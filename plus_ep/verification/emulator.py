@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..kernels import arch as arch_table
-from ..kernels.build import cubin as cubin_reader
-from ..kernels.build import nvrtc
+from ..kernels.compile import cubin as cubin_reader
+from ..kernels.compile import nvrtc
 from ..kernels.wire.pack import parse as parse_pack
 from ..kernels.ptx import GlobalMemory, Module, PtxError
 

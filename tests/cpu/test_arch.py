@@ -6,7 +6,7 @@ import re
 import pytest
 
 from plus_ep.kernels import arch, routes
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import nvrtc
 from tests.support.imports import PACKAGE_DIRS, ROOT
 
 NATIVE = PACKAGE_DIRS["plus_ep"] / "native"

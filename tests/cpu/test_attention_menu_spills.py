@@ -23,8 +23,8 @@ import pytest
 
 from plus_ep.kernels import arch as arch_table
 from plus_ep.kernels.attention import configs as ac
-from plus_ep.kernels.build import nvrtc
-from plus_ep.kernels.build.cache import KernelCache
+from plus_ep.kernels.compile import nvrtc
+from plus_ep.kernels.compile.cache import KernelCache
 from tests.support.parallel import run_jobs
 from tests.support.template_attention_cases import DTYPES, ENTRY, FULL, HOOKS_BSHD, HOOKS_BSHD_DEFINES
 

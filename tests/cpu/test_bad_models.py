@@ -283,7 +283,7 @@ def plus_ep_path(monkeypatch, tmp_path):
     """InferenceSession's PlusEP path (rewrite, then a CUDA session) on this machine: pretend there
     is a GPU. A bad model must fail in the rewrite, before any session exists."""
     ort = pytest.importorskip("onnxruntime")
-    from plus_ep.kernels.build import nvrtc
+    from plus_ep.kernels.compile import nvrtc
     monkeypatch.setattr(nvrtc, "local_arch", lambda device=0: "sm_90a")
     monkeypatch.setattr(ort, "get_available_providers",
                         lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
@@ -341,7 +341,7 @@ print(json.dumps(out))
 def test_session_fallback_bad_models_raise_not_crash(tmp_path):
     """Without a GPU, PlusEP hands the original model to ONNX Runtime: every bad model is ORT's own
     exception (or loads, where ORT is lenient), never a crash, a hang or a MemoryError."""
-    from plus_ep.kernels.build import nvrtc
+    from plus_ep.kernels.compile import nvrtc
     if nvrtc.local_arch() is not None:
         pytest.skip("this machine has a GPU: the PlusEP path is tested above")
     paths = []

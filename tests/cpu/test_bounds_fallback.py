@@ -4,14 +4,14 @@ Real-size t5/torchscript kept 2 RMSNorm subgraphs unfused (bench/results/2026-11
 the side kernel storing the embedding Gather (and its Cast) spilled 16 bytes on sm_80 under
 `__launch_bounds__(256)` (ptxas capped it at 32 registers). The same subgraph in miniature here, compiled
 with the real NVRTC (about a second): the spilling kernel is compiled again with one block per SM
-(kernels/build/compile.py, RELAXED_BOUNDS) and the node is fused."""
+(kernels/compile/jobs.py, RELAXED_BOUNDS) and the node is fused."""
 from __future__ import annotations
 
 from onnx import numpy_helper
 
 import plus_ep
-from plus_ep.kernels.build import compile as kcompile
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import jobs as kcompile
+from plus_ep.kernels.compile import nvrtc
 from plus_ep.kernels.wire.pack import parse as read_pack
 from tests.support.t5_embedding_models import t5_embedding_rmsnorm
 

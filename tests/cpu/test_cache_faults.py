@@ -18,13 +18,13 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from plus_ep.kernels.build import cache as kcache  # noqa: E402
-from plus_ep.kernels.build import files as kfiles  # noqa: E402
-from plus_ep.kernels.build import cubin as cubin_reader  # noqa: E402
-from plus_ep.kernels.build import nvrtc  # noqa: E402
-from plus_ep.kernels.build.cache import KernelCache  # noqa: E402
-from plus_ep.kernels.build.compile import Job, compile_all  # noqa: E402
-from plus_ep.kernels.build.nvrtc import CompileResult  # noqa: E402
+from plus_ep.kernels.compile import cache as kcache  # noqa: E402
+from plus_ep.kernels.compile import files as kfiles  # noqa: E402
+from plus_ep.kernels.compile import cubin as cubin_reader  # noqa: E402
+from plus_ep.kernels.compile import nvrtc  # noqa: E402
+from plus_ep.kernels.compile.cache import KernelCache  # noqa: E402
+from plus_ep.kernels.compile.jobs import Job, compile_all  # noqa: E402
+from plus_ep.kernels.compile.nvrtc import CompileResult  # noqa: E402
 from tests.support.faults import HalfWriter, freeze_templates, src  # noqa: E402
 
 @pytest.fixture(autouse=True)
@@ -220,7 +220,7 @@ def test_read_only_cache_still_serves_hits(tmp_path, caplog, read_only):
 
 
 class _FullDisk:
-    """kernels.build.cache's and .files' open(): the n-th file opened for writing takes half its data, then ENOSPC."""
+    """kernels.compile.cache's and .files' open(): the n-th file opened for writing takes half its data, then ENOSPC."""
 
     def __init__(self, fail_at: int):
         self.fail_at, self.count = fail_at, 0

@@ -1,6 +1,6 @@
 """The size limits of the kernel and model caches: least recently used entries go first, down to 90% of
 the limit; a hit counts as a use; the entry just stored stays; eviction by several processes at once
-while others read and store leaves only whole entries (kernels/build/cache.py, plus_ep/model_cache.py)."""
+while others read and store leaves only whole entries (kernels/compile/cache.py, plus_ep/model_cache.py)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from plus_ep import model_cache
-from plus_ep.kernels.build.cache import EVICT_TO, CacheEntry, KernelCache, lru_evict
+from plus_ep.kernels.compile.cache import EVICT_TO, CacheEntry, KernelCache, lru_evict
 from tests.support.faults import src
 
 ROOT = Path(__file__).resolve().parents[2]

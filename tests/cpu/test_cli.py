@@ -138,7 +138,7 @@ def test_inspect_reports_what_a_build_delivers(chain, capsys, monkeypatch):
     fused_after = json.loads((cli.main(["inspect", str(chain), "--json", "--arch", "sm_80"]), capsys.readouterr().out)[1])
     assert fused_after["kernel_failures"] == []
 
-    from plus_ep.kernels.build import stage as kernel_build
+    from plus_ep.kernels.compile import stage as kernel_build
     from plus_ep.kernels.codegen.pull import RenderError
     real = kernel_build.render
 

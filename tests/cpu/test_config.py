@@ -90,7 +90,7 @@ def test_unknown_names_are_refused(monkeypatch):
 
 # ---- the layout ---------------------------------------------------------------------------------
 def test_cache_layout(tmp_path, monkeypatch):
-    from plus_ep.kernels.build.cache import KernelCache
+    from plus_ep.kernels.compile.cache import KernelCache
     from plus_ep.zoo.cache import cache_dir as zoo_dir
     monkeypatch.setenv("PLUS_EP_CACHE_DIR", str(tmp_path / "root"))
     monkeypatch.delenv("PLUS_EP_ZOO_DIR", raising=False)

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto
 
 from plus_ep.kernels.gemm import sm90a_configs as sm90a
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import nvrtc
 from tests.support.gemm_norm_cases import norm_model, render_subgraph
 
 
@@ -69,7 +69,7 @@ def test_cluster_tiles_compile_without_spills():
 
 
 def test_ptx_declares_the_cluster():
-    from plus_ep.kernels.ptx.build import compile_ptx
+    from plus_ep.kernels.compile.ptx import compile_ptx
     rd, _, _ = render_subgraph(norm_model(64, 768, 64, TensorProto.FLOAT16)[0])
     ptx = compile_ptx(rd.variants[0].source, "sm_90a", name="gemm_norm.cu")
     assert ".explicitcluster" in ptx and re.search(r"\.reqnctapercluster 6, 1, 1", ptx)

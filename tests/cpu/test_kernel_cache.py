@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from plus_ep.kernels.build import cache as kcache  # noqa: E402
-from plus_ep.kernels.build import nvrtc  # noqa: E402
-from plus_ep.kernels.build.cache import CacheMiss, KernelCache  # noqa: E402
-from plus_ep.kernels.build.compile import Job, ResourceError, compile_all  # noqa: E402
-from plus_ep.kernels.build.nvrtc import CompileError, CompileResult  # noqa: E402
+from plus_ep.kernels.compile import cache as kcache  # noqa: E402
+from plus_ep.kernels.compile import nvrtc  # noqa: E402
+from plus_ep.kernels.compile.cache import CacheMiss, KernelCache  # noqa: E402
+from plus_ep.kernels.compile.jobs import Job, ResourceError, compile_all  # noqa: E402
+from plus_ep.kernels.compile.nvrtc import CompileError, CompileResult  # noqa: E402
 from tests.support.faults import freeze_templates, src  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -158,8 +158,8 @@ def test_compile_error_is_not_cached(cache):
 _WORKER = textwrap.dedent("""
     import json, os, sys, time
     sys.path.insert(0, sys.argv[1])
-    from plus_ep.kernels.build.cache import KernelCache
-    from plus_ep.kernels.build import nvrtc
+    from plus_ep.kernels.compile.cache import KernelCache
+    from plus_ep.kernels.compile import nvrtc
     nvrtc.TEMPLATES_DIR = __import__("pathlib").Path(sys.argv[5])
     nvrtc.nvrtc_version(); nvrtc.header_digest()   # warm up before the start line
     go = sys.argv[3]

@@ -71,7 +71,7 @@ def test_leaves_are_leaves():
     without a cycle."""
     g = import_graph(module_level_only=False)
     assert {leaf: g[leaf] for leaf in LEAVES} == {leaf: set() for leaf in LEAVES}
-    assert "plus_ep.config" in import_graph()["plus_ep.kernels.build.cache"]     # and the core does use them
+    assert "plus_ep.config" in import_graph()["plus_ep.kernels.compile.cache"]     # and the core does use them
     assert "plus_ep.limits" in import_graph()["plus_ep.graph_rewrites.horizontal"]
 
 
@@ -79,10 +79,10 @@ def test_the_graph_sees_imports():
     """The checks above are only as good as the graph: it must see the real edges, at module level and
     inside functions."""
     g, lazy = import_graph(), import_graph(module_level_only=False)
-    assert "plus_ep.kernels.build.nvrtc" in g["plus_ep.kernels.build.cache"]
+    assert "plus_ep.kernels.compile.nvrtc" in g["plus_ep.kernels.compile.cache"]
     assert "plus_ep.graph_rewrites.graph" in g["plus_ep.rewrite"]
-    assert "plus_ep.kernels.build.stage" not in g["plus_ep.rewrite"]        # imported inside rewrite_detailed
-    assert "plus_ep.kernels.build.stage" in lazy["plus_ep.rewrite"]
+    assert "plus_ep.kernels.compile.stage" not in g["plus_ep.rewrite"]        # imported inside rewrite_detailed
+    assert "plus_ep.kernels.compile.stage" in lazy["plus_ep.rewrite"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     call = ast.parse('importlib.import_module(".patterns", __package__)').body[0].value
     assert _import_module_target("plus_ep.warehouse.registry", False, call) == "plus_ep.warehouse.patterns"

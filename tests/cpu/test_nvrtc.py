@@ -7,9 +7,9 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from plus_ep.kernels.build import cubin as cubin_reader  # noqa: E402
-from plus_ep.kernels.build import nvrtc  # noqa: E402
-from plus_ep.kernels.build.nvrtc import CompileError, CompileResult, Resources  # noqa: E402
+from plus_ep.kernels.compile import cubin as cubin_reader  # noqa: E402
+from plus_ep.kernels.compile import nvrtc  # noqa: E402
+from plus_ep.kernels.compile.nvrtc import CompileError, CompileResult, Resources  # noqa: E402
 
 TINY = r'''
 #include "plus_common.cuh"

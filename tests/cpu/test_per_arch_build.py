@@ -9,11 +9,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from plus_ep.kernels import arch as arch_table
 from plus_ep.kernels.wire import plan as P
-from plus_ep.kernels.build.compile import ResourceError
-from plus_ep.kernels.build.nvrtc import CompileResult
+from plus_ep.kernels.compile.jobs import ResourceError
+from plus_ep.kernels.compile.nvrtc import CompileResult
 from plus_ep.kernels.wire.pack import parse as read_pack
 
-from plus_ep.kernels.build import stage as kernel_build
+from plus_ep.kernels.compile import stage as kernel_build
 from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
 

@@ -1,4 +1,4 @@
-"""Host costs (issue 24): renders kept on disk beside the kernel cache (kernels/build/render_store.py), so a
+"""Host costs (issue 24): renders kept on disk beside the kernel cache (kernels/compile/render_store.py), so a
 warm rewrite in a new process renders nothing, with byte-identical plans, sources and model; their key moves
 with PlusEP's sources and the pattern; damaged entries are rendered again; `plus-ep cache` sees them. And
 the caller's heap is left out of the collector's scans while a rewrite runs (rewrite.heap_spared)."""
@@ -14,8 +14,8 @@ import pytest
 from plus_ep import config
 from plus_ep.demo_model import build_bert
 from plus_ep.kernels import render as R
-from plus_ep.kernels.build import render_store as S
-from plus_ep.kernels.build.cache import KernelCache
+from plus_ep.kernels.compile import render_store as S
+from plus_ep.kernels.compile.cache import KernelCache
 from plus_ep.rewrite import rewrite_detailed
 
 RW = sys.modules["plus_ep.rewrite"]     # plus_ep.rewrite is also the function

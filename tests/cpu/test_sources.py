@@ -1,4 +1,4 @@
-"""Generated sources (kernels/build/sources.py): the CONTRACT §2 comment header, named symbols, one compile
+"""Generated sources (kernels/compile/sources.py): the CONTRACT §2 comment header, named symbols, one compile
 for kernels that differ only in their header, and the dump and override folders."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-from plus_ep.kernels.build import nvrtc, sources  # noqa: E402
-from plus_ep.kernels.build.cache import KernelCache, cache_key  # noqa: E402
-from plus_ep.kernels.build.compile import Job, compile_all  # noqa: E402
+from plus_ep.kernels.compile import nvrtc, sources  # noqa: E402
+from plus_ep.kernels.compile.cache import KernelCache, cache_key  # noqa: E402
+from plus_ep.kernels.compile.jobs import Job, compile_all  # noqa: E402
 from tests.support.faults import freeze_templates, src  # noqa: E402
 from tests.support.imports import ROOT  # noqa: E402
 

@@ -62,7 +62,7 @@ def test_package_metadata():
     deps = [re.split(r"[<>=\[ ]", d)[0] for d in meta["dependencies"]]
     assert "onnx-graphsurgeon" not in deps and "tqdm" in deps
     # every required dependency is used by the package: imported, or (the NVIDIA wheels, NVRTC and the CUDA
-    # headers) found by kernels/build/nvrtc.py through cuda-python's path finder and the wheel's version
+    # headers) found by kernels/compile/nvrtc.py through cuda-python's path finder and the wheel's version
     uses = {"onnxruntime-gpu": r"^\s*import onnxruntime", "cuda-python": r"^\s*from cuda[. ]",
             "nvidia-cuda-nvrtc": r'version\("nvidia-cuda-nvrtc"\)',
             "nvidia-cuda-runtime": r'find_nvidia_header_directory\("cudart"\)'}

@@ -1,5 +1,5 @@
 """The spill fallback's image runs: T5's embedding + RMSNorm in miniature, whose sm_80 side kernel is the
-one-block-per-SM compile (kernels/build/compile.py RELAXED_BOUNDS), verified on the CPU PTX interpreter
+one-block-per-SM compile (kernels/compile/jobs.py RELAXED_BOUNDS), verified on the CPU PTX interpreter
 through the launcher against its original subgraph on onnxruntime."""
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import nvrtc
 from plus_ep.kernels.wire import pack
 
 from tests.support.emulated_models import run_child

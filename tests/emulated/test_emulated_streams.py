@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import nvrtc
 
 from tests.support.emulated_models import run_child
 

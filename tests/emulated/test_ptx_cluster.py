@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from plus_ep.kernels.ptx import PtxError
-from plus_ep.kernels.ptx.build import compile_ptx
+from plus_ep.kernels.compile.ptx import compile_ptx
 from tests.support import ptx_harness as H
 from tests.support.ptx_cluster_sources import (ATOMICS, PHASES, REMOTE_AT, VECTORS, cluster_source,
                                                run_allreduce, run_ring)

@@ -8,7 +8,7 @@ import json
 
 import onnx
 import pytest
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import nvrtc
 from plus_ep.kernels.wire import pack
 
 from tests.support.emulated_models import run_child

@@ -11,7 +11,7 @@ import pytest
 
 from plus_ep.kernels.attention import configs as ac
 from plus_ep.kernels.ptx import Module, PtxError
-from plus_ep.kernels.ptx.build import compile_ptx
+from plus_ep.kernels.compile.ptx import compile_ptx
 from tests.support.ptx_attention_cases import run_attention
 from tests.support.ptx_gemm_cases import run_gemm
 from tests.support.gemm_variants import Variant

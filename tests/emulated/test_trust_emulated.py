@@ -87,7 +87,7 @@ def models(tmp_path_factory):
     onnx.save(swap_first_images(good), d / "swapped.onnx")   # image 0 swapped between the two nodes
 
     foreign = onnx.load(d / "good.onnx")        # a cubin compiled from someone else's source
-    from plus_ep.kernels.build import nvrtc
+    from plus_ep.kernels.compile import nvrtc
     src = ('#include "plus_common.cuh"\nextern "C" __global__ void plus_gemm(const PlusArgs args) '
            '{ ((float*)args.out[0])[threadIdx.x] = 42.0f; }\n')
     res = nvrtc.compile_cubin(src, "sm_90a", name="foreign.cu")

@@ -20,11 +20,11 @@ import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
-import plus_ep.kernels.build.stage as kernel_build  # noqa: E402
-from plus_ep.kernels.build import cubin as cubin_reader  # noqa: E402
-from plus_ep.kernels.build import nvrtc  # noqa: E402
+import plus_ep.kernels.compile.stage as kernel_build  # noqa: E402
+from plus_ep.kernels.compile import cubin as cubin_reader  # noqa: E402
+from plus_ep.kernels.compile import nvrtc  # noqa: E402
 from plus_ep.kernels.wire import plan as plan_text  # noqa: E402
-from plus_ep.kernels.build.nvrtc import CompileError, CompileResult  # noqa: E402
+from plus_ep.kernels.compile.nvrtc import CompileError, CompileResult  # noqa: E402
 from plus_ep import cli  # noqa: E402
 from plus_ep.demo_model import build_bert, sample_inputs  # noqa: E402
 from plus_ep.rewrite import rewrite_detailed  # noqa: E402

@@ -22,7 +22,7 @@ def src(scale="2.0f"):
 def freeze_templates(tmp_path, monkeypatch):
     """A private copy of kernels/templates/plus_common.cuh (and the plus_abi.h it includes): cache keys hash every template, and the real
     folder may be edited while the tests run (which would, correctly, change the keys under them)."""
-    from plus_ep.kernels.build import nvrtc
+    from plus_ep.kernels.compile import nvrtc
     frozen = tmp_path / "frozen_templates"
     frozen.mkdir()
     for name in ("plus_common.cuh", "plus_abi.h"):         # plus_common.cuh includes plus_abi.h

@@ -1,6 +1,6 @@
 """The import graph of the installed `plus_ep` namespace, read from the sources (ast, nothing imported).
 
-    graph = import_graph()          # {"plus_ep.kernels.build.cache": {"plus_ep.kernels.build.nvrtc", ...}, ...}
+    graph = import_graph()          # {"plus_ep.kernels.compile.cache": {"plus_ep.kernels.compile.nvrtc", ...}, ...}
     cycles(graph)                   # [] when the module-level imports form no cycle
 """
 from __future__ import annotations

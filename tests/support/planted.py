@@ -4,7 +4,7 @@ A one-layer BERT (hidden 64, 2 heads of 32, FFN 128, vocabulary 50) with every b
 LayerNorm weight one (a fresh initialisation), rewritten for sm_80 with TF32 math: its attention runs
 the TF32 tensor-core template (mma.sync m16n8k8), its GEMMs the TF32 GEMM template. Bugs are planted:
 
-* at the source level, through the override folder (PLUS_EP_OVERRIDE_DIR, kernels/build/sources.py): the
+* at the source level, through the override folder (PLUS_EP_OVERRIDE_DIR, kernels/compile/sources.py): the
   generated `.cu` of one node is edited, or the template it includes is inlined with an edit
   (swapped A-fragment registers in QK^T, softmax in base 2, a missed online-softmax rescale, the scale
   1/d instead of 1/sqrt(d), a bias added with the wrong sign or not at all), and the model rewritten,

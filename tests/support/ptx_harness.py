@@ -8,10 +8,10 @@ import re
 
 import numpy as np
 
-from plus_ep.kernels.build.nvrtc import TEMPLATES_DIR
+from plus_ep.kernels.compile.nvrtc import TEMPLATES_DIR
 from plus_ep.kernels.gemm.configs import reduce_grid
 from plus_ep.kernels.ptx import GlobalMemory, Module
-from plus_ep.kernels.ptx.build import compile_ptx
+from plus_ep.kernels.compile.ptx import compile_ptx
 from plus_ep.verification.bounds import unit
 from tests.support.poison import POISON_BYTE, assert_written
 

@@ -1,6 +1,6 @@
 """Every kernel source the PTX interpreter must cover, built with the project's own source builders
 (tests/support/gemm_variants.py, kernels/attention/configs.py, the golden sources), and compiled to PTX
-through the PTX cache (plus_ep.kernels.ptx.build).
+through the PTX cache (plus_ep.kernels.compile.ptx).
 
 The matrix: every GEMM config x dtype on sm_80, sm_90 and sm_90a (B layout and alignment rotate over the configs
 so that every (math, dtype, B layout, alignment) occurs on every arch), split-K, hooked and gated variants; every
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from plus_ep.kernels.attention import configs as ac
 from plus_ep.kernels.gemm import configs as gc
 from plus_ep.kernels.gemm import sm90a_configs as gc90
-from plus_ep.kernels.ptx.build import compile_ptx
+from plus_ep.kernels.compile.ptx import compile_ptx
 from tests.support import gemm_variants
 from tests.support.gemm_variants import Variant
 

@@ -48,7 +48,7 @@ def launch_route(rd, inputs: list, outputs: list, arch: str = "sm_80", name: str
 
 def _launches(rd, route, name, arch, ptx_edit, dev, ins, outs, scratch, checks, cta_order, seed) -> list:
     from plus_ep.kernels.ptx import Module
-    from plus_ep.kernels.ptx.build import compile_ptx
+    from plus_ep.kernels.compile.ptx import compile_ptx
     from tests.support.ptx_harness import module, plus_args
     results = []
     for launch in rd.plan.routes[route].launches:

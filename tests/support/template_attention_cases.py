@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from plus_ep.kernels.attention import configs as ac
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import nvrtc
 from tests.support.parallel import run_jobs
 
 ARCHS = ("sm_80", "sm_90")

@@ -15,7 +15,7 @@ import zlib
 import pytest
 
 from plus_ep.kernels.gemm import sm90a_configs as gc
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import nvrtc
 from tests.support import gemm_variants
 from tests.support.parallel import submit_selected
 from tests.support.gemm_variants import Problem, Variant, round_up

@@ -54,7 +54,7 @@ def test_family_fuses_within_budget(family, exporter):
 
 @pytest.mark.parametrize("family,exporter,arch", VERIFY, ids=[f"{f}-{e}-{a}" for f, e, a in VERIFY])
 def test_family_kernels_verify(family, exporter, arch, tmp_path):
-    from plus_ep.kernels.build.cache import KernelCache
+    from plus_ep.kernels.compile.cache import KernelCache
     from plus_ep.verification.check import verify
     r = rewrite_detailed(tiny_path(family, exporter), archs=[arch], cache=KernelCache(tmp_path), progress=False)
     assert r.kernels.failures == []

@@ -10,9 +10,9 @@ import pytest
 
 from tests.support import golden, zoo_models
 from plus_ep.kernels.wire import plan as plan_text
-from plus_ep.kernels.build.cache import KernelCache
+from plus_ep.kernels.compile.cache import KernelCache
 from plus_ep import zoo
-from plus_ep.kernels.build.stage import pack_images, unpack_images
+from plus_ep.kernels.compile.stage import pack_images, unpack_images
 from plus_ep.rewrite import rewrite_detailed
 
 pytestmark = pytest.mark.zoo

@@ -25,7 +25,7 @@ VERIFY_CASES = [("swin", "dynamo", "sm_90a"), ("whisper", "torchscript", "sm_80"
 
 @pytest.fixture(scope="module")
 def kcache(tmp_path_factory):
-    from plus_ep.kernels.build.cache import KernelCache
+    from plus_ep.kernels.compile.cache import KernelCache
     return KernelCache(tmp_path_factory.mktemp("kernels"))
 
 

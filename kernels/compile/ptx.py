@@ -1,6 +1,6 @@
 """NVRTC's PTX of a generated source (the text the cubin is assembled from), cached on disk.
 
-    from plus_ep.kernels.ptx.build import compile_ptx
+    from plus_ep.kernels.compile.ptx import compile_ptx
     text = compile_ptx(source, "sm_90a", name="gemm_k1.cu")
 
 Same options as `nvrtc.compile_cubin` (`nvrtc.base_options`), so the PTX is exactly what ptxas
@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import pathlib
 
-from ..build import nvrtc
-from ..build.cache import KernelCache, cache_key
-from ..build.files import write_atomic
+from . import nvrtc
+from .cache import KernelCache, cache_key
+from .files import write_atomic
 
 
 def _root(cache_dir=None) -> pathlib.Path:
@@ -26,7 +26,7 @@ def _root(cache_dir=None) -> pathlib.Path:
 def ptx_options(arch: str, virtual: bool = True) -> list[str]:
     """`nvrtc.base_options(arch)`, with the virtual target (compute_XX) when `virtual`: NVRTC then stops
     after NVVM (no ptxas), which halves the time, and the PTX text is byte-identical to the sm_XX
-    compile's (tests/cpu/test_ptx_build.py checks that)."""
+    compile's (tests/cpu/test_compile_ptx.py checks that)."""
     opts = nvrtc.base_options(arch)
     if not virtual:
         return opts

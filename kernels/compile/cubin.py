@@ -1,7 +1,7 @@
 """The cubin reader: what a compiled cubin (a CUDA ELF64 image) itself says about its entry functions and
 its target, read without the CUDA driver or any NVIDIA tool.
 
-    from plus_ep.kernels.build import cubin
+    from plus_ep.kernels.compile import cubin
     cubin.read_cubin(image)["plus_gemm"]   # CubinInfo(registers=..., smem_static=..., frame=..., ...)
     cubin.cubin_arch(image)                # "sm_90a"
 

@@ -18,7 +18,7 @@ gather on sm_80: 32 registers, 16 bytes spilled). When an entry declared that wa
 source is compiled once more for that arch with RELAXED_BOUNDS (one resident block per SM: the whole
 register file), and that result is the job's (cached under its own key, so a warm start loads both).
 Kernels with their own bounds (the GEMM and attention templates) fall back by configuration instead
-(kernels/build/stage.py).
+(kernels/compile/stage.py).
 """
 
 from __future__ import annotations

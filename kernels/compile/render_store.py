@@ -14,7 +14,7 @@ entry that no longer matches its key is simply never read again and leaves by th
 limit.
 
 An entry is one JSON file `<root>/<key[:2]>/<key>.json` (no pickle: loading it runs no code), written
-atomically (kernels/build/files.py). It holds the render as tagged JSON (tuples and the plan's dataclasses
+atomically (kernels/compile/files.py). It holds the render as tagged JSON (tuples and the plan's dataclasses
 named, so it loads back equal in value and type; a render that does not is not stored) and its own key;
 a file that does not parse or names another key is removed and the subgraph rendered again; a folder that
 cannot be written (a read-only deploy cache) keeps nothing, said once per process at INFO. A hit marks
@@ -167,5 +167,5 @@ class RenderStore:
         return True
 
     def entries(self) -> list:
-        """Every stored render as a kernels.build.cache.CacheEntry (for info, trim and the size limit)."""
+        """Every stored render as a kernels.compile.cache.CacheEntry (for info, trim and the size limit)."""
         return file_entries(self.root, SUFFIX)

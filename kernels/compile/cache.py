@@ -6,7 +6,7 @@
 
 The key hashes every input of the binary: the cache schema, the PlusEP version, the NVRTC version
 (and its wheel's patch level), the arch, the rendered source (its code: the `//` comment header that
-names the node is left out, kernels/build/sources.py), the contents of every header it can
+names the node is left out, kernels/compile/sources.py), the contents of every header it can
 include (`nvrtc.header_digest`) and the options. An entry is a folder
 
     <root>/<key[:2]>/<key>/kernel.cubin   the image
@@ -34,7 +34,7 @@ process's store in progress and is left alone unless it is an hour old. `lru_evi
 rule, shared with the rewritten-model cache (plus_ep/model_cache.py).
 
 Renders: `<root>/renders/<key[:2]>/<key>.json` holds a subgraph's rendered plan and sources
-(kernels/build/render_store.py, keyed by the subgraph's canonical form, the target, the pattern and
+(kernels/compile/render_store.py, keyed by the subgraph's canonical form, the target, the pattern and
 PlusEP's own sources), so a warm rewrite in a new process renders nothing. They are entries of this cache:
 `entries()` lists them (a file each, used = its modification time), so the size limit, `evict` and
 `clear` (and `plus-ep cache info|trim|clear kernels`) cover them.

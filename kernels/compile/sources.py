@@ -14,7 +14,7 @@ The comment header names the node, so the same kernel rendered for two nodes (ev
 differs only there: `body()` drops it, and the kernel cache and compile_all key on the body, so such
 kernels still compile once.
 
-With PLUS_EP_DUMP_DIR set, every source compiled through `kernels.compile.compile_all` is written there
+With PLUS_EP_DUMP_DIR set, every source compiled through `kernels.compile.jobs.compile_all` is written there
 as `file_name(job name)` (`plus_ep_gemm_3.bm64_bn128.sm_90.cu`); with PLUS_EP_OVERRIDE_DIR set, a file
 of that name there replaces the generated source (a warning names it). The override is what is
 compiled and keyed, so editing it recompiles and a cached generated kernel is never returned for it.

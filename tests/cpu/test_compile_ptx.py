@@ -1,12 +1,12 @@
-"""kernels/ptx/build.py compiles PTX for the interpreter with the virtual target (compute_XX: NVRTC stops
+"""kernels/compile/ptx.py compiles PTX for the interpreter with the virtual target (compute_XX: NVRTC stops
 after NVVM, no ptxas). The interpreter runs that PTX in place of the shipped kernel's, so the text must
-be the one the real sm_XX compile (the kernel cache's, kernels/build/nvrtc.py) produces."""
+be the one the real sm_XX compile (the kernel cache's, kernels/compile/nvrtc.py) produces."""
 from __future__ import annotations
 
 import pytest
 
-from plus_ep.kernels.build import nvrtc
-from plus_ep.kernels.ptx.build import compile_ptx, ptx_options
+from plus_ep.kernels.compile import nvrtc
+from plus_ep.kernels.compile.ptx import compile_ptx, ptx_options
 from tests.support.faults import src
 
 

@@ -21,7 +21,7 @@ from onnx import numpy_helper
 from ...graph_rewrites.fuse import node_name
 from . import nvrtc
 from .cache import KernelCache
-from .compile import Job, ResourceError, compile_all
+from .jobs import Job, ResourceError, compile_all
 from .render_store import RenderStore
 from ..wire.pack import Image, pack_images, unpack_images  # noqa: F401  (the pack format lives there)
 from ..wire.pack import tie

@@ -1,6 +1,6 @@
 """NVRTC compilation of generated kernel sources to SASS cubins, and what the cubins cost.
 
-    from plus_ep.kernels.build import nvrtc
+    from plus_ep.kernels.compile import nvrtc
     r = nvrtc.compile_cubin(source, "sm_90a", name="gemm_k1.cu")
     r.cubin                      # bytes, loadable with cuModuleLoadData
     r.resources["plus_gemm"]     # Resources(registers=..., spill_stores=0, ..., smem_static=...)

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from onnx import TensorProto
 
 from . import match, ops
-from .build import build
+from .primitives import build
 from .fuse import contract_units, order_units
 from .graph import GraphView
 from .lowering import lower_all, roll_groups
 from .horizontal import group_horizontal
 from ..limits import LITERAL_ELEMENTS
 from .placement import conv_tail_reason
-from .ploop import PGraph
+from .ir import PGraph
 from .subgraph import Subgraph  # noqa: F401  (identify.Subgraph: where callers import it)
 
 log = logging.getLogger("plus_ep.identify")

@@ -1,6 +1,6 @@
 """A reference interpreter for +Graphs: executes the loop tree in program order with numpy.
 
-The +Graph claims that pre-order over loop bodies is a valid program order (build.py merges only
+The +Graph claims that pre-order over loop bodies is a valid program order (primitives.py merges only
 into the last loop of a body for that reason). This module checks that claim by running it:
 
 * Walk the tree in pre-order; every Stmt runs its ONNX node with whole-tensor semantics through
@@ -50,7 +50,7 @@ from onnx import helper, numpy_helper
 from . import dims, ops
 from .index import describe_node
 from .lowering import default_opset
-from .ploop import Loop, PGraph, Stmt
+from .ir import Loop, PGraph, Stmt
 
 __all__ = ["InterpreterError", "run_pgraph", "run_subgraph", "subgraph_program", "model_program", "eval_size"]
 
@@ -358,7 +358,7 @@ def subgraph_program(result, sub):
 
 
 def model_program(model: onnx.ModelProto):
-    """(consts, shapes, opset) that ``run_pgraph`` needs for ``pgraph_of.pgraph_of_model(model)``:
+    """(consts, shapes, opset) that ``run_pgraph`` needs for ``primitives.pgraph_of_model(model)``:
     the model's initializers, the synthetic constants and shapes of decomposed nodes (lowering is
     deterministic, so re-lowering names them exactly as the +Graph does), and its opset."""
     from .graph import GraphView

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .ploop import Loop, PGraph
+from .ir import Loop, PGraph
 
 
 def _name(path):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ploop import PGraph
+from .ir import PGraph
 
 
 @dataclass

@@ -83,7 +83,7 @@ class Pattern:
     def graph(self):
         """The canonical +Graph of the definition (lowered once, lazily)."""
         if self._graph is None and self.define is not None:
-            from ..graph_rewrites.pgraph_of import pgraph_of_model
+            from ..graph_rewrites.primitives import pgraph_of_model
             b = PatternBuilder()
             raw = pgraph_of_model(b.model(self.define(b)))
             self._graph, self._match = raw.canonical(), raw.canonical(strict=False)

@@ -112,7 +112,7 @@ def test_the_interpreter_runs_a_contrib_statement():
     """A +Graph statement holding a contrib node runs by the node's expansion (interpret.py), giving what
     ORT's kernel gives."""
     from plus_ep.graph_rewrites.interpret import run_pgraph
-    from plus_ep.graph_rewrites.ploop import Loop, PGraph, Stmt
+    from plus_ep.graph_rewrites.ir import Loop, PGraph, Stmt
     case = next(c for c in CASES if c.name == "SkipSimplifiedLayerNorm_float32")
     loop = Loop(10, True, ["skipSimplifiedLayerNormalization"], [Stmt(case.node, "skipSimplifiedLayerNormalization")])
     pg = PGraph([loop], inputs=["x", "skip", "g"], outputs=["y", "sum"])

@@ -2,7 +2,7 @@
 from onnx import helper as h
 
 from plus_ep.graph_rewrites import match
-from plus_ep.graph_rewrites.pgraph_of import pgraph_of_model
+from plus_ep.graph_rewrites.primitives import pgraph_of_model
 from tests.support.paper_models import axes, fig6_model, model
 
 

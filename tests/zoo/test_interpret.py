@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from plus_ep.graph_rewrites.interpret import InterpreterError, model_program, run_pgraph
-from plus_ep.graph_rewrites.pgraph_of import pgraph_of_model
-from plus_ep.graph_rewrites.ploop import Loop, PGraph, Stmt
+from plus_ep.graph_rewrites.primitives import pgraph_of_model
+from plus_ep.graph_rewrites.ir import Loop, PGraph, Stmt
 
 ort = pytest.importorskip("onnxruntime")
 

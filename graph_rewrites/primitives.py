@@ -12,15 +12,21 @@ A merge only targets the last loop of the current body, so pre-order stays a val
 Prologue ops (element-wise/injective ops whose data come from outside the subgraph) fold into the
 loads of their first consumer in a subgraph that has a skeleton: their loops coincide with the
 consumer's, which is what Primitives 1/2 give when a producer is merged into its consumer.
-Primitive 4 (collapsing) is `PGraph.canonical()`.
+Primitive 4 (collapsing) is `PGraph.canonical()`. `pgraph_of_model` lowers a whole (small) model into
+its +Graph: the warehouse's patterns and the tests read models that way.
+
+    g = pgraph_of_model(model).canonical()
 """
 from __future__ import annotations
 
 from typing import Iterable
 
+import onnx
+
 from . import dims
-from .lowering import Nest
-from .ploop import Loop, PGraph, Stmt
+from .graph import GraphView
+from .ir import Loop, PGraph, Stmt
+from .lowering import Nest, lower_all
 
 
 same_size, _product = dims.same, dims.product
@@ -237,3 +243,9 @@ def _last_loop(parent):
 def build(nests_by_node: dict, nodes: Iterable[int], outputs=None) -> PGraph:
     """The (uncollapsed) +Graph of `nodes`; `nests_by_node` maps node index -> lowered nests."""
     return Builder(nests_by_node, nodes).run(outputs)
+
+
+def pgraph_of_model(model: onnx.ModelProto) -> PGraph:
+    """+Graph of every data node of `model` (uncollapsed; call .canonical() for Primitive 4)."""
+    nests = lower_all(GraphView.build(model), strict=True)
+    return build(nests, nests, outputs=[o.name for o in model.graph.output])

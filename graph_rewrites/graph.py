@@ -16,7 +16,6 @@ import onnx
 from onnx import numpy_helper
 
 from . import shape_fold
-from .errors import ModelError  # noqa: F401  (graph.ModelError: where the API and tests import it)
 from .index import GraphIndex
 from .ops import SHAPE_OPS
 

@@ -15,11 +15,16 @@ from collections.abc import Iterable
 
 import onnx
 
-from .errors import ModelError
-
-__all__ = ["GraphIndex", "topological_order", "implicit_inputs", "has_subgraph", "describe_node"]
+__all__ = ["ModelError", "GraphIndex", "topological_order", "implicit_inputs", "has_subgraph", "describe_node"]
 
 _GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+class ModelError(ValueError):
+    """A model the compiler cannot read; the message names the node or value and the fix.
+
+        raise ModelError("node 3 (Add 'add_1'): input 'x' is never produced; add it to graph.input")
+    """
 
 
 def has_subgraph(node: onnx.NodeProto) -> bool:

@@ -11,7 +11,7 @@ import stat
 import onnx
 from onnx import numpy_helper
 
-from .graph_rewrites.graph import ModelError
+from .graph_rewrites.index import ModelError
 
 log = logging.getLogger("plus_ep")
 

@@ -15,8 +15,9 @@ import onnx
 from .graph_rewrites import contrib
 from .graph_rewrites.contrib import decoders
 from .graph_rewrites.fuse import FusedSubgraph, fuse, node_name
-from .graph_rewrites.graph import GraphView, ModelError
+from .graph_rewrites.graph import GraphView
 from .graph_rewrites.identify import Identifier
+from .graph_rewrites.index import ModelError
 from .graph_rewrites.shape_reads import read_shapes_through_copies
 from .kernels.target import FP32_MATH_DEFAULT
 from .warehouse import default_warehouse

@@ -28,7 +28,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from plus_ep.graph_rewrites.graph import ModelError
+from plus_ep.graph_rewrites.index import ModelError
 from plus_ep import cli
 from plus_ep.rewrite import rewrite, rewrite_detailed
 

@@ -303,7 +303,7 @@ def _rewrite(model: onnx.ModelProto, rec: dict):
     """(RewriteResult, None) or (None, (reason, detail)) when the rewrite crashed."""
     import traceback
 
-    from plus_ep.graph_rewrites.graph import ModelError
+    from plus_ep.graph_rewrites.index import ModelError
     from plus_ep.rewrite import rewrite_detailed
     before = model.SerializeToString()
     try:

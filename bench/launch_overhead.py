@@ -21,7 +21,7 @@ import tempfile
 
 from bench.bert_fp16 import bert_base_fp16
 from bench.env_info import env_info
-from plus_ep.graph_rewrites.fuse import node_name
+from plus_ep.graph_rewrites.partition import node_name
 from plus_ep.kernels.render import render
 from plus_ep.kernels.target import Target
 from plus_ep.kernels.wire.pack import write as write_pack

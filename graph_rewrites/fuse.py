@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx
@@ -35,7 +35,8 @@ import onnx.inliner
 from onnx import AttributeProto, helper
 
 from ..limits import MAX_SHAPEV
-from .index import GraphIndex, has_subgraph, topological_order
+from .index import GraphIndex, topological_order
+from .partition import contract_units, describe_position, node_name, order_units, validate_partition
 
 __all__ = [
     "DOMAIN",
@@ -44,8 +45,6 @@ __all__ = [
     "fused_op_type",
     "is_fused",
     "FusedSubgraph",
-    "node_name",
-    "boundary",
     "fuse",
     "inline_fused",
 ]
@@ -79,45 +78,6 @@ class FusedSubgraph:
     inputs: tuple[str, ...] | None = None  # the boundary inputs in the node's order (None: boundary order)
     host_inputs: int = 0  # leading inputs the launcher takes in host memory (op type FusedHost<n>)
     name: str | None = None  # the node's name (None: node_name(pattern, its index in the list given to fuse))
-
-
-def node_name(pattern: str, k: int) -> str:
-    """The name of the fused node of subgraph k (of every subgraph found, fused or not): the rewriter
-    decides it once and hands it to the kernel build (plan, warnings) and to fuse()."""
-    return f"plus_ep/{pattern}/{k}"
-
-
-# --------------------------------------------------------------------------- #
-# Graph helpers (the graph facts come from GraphIndex, computed once)
-# --------------------------------------------------------------------------- #
-
-
-def _check_indices(model: onnx.ModelProto, node_indices: Iterable[int]) -> list[int]:
-    n_nodes = len(model.graph.node)
-    idx = sorted(set(int(i) for i in node_indices))
-    if not idx:
-        raise ValueError("empty subgraph")
-    for i in idx:
-        if not 0 <= i < n_nodes:
-            raise ValueError(f"node index {i} out of range (graph has {n_nodes} nodes)")
-    return idx
-
-
-def boundary(
-    model: onnx.ModelProto, node_indices: Iterable[int], index: GraphIndex | None = None
-) -> tuple[list[str], list[str]]:
-    """Boundary values ``(inputs, outputs)`` of a subgraph of ``model.graph``.
-
-    inputs: values consumed by the subgraph and produced outside it (graph
-    inputs, initializers, outputs of other nodes), in order of first use in the
-    subgraph's topological order; empty optional inputs are skipped.
-    outputs: values produced inside that are graph outputs or used by a node
-    outside the subgraph, in production order.
-    ``index``: the graph's GraphIndex when the caller has one (built otherwise).
-    """
-    idx = _check_indices(model, node_indices)
-    index = index if index is not None else GraphIndex(model.graph)
-    return index.boundary(index.positions(idx))
 
 
 # --------------------------------------------------------------------------- #
@@ -255,89 +215,6 @@ def _make_attr(name: str, value: object) -> AttributeProto:
 # --------------------------------------------------------------------------- #
 
 
-def _describe(index: GraphIndex, p: int) -> str:
-    n, i = index.nodes[p], index.order[p]
-    return f"node {i} ({n.op_type} {n.name!r})" if n.name else f"node {i} ({n.op_type})"
-
-
-def validate_partition(
-    model: onnx.ModelProto, index: GraphIndex, subgraphs: Sequence[FusedSubgraph]
-) -> list[list[int]]:
-    """Each subgraph's member positions (topological order); raises ValueError if a subgraph is
-    empty, names an unknown node, holds an If/Loop/Scan, overlaps another, or is not convex."""
-    owner: dict[int, int] = {}
-    members: list[list[int]] = []
-    for s, sg in enumerate(subgraphs):
-        if not isinstance(sg.pattern, str) or not sg.pattern:
-            raise ValueError(f"subgraph {s} has an empty pattern name")
-        try:
-            idx = _check_indices(model, sg.nodes)
-        except ValueError as e:
-            raise ValueError(f"subgraph {s} ({sg.pattern!r}): {e}") from None
-        pos = index.positions(idx)
-        for p in pos:
-            if has_subgraph(index.nodes[p]):
-                raise ValueError(
-                    f"subgraph {s} ({sg.pattern!r}): {_describe(index, p)} has a graph "
-                    "attribute (If/Loop/Scan) and cannot be fused"
-                )
-            if p in owner:
-                t = owner[p]
-                raise ValueError(
-                    f"subgraphs are not disjoint: {_describe(index, p)} is in subgraph {t} "
-                    f"({subgraphs[t].pattern!r}) and subgraph {s} ({sg.pattern!r})"
-                )
-            owner[p] = s
-        if "pattern" in sg.attrs and sg.attrs["pattern"] != sg.pattern:
-            raise ValueError(
-                f"subgraph {s}: attrs['pattern']={sg.attrs['pattern']!r} "
-                f"disagrees with pattern={sg.pattern!r}"
-            )
-        members.append(pos)
-    for s, pos in enumerate(members):
-        witness = index.convexity_witness(pos)
-        if witness is not None:
-            u, origin, c = witness
-            raise ValueError(
-                f"contracting subgraph {s} ({subgraphs[s].pattern!r}) would create a cycle: "
-                f"{_describe(index, u)} lies outside it on a path from "
-                f"{_describe(index, origin)} back into {_describe(index, c)}"
-            )
-    return members
-
-
-def contract_units(index: GraphIndex, members: Sequence[Sequence[int]]) -> tuple[list, list]:
-    """The contracted graph: units are the subgraphs (first, in order) then every other node
-    alone; returns (units as position sets, predecessor units of each unit)."""
-    units: list[frozenset[int]] = [frozenset(m) for m in members]
-    unit_of = {p: u for u, m in enumerate(units) for p in m}
-    for p in range(len(index.nodes)):
-        if p not in unit_of:
-            unit_of[p] = len(units)
-            units.append(frozenset((p,)))
-    preds = [{unit_of[q] for q in index.producers_of(m)} for m in units]
-    return units, preds
-
-
-def order_units(
-    units: Sequence[frozenset[int]], preds: Sequence[set[int]], describe_unit
-) -> list[int]:
-    """Units in topological order (ties: the unit whose first node comes first); a cycle raises
-    ValueError naming the units on it."""
-    order, leftover = topological_order(preds, key=[min(m) for m in units])
-    if leftover:
-        u, path, pos = min(leftover), [], {}
-        while u not in pos:
-            pos[u] = len(path)
-            path.append(u)
-            u = min(p for p in preds[u] if p in leftover)
-        names = [describe_unit(v) for v in path[pos[u]:]]
-        raise ValueError(
-            "contracting the subgraphs would create a cycle: " + " -> ".join(names + names[:1])
-        )
-    return order
-
-
 def build_functions(
     model: onnx.ModelProto,
     index: GraphIndex,
@@ -440,12 +317,16 @@ def fuse(
         return out
     index = index if index is not None else GraphIndex(model.graph)
     members = validate_partition(model, index, subgraphs)
+    for s, sg in enumerate(subgraphs):
+        if "pattern" in sg.attrs and sg.attrs["pattern"] != sg.pattern:
+            raise ValueError(f"subgraph {s}: attrs['pattern']={sg.attrs['pattern']!r} "
+                             f"disagrees with pattern={sg.pattern!r}")
     units, preds = contract_units(index, members)
 
     def describe_unit(u: int) -> str:
         if u < len(subgraphs):
             return f"subgraph {u} ({subgraphs[u].pattern!r})"
-        return _describe(index, next(iter(units[u])))
+        return describe_position(index, next(iter(units[u])))
 
     unit_order = order_units(units, preds, describe_unit)
     fused_nodes, new_funcs, removed = build_functions(model, index, subgraphs, members)

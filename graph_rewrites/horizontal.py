@@ -9,8 +9,7 @@ from __future__ import annotations
 from onnx import TensorProto
 
 from . import match, ops
-from .fuse import contract_units, order_units
-from .subgraph import Subgraph
+from .partition import Subgraph, contract_units, order_units
 from ..limits import MAX_IN, MAX_OUT
 
 

@@ -23,14 +23,13 @@ from onnx import TensorProto
 
 from . import match, ops
 from .primitives import build
-from .fuse import contract_units, order_units
 from .graph import GraphView
 from .lowering import lower_all, roll_groups
 from .horizontal import group_horizontal
 from ..limits import LITERAL_ELEMENTS
 from .placement import conv_tail_reason
 from .ir import PGraph
-from .subgraph import Subgraph  # noqa: F401  (identify.Subgraph: where callers import it)
+from .partition import Subgraph, check_partition
 
 log = logging.getLogger("plus_ep.identify")
 
@@ -328,7 +327,7 @@ class Identifier:
             result.append(sub)
         result = self.group_horizontal(result)
         self.take_constants(result)
-        check_partition(self, result)
+        check_partition(self.index, result, self.view.node_label)
         return result
 
     def take_constants(self, subgraphs) -> None:
@@ -366,24 +365,6 @@ def _constant_size(node) -> int:
         if a.name in ("value_ints", "value_floats", "value_strings"):
             return len(a.ints) + len(a.floats) + len(a.strings)
     return 1          # value_int, value_float, value_string
-
-
-def check_partition(ident: Identifier, subgraphs) -> None:
-    """Post-condition: subgraphs are disjoint and contracting each keeps the graph acyclic."""
-    seen = {}
-    for k, sg in enumerate(subgraphs):
-        for i in sg.nodes:
-            if i in seen:
-                raise AssertionError(f"node {ident.view.node_label(i)} is in subgraphs {seen[i]} and {k}")
-            seen[i] = k
-        if not ident.acyclic_with(sg.nodes):
-            raise AssertionError(f"subgraph {k} ({sg.pattern.name}) is not convex")
-    # contracted graph: edges between subgraphs (and unfused nodes) must not form a cycle
-    units, preds = contract_units(ident.index, [sorted(sg.nodes) for sg in subgraphs])
-    try:
-        order_units(units, preds, lambda u: f"subgraph {u}" if u < len(subgraphs) else ident.view.node_label(min(units[u])))
-    except ValueError as exc:
-        raise AssertionError(f"fused subgraphs form a cycle: {exc}") from None
 
 
 def identify(view: GraphView, warehouse, kernels: bool = False):

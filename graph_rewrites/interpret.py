@@ -374,7 +374,7 @@ def model_program(model: onnx.ModelProto):
 
 
 def run_subgraph(result, sub, feeds: Mapping[str, np.ndarray], stats: dict | None = None) -> dict:
-    """Run one fused subgraph (identify.Subgraph of ``result``, a plus_ep.rewrite.RewriteResult).
+    """Run one fused subgraph (partition.Subgraph of ``result``, a plus_ep.rewrite.RewriteResult).
 
     Builds the uncollapsed +Graph with ``identifier.pgraph(sub.nodes)``, adds the synthetic
     constants/shapes of its nests, and runs the shape-support nodes lazily (see module doc).

@@ -14,10 +14,11 @@ import onnx
 
 from .graph_rewrites import contrib
 from .graph_rewrites.contrib import decoders
-from .graph_rewrites.fuse import FusedSubgraph, fuse, node_name
+from .graph_rewrites.fuse import FusedSubgraph, fuse
 from .graph_rewrites.graph import GraphView
 from .graph_rewrites.identify import Identifier
 from .graph_rewrites.index import ModelError
+from .graph_rewrites.partition import node_name
 from .graph_rewrites.shape_reads import read_shapes_through_copies
 from .kernels.target import FP32_MATH_DEFAULT
 from .warehouse import default_warehouse
@@ -30,7 +31,7 @@ log = logging.getLogger("plus_ep")
 @dataclass
 class RewriteResult:
     model: onnx.ModelProto
-    subgraphs: list = field(default_factory=list)      # identify.Subgraph
+    subgraphs: list = field(default_factory=list)      # partition.Subgraph
     view: GraphView | None = None
     identifier: Identifier | None = None
     seconds: float = 0.0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import numpy_helper
 
-from ...graph_rewrites.fuse import node_name
+from ...graph_rewrites.partition import node_name
 from . import nvrtc
 from .cache import KernelCache
 from .jobs import Job, ResourceError, compile_all

@@ -6,7 +6,7 @@ import pytest
 
 from bench.bert_fp16 import to_fp16
 from plus_ep.demo_model import build_bert
-from plus_ep.graph_rewrites.fuse import boundary
+from plus_ep.graph_rewrites.partition import boundary
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
 from plus_ep.kernels.target import Target

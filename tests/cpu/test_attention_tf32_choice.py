@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from plus_ep.demo_model import build_bert
-from plus_ep.graph_rewrites.fuse import boundary
+from plus_ep.graph_rewrites.partition import boundary
 from plus_ep.kernels.attention import configs as ac
 from plus_ep.kernels.attention import routes
 from plus_ep.kernels.render import render

@@ -7,7 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from plus_ep.graph_rewrites.fuse import DOMAIN, FusedSubgraph, boundary, fuse, inline_fused
+from plus_ep.graph_rewrites.fuse import DOMAIN, FusedSubgraph, fuse, inline_fused
+from plus_ep.graph_rewrites.partition import boundary
 
 ort = pytest.importorskip("onnxruntime")
 

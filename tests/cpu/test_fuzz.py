@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, event, given, note, seed, settings
 from onnx import helper, numpy_helper
 
 from plus_ep import config
-from plus_ep.graph_rewrites.fuse import DOMAIN, OP_TYPE, boundary
+from plus_ep.graph_rewrites.fuse import DOMAIN, OP_TYPE
+from plus_ep.graph_rewrites.partition import boundary
 from plus_ep.graph_rewrites.interpret import run_subgraph
 from plus_ep.graph_rewrites.shape_reads import read_shapes_through_copies
 from plus_ep.rewrite import rewrite_detailed

@@ -5,7 +5,8 @@ import pytest
 from onnx import TensorProto as T
 
 from plus_ep.graph_rewrites.graph import GraphView
-from plus_ep.graph_rewrites.identify import Identifier, Subgraph, check_partition
+from plus_ep.graph_rewrites.identify import Identifier
+from plus_ep.graph_rewrites.partition import Subgraph, check_partition
 from plus_ep.graph_rewrites.lowering import lower, reshape_map
 from plus_ep.warehouse import load_warehouse
 from tests.support.graphs import Graph
@@ -106,7 +107,7 @@ def test_partition_postcondition_catches_overlap_and_cycles():
     ident = Identifier(view, load_warehouse(plugins=False))
     pat = load_warehouse(plugins=False).get("gemm")
     with pytest.raises(AssertionError, match="subgraphs"):
-        check_partition(ident, [Subgraph((0, 1), pat, None, 0), Subgraph((1, 2), pat, None, 1)])
+        check_partition(ident.index, [Subgraph((0, 1), pat, None, 0), Subgraph((1, 2), pat, None, 1)], ident.view.node_label)
     with pytest.raises(AssertionError, match="convex"):
-        check_partition(ident, [Subgraph((0, 2), pat, None, 0)])
-    check_partition(ident, ident.run())
+        check_partition(ident.index, [Subgraph((0, 2), pat, None, 0)], ident.view.node_label)
+    check_partition(ident.index, ident.run(), ident.view.node_label)

@@ -10,7 +10,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from plus_ep.demo_model import build_bert
-from plus_ep.graph_rewrites.fuse import node_name
+from plus_ep.graph_rewrites.partition import node_name
 from plus_ep.kernels import render as R
 from plus_ep.kernels.codegen import symdim
 from plus_ep.kernels.target import Target

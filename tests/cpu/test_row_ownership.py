@@ -4,7 +4,7 @@ of being computed with the wrong row's mean/rstd. Render-level, no kernels run."
 import pytest
 
 from plus_ep.graph_rewrites.graph import GraphView
-from plus_ep.graph_rewrites.identify import Subgraph
+from plus_ep.graph_rewrites.partition import Subgraph
 from plus_ep.kernels.codegen import row as row_mod
 from plus_ep.kernels.codegen.pull import RenderError
 from plus_ep.kernels.render import clear_render_cache, render

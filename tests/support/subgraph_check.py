@@ -32,7 +32,7 @@ def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
 
 def boundaries(result):
     """[(inputs, outputs)] of every fused subgraph of a RewriteResult, in the original model: what
-    ``graph_rewrites.fuse.boundary`` gives, read from the view's one GraphIndex."""
+    ``graph_rewrites.partition.boundary`` gives, read from the view's one GraphIndex."""
     index = result.view.graph_index
     return [index.boundary(sub.nodes) for sub in result.subgraphs]
 

@@ -23,7 +23,7 @@ from .graph_rewrites.shape_reads import read_shapes_through_copies
 from .kernels.target import FP32_MATH_DEFAULT
 from .warehouse import default_warehouse
 
-from .model_check import check_model, for_runtime, fusable_opset, load_model, runtime_limits  # noqa: F401
+from .validate import check_model, for_runtime, fusable_opset, load_model, runtime_limits  # noqa: F401
 
 log = logging.getLogger("plus_ep")
 
@@ -49,7 +49,7 @@ def rewrite_detailed(model, warehouse=None, disable=(), archs=None, cache=None, 
     unless `warn` is False: result.kernels.failures lists them). `compile_kernels=False` renders the
     kernels without compiling them (what `plus-ep inspect` reports): the model carries plans, no images.
     runtime_ir: the result has an IR version the installed onnxruntime loads (lowered when the model
-    allows it, else ModelError: model_check.for_runtime); False leaves it as fusion made it (reports).
+    allows it, else ModelError: validate.for_runtime); False leaves it as fusion made it (reports).
     shape_reads: Shape nodes read through copies first (graph_rewrites/shape_reads.py), which lets a
     subgraph take a copy whose Shape another chain reads; False for the plugin EP's planner, whose groups
     must be convex in the graph ONNX Runtime holds, where each Shape still reads its copy."""

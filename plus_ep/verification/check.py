@@ -86,8 +86,8 @@ def _runtime_problem(model: onnx.ModelProto, path) -> str | None:
 
 def max_loadable() -> tuple[int, int]:
     """(highest IR version, highest default-domain opset) the installed onnxruntime loads: the one probe,
-    plus_ep/model_check.py's (rewrite lowers the IR version with it)."""
-    from ..model_check import runtime_limits
+    plus_ep/validate.py's (rewrite lowers the IR version with it)."""
+    from ..validate import runtime_limits
     return runtime_limits()
 
 

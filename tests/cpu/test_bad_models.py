@@ -3,7 +3,7 @@ initializers, unsupported opsets, missing external data, cycles. Each is one Mod
 tensor and the node through the API, exit 2 with one line through the CLI (rewrite, inspect), the
 same ModelError from plus_ep.InferenceSession's PlusEP path, and never a partial output file.
 
-Decisions (see plus_ep/model_check.py check_model):
+Decisions (see plus_ep/validate.py check_model):
 - a negative dim in a graph input / output / value_info is read as a dynamic dim, as ONNX Runtime
   does: the model rewrites and runs like the original;
 - a declared shape or an initializer whose element count overflows int64, a negative initializer

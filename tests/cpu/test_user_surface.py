@@ -19,7 +19,7 @@ import pytest
 from onnx import helper
 
 from plus_ep import cli, config, options, progress, session
-from plus_ep.model_check import for_runtime, min_ir_version, runtime_limits
+from plus_ep.validate import for_runtime, min_ir_version, runtime_limits
 from tests.support.graphs import Graph
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ from ..limits import LITERAL_ELEMENTS, MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
 from .codegen.pull import Emitter, RenderError
 from .codegen.row import ROW_OPS, RowProgram
 from ..graph_rewrites.ops import SHAPE_OPS
-from ..warehouse.registry import TEMPLATES as DECLARED_TEMPLATES
+from ..warehouse.registry import TEMPLATES
 
 HEADER = '#include "plus_common.cuh"\n'
 
@@ -183,18 +183,18 @@ def _row(job: Job):
     return [("row", "", kernels, routes.ALWAYS)]
 
 
-TEMPLATES = {None: _elementwise}      # template name -> renderer (None: a pattern naming no template)
+RENDERERS = {None: _elementwise}      # template name -> renderer (None: a pattern naming no template)
 
 
 def register_renderer(name: str, fn):
     """The renderer of template `name`: one of the names the warehouse's pattern -> template
     contract declares (warehouse.registry.TEMPLATES), each rendered exactly once."""
-    if name not in DECLARED_TEMPLATES:
+    if name not in TEMPLATES:
         raise ValueError(f"renderer for {name!r}: not a template the warehouse declares "
-                         f"({sorted(DECLARED_TEMPLATES)})")
-    if name in TEMPLATES:
+                         f"({sorted(TEMPLATES)})")
+    if name in RENDERERS:
         raise ValueError(f"template {name!r} already has a renderer")
-    TEMPLATES[name] = fn
+    RENDERERS[name] = fn
 
 
 for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce", _row),
@@ -320,11 +320,11 @@ def clear_render_cache() -> None:
 def _render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Rendered:
     job = Job(view, sg, inputs, outputs, target, node_name)
     template = sg.pattern.template
-    if template not in TEMPLATES:
+    if template not in RENDERERS:
         raise RenderError(f"{node_name}: pattern {sg.pattern.name!r} names template {template!r}, "
-                          f"which has no renderer (known: {sorted(t for t in TEMPLATES if t)})")
+                          f"which has no renderer (known: {sorted(t for t in RENDERERS if t)})")
     variants = []
-    for v, (name, prefix, kernels, cond) in enumerate(TEMPLATES[template](job)):
+    for v, (name, prefix, kernels, cond) in enumerate(RENDERERS[template](job)):
         source = HEADER + prefix + "\n" + "\n".join(src for src, _, _ in kernels)
         variants.append(Variant(name, source, [e for _, e, _ in kernels]))
         route = Route(cond=cond, label=name)

@@ -106,7 +106,7 @@ def test_group_whose_kernels_fail_falls_back_to_its_members(monkeypatch):
 
     def boom(job):
         raise RenderError(f"{job.node_name}: forced failure")
-    monkeypatch.setitem(render_mod.TEMPLATES, "gemm_group", boom)
+    monkeypatch.setitem(render_mod.RENDERERS, "gemm_group", boom)
     r = plus_ep.rewrite_detailed(qkv_model(), archs=["sm_80"], fp32_math="exact")
     assert [s.pattern.name for s in r.subgraphs] == ["gemm"] * 3 and not r.kernels.failures
     fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]

@@ -1,7 +1,7 @@
 """The installed layout: one `plus_ep` namespace, every package folder installed, no import cycles
 (imports inside functions included), the compiler core (graph_rewrites, kernels, warehouse) never
-imports the API, CLI or zoo, graph_rewrites and warehouse never import kernels, and only the CLI
-imports the zoo."""
+imports the API, CLI or zoo, graph_rewrites and warehouse never import kernels, no stage of a rewrite
+imports a later stage, and only the CLI imports the zoo."""
 from __future__ import annotations
 
 import ast
@@ -17,6 +17,19 @@ CORE_MAY_IMPORT = CORE + LEAVES
 # the IR and the pattern library sit below the codegen: they never import it (the launcher's limits
 # they need come from the plus_ep.limits leaf)
 BELOW_KERNELS = ("plus_ep.graph_rewrites", "plus_ep.warehouse")
+# the stages of a rewrite in the order they run (docs/architecture.md): a module may import its own stage
+# and earlier ones, never a later one. Every graph_rewrites module has a stage.
+STAGES = (
+    ("plus_ep.validate", "plus_ep.graph_rewrites.index", "plus_ep.graph_rewrites.ops"),    # read and check
+    ("plus_ep.graph_rewrites.graph", "plus_ep.graph_rewrites.shape_fold", "plus_ep.graph_rewrites.shape_reads",
+     "plus_ep.graph_rewrites.contrib"),                                                     # view
+    ("plus_ep.graph_rewrites.lowering", "plus_ep.graph_rewrites.primitives", "plus_ep.graph_rewrites.ir",
+     "plus_ep.graph_rewrites.dims", "plus_ep.graph_rewrites.interpret"),                   # lower
+    ("plus_ep.graph_rewrites.identify", "plus_ep.graph_rewrites.match", "plus_ep.graph_rewrites.horizontal",
+     "plus_ep.graph_rewrites.partition", "plus_ep.graph_rewrites.placement", "plus_ep.warehouse"),  # identify
+    ("plus_ep.kernels",),                                                                   # render, compile
+    ("plus_ep.graph_rewrites.fuse",),                                                       # fuse
+)
 
 
 def _pyproject():
@@ -56,6 +69,48 @@ def test_graph_rewrites_and_warehouse_never_import_kernels():
     down = {m: sorted(t for t in ts if t.startswith("plus_ep.kernels"))
             for m, ts in import_graph(module_level_only=False).items() if m.startswith(BELOW_KERNELS)}
     assert {m: ts for m, ts in down.items() if ts} == {}
+
+
+def stage_of(module: str) -> int | None:
+    """The index in STAGES of the stage `module` belongs to (its longest listed prefix), else None."""
+    best = None
+    for k, names in enumerate(STAGES):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > len(best[1])):
+                best = (k, name)
+    return best[0] if best else None
+
+
+def later_imports(graph: dict) -> dict:
+    """{module: [the modules of a later stage it imports]}, for every staged module that has any."""
+    out = {}
+    for m, ts in graph.items():
+        k = stage_of(m)
+        later = sorted(t for t in ts if k is not None and (stage_of(t) if stage_of(t) is not None else -1) > k)
+        if later:
+            out[m] = later
+    return out
+
+
+def test_no_stage_imports_a_later_one():
+    """Identification never reads the node writer, the compile stage never reads fuse: a stage that
+    needs something of a later one means that thing lives in the wrong stage."""
+    assert later_imports(import_graph(module_level_only=False)) == {}
+
+
+def test_every_graph_rewrites_module_has_a_stage():
+    unstaged = sorted(m for m in modules() if m.startswith("plus_ep.graph_rewrites.") and stage_of(m) is None)
+    assert unstaged == []
+
+
+def test_the_stage_rule_sees_a_later_import():
+    assert stage_of("plus_ep.graph_rewrites.contrib.decoders") == 1
+    assert stage_of("plus_ep.kernels.compile.stage") == 4
+    assert stage_of("plus_ep.rewrite") is None
+    fake = {"plus_ep.graph_rewrites.identify": {"plus_ep.graph_rewrites.fuse", "plus_ep.graph_rewrites.match"},
+            "plus_ep.graph_rewrites.fuse": {"plus_ep.graph_rewrites.partition"},
+            "plus_ep.rewrite": {"plus_ep.graph_rewrites.fuse"}}
+    assert later_imports(fake) == {"plus_ep.graph_rewrites.identify": ["plus_ep.graph_rewrites.fuse"]}
 
 
 def test_only_the_cli_imports_the_zoo():

@@ -10,32 +10,6 @@
 
 #include "bind.h"
 
-/* ONNX TensorProto numbers equal the C API's for 1..23; 24..26 are permuted (ABI sheet §4). */
-int plus_dtype_from_onnx(int t) {
-    if (t >= 1 && t <= 23) return t;
-    if (t == 24) return 26;   /* FLOAT8E8M0 */
-    if (t == 25) return 24;   /* UINT2 */
-    if (t == 26) return 25;   /* INT2 */
-    return -1;
-}
-
-static const char* const DTYPE_NAMES[] = {
-    "undefined", "float32", "uint8", "int8", "uint16", "int16", "int32", "int64", "string", "bool",
-    "float16", "float64", "uint32", "uint64", "complex64", "complex128", "bfloat16", "float8e4m3fn",
-    "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1", "uint2", "int2",
-    "float8e8m0",
-};
-static const int DTYPE_BITS[] = {0, 32, 8, 8, 16, 16, 32, 64, 0, 8, 16, 64, 32, 64, 64, 128, 16, 8, 8, 8, 8,
-                                 4, 4, 4, 2, 2, 8};
-
-const char* plus_dtype_name(int t) {
-    return t >= 0 && t < (int)(sizeof DTYPE_NAMES / sizeof *DTYPE_NAMES) ? DTYPE_NAMES[t] : "unknown";
-}
-
-int plus_dtype_bits(int t) {
-    return t >= 0 && t < (int)(sizeof DTYPE_BITS / sizeof *DTYPE_BITS) ? DTYPE_BITS[t] : 0;
-}
-
 /* Append to a bounded buffer. */
 typedef struct { char* s; size_t n, len; } sbuf;
 static void put(sbuf* b, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -177,6 +151,116 @@ static int bind_shapev(const plus_plan* p, const plus_tensor_desc* inputs, const
     return 0;
 }
 
+/* The symbols bound so far, "batch_seq=6 seq=4", for messages. */
+static void put_symbols(sbuf* s, const plus_plan* p, const plus_env* env) {
+    for (int k = 0, first = 1; k < p->n_sym; k++)
+        if (env->bound >> k & 1u) {
+            if (p->sym_name[k][0]) put(s, "%s%s=%" PRId64, first ? "" : " ", p->sym_name[k], env->sym[k]);
+            else put(s, "%ss%d=%" PRId64, first ? "" : " ", k, env->sym[k]);
+            first = 0;
+        }
+}
+
+static void put_dims(sbuf* s, const int64_t* dims, int rank) {
+    put(s, "{");
+    for (int d = 0; d < rank; d++) put(s, d ? ",%" PRId64 : "%" PRId64, dims[d]);
+    put(s, "}");
+}
+
+/* What the original graph says of such inputs: a quotient or element count that does not come out
+ * exactly is a Reshape (or another view) that ONNX Runtime refuses too. */
+#define RESHAPE_SAYS "the original graph's Reshape refuses these inputs too (ONNX Runtime: \"The input tensor " \
+                     "cannot be reshaped to the requested shape\")"
+
+static int elem_count(const int64_t* dims, int rank, int64_t* out) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        if (dims[d] < 0 || __builtin_mul_overflow(n, dims[d], &n)) return -1;
+    *out = n;
+    return 0;
+}
+
+/* `extent in` lines: what the kernels read of each present input is exactly its element count. */
+static int check_in_extents(const plus_plan* p, const plus_tensor_desc* inputs, const char* const* names,
+                            const plus_env* env, char* err, size_t errlen) {
+    for (int i = 0; i < p->n_in; i++) {
+        if (!p->has_in_extent[i] || !inputs[i].present) continue;
+        int64_t want, have = -1;
+        if (plus_expr_eval(p, p->in_extent[i], env, &want, err, errlen)) return -1;
+        if (!elem_count(inputs[i].dims, inputs[i].rank, &have) && have == want) continue;
+        sbuf s = {err, errlen, 0};
+        put(&s, "input %d", i);
+        if (names && names[i] && names[i][0]) put(&s, " '%s'", names[i]);
+        put(&s, " ");
+        put_dims(&s, inputs[i].dims, inputs[i].rank);
+        put(&s, " has %" PRId64 " elements but the kernels read %" PRId64 " (plan line %d `%s`; ", have, want,
+            p->in_extent[i].line, plus_plan_line(p, p->in_extent[i].line));
+        put_symbols(&s, p, env);
+        put(&s, ")");
+        return -1;
+    }
+    return 0;
+}
+
+/* `exact` lines, then `extent out` lines, once the output shapes are known. */
+static int check_out_extents(const plus_plan* p, const plus_binding* b, char* err, size_t errlen) {
+    for (int j = 0; j < p->n_exact; j++) {
+        const plus_exact* x = &p->exact[j];
+        int64_t num, den;
+        if (plus_expr_eval(p, x->num, &b->env, &num, err, errlen) || plus_expr_eval(p, x->den, &b->env, &den, err, errlen))
+            return -1;
+        if (den != 0 && num % den == 0) continue;
+        char nt[256], dt[256];
+        plus_expr_text(p, x->num, nt, sizeof nt);
+        plus_expr_text(p, x->den, dt, sizeof dt);
+        sbuf s = {err, errlen, 0};
+        put(&s, "%s %d dim %d is (%s)/(%s) = %" PRId64 "/%" PRId64 ", which does not divide exactly (plan line %d `%s`; ",
+            x->out ? "output" : "input", x->index, x->dim, nt, dt, num, den, x->line, plus_plan_line(p, x->line));
+        put_symbols(&s, p, &b->env);
+        put(&s, "): " RESHAPE_SAYS);
+        return -1;
+    }
+    for (int o = 0; o < p->n_out; o++) {
+        if (!p->has_out_extent[o]) continue;
+        int64_t want;
+        if (plus_expr_eval(p, p->out_extent[o], &b->env, &want, err, errlen)) return -1;
+        if (want == b->out_elems[o]) continue;
+        sbuf s = {err, errlen, 0};
+        put(&s, "output %d would be ", o);
+        put_dims(&s, b->out_dims[o], p->out[o].rank);
+        put(&s, " (%" PRId64 " elements, plan line %d) but the kernels write %" PRId64 " (plan line %d `%s`; ",
+            b->out_elems[o], p->out[o].line, want, p->out_extent[o].line, plus_plan_line(p, p->out_extent[o].line));
+        put_symbols(&s, p, &b->env);
+        put(&s, "): " RESHAPE_SAYS);
+        return -1;
+    }
+    return 0;
+}
+
+static int absent_error(const plus_plan* p, int out, size_t i, const char* const* names, char* err, size_t errlen) {
+    sbuf s = {err, errlen, 0};
+    put(&s, "%s %zu", out ? "output" : "input", i);
+    if (!out && names && names[i] && names[i][0]) put(&s, " '%s'", names[i]);
+    put(&s, " is absent (wired \"\") but the kernels %s it (plan line %d; no `optional %s %zu` record): wire a "
+        "tensor there, or re-run `plus-ep rewrite` on the original model", out ? "write" : "read",
+        out ? p->out[i].line : p->in[i].line, out ? "out" : "in", i);
+    return -1;
+}
+
+int plus_plan_check_wiring(const plus_plan* p, const int* in_present, size_t n_in, const int* out_present,
+                           size_t n_out, const char* const* names, char* err, size_t errlen) {
+    if (n_in != (size_t)p->n_in || n_out != (size_t)p->n_out) {
+        snprintf(err, errlen, "the node has %zu inputs and %zu outputs, its plan declares %d and %d", n_in, n_out,
+                 p->n_in, p->n_out);
+        return -1;
+    }
+    for (size_t i = 0; i < n_in; i++)
+        if (!in_present[i] && !p->in_optional[i]) return absent_error(p, 0, i, names, err, errlen);
+    for (size_t o = 0; o < n_out; o++)
+        if (!out_present[o] && !p->out_optional[o]) return absent_error(p, 1, o, names, err, errlen);
+    return 0;
+}
+
 int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, size_t n_out,
               const char* const* names, plus_binding* b, char* err, size_t errlen) {
     memset(b, 0, sizeof *b);
@@ -185,8 +269,10 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
                  p->n_in, p->n_out);
         return -1;
     }
-    for (size_t i = 0; i < n_in; i++)
+    for (size_t i = 0; i < n_in; i++) {
+        if (!inputs[i].present && !p->in_optional[i]) return absent_error(p, 0, i, names, err, errlen);
         if (inputs[i].present && bind_input(p, i, &inputs[i], names, &b->env, err, errlen)) return -1;
+    }
     if (bind_shapev(p, inputs, names, &b->env, err, errlen)) return -1;
     for (size_t i = 0; i < n_in; i++)   /* expression dims, now that every symbol is bound */
         for (int d = 0; inputs[i].present && d < p->in[i].rank; d++) {
@@ -198,6 +284,7 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
             snprintf(why, sizeof why, "dim %d must be %" PRId64 " from the other dims", d, want);
             return input_error(p, i, names, &inputs[i], why, err, errlen);
         }
+    if (check_in_extents(p, inputs, names, &b->env, err, errlen)) return -1;
     for (int i = 0; i < p->n_val; i++)
         if (plus_expr_eval(p, p->val[i], &b->env, &b->env.v[p->val_slot[i]], err, errlen)) return -1;
     for (int o = 0; o < p->n_out; o++)
@@ -211,6 +298,16 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
             }
             b->out_dims[o][d] = x;
         }
+    b->empty = p->n_out > 0;
+    for (int o = 0; o < p->n_out; o++) {
+        if (elem_count(b->out_dims[o], p->out[o].rank, &b->out_elems[o])) {
+            snprintf(err, errlen, "output %d has more elements than fit in int64 (plan line %d `%s`)", o, p->out[o].line,
+                     plus_plan_line(p, p->out[o].line));
+            return -1;
+        }
+        b->empty &= b->out_elems[o] == 0;
+    }
+    if (check_out_extents(p, b, err, errlen)) return -1;
     for (int k = 0; k < PLUS_MAX_SCRATCH; k++) {
         if (!p->has_scratch[k]) continue;
         if (plus_expr_eval(p, p->scratch[k], &b->env, &b->scratch_bytes[k], err, errlen)) return -1;

@@ -21,13 +21,23 @@ typedef struct {
     int group_route[PLUS_MAX_GROUPS];   /* per route group: the first route whose expression holds */
     int64_t out_dims[PLUS_MAX_OUT][PLUS_MAX_RANK];
     int64_t scratch_bytes[PLUS_MAX_SCRATCH];
+    int64_t out_elems[PLUS_MAX_OUT];    /* element count of each output's shape */
+    int empty;                          /* every output has 0 elements: nothing to launch */
 } plus_binding;
 
 /* Check the inputs against the `in` lines, bind symbols (input axes, then `shapev` values), evaluate
- * `val`, `out`, `scratch` and pick the route. input_names may be NULL.
- * err gets "input i 'name': expected ..., got ..." etc. */
+ * `val`, `out`, `scratch` and pick the route; before that, prove the run in bounds: every `exact`
+ * quotient divides, every input's and output's element count equals its `extent`. input_names may be
+ * NULL. err gets "input i 'name': expected ..., got ..." etc. An absent input (present = 0) is an
+ * error unless the plan marks it `optional`. */
 int plus_bind(const plus_plan* plan, const plus_tensor_desc* inputs, size_t n_in, size_t n_out,
               const char* const* input_names, plus_binding* b, char* err, size_t errlen);
+
+/* Session creation: the node's wiring against the plan. in_present[i] / out_present[o] = 0 where the
+ * node wires "" (an absent tensor); refused unless the plan marks that tensor `optional`. Counts must
+ * match the plan's. Returns 0 or -1 with "input 2 is wired \"\" (absent) but ..." in err. */
+int plus_plan_check_wiring(const plus_plan* plan, const int* in_present, size_t n_in, const int* out_present,
+                           size_t n_out, const char* const* input_names, char* err, size_t errlen);
 
 /* The route group serving packs of `arch` ("sm_90a"): 0 for a plan without `arch` records; -1 when
  * no group lists it. */

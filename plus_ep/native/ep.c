@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ep.h"
-#include "ort_tensor.h"
+#include "ort_run.h"
 #include "trust.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -522,36 +522,28 @@ static OrtStatus* node_fail(const plus_ep_node* nd, int code, const char* what, 
 }
 
 typedef struct {
-    plus_tensor_desc desc[PLUS_MAX_IN];
-    int64_t dims[PLUS_MAX_IN][PLUS_MAX_RANK];
-    void* data[PLUS_MAX_IN];
-    long long elems[PLUS_MAX_IN];
-    const OrtValue* value[PLUS_MAX_IN];
+    plus_run r;                        /* first: the hooks get &r */
+    plus_ep_node* nd;
+    int foreign;                       /* gpu: the stream is another EP's (ORT handed it) */
     CUdeviceptr staged[PLUS_MAX_IN];   /* gpu: device copies of inputs ORT left in host memory */
-} ep_inputs;
-
-static OrtStatus* describe(const plus_ep_node* nd, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
-                           long long* elems, void** data) {
-    int too_deep = 0;
-    OrtStatus* st = plus_ort_describe(plus_ep_api, v, dtype, rank, dims, elems, data, &too_deep);
-    if (too_deep) return node_fail(nd, ORT_INVALID_ARGUMENT, "a tensor has rank above the launcher's limit of 8", NULL);
-    if (st) return node_fail(nd, ORT_FAIL, "reading a tensor", st);
-    return NULL;
-}
+    plus_host_values hv;
+    plus_ep_timing* timing;
+} ep_run;
 
 /* GPU mode: every input the kernels read must be device memory. ONNX Runtime normally sees to it (our
  * Memcpy kernels, ep_memory.c); an input it still leaves in host memory (another ORT version's planner,
  * a CPU-EP Memcpy) is copied to temporary device memory on the node's stream, with one warning per
  * node, and its host copy serves the shape reads. Never a host pointer to a kernel. */
-static OrtStatus* inputs_on_device(plus_ep_node* nd, ep_inputs* in, CUcontext ctx, CUstream stream, int foreign) {
+static OrtStatus* inputs_on_device(ep_run* run) {
+    plus_run* r = &run->r;
+    plus_ep_node* nd = run->nd;
     plus_ep* ep = nd->ep;
     char err[PLUS_ERR_LEN];
     for (int i = 0; i < nd->n_in; i++) {
-        in->staged[i] = 0;
-        if (!in->desc[i].present || !in->data[i]) continue;
-        const OrtMemoryDevice* md = EP_CALL(plus_ep_epapi, Value_GetMemoryDevice)(in->value[i]);
+        if (!r->desc[i].present || !r->data[i]) continue;
+        const OrtMemoryDevice* md = EP_CALL(plus_ep_epapi, Value_GetMemoryDevice)(r->value[i]);
         if (plus_ep_on_gpu(md)) continue;
-        long long bytes = plus_tensor_bytes(in->desc[i].dtype, in->elems[i]);
+        long long bytes = plus_tensor_bytes(r->desc[i].dtype, r->elems[i]);
         if (bytes < 0) return node_fail(nd, ORT_INVALID_ARGUMENT, "an input in host memory has an element type that "
                                         "cannot be copied to the device", NULL);
         if (!nd->warned_host_input) {
@@ -560,182 +552,129 @@ static OrtStatus* inputs_on_device(plus_ep_node* nd, ep_inputs* in, CUcontext ct
                         "to the device on every run (ONNX Runtime placed a Memcpy output or a CPU node's output in CPU "
                         "memory)", plus_kernel_node(nd->k), i);
         }
-        int rc = plus_ep_temp_alloc(ep->drv, ep->ordinal, ctx, stream, foreign, (size_t)bytes, &in->staged[i], err,
-                                    sizeof err);
-        CUresult r = rc ? 0 : plus_ep_htod(ep->drv, ctx, in->staged[i], in->data[i], (size_t)bytes, stream);
+        int rc = plus_ep_temp_alloc(ep->drv, ep->ordinal, r->ctx, r->stream, run->foreign, (size_t)bytes,
+                                    &run->staged[i], err, sizeof err);
+        CUresult cr = rc ? 0 : plus_ep_htod(ep->drv, r->ctx, run->staged[i], r->data[i], (size_t)bytes, r->stream);
         if (rc) return plus_ep_status(ORT_FAIL, "PlusEP node '%s': %s", plus_kernel_node(nd->k), err);
-        if (r) {
+        if (cr) {
             char e[128];
-            plus_cu_error(ep->drv, r, e, sizeof e);
+            plus_cu_error(ep->drv, cr, e, sizeof e);
             return plus_ep_status(ORT_FAIL, "PlusEP node '%s': copying input %d to the device failed: %s",
                                   plus_kernel_node(nd->k), i, e);
         }
-        in->desc[i].host = in->data[i];
-        in->data[i] = (void*)(uintptr_t)in->staged[i];
+        r->desc[i].host = r->data[i];
+        r->data[i] = (void*)(uintptr_t)run->staged[i];
     }
     return NULL;
 }
 
-static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContext* kctx) {
-    (void)state;
-    plus_ep_node* nd = (plus_ep_node*)self;
+/* Before binding: the stream and context (gpu), inputs in device memory, and the shape tensors the plan
+ * reads on the host (`shapev`, kernels/CONTRACT.md §3): in place when staging, else copied from device
+ * memory after the node's stream (plus_kernel_read_shape_inputs). A compiled node cannot declare
+ * CPU-resident inputs (ORT 1.31's OrtNodeFusionOptions has only drop_constant_initializers; input memory
+ * types exist only for kernel-registry ops), unlike the custom op's `FusedHost<n>`, so that copy waits
+ * for the stream: one synchronisation per such node and run. While a CUDA graph is captured
+ * (ep_stream.c) nothing may wait: the values of the last run are used (a graph replays one shape). */
+static OrtStatus* ep_prepare(plus_run* r) {
+    ep_run* run = (ep_run*)r;
+    plus_ep_node* nd = run->nd;
     plus_ep* ep = nd->ep;
-    const OrtApi* api = plus_ep_api;
     const plus_plan* plan = plus_kernel_plan(nd->k);
     char err[PLUS_ERR_LEN];
-    OrtStatus* st = NULL;
-    ep_inputs in;
-    for (int i = 0; i < nd->n_in; i++) {
-        const OrtValue* v = NULL;
-        if (nd->in_map[i] >= 0 && (st = ORT_CALL(api, KernelContext_GetInput)(kctx, (size_t)nd->in_map[i], &v)))
-            return node_fail(nd, ORT_FAIL, "KernelContext_GetInput", st);
-        in.desc[i].present = v != NULL;
-        in.desc[i].dims = in.dims[i];
-        in.desc[i].host = NULL;
-        in.desc[i].rank = 0;
-        in.data[i] = NULL;
-        in.elems[i] = 0;
-        in.value[i] = v;
-        in.staged[i] = 0;
-        if (v && (st = describe(nd, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i])))
-            return st;
-        const char* bad = v ? plus_ort_tensor_problem(in.desc[i].dtype, in.desc[i].rank, in.dims[i], in.elems[i],
-                                                      in.data[i], -1, NULL) : NULL;
-        if (bad)
-            return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP node '%s': input %d cannot go to a kernel: %s",
-                                  plus_kernel_node(nd->k), i, bad);
-    }
-    /* Shape tensors the plan reads on the host (`shapev`, kernels/CONTRACT.md §3): in place when
-     * staging, else copied from device memory after the node's stream (plus_kernel_read_shape_inputs).
-     * A compiled node cannot declare CPU-resident inputs (ORT 1.31's OrtNodeFusionOptions has only
-     * drop_constant_initializers; input memory types exist only for kernel-registry ops), unlike the
-     * custom op's `FusedHost<n>`, so that copy waits for the stream: one synchronisation per such node
-     * and run. While a CUDA graph is captured (ep_stream.c) nothing may wait: the values of the last
-     * run are used (a graph replays one shape). */
-    plus_host_values hv;
-    CUcontext ctx = NULL;
-    void* stream = NULL;
-    int foreign = 0;   /* the stream is another EP's (ORT handed it) */
+    OrtStatus* st;
     if (ep->mode == PLUS_MODE_GPU) {
-        if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(kctx, &stream))) plus_ep_drop(st), stream = NULL;
-        foreign = stream != NULL;
-        if (!(ctx = plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err)))
+        void* stream = NULL;
+        if ((st = ORT_CALL(plus_ep_api, KernelContext_GetGPUComputeStream)(r->kctx, &stream))) plus_ep_drop(st), stream = NULL;
+        run->foreign = stream != NULL;
+        if (!(r->ctx = plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err)))
             return plus_ep_status(ORT_EP_FAIL, "%s", err);
         if (!stream) stream = plus_ep_device_stream(ep->drv, ep->ordinal, err, sizeof err);
-        if (ep->capturing && foreign)
+        r->stream = (CUstream)stream;
+        if (ep->capturing && run->foreign)
             return plus_ep_status(ORT_EP_FAIL, "PlusEP node '%s': cuda_graph=1 needs PlusEP's own stream, but ONNX "
                                   "Runtime runs the node on another execution provider's stream", plus_kernel_node(nd->k));
-        if ((st = inputs_on_device(nd, &in, ctx, (CUstream)stream, foreign))) return st;
+        if ((st = inputs_on_device(run))) return st;
     }
     if (plan->n_shapev && ep->mode == PLUS_MODE_STAGING) {
         for (int i = 0; i < nd->n_in; i++)
-            if (plus_plan_input_on_host(plan, i)) in.desc[i].host = in.data[i];
+            if (plus_plan_input_on_host(plan, i)) r->desc[i].host = r->data[i];
     } else if (plan->n_shapev && ep->capturing) {
         if (!nd->have_shapes)
             return plus_ep_status(ORT_EP_FAIL, "PlusEP node '%s' reads shape tensors from device memory and did not "
                                   "run before the CUDA graph capture (raise cuda_graph_warmup)", plus_kernel_node(nd->k));
         int used = 0;   /* the order plus_kernel_read_shape_inputs fills them in */
         for (int i = 0; i < nd->n_in; i++)
-            if (plus_plan_input_on_host(plan, i) && in.desc[i].present && !in.desc[i].host)
-                in.desc[i].host = nd->shape_cache.v[used++];
+            if (plus_plan_input_on_host(plan, i) && r->desc[i].present && !r->desc[i].host)
+                r->desc[i].host = nd->shape_cache.v[used++];
     } else if (plan->n_shapev) {
-        if (plus_kernel_read_shape_inputs(nd->k, ep->drv, ctx, (CUstream)stream, in.desc,
-                                          (const void* const*)in.data, (size_t)nd->n_in, &hv, err, sizeof err))
+        if (plus_kernel_read_shape_inputs(nd->k, ep->drv, r->ctx, r->stream, r->desc, (const void* const*)r->data,
+                                          (size_t)nd->n_in, &run->hv, err, sizeof err))
             return plus_ep_status(ORT_FAIL, "%s", err);
-        nd->shape_cache = hv;
+        nd->shape_cache = run->hv;
         nd->have_shapes = 1;
     }
-    plus_binding b;
-    if (plus_kernel_bind(nd->k, in.desc, (size_t)nd->n_in, (size_t)nd->n_out, &b, err, sizeof err))
-        return plus_ep_status(ORT_INVALID_ARGUMENT, "%s", err);
+    return NULL;
+}
 
-    void* out_data[PLUS_MAX_OUT] = {0};
-    size_t out_bytes[PLUS_MAX_OUT] = {0};
-    int temp[PLUS_MAX_OUT] = {0};
-    for (int o = 0; o < nd->n_out; o++) {
-        long long elems = 1;
-        for (int d = 0; d < plan->out[o].rank && elems >= 0; d++)
-            if (__builtin_mul_overflow(elems, (long long)b.out_dims[o][d], &elems)) elems = -1;
-        long long bytes = plus_tensor_bytes(plan->out[o].dtype, elems);
-        if (bytes < 0)
-            return plus_ep_status(ORT_INVALID_ARGUMENT, "PlusEP node '%s': output %d of the plan's shape has more "
-                                  "bytes than fit in int64 (plan line %d)", plus_kernel_node(nd->k), o, plan->out[o].line);
-        out_bytes[o] = (size_t)bytes;
-        if (nd->out_map[o] < 0) {
-            temp[o] = 1;
-            continue;
-        }
-        OrtValue* v = NULL;
-        int dtype, rank;
-        int64_t dims[PLUS_MAX_RANK];
-        st = ORT_CALL(api, KernelContext_GetOutput)(kctx, (size_t)nd->out_map[o], b.out_dims[o],
-                                                    (size_t)plan->out[o].rank, &v);
-        if (st) return node_fail(nd, ORT_FAIL, "allocating an output (KernelContext_GetOutput)", st);
-        if ((st = describe(nd, v, &dtype, &rank, dims, &elems, &out_data[o]))) return st;
-        if (dtype != plan->out[o].dtype)
-            return plus_ep_status(ORT_FAIL, "PlusEP node '%s': output %d is %s in the graph but %s in the plan (line %d)",
-                                  plus_kernel_node(nd->k), o, plus_dtype_name(dtype), plus_dtype_name(plan->out[o].dtype),
-                                  plan->out[o].line);
-        const char* bad = plus_ort_tensor_problem(dtype, rank, dims, elems, out_data[o], plan->out[o].rank, b.out_dims[o]);
-        if (bad)
-            return plus_ep_status(ORT_FAIL, "PlusEP node '%s': output %d cannot go to a kernel: %s",
-                                  plus_kernel_node(nd->k), o, bad);
-        if (ep->mode == PLUS_MODE_GPU && out_data[o] && !plus_ep_on_gpu(EP_CALL(plus_ep_epapi, Value_GetMemoryDevice)(v)))
-            return plus_ep_status(ORT_FAIL, "PlusEP node '%s': ONNX Runtime allocated output %d in host memory; the "
-                                  "kernels write device memory", plus_kernel_node(nd->k), o);
-    }
+static OrtStatus* ep_check_output(plus_run* r, int o, const OrtValue* v) {
+    ep_run* run = (ep_run*)r;
+    if (run->nd->ep->mode == PLUS_MODE_GPU && !plus_ep_on_gpu(EP_CALL(plus_ep_epapi, Value_GetMemoryDevice)(v)))
+        return plus_ep_status(ORT_FAIL, "PlusEP node '%s': ONNX Runtime allocated output %d in host memory; the "
+                              "kernels write device memory", plus_kernel_node(run->nd->k), o);
+    return NULL;
+}
 
-    if (ep->mode == PLUS_MODE_STAGING) {   /* host tensors: the launcher's host staging */
-        plus_host_in hin[PLUS_MAX_IN];
-        plus_host_out hout[PLUS_MAX_OUT];
-        for (int i = 0; i < nd->n_in; i++) {
-            long long bytes = in.desc[i].present ? plus_tensor_bytes(in.desc[i].dtype, in.elems[i]) : 0;
-            if (bytes < 0) return node_fail(nd, ORT_INVALID_ARGUMENT, "an input's element type cannot be staged", NULL);
-            hin[i].host = in.data[i];
-            hin[i].bytes = (size_t)bytes;
-        }
-        int rc = 0;
-        for (int o = 0; o < nd->n_out; o++) {
-            if (temp[o] && out_bytes[o] && !(out_data[o] = malloc(out_bytes[o]))) rc = -1;
-            hout[o].host = out_data[o];
-            hout[o].bytes = out_bytes[o];
-        }
-        if (rc) snprintf(err, sizeof err, "PlusEP node '%s': out of memory", plus_kernel_node(nd->k));
-        else rc = plus_kernel_run_staged(nd->k, ep->drv, hin, (size_t)nd->n_in, hout, (size_t)nd->n_out, &b, err,
-                                         sizeof err);
-        if (!rc) plus_ep_timing_end(ep, nd->stat, NULL, NULL, 1);
-        for (int o = 0; o < nd->n_out; o++)
-            if (temp[o]) free(out_data[o]);
-        return rc ? plus_ep_status(ORT_FAIL, "%s", err) : NULL;
-    }
+static int ep_temp_alloc(plus_run* r, size_t bytes, void** out, char* err, size_t errlen) {
+    ep_run* run = (ep_run*)r;
+    plus_ep* ep = run->nd->ep;
+    CUdeviceptr p = 0;
+    int rc = plus_ep_temp_alloc(ep->drv, ep->ordinal, r->ctx, r->stream, run->foreign, bytes, &p, err, errlen);
+    *out = (void*)(uintptr_t)p;
+    return rc;
+}
 
-    /* Device tensors: launch on the node's stream (the CUDA EP's when it shares the device), else on
-     * PlusEP's stream of the device; no synchronisation (ep_memory.c, ep_stream.c). */
-    PlusArgs args;
-    memset(&args, 0, sizeof args);
-    CUdeviceptr tmp[PLUS_MAX_OUT + PLUS_MAX_SCRATCH] = {0};
-    int rc = 0;
-    for (int i = 0; i < nd->n_in; i++) args.in[i] = in.data[i];
-    for (int o = 0; o < nd->n_out && !rc; o++) {
-        if (temp[o] && out_bytes[o])
-            rc = plus_ep_temp_alloc(ep->drv, ep->ordinal, ctx, stream, foreign, out_bytes[o], &tmp[o], err, sizeof err);
-        args.out[o] = temp[o] ? (void*)(uintptr_t)tmp[o] : out_data[o];
+static void ep_temp_free(plus_run* r, void* p) {
+    ep_run* run = (ep_run*)r;
+    plus_ep* ep = run->nd->ep;
+    plus_ep_temp_free(ep->drv, ep->ordinal, r->ctx, r->stream, run->foreign, (CUdeviceptr)(uintptr_t)p);
+}
+
+/* Device tensors launch on the node's stream (the CUDA EP's when it shares the device), else on
+ * PlusEP's stream of the device; no synchronisation (ep_memory.c, ep_stream.c). With no stream at all
+ * (a driver without streams) plus_kernel_launch synchronises the context. */
+static void ep_launch_begin(plus_run* r) {
+    ep_run* run = (ep_run*)r;
+    run->timing = plus_ep_timing_begin(run->nd->ep, run->nd->stat, r->stream);
+}
+
+static void ep_finish(plus_run* r, int ok) {
+    ep_run* run = (ep_run*)r;
+    plus_ep_node* nd = run->nd;
+    plus_ep* ep = nd->ep;
+    if (ep->mode == PLUS_MODE_STAGING) {
+        if (ok) plus_ep_timing_end(ep, nd->stat, NULL, NULL, 1);
+        return;
     }
-    for (int s = 0; s < PLUS_MAX_SCRATCH && !rc; s++) {
-        if (!b.scratch_bytes[s]) continue;
-        rc = plus_ep_temp_alloc(ep->drv, ep->ordinal, ctx, stream, foreign, (size_t)b.scratch_bytes[s],
-                                &tmp[PLUS_MAX_OUT + s], err, sizeof err);
-        args.scratch[s] = (void*)(uintptr_t)tmp[PLUS_MAX_OUT + s];
-    }
-    /* With no stream at all (a driver without streams) plus_kernel_launch synchronises the context. */
-    plus_ep_timing* timing = rc ? NULL : plus_ep_timing_begin(ep, nd->stat, (CUstream)stream);
-    if (!rc) rc = plus_kernel_launch(nd->k, ep->drv, ctx, (CUstream)stream, &b, &args, err, sizeof err);
-    plus_ep_timing_end(ep, nd->stat, timing, (CUstream)stream, !rc);
-    for (size_t t = 0; t < sizeof tmp / sizeof *tmp; t++)
-        if (tmp[t]) plus_ep_temp_free(ep->drv, ep->ordinal, ctx, stream, foreign, tmp[t]);
+    plus_ep_timing_end(ep, nd->stat, run->timing, r->stream, ok);
     for (int i = 0; i < PLUS_MAX_IN; i++)
-        if (in.staged[i]) plus_ep_temp_free(ep->drv, ep->ordinal, ctx, stream, foreign, in.staged[i]);
-    return rc ? plus_ep_status(ORT_FAIL, "%s", err) : NULL;
+        if (run->staged[i]) plus_ep_temp_free(ep->drv, ep->ordinal, r->ctx, r->stream, run->foreign, run->staged[i]);
+}
+
+static const plus_run_hooks EP_HOOKS = {.prepare = ep_prepare, .temp_alloc = ep_temp_alloc, .temp_free = ep_temp_free,
+                                        .check_output = ep_check_output, .launch_begin = ep_launch_begin,
+                                        .finish = ep_finish};
+
+static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContext* kctx) {
+    (void)state;
+    plus_ep_node* nd = (plus_ep_node*)self;
+    ep_run run;
+    memset(run.staged, 0, sizeof run.staged);
+    run.nd = nd;
+    run.foreign = 0;
+    run.timing = NULL;
+    run.r = (plus_run){.api = plus_ep_api, .kctx = kctx, .k = nd->k, .drv = nd->ep->drv, .in_map = nd->in_map,
+                       .out_map = nd->out_map, .staged = nd->ep->mode == PLUS_MODE_STAGING, .hooks = &EP_HOOKS};
+    return plus_run_node(&run.r);
 }
 
 static void node_destroy(plus_ep_node* nd) {
@@ -869,6 +808,15 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
         goto done;
     }
     map_names(orig_out, n_orig_out, fout, n_fout, nd->out_map, 0, missing, sizeof missing);
+    {   /* wired "": refused unless the plan marks it optional (an output ORT dropped gets a temporary) */
+        int in_present[PLUS_MAX_IN], out_present[PLUS_MAX_OUT];
+        for (size_t i = 0; i < n_orig_in; i++) in_present[i] = orig_in[i][0] != 0;
+        for (size_t o = 0; o < n_orig_out; o++) out_present[o] = orig_out[o][0] != 0;
+        if (plus_kernel_check_wiring(nd->k, in_present, n_orig_in, out_present, n_orig_out, err, sizeof err)) {
+            st = plus_ep_status(ORT_FAIL, "%s", err);
+            goto done;
+        }
+    }
     nd->ep = ep;
     nd->stat = plus_ep_stat_for(node);
     nd->n_in = pl->n_in;

@@ -57,13 +57,6 @@ static int prefix(const plus_kernel* k, char* err, size_t errlen) {
 const plus_plan* plus_kernel_plan(const plus_kernel* k) { return &k->plan; }
 const char* plus_kernel_node(const plus_kernel* k) { return k->node; }
 
-long long plus_tensor_bytes(int dtype, long long elements) {
-    int bits = plus_dtype_bits(dtype);
-    long long b;
-    if (bits == 0 || elements < 0 || __builtin_mul_overflow(elements, (long long)bits, &b)) return -1;
-    return (b + 7) / 8;
-}
-
 int plus_kernel_create(const char* node, const char* plan_text, const plus_pack_src* packs, int n_packs,
                        const char* const* input_names, size_t n_names, plus_kernel** out, char* err,
                        size_t errlen) {
@@ -150,6 +143,14 @@ int plus_kernel_bind(const plus_kernel* k, const plus_tensor_desc* in, size_t n_
                      plus_binding* b, char* err, size_t errlen) {
     const char* const* names = n_in <= k->n_names ? (const char* const*)k->in_names : NULL;
     if (plus_bind(&k->plan, in, n_in, n_out, names, b, err, errlen)) return prefix(k, err, errlen);
+    return 0;
+}
+
+int plus_kernel_check_wiring(const plus_kernel* k, const int* in_present, size_t n_in, const int* out_present,
+                             size_t n_out, char* err, size_t errlen) {
+    const char* const* names = n_in <= k->n_names ? (const char* const*)k->in_names : NULL;
+    if (plus_plan_check_wiring(&k->plan, in_present, n_in, out_present, n_out, names, err, errlen))
+        return prefix(k, err, errlen);
     return 0;
 }
 
@@ -306,6 +307,7 @@ static int ensure_smem(plus_kernel* k, const plus_driver* d, ctx_cache* cc, int 
 
 int plus_kernel_launch(plus_kernel* k, const plus_driver* d, CUcontext ctx, CUstream stream,
                        const plus_binding* b, PlusArgs* args, char* err, size_t errlen) {
+    if (b->empty) return 0;   /* every output has 0 elements: no kernel has anything to write */
     CUresult r = 0;
     if (!ctx) r = stream ? d->cuStreamGetCtx(stream, &ctx) : d->cuCtxGetCurrent(&ctx);
     if (r) return cu_fail(k, d, r, err, errlen, stream ? "cuStreamGetCtx" : "cuCtxGetCurrent");
@@ -354,6 +356,7 @@ static void retain_primary(void) {
 int plus_kernel_run_staged(plus_kernel* k, const plus_driver* d, const plus_host_in* in, size_t n_in,
                            const plus_host_out* out, size_t n_out, const plus_binding* b, char* err,
                            size_t errlen) {
+    if (b->empty) return 0;
     pthread_once(&g_primary_once, retain_primary);
     if (g_primary_err) return cu_fail(k, d, g_primary_err, err, errlen, "retaining the primary context of device 0");
     CUresult r = d->cuCtxPushCurrent(g_primary);

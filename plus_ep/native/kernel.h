@@ -28,7 +28,11 @@ const char* plus_kernel_node(const plus_kernel* k);
 int plus_kernel_bind(const plus_kernel* k, const plus_tensor_desc* in, size_t n_in, size_t n_out,
                      plus_binding* b, char* err, size_t errlen);
 
-/* Launch the bound route on `stream`. args: in/out/scratch pointers set by the caller; v[] is filled
+/* plus_plan_check_wiring (bind.h) at session creation; err prefixed with the node. */
+int plus_kernel_check_wiring(const plus_kernel* k, const int* in_present, size_t n_in, const int* out_present,
+                             size_t n_out, char* err, size_t errlen);
+
+/* Launch the bound route on `stream` (nothing at all when every output is empty: b->empty). args: in/out/scratch pointers set by the caller; v[] is filled
  * here. ctx: the context of the stream (NULL = the stream's, else the current one). Loads modules for
  * that context on first use. No heap memory, no synchronisation (unless stream is NULL: then the
  * context is synchronised before and after, because the caller's work order is unknown). */
@@ -36,7 +40,8 @@ int plus_kernel_launch(plus_kernel* k, const plus_driver* d, CUcontext ctx, CUst
                        const plus_binding* b, PlusArgs* args, char* err, size_t errlen);
 
 /* Host staging (the CPU-EP twin): copy present inputs to device memory, allocate outputs and scratch,
- * launch on the primary context of device 0, synchronise, copy outputs back, free. */
+ * launch on the primary context of device 0, synchronise, copy outputs back, free (nothing when
+ * every output is empty). */
 typedef struct { const void* host; size_t bytes; } plus_host_in;
 typedef struct { void* host; size_t bytes; } plus_host_out;
 int plus_kernel_run_staged(plus_kernel* k, const plus_driver* d, const plus_host_in* in, size_t n_in,
@@ -55,8 +60,5 @@ int plus_kernel_read_shape_inputs(plus_kernel* k, const plus_driver* d, CUcontex
                                   plus_tensor_desc* in,
                                   const void* const* dev, size_t n_in, plus_host_values* vals, char* err,
                                   size_t errlen);
-
-/* Bytes of a tensor of that C API element type and element count; -1 for strings/unknown types. */
-long long plus_tensor_bytes(int dtype, long long elements);
 
 #endif

@@ -90,6 +90,8 @@ X(KernelInfoGetAttribute_string, 87, OrtStatus*, const OrtKernelInfo*, const cha
 X(KernelInfoGetAttribute_tensor, 236, OrtStatus*, const OrtKernelInfo*, const char*, OrtAllocator*, OrtValue**)
 X(KernelInfo_GetInputCount, 230, OrtStatus*, const OrtKernelInfo*, size_t*)
 X(KernelInfo_GetInputName, 232, OrtStatus*, const OrtKernelInfo*, size_t, char*, size_t*)
+X(KernelInfo_GetOutputCount, 231, OrtStatus*, const OrtKernelInfo*, size_t*)
+X(KernelInfo_GetOutputName, 233, OrtStatus*, const OrtKernelInfo*, size_t, char*, size_t*)
 X(KernelInfo_GetNodeName, 244, OrtStatus*, const OrtKernelInfo*, char*, size_t*)
 X(KernelInfo_GetLogger, 245, OrtStatus*, const OrtKernelInfo*, const OrtLogger**)
 X(KernelInfoGetAllocator, 278, OrtStatus*, const OrtKernelInfo*, int, OrtAllocator**)

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "kernel.h"
-#include "ort_tensor.h"
+#include "ort_run.h"
 #include "ort_abi.h"
 #include "trust.h"
 
@@ -88,13 +88,43 @@ static char* get_node_name(const OrtApi* api, const OrtKernelInfo* info) {
     return s ? s : strdup("?");
 }
 
-static char* get_input_name(const OrtApi* api, const OrtKernelInfo* info, size_t i) {
+/* The name the node wires at input (out = 0) or output (out = 1) i; "" for an absent one ("" in
+ * ONNX) and when ORT cannot say. */
+static char* get_io_name(const OrtApi* api, const OrtKernelInfo* info, int out, size_t i) {
     size_t n = 0;
-    OrtStatus* st = ORT_CALL(api, KernelInfo_GetInputName)(info, i, NULL, &n);
+    KernelInfo_GetInputName_fn get = out ? ORT_CALL(api, KernelInfo_GetOutputName) : ORT_CALL(api, KernelInfo_GetInputName);
+    OrtStatus* st = get(info, i, NULL, &n);
     char* s = st ? NULL : malloc(n ? n : 1);
-    if (s && (st = ORT_CALL(api, KernelInfo_GetInputName)(info, i, s, &n))) free(s), s = NULL;
+    if (s && (st = get(info, i, s, &n))) free(s), s = NULL;
     if (st) ORT_CALL(api, ReleaseStatus)(st);
+    if (s && n) s[n - 1] = 0;
     return s ? s : strdup("");
+}
+
+/* Session creation: an input or output the node wires "" is refused unless the plan marks it
+ * `optional` (a kernel must never get a NULL tensor it reads or writes). */
+static OrtStatus* check_wiring(const OrtApi* api, const OrtKernelInfo* info, const char* node, const plus_kernel* k,
+                               char* const* in_names, size_t n_in) {
+    size_t n_out = 0;
+    OrtStatus* st = ORT_CALL(api, KernelInfo_GetOutputCount)(info, &n_out);
+    if (st) return wrap(api, st, node, "KernelInfo_GetOutputCount");
+    int in_present[PLUS_MAX_IN], out_present[PLUS_MAX_OUT];
+    const plus_plan* pl = plus_kernel_plan(k);
+    char err[PLUS_ERR_LEN];
+    if (n_in > PLUS_MAX_IN || n_out > PLUS_MAX_OUT || n_in != (size_t)pl->n_in || n_out != (size_t)pl->n_out) {
+        snprintf(err, sizeof err, "PlusEP node '%s': the node has %zu inputs and %zu outputs, its plan declares %d and %d",
+                 node, n_in, n_out, pl->n_in, pl->n_out);
+        return make_status(api, ORT_INVALID_ARGUMENT, err);
+    }
+    for (size_t i = 0; i < n_in; i++) in_present[i] = in_names[i][0] != 0;
+    for (size_t o = 0; o < n_out; o++) {
+        char* name = get_io_name(api, info, 1, o);
+        out_present[o] = name[0] != 0;
+        free(name);
+    }
+    if (plus_kernel_check_wiring(k, in_present, n_in, out_present, n_out, err, sizeof err))
+        return make_status(api, ORT_INVALID_ARGUMENT, err);
+    return NULL;
 }
 
 static OrtStatus* get_plan(const OrtApi* api, const OrtKernelInfo* info, const char* node, char** out) {
@@ -302,7 +332,7 @@ static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const 
         st = make_status(api, ORT_FAIL, "PlusEP: out of memory");
         goto done;
     }
-    for (size_t i = 0; i < n_names; i++) names[i] = get_input_name(api, info, i);
+    for (size_t i = 0; i < n_names; i++) names[i] = get_io_name(api, info, 0, i);
 
     if ((st = check_trust(api, info, node, plan, packs, n_packs))) goto done;
     if (plus_kernel_create(node, plan, packs, n_packs, (const char* const*)names, n_names, &ok->k, err, sizeof err)) {
@@ -310,9 +340,11 @@ static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const 
         goto done;
     }
     const plus_plan* pl = plus_kernel_plan(ok->k);
+    if ((st = check_wiring(api, info, node, ok->k, names, n_names))) goto done;
     if ((st = check_host_inputs(api, info, pop, ok, pl, node))) goto done;
-    int scratch = 0;
+    int scratch = 0;   /* scratch buffers, or temporaries for outputs the node may leave unwired */
     for (int s = 0; s < PLUS_MAX_SCRATCH; s++) scratch |= pl->has_scratch[s];
+    for (int o = 0; o < pl->n_out; o++) scratch |= pl->out_optional[o];
     if (!ok->cpu && scratch && (st = ORT_CALL(api, KernelInfoGetAllocator)(info, ORT_MEM_DEFAULT, &ok->alloc))) {
         st = wrap(api, st, node, "KernelInfoGetAllocator (for scratch)");
         goto done;
@@ -336,146 +368,65 @@ done:
     return st;
 }
 
-/* ---- KernelComputeV2 ---- */
+/* ---- KernelComputeV2: the shared run (ort_run.h) with this front end's hooks ---- */
 
 typedef struct {
-    plus_tensor_desc desc[PLUS_MAX_IN];
-    int64_t dims[PLUS_MAX_IN][PLUS_MAX_RANK];
-    void* data[PLUS_MAX_IN];
-    long long elems[PLUS_MAX_IN];
-} run_inputs;
+    plus_run r;              /* first: the hooks get &r */
+    ort_kernel* ok;
+    plus_host_values hv;     /* shape-tensor values copied from device memory (an old `Fused` node) */
+} op_run;
 
-static OrtStatus* fail_msg(const ort_kernel* ok, int code, const char* fmt, const char* a) {
-    char msg[PLUS_ERR_LEN];
-    int n = snprintf(msg, sizeof msg, "PlusEP node '%s': ", plus_kernel_node(ok->k));
-    snprintf(msg + n, sizeof msg - (size_t)n, fmt, a);
-    return make_status(ok->api, code, msg);
-}
-
-/* Type, shape and data of one OrtValue (no heap memory of ours). */
-static OrtStatus* describe(const ort_kernel* ok, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
-                           long long* elems, void** data, const char* what) {
-    int too_deep = 0;
-    OrtStatus* st = plus_ort_describe(ok->api, v, dtype, rank, dims, elems, data, &too_deep);
-    if (too_deep) return fail_msg(ok, ORT_INVALID_ARGUMENT, "%s has rank above the launcher's limit of 8", what);
-    if (st) return wrap(ok->api, st, plus_kernel_node(ok->k), what);
+/* Shape tensors the plan reads (`shapev`): host memory on the CPU twin and in the CPU-resident inputs
+ * of a `FusedHost<n>` op; else (an old `Fused` node on the CUDA twin) copied after the stream's queued
+ * work: one synchronisation per run. */
+static OrtStatus* op_prepare(plus_run* r) {
+    op_run* run = (op_run*)r;
+    const ort_kernel* ok = run->ok;
+    const plus_plan* plan = plus_kernel_plan(ok->k);
+    char err[PLUS_ERR_LEN];
+    for (int i = 0; i < r->n_in; i++)
+        if (r->desc[i].present && plus_plan_input_on_host(plan, i) && (ok->cpu || i < ok->n_host))
+            r->desc[i].host = r->data[i];
+    if (ok->cpu) return NULL;
+    void* stream = NULL;
+    OrtStatus* st = ORT_CALL(r->api, KernelContext_GetGPUComputeStream)(r->kctx, &stream);
+    if (st) return wrap(r->api, st, plus_kernel_node(ok->k), "KernelContext_GetGPUComputeStream");
+    r->stream = (CUstream)stream;
+    if (ok->copy_shapes && plus_kernel_read_shape_inputs(ok->k, ok->drv, NULL, r->stream, r->desc,
+                                                         (const void* const*)r->data, (size_t)r->n_in, &run->hv, err,
+                                                         sizeof err))
+        return make_status(r->api, ORT_FAIL, err);
     return NULL;
 }
 
+/* Scratch and outputs nobody consumes: ORT's scratch buffers on the EP's allocator (ORT orders their
+ * reuse after the work queued on this stream). */
+static int op_temp_alloc(plus_run* r, size_t bytes, void** out, char* err, size_t errlen) {
+    const ort_kernel* ok = ((op_run*)r)->ok;
+    if (!ok->alloc) return snprintf(err, errlen, "PlusEP node '%s': no device allocator for scratch", plus_kernel_node(ok->k)), -1;
+    OrtStatus* st = ORT_CALL(r->api, KernelContext_GetScratchBuffer)(r->kctx, ok->alloc->Info(ok->alloc), bytes, out);
+    if (!st) return 0;
+    snprintf(err, errlen, "PlusEP node '%s': allocating scratch (KernelContext_GetScratchBuffer): %s",
+             plus_kernel_node(ok->k), ORT_CALL(r->api, GetErrorMessage)(st));
+    ORT_CALL(r->api, ReleaseStatus)(st);
+    *out = NULL;
+    return -1;
+}
+
+static void op_temp_free(plus_run* r, void* p) {
+    const ort_kernel* ok = ((op_run*)r)->ok;
+    OrtStatus* st = ORT_CALL(r->api, AllocatorFree)(ok->alloc, p);
+    if (st) ORT_CALL(r->api, ReleaseStatus)(st);
+}
+
+static const plus_run_hooks OP_HOOKS = {.prepare = op_prepare, .temp_alloc = op_temp_alloc, .temp_free = op_temp_free};
+
 static OrtStatus* compute(void* p, OrtKernelContext* ctx) {
     ort_kernel* ok = p;
-    const OrtApi* api = ok->api;
-    const char* node = plus_kernel_node(ok->k);
-    const plus_plan* plan = plus_kernel_plan(ok->k);
-    char err[PLUS_ERR_LEN];
-    size_t n_in = 0, n_out = 0;
-    OrtStatus* st = ORT_CALL(api, KernelContext_GetInputCount)(ctx, &n_in);
-    if (!st) st = ORT_CALL(api, KernelContext_GetOutputCount)(ctx, &n_out);
-    if (st) return wrap(api, st, node, "reading the input/output count");
-    if (n_in > PLUS_MAX_IN || n_out > PLUS_MAX_OUT || n_in != (size_t)plan->n_in || n_out != (size_t)plan->n_out) {
-        snprintf(err, sizeof err, "PlusEP node '%s': the node has %zu inputs and %zu outputs, its plan declares %d and %d",
-                 node, n_in, n_out, plan->n_in, plan->n_out);
-        return make_status(api, ORT_INVALID_ARGUMENT, err);
-    }
-    run_inputs in;
-    for (size_t i = 0; i < n_in; i++) {
-        const OrtValue* v = NULL;
-        if ((st = ORT_CALL(api, KernelContext_GetInput)(ctx, i, &v))) return wrap(api, st, node, "KernelContext_GetInput");
-        in.desc[i].present = v != NULL;
-        in.desc[i].dims = in.dims[i];
-        in.desc[i].host = NULL;
-        in.desc[i].rank = 0;
-        in.data[i] = NULL;
-        in.elems[i] = 0;
-        if (v && (st = describe(ok, v, &in.desc[i].dtype, &in.desc[i].rank, in.dims[i], &in.elems[i], &in.data[i],
-                                "reading an input")))
-            return st;
-        const char* bad = v ? plus_ort_tensor_problem(in.desc[i].dtype, in.desc[i].rank, in.dims[i], in.elems[i],
-                                                      in.data[i], -1, NULL) : NULL;
-        if (bad) {
-            snprintf(err, sizeof err, "PlusEP node '%s': input %zu cannot go to a kernel: %s", node, i, bad);
-            return make_status(api, ORT_INVALID_ARGUMENT, err);
-        }
-        /* Shape tensors the plan reads (`shapev`): host memory on the CPU twin and in the CPU-resident
-         * inputs of a `FusedHost<n>` op; else (an old `Fused` node on the CUDA twin) copied below, after
-         * the stream's queued work: one synchronisation per run. */
-        if (v && plus_plan_input_on_host(plan, (int)i) && (ok->cpu || (int)i < ok->n_host)) in.desc[i].host = in.data[i];
-    }
-    plus_host_values hv;
-    if (ok->copy_shapes) {
-        void* stream = NULL;
-        if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(ctx, &stream)))
-            return wrap(api, st, node, "KernelContext_GetGPUComputeStream");
-        if (plus_kernel_read_shape_inputs(ok->k, ok->drv, NULL, (CUstream)stream, in.desc, (const void* const*)in.data, n_in,
-                                          &hv, err, sizeof err))
-            return make_status(api, ORT_FAIL, err);
-    }
-    plus_binding b;
-    if (plus_kernel_bind(ok->k, in.desc, n_in, n_out, &b, err, sizeof err))
-        return make_status(api, ORT_INVALID_ARGUMENT, err);
-
-    PlusArgs args;
-    memset(&args, 0, sizeof args);
-    plus_host_out hout[PLUS_MAX_OUT];
-    for (size_t o = 0; o < n_out; o++) {
-        OrtValue* v = NULL;
-        int dtype, rank;
-        int64_t dims[PLUS_MAX_RANK];
-        long long elems;
-        void* data;
-        st = ORT_CALL(api, KernelContext_GetOutput)(ctx, o, b.out_dims[o], (size_t)plan->out[o].rank, &v);
-        if (st) return wrap(api, st, node, "allocating an output (KernelContext_GetOutput)");
-        if ((st = describe(ok, v, &dtype, &rank, dims, &elems, &data, "reading an output"))) return st;
-        if (dtype != plan->out[o].dtype) {
-            snprintf(err, sizeof err, "PlusEP node '%s': output %zu is %s in the graph but %s in the plan (line %d)",
-                     node, o, plus_dtype_name(dtype), plus_dtype_name(plan->out[o].dtype), plan->out[o].line);
-            return make_status(api, ORT_FAIL, err);
-        }
-        const char* bad = plus_ort_tensor_problem(dtype, rank, dims, elems, data, plan->out[o].rank, b.out_dims[o]);
-        if (bad) {
-            snprintf(err, sizeof err, "PlusEP node '%s': output %zu cannot go to a kernel: %s", node, o, bad);
-            return make_status(api, ORT_FAIL, err);
-        }
-        args.out[o] = data;
-        hout[o].host = data;
-        hout[o].bytes = (size_t)plus_tensor_bytes(dtype, elems);
-    }
-
-    if (ok->cpu) {   /* host staging */
-        plus_host_in hin[PLUS_MAX_IN];
-        for (size_t i = 0; i < n_in; i++) {
-            long long bytes = in.desc[i].present ? plus_tensor_bytes(in.desc[i].dtype, in.elems[i]) : 0;
-            if (bytes < 0) return fail_msg(ok, ORT_INVALID_ARGUMENT, "%s", "an input's element type cannot be staged");
-            hin[i].host = in.data[i];
-            hin[i].bytes = (size_t)bytes;
-        }
-        if (plus_kernel_run_staged(ok->k, ok->drv, hin, n_in, hout, n_out, &b, err, sizeof err))
-            return make_status(api, ORT_FAIL, err);
-        return NULL;
-    }
-
-    for (size_t i = 0; i < n_in; i++) args.in[i] = in.data[i];
-    void* stream = NULL;
-    if ((st = ORT_CALL(api, KernelContext_GetGPUComputeStream)(ctx, &stream)))
-        return wrap(api, st, node, "KernelContext_GetGPUComputeStream");
-    for (int s = 0; s < PLUS_MAX_SCRATCH; s++) {
-        if (!b.scratch_bytes[s]) continue;
-        st = ORT_CALL(api, KernelContext_GetScratchBuffer)(ctx, ok->alloc->Info(ok->alloc), (size_t)b.scratch_bytes[s],
-                                                           &args.scratch[s]);
-        if (st) {
-            for (int t = 0; t < s; t++)
-                if (args.scratch[t]) ORT_CALL(api, AllocatorFree)(ok->alloc, args.scratch[t]);
-            return wrap(api, st, node, "allocating scratch (KernelContext_GetScratchBuffer)");
-        }
-    }
-    int rc = plus_kernel_launch(ok->k, ok->drv, NULL, (CUstream)stream, &b, &args, err, sizeof err);
-    /* ORT's allocator orders reuse of scratch after the work queued on this stream. */
-    for (int s = 0; s < PLUS_MAX_SCRATCH; s++)
-        if (args.scratch[s]) {
-            OrtStatus* fs = ORT_CALL(api, AllocatorFree)(ok->alloc, args.scratch[s]);
-            if (fs) ORT_CALL(api, ReleaseStatus)(fs);
-        }
-    return rc ? make_status(api, ORT_FAIL, err) : NULL;
+    op_run run;
+    run.r = (plus_run){.api = ok->api, .kctx = ctx, .k = ok->k, .drv = ok->drv, .staged = ok->cpu, .hooks = &OP_HOOKS};
+    run.ok = ok;
+    return plus_run_node(&run.r);
 }
 
 /* ---- output types and shapes for ORT's shape inference ----

@@ -1,6 +1,6 @@
 #include "ort_tensor.h"
 
-#include "kernel.h"
+#include "dtype.h"
 
 OrtStatus* plus_ort_describe(const OrtApi* api, const OrtValue* v, int* dtype, int* rank, int64_t* dims,
                              long long* elems, void** data, int* too_deep) {

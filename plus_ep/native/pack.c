@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plus_plan.h"
+#include "pack.h"
 
 #define PACK_MAGIC "PLUSIMG1"
 #define PACK_MAGIC2 "PLUSIMG2"

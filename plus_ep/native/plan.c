@@ -222,6 +222,83 @@ static int rec_shapev(parser* ps) {
     return 0;
 }
 
+/* `in` / `out` and an index naming a declared line: which=0 input, 1 output. */
+static int io_tok(parser* ps, int* which, int64_t* index) {
+    plus_plan* p = ps->plan;
+    if (!strcmp(ps->tok[1], "in")) *which = 0;
+    else if (!strcmp(ps->tok[1], "out")) *which = 1;
+    else return fail(ps, "expected `in` or `out`, got `%s`", ps->tok[1]);
+    int n = *which ? p->n_out : p->n_in;
+    if (index_tok(ps, 2, 0, (*which ? PLUS_MAX_OUT : PLUS_MAX_IN) - 1, *which ? "output index" : "input index", index))
+        return -1;
+    if (*index >= n) return fail(ps, "%s %" PRId64 " is not declared by an earlier `%s` line",
+                                 *which ? "output" : "input", *index, *which ? "out" : "in");
+    return 0;
+}
+
+/* `extent in|out <i> <expr>`: the kernels read (in) or write (out) elements [0, expr) of that tensor;
+ * the launcher checks its element count equals expr before any launch. */
+static int rec_extent(parser* ps) {
+    plus_plan* p = ps->plan;
+    int which;
+    int64_t i;
+    if (need(ps, 4) || io_tok(ps, &which, &i)) return -1;
+    unsigned char* has = which ? &p->has_out_extent[i] : &p->has_in_extent[i];
+    if (*has) return fail(ps, "a second extent for %s %" PRId64, which ? "output" : "input", i);
+    if (expr_tok(ps, 3, p->n_sym, 0, which ? &p->out_extent[i] : &p->in_extent[i])) return -1;
+    *has = 1;
+    return 0;
+}
+
+/* The last value of items [off, off+n): where it starts (reverse Polish, so a suffix); -1 if none. */
+static int last_operand(const plus_plan* p, int off, int n) {
+    int need = 1;
+    for (int j = off + n - 1; j >= off; j--) {
+        int op = p->items[j].op;
+        int arity = op <= PX_VAL ? 0 : op == PX_NOT ? 1 : op == PX_TERN ? 3 : 2;
+        need += arity - 1;
+        if (need == 0) return j;
+    }
+    return -1;
+}
+
+/* `exact in|out <i> <d>`: dim d of that line is num/den (its expression ends in `/`), which must
+ * divide exactly: ONNX Reshape semantics for a dim the rewrite took as a quotient (batch = batch_seq/seq). */
+static int rec_exact(parser* ps) {
+    plus_plan* p = ps->plan;
+    int which;
+    int64_t i, d;
+    if (need(ps, 4) || io_tok(ps, &which, &i)) return -1;
+    if (p->n_exact == PLUS_MAX_EXACT) return fail(ps, "more than %d exact lines", PLUS_MAX_EXACT);
+    int rank = which ? p->out[i].rank : p->in[i].rank;
+    if (index_tok(ps, 3, 0, rank - 1, "dim", &d)) return -1;
+    plus_expr e;
+    if (which) e = p->out[i].dim[d];
+    else if (p->in[i].kind[d] == PLUS_DIM_EXPR) e = p->in[i].dexpr[d];
+    else return fail(ps, "dim %" PRId64 " of input %" PRId64 " is not an expression", d, i);
+    if (e.n < 3 || p->items[e.off + e.n - 1].op != PX_DIV)
+        return fail(ps, "dim %" PRId64 " of %s %" PRId64 " is not a quotient (its expression must end in `/`)", d,
+                    which ? "output" : "input", i);
+    int den = last_operand(p, e.off, e.n - 1);
+    if (den <= e.off) return fail(ps, "dim %" PRId64 ": malformed quotient", d);
+    plus_exact* x = &p->exact[p->n_exact++];
+    *x = (plus_exact){.out = which, .index = (int)i, .dim = (int)d, .line = ps->line};
+    x->num = (plus_expr){e.off, den - e.off, e.line};
+    x->den = (plus_expr){den, e.off + e.n - 1 - den, e.line};
+    return 0;
+}
+
+/* `optional in|out <i>`: the node may be wired without that tensor ("" in ONNX). */
+static int rec_optional(parser* ps) {
+    plus_plan* p = ps->plan;
+    int which;
+    int64_t i;
+    if (need(ps, 3) || io_tok(ps, &which, &i)) return -1;
+    if (which) p->out_optional[i] = 1;
+    else p->in_optional[i] = 1;
+    return 0;
+}
+
 /* `arch <a>...`: the routes that follow (up to the next `arch` record) serve the packs of these archs. */
 static int rec_arch(parser* ps) {
     plus_plan* p = ps->plan;
@@ -342,6 +419,9 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
         else if (!strcmp(kw, "shapev")) rc = rec_shapev(&ps);
         else if (!strcmp(kw, "archs")) rc = rec_archs(&ps);
         else if (!strcmp(kw, "arch")) rc = rec_arch(&ps);
+        else if (!strcmp(kw, "extent")) rc = rec_extent(&ps);
+        else if (!strcmp(kw, "exact")) rc = rec_exact(&ps);
+        else if (!strcmp(kw, "optional")) rc = rec_optional(&ps);
         else if (!strcmp(kw, "end")) rc = need(&ps, 1), ended = 1;
         else rc = fail(&ps, "unknown record `%s`", kw);
     }

@@ -9,6 +9,7 @@
 
 /* PlusArgs and the plan's limits (PLUS_MAX_*): one header shared with every generated kernel. */
 #include "../../kernels/templates/plus_abi.h"
+#include "dtype.h"
 
 #define PLUS_SHAPEV_ELEMS 64  /* a `shapev` line reads one of the first 64 elements */
 #define PLUS_NAME_LEN 128     /* node, entry, symbol and arch names incl. NUL */
@@ -51,6 +52,10 @@ typedef struct {
 /* `shapev <k> <input> <element>`: symbol k is element `element` of input `input`'s values. */
 typedef struct { int sym, input, elem, line; } plus_shapev;
 
+/* `exact in|out <i> <d>`: dim d of that line is a quotient num/den (ONNX Reshape's exact division). */
+typedef struct { int out, index, dim, line; plus_expr num, den; } plus_exact;
+#define PLUS_MAX_EXACT (PLUS_MAX_IN + PLUS_MAX_OUT)
+
 typedef struct plus_plan {
     char node[PLUS_NAME_LEN];
     int n_in, n_out, n_sym, n_val, n_routes, n_kernels, n_archs, n_shapev;
@@ -73,6 +78,13 @@ typedef struct plus_plan {
     plus_kernel_spec kernel[PLUS_MAX_KERNELS];    /* file order */
     char arch[PLUS_MAX_ARCHS][PLUS_NAME_LEN];     /* optional `archs` line (extension) */
     plus_shapev shapev[PLUS_MAX_SHAPEV];          /* file order */
+    /* What the kernels touch (`extent`, `exact`, `optional` records, CONTRACT.md §3): elements
+     * [0, extent) of each input they read and each output they write, checked before any launch. */
+    unsigned char has_in_extent[PLUS_MAX_IN], has_out_extent[PLUS_MAX_OUT];
+    plus_expr in_extent[PLUS_MAX_IN], out_extent[PLUS_MAX_OUT];
+    int n_exact;
+    plus_exact exact[PLUS_MAX_EXACT];
+    unsigned char in_optional[PLUS_MAX_IN], out_optional[PLUS_MAX_OUT];   /* may be wired "" */
     plus_item* items;                             /* all expressions' items */
     int n_items, cap_items;
     char* text;                                   /* copy of the plan, lines NUL-terminated */
@@ -103,10 +115,5 @@ typedef struct {
 /* Evaluate. Returns 0 or -1 (division by zero, overflow, unbound symbol) with the reason in err. */
 int plus_expr_eval(const plus_plan* plan, plus_expr e, const plus_env* env, int64_t* out, char* err,
                    size_t errlen);
-
-/* Element types. */
-int plus_dtype_from_onnx(int onnx_dtype);       /* ONNX TensorProto number -> C API number; -1 if unknown */
-const char* plus_dtype_name(int ort_dtype);     /* C API number -> "float32", ... */
-int plus_dtype_bits(int ort_dtype);             /* bits per element; 0 for string / unknown */
 
 #endif

@@ -6,7 +6,10 @@
  *
  *   ortop_host describe                        every registered op: name, EP, input memory types
  *   ortop_host run OP cuda|cpu PLAN ARCH=PACK RUNS SPEC...
- *       SPEC: DTYPE:DIMS=v1,v2,... (ONNX element type, dims "2x3", the values)
+ *       SPEC: DTYPE:DIMS=v1,v2,... (ONNX element type, dims "2x3", the values), or `absent`: the node
+ *       wires "" there (its name is "" and ORT hands over no tensor)
+ *       ORTOP_OUTPUT=absent: the node wires output 0 "" (and ORT hands over no tensor for it);
+ *       ORTOP_OUTPUT=null: output 0 has a name, but KernelContext_GetOutput hands over no tensor
  *       prints each log message, the first output ("out: ..."), then the driver's counters:
  *       "counts: sync=S dtoh=D launch=L" for the RUNS runs (create excluded).
  * The API table holds only the slots ort_op.c calls (declared in plus_ep/native/ort_abi.h); any other
@@ -24,7 +27,7 @@
 OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base);
 
 struct OrtStatus { int code; char msg[2048]; };
-typedef struct { int dtype; size_t rank; int64_t dims[8]; void* data; size_t count; int owned; } value;
+typedef struct { int dtype; size_t rank; int64_t dims[8]; void* data; size_t count; int owned, absent; } value;
 #include "ort_standin.h"   /* statuses and tensor reads over `value` */
 
 static const OrtCustomOp* g_ops[64];
@@ -82,9 +85,15 @@ static void f_ReleaseValue(OrtValue* v) { free(v); }
 static OrtStatus* f_KernelInfo_GetInputCount(const OrtKernelInfo* i, size_t* n) { (void)i; *n = g_n_in; return NULL; }
 static OrtStatus* f_KernelInfo_GetInputName(const OrtKernelInfo* i, size_t k, char* out, size_t* n) {
     (void)i;
-    char name[16];
-    snprintf(name, sizeof name, "in%zu", k);
+    char name[32] = "";
+    if (k < g_n_in && !g_in[k].absent) snprintf(name, sizeof name, "in%zu", k);
     return copy_str(name, out, n);
+}
+static const char* output_mode(void) { return getenv("ORTOP_OUTPUT") ? getenv("ORTOP_OUTPUT") : ""; }
+static OrtStatus* f_KernelInfo_GetOutputCount(const OrtKernelInfo* i, size_t* n) { (void)i; *n = 1; return NULL; }
+static OrtStatus* f_KernelInfo_GetOutputName(const OrtKernelInfo* i, size_t k, char* out, size_t* n) {
+    (void)i;
+    return copy_str(k == 0 && !strcmp(output_mode(), "absent") ? "" : "y", out, n);
 }
 static OrtStatus* f_KernelInfo_GetNodeName(const OrtKernelInfo* i, char* out, size_t* n) {
     (void)i;
@@ -111,7 +120,7 @@ static OrtStatus* f_KernelContext_GetInputCount(const OrtKernelContext* c, size_
 static OrtStatus* f_KernelContext_GetOutputCount(const OrtKernelContext* c, size_t* n) { (void)c; *n = 1; return NULL; }
 static OrtStatus* f_KernelContext_GetInput(const OrtKernelContext* c, size_t i, const OrtValue** out) {
     (void)c;
-    *out = i < g_n_in ? (const OrtValue*)&g_in[i] : NULL;
+    *out = i < g_n_in && !g_in[i].absent ? (const OrtValue*)&g_in[i] : NULL;
     return NULL;
 }
 static size_t elsize(int dtype) { return dtype == 7 || dtype == 11 ? 8 : dtype == 2 || dtype == 3 || dtype == 9 ? 1 : 4; }
@@ -119,6 +128,10 @@ static OrtStatus* f_KernelContext_GetOutput(OrtKernelContext* c, size_t i, const
                                             OrtValue** out) {
     (void)c;
     CHECK(i == 0 && rank <= 8, "output %zu rank %zu", i, rank);
+    if (output_mode()[0]) {   /* absent or null: ORT hands over no tensor */
+        *out = NULL;
+        return NULL;
+    }
     value* v = &g_out[0];
     free(v->data);
     v->dtype = 1, v->rank = rank, v->count = 1;
@@ -144,13 +157,18 @@ static void fill_table(void) {
     SET(KernelInfoGetAttribute_tensor); SET(ReleaseValue); SET(KernelInfo_GetInputCount); SET(KernelInfo_GetInputName);
     SET(KernelInfo_GetNodeName); SET(KernelInfo_GetLogger); SET(Logger_LogMessage); SET(GetAllocatorWithDefaultOptions);
     SET(GetDimensions); SET(KernelContext_GetInputCount); SET(KernelContext_GetOutputCount); SET(KernelContext_GetInput);
-    SET(KernelContext_GetOutput); SET(KernelContext_GetGPUComputeStream);
+    SET(KernelContext_GetOutput); SET(KernelContext_GetGPUComputeStream); SET(KernelInfo_GetOutputCount);
+    SET(KernelInfo_GetOutputName);
 #undef SET
 }
 
 static void parse_spec(const char* spec, value* v) {
     char* end;
     memset(v, 0, sizeof *v);
+    if (!strcmp(spec, "absent")) {
+        v->absent = 1;
+        return;
+    }
     v->dtype = (int)strtol(spec, &end, 10);
     CHECK(*end == ':', "bad spec %s", spec);
     v->count = 1;
@@ -231,7 +249,7 @@ int main(int argc, char** argv) {
         }
     if (!rc) {
         printf("out:");
-        for (size_t i = 0; i < g_out[0].count; i++) printf(" %g", ((float*)g_out[0].data)[i]);
+        for (size_t i = 0; i < g_out[0].count && g_out[0].data; i++) printf(" %g", ((float*)g_out[0].data)[i]);
         printf("\n");
     }
     printf("counts: sync=%ld dtoh=%ld launch=%ld\n", count("sync") - s0, count("dtoh") - d0, count("launch") - l0);

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
 GCC = shutil.which("gcc") or shutil.which("cc")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
-SOURCES = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c", "ort_tensor.c",
-           "ort_op.c"]
+SOURCES = ["dtype.c", "plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c", "ort_tensor.c",
+           "ort_run.c", "ort_op.c"]
 
 pytestmark = pytest.mark.skipif(GCC is None, reason="needs a C compiler")
 

@@ -114,6 +114,7 @@ val 1 s2
 val 2 v0,v1,*
 out 0 1 3 s0 s1 v1
 out 1 7 0
+optional in 2
 scratch 0 v2,4,*
 scratch 2 0
 route 0 v0,64,<,v1,128,<=,&&

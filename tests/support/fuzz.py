@@ -28,7 +28,7 @@ FUZZ = ROOT / "tests" / "native" / "fuzz"
 SEEDS = FUZZ / "seeds"
 DICT = FUZZ / "plus.dict"
 
-CORE = ["plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c"]
+CORE = ["dtype.c", "plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c"]
 # entry point -> (harness, extra launcher sources, needs the stand-in driver library)
 ENTRIES = {
     "plan": ("fuzz_plan.c", [], False),
@@ -36,7 +36,7 @@ ENTRIES = {
     "pack": ("fuzz_pack.c", [], False),
     "bind": ("fuzz_bind.c", [], False),
     "kernel": ("fuzz_kernel.c", [], True),
-    "ortop": ("fuzz_ortop.c", ["ort_tensor.c", "ort_op.c"], True),
+    "ortop": ("fuzz_ortop.c", ["ort_tensor.c", "ort_run.c", "ort_op.c"], True),
     "trust": ("fuzz_trust.c", [], False),
 }
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]

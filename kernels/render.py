@@ -25,7 +25,7 @@ from .compile import sources
 from .attention.render import render_attention
 from .gemm.render import render_gemm, render_gemm_gated, render_gemm_group
 from .target import Target
-from .wire.plan import Launch, Plan, Route, check_bound, checked_composite_dims, input_tokens
+from .wire.plan import Launch, Plan, Route, add_extents, check_bound, checked_composite_dims, input_tokens
 from ..limits import LITERAL_ELEMENTS, MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
 from .codegen.pull import Emitter, RenderError
 from .codegen.row import ROW_OPS, RowProgram
@@ -68,6 +68,7 @@ class Job:
         checked_composite_dims(self.plan, [em.shape(t) for t in self.inputs], self.syms)
         for t in self.outputs:
             self.plan.outputs.append((em.dtype(t), [self.syms.rpn(d) for d in em.shape(t)]))
+        add_extents(self.plan, [em.shape(t) for t in self.inputs], [em.shape(t) for t in self.outputs], self.syms)
 
     def _shape_values(self):
         """Symbols no input axis gives, bound from the values of input shape tensors (the plan's

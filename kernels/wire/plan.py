@@ -14,6 +14,8 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+import sympy
+
 from ..codegen import symdim
 from ..codegen.pull import RenderError
 
@@ -48,6 +50,9 @@ class Plan:
     archs: list = field(default_factory=list)
     shapev: list = field(default_factory=list)    # (K, input i, element j): symbol K from a shape tensor
     vals: list | None = None                      # `val` expressions; None: v[K] = sK for bound symbols
+    extents: list = field(default_factory=list)   # ("in"|"out", index, rpn): elements the kernels touch
+    exact: list = field(default_factory=list)     # ("in"|"out", index, dim): a quotient dim that must divide
+    optional: list = field(default_factory=list)  # ("in"|"out", index): may be wired ""
 
     def text(self) -> str:
         lines = [f"plusplan {VERSION}", f"node {self.node}"]
@@ -60,6 +65,9 @@ class Plan:
         lines += [f"shapev s{k} {i} {j}" for k, i, j in self.shapev]
         for i, (dt, dims) in enumerate(self.outputs):
             lines.append(" ".join(["out", str(i), str(dt), str(len(dims)), *dims]))
+        lines += [f"extent {kind} {i} {e}" for kind, i, e in self.extents]
+        lines += [f"exact {kind} {i} {d}" for kind, i, d in self.exact]
+        lines += [f"optional {kind} {i}" for kind, i in self.optional]
         if self.vals is not None:
             lines += [f"val {k} {e}" for k, e in enumerate(self.vals)]
         else:
@@ -140,6 +148,35 @@ def checked_composite_dims(plan: Plan, shapes, syms: symdim.Symbols) -> None:
                 dims[d] = syms.rpn(e)
             except symdim.DimError:
                 continue
+
+
+def add_extents(plan: Plan, in_shapes, out_shapes, syms: symdim.Symbols) -> None:
+    """The plan's bounds records (CONTRACT.md §3) from the shapes the kernels were rendered for
+    (sympy dims, `in_shapes[i]`/`out_shapes[o]`): `extent in|out` = the element count the kernels read
+    or write, where it reads only bound symbols; `exact out|in` for each dim the rewrite took as an
+    exact quotient (batch = batch_seq/seq: ONNX Reshape semantics). E.g. an output [batch_seq/seq, seq,
+    96] gets `extent out 0 s0,96,*` (hmm: 96*batch_seq) and `exact out 0 0`, so the launcher refuses
+    batch_seq = 6 with seq = 4 instead of writing 6 rows into 4. Numbering is unchanged."""
+    bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
+    bound |= {f"s{k}" for k, _, _ in plan.shapev}
+    bound_names = {syms.names[int(t[1:])] for t in bound}
+    plan.extents, plan.exact = [], []
+    for kind, shapes in (("in", in_shapes), ("out", out_shapes)):
+        for i, shape in enumerate(shapes):
+            if shape is None:
+                continue
+            dims = [symdim.parse(d) for d in shape]
+            n = symdim.numel(dims)
+            if {str(f) for f in n.free_symbols} <= bound_names and not n.has(sympy.floor):
+                try:
+                    plan.extents.append((kind, i, syms.rpn(n)))
+                except symdim.DimError:
+                    pass
+            for d, e in enumerate(dims):
+                if e.as_numer_denom()[1] != 1 and {str(f) for f in e.free_symbols} <= bound_names:
+                    tok = plan.outputs[i][1][d] if kind == "out" else plan.inputs[i][1][d]
+                    if tok.endswith(",/"):
+                        plan.exact.append((kind, i, d))
 
 
 def check_bound(plan: Plan, node_name: str, sources=()):
@@ -226,6 +263,16 @@ def parse(text: str) -> Plan:
                 table = vals if kind == "val" else plan.scratch
                 _expect_index(no, line, int(tok[0]), len(table))
                 table.append(tok[1])
+            elif kind in ("extent", "exact", "optional"):
+                need(2 if kind == "optional" else 3, f"{kind} in|out <i>" + ("" if kind == "optional" else " <x>"))
+                if tok[0] not in ("in", "out"):
+                    raise PlanSyntaxError(no, line, f"expected `{kind} in|out ...`")
+                if kind == "extent":
+                    plan.extents.append((tok[0], int(tok[1]), tok[2]))
+                elif kind == "exact":
+                    plan.exact.append((tok[0], int(tok[1]), int(tok[2])))
+                else:
+                    plan.optional.append((tok[0], int(tok[1])))
             elif kind == "arch":
                 need(1, "arch <arch> ...")
                 group = tuple(tok)

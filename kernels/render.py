@@ -68,7 +68,7 @@ class Job:
         checked_composite_dims(self.plan, [em.shape(t) for t in self.inputs], self.syms)
         for t in self.outputs:
             self.plan.outputs.append((em.dtype(t), [self.syms.rpn(d) for d in em.shape(t)]))
-        add_extents(self.plan, [em.shape(t) for t in self.inputs], [em.shape(t) for t in self.outputs], self.syms)
+        add_extents(self.plan, self.syms, self.inputs, self.outputs, self.nodes, em.shape)
 
     def _shape_values(self):
         """Symbols no input axis gives, bound from the values of input shape tensors (the plan's

@@ -150,33 +150,69 @@ def checked_composite_dims(plan: Plan, shapes, syms: symdim.Symbols) -> None:
                 continue
 
 
-def add_extents(plan: Plan, in_shapes, out_shapes, syms: symdim.Symbols) -> None:
-    """The plan's bounds records (CONTRACT.md §3) from the shapes the kernels were rendered for
-    (sympy dims, `in_shapes[i]`/`out_shapes[o]`): `extent in|out` = the element count the kernels read
-    or write, where it reads only bound symbols; `exact out|in` for each dim the rewrite took as an
-    exact quotient (batch = batch_seq/seq: ONNX Reshape semantics). E.g. an output [batch_seq/seq, seq,
-    96] gets `extent out 0 s0,96,*` (hmm: 96*batch_seq) and `exact out 0 0`, so the launcher refuses
-    batch_seq = 6 with seq = 4 instead of writing 6 rows into 4. Numbering is unchanged."""
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast")   # same elements, new shape
+
+
+def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape) -> None:
+    """The plan's bounds records (CONTRACT.md §3) from the shapes the kernels were rendered for:
+    `extent in|out` = the element count of each input and output, and of each view (Reshape chain in
+    `nodes`) the kernels index it through: an input's consumers' views, the tensor an output is a view
+    of (the GEMM result a Reshape stores), wherever the count reads only bound symbols; `exact` for
+    each dim the rewrite took as an exact quotient (batch = batch_seq/seq). `shape(t)` gives a tensor's
+    sympy dims. E.g. Y = Reshape(X2 @ W + B, [batch, seq, 96]) with X2 [n, 32] gets `extent out 0
+    96,s0,*` beside Y's own `96,s1,*,s2,*`, so the launcher refuses n != batch*seq instead of writing n
+    rows into batch*seq. Numbering is unchanged."""
     bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
     bound |= {f"s{k}" for k, _, _ in plan.shapev}
     bound_names = {syms.names[int(t[1:])] for t in bound}
+    producer = {o: n for n in nodes for o in n.output if o}
+    consumers: dict = {}
+    for n in nodes:
+        if n.op_type in VIEW_OPS and n.input and n.input[0]:
+            consumers.setdefault(n.input[0], []).append(n)
+
+    def count(t):
+        try:
+            n = symdim.numel(shape(t))
+        except (symdim.DimError, RenderError, KeyError, TypeError):
+            return None
+        ok = {str(f) for f in n.free_symbols} <= bound_names and not n.has(sympy.floor)
+        return n if ok else None
+
+    def views_of(t, seen):   # an input's views inside the subgraph
+        for n in consumers.get(t, []):
+            for o in n.output:
+                if o and o not in seen:
+                    seen.add(o)
+                    yield o
+                    yield from views_of(o, seen)
+
+    def sources_of(t):       # what an output is a view of
+        while t in producer and producer[t].op_type in VIEW_OPS and producer[t].input[0]:
+            t = producer[t].input[0]
+            yield t
+
     plan.extents, plan.exact = [], []
-    for kind, shapes in (("in", in_shapes), ("out", out_shapes)):
-        for i, shape in enumerate(shapes):
-            if shape is None:
-                continue
-            dims = [symdim.parse(d) for d in shape]
-            n = symdim.numel(dims)
-            if {str(f) for f in n.free_symbols} <= bound_names and not n.has(sympy.floor):
+    for kind, tensors, related in (("in", inputs, lambda t: views_of(t, {t})), ("out", outputs, sources_of)):
+        for i, t in enumerate(tensors):
+            counts = []
+            for u in (t, *related(t)):
+                n = count(u)
+                if n is not None and not any(sympy.simplify(n - c) == 0 for c in counts):
+                    counts.append(n)
+            for n in counts:
                 try:
                     plan.extents.append((kind, i, syms.rpn(n)))
                 except symdim.DimError:
                     pass
+            try:
+                dims = shape(t)
+            except (symdim.DimError, RenderError, KeyError, TypeError):
+                continue
             for d, e in enumerate(dims):
-                if e.as_numer_denom()[1] != 1 and {str(f) for f in e.free_symbols} <= bound_names:
-                    tok = plan.outputs[i][1][d] if kind == "out" else plan.inputs[i][1][d]
-                    if tok.endswith(",/"):
-                        plan.exact.append((kind, i, d))
+                tok = (plan.outputs if kind == "out" else plan.inputs)[i][1][d]
+                if e.as_numer_denom()[1] != 1 and {str(f) for f in e.free_symbols} <= bound_names and tok.endswith(",/"):
+                    plan.exact.append((kind, i, d))
 
 
 def check_bound(plan: Plan, node_name: str, sources=()):

@@ -183,10 +183,12 @@ static int elem_count(const int64_t* dims, int rank, int64_t* out) {
 /* `extent in` lines: what the kernels read of each present input is exactly its element count. */
 static int check_in_extents(const plus_plan* p, const plus_tensor_desc* inputs, const char* const* names,
                             const plus_env* env, char* err, size_t errlen) {
-    for (int i = 0; i < p->n_in; i++) {
-        if (!p->has_in_extent[i] || !inputs[i].present) continue;
+    for (int j = 0; j < p->n_extent; j++) {
+        const plus_extent* x = &p->extent[j];
+        int i = x->index;
+        if (x->out || !inputs[i].present) continue;
         int64_t want, have = -1;
-        if (plus_expr_eval(p, p->in_extent[i], env, &want, err, errlen)) return -1;
+        if (plus_expr_eval(p, x->e, env, &want, err, errlen)) return -1;
         if (!elem_count(inputs[i].dims, inputs[i].rank, &have) && have == want) continue;
         sbuf s = {err, errlen, 0};
         put(&s, "input %d", i);
@@ -194,9 +196,9 @@ static int check_in_extents(const plus_plan* p, const plus_tensor_desc* inputs, 
         put(&s, " ");
         put_dims(&s, inputs[i].dims, inputs[i].rank);
         put(&s, " has %" PRId64 " elements but the kernels read %" PRId64 " (plan line %d `%s`; ", have, want,
-            p->in_extent[i].line, plus_plan_line(p, p->in_extent[i].line));
+            x->e.line, plus_plan_line(p, x->e.line));
         put_symbols(&s, p, env);
-        put(&s, ")");
+        put(&s, "): " RESHAPE_SAYS);
         return -1;
     }
     return 0;
@@ -220,16 +222,18 @@ static int check_out_extents(const plus_plan* p, const plus_binding* b, char* er
         put(&s, "): " RESHAPE_SAYS);
         return -1;
     }
-    for (int o = 0; o < p->n_out; o++) {
-        if (!p->has_out_extent[o]) continue;
+    for (int j = 0; j < p->n_extent; j++) {
+        const plus_extent* x = &p->extent[j];
+        int o = x->index;
+        if (!x->out) continue;
         int64_t want;
-        if (plus_expr_eval(p, p->out_extent[o], &b->env, &want, err, errlen)) return -1;
+        if (plus_expr_eval(p, x->e, &b->env, &want, err, errlen)) return -1;
         if (want == b->out_elems[o]) continue;
         sbuf s = {err, errlen, 0};
         put(&s, "output %d would be ", o);
         put_dims(&s, b->out_dims[o], p->out[o].rank);
         put(&s, " (%" PRId64 " elements, plan line %d) but the kernels write %" PRId64 " (plan line %d `%s`; ",
-            b->out_elems[o], p->out[o].line, want, p->out_extent[o].line, plus_plan_line(p, p->out_extent[o].line));
+            b->out_elems[o], p->out[o].line, want, x->e.line, plus_plan_line(p, x->e.line));
         put_symbols(&s, p, &b->env);
         put(&s, "): " RESHAPE_SAYS);
         return -1;

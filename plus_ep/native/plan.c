@@ -243,10 +243,12 @@ static int rec_extent(parser* ps) {
     int which;
     int64_t i;
     if (need(ps, 4) || io_tok(ps, &which, &i)) return -1;
-    unsigned char* has = which ? &p->has_out_extent[i] : &p->has_in_extent[i];
-    if (*has) return fail(ps, "a second extent for %s %" PRId64, which ? "output" : "input", i);
-    if (expr_tok(ps, 3, p->n_sym, 0, which ? &p->out_extent[i] : &p->in_extent[i])) return -1;
-    *has = 1;
+    if (p->n_extent == PLUS_MAX_EXTENTS) return fail(ps, "more than %d extent lines", PLUS_MAX_EXTENTS);
+    plus_extent* x = &p->extent[p->n_extent];
+    if (expr_tok(ps, 3, p->n_sym, 0, &x->e)) return -1;
+    x->out = which;
+    x->index = (int)i;
+    p->n_extent++;
     return 0;
 }
 

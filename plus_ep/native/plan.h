@@ -56,6 +56,11 @@ typedef struct { int sym, input, elem, line; } plus_shapev;
 typedef struct { int out, index, dim, line; plus_expr num, den; } plus_exact;
 #define PLUS_MAX_EXACT (PLUS_MAX_IN + PLUS_MAX_OUT)
 
+/* `extent in|out <i> <expr>`: elements [0, expr) are all the kernels touch of that tensor (several lines
+ * may name one tensor: its own shape's count, and that of a view the kernels index it through). */
+typedef struct { int out, index; plus_expr e; } plus_extent;
+#define PLUS_MAX_EXTENTS (2 * (PLUS_MAX_IN + PLUS_MAX_OUT))
+
 typedef struct plus_plan {
     char node[PLUS_NAME_LEN];
     int n_in, n_out, n_sym, n_val, n_routes, n_kernels, n_archs, n_shapev;
@@ -80,8 +85,8 @@ typedef struct plus_plan {
     plus_shapev shapev[PLUS_MAX_SHAPEV];          /* file order */
     /* What the kernels touch (`extent`, `exact`, `optional` records, CONTRACT.md §3): elements
      * [0, extent) of each input they read and each output they write, checked before any launch. */
-    unsigned char has_in_extent[PLUS_MAX_IN], has_out_extent[PLUS_MAX_OUT];
-    plus_expr in_extent[PLUS_MAX_IN], out_extent[PLUS_MAX_OUT];
+    int n_extent;
+    plus_extent extent[PLUS_MAX_EXTENTS];         /* file order */
     int n_exact;
     plus_exact exact[PLUS_MAX_EXACT];
     unsigned char in_optional[PLUS_MAX_IN], out_optional[PLUS_MAX_OUT];   /* may be wired "" */

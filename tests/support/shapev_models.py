@@ -27,6 +27,15 @@ def gpt2_like(width: int = 32, seed: int = 0):
     return g.model()
 
 
+def gpt2_like_rows(width: int = 32, seed: int = 0):
+    """gpt2_like with X2's rows a dim of their own ("rows", not batch*seq): the export where the rewrite
+    cannot tie the GEMM's rows to the shape tensor, so the output [batch, seq, 3*width] is bound from the
+    shape tensor alone and only the run can tell rows == batch*seq (issue 34 case 1's second export)."""
+    m = gpt2_like(width, seed)
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "rows"
+    return m
+
+
 def feeds(width: int = 32, batch: int = 2, seq: int = 3, seed: int = 1) -> dict:
     rng = np.random.default_rng(seed)
     return {"X2": rng.standard_normal((batch * seq, width)).astype(np.float32),

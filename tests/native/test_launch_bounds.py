@@ -1,0 +1,233 @@
+"""Issue 34 cases 1-3 at the launcher's boundary, with the stand-in driver (tests/native/fake_cuda.c):
+the stand-in kernel `fake_fill` writes v0 = rows x 96 floats, exactly what the GEMM of GPT-2's chain
+Reshape(X2 @ W + B, Concat(Shape(mask), [96])) writes, so a launch that the bounds checks let through
+with the wrong shapes overflows the output (AddressSanitizer in the `asan` builds).
+
+- custom op: tests/native/ortop_host.c plays ORT's CUDA and CPU twins, including absent inputs and
+  outputs ORT hands over as NULL (what the real runtime never exercises);
+- plugin EP: a real ORT session in a child process on the stand-in driver (host staging).
+Each run either gives ORT's answer or ends in one error line naming the node, with no launch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from plus_ep import trust
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+import numpy as np  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+from tests.native.test_cpu_resident_shapes import SANITIZE, _build, _counts  # noqa: E402
+from tests.support.launcher_models import fake_pack, fused_node  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = "plus_ep/test/0"   # ortop_host names its node so; the plugin-EP model does too
+
+# As the rewriter writes case 1's node (the shape tensor first, X2 [batch*seq, 32] -> s0), with the
+# stand-in kernel writing the GEMM's s0 x 96 outputs.
+CHAIN = f"""plusplan 1
+node {NODE}
+archs sm_90
+sym 0 batch_seq
+sym 1 seq
+in 0 7 1 3
+in 1 1 2 s0 32
+shapev s1 0 1
+out 0 1 3 s0,s1,/ s1 96
+extent in 0 3
+extent in 1 32,s0,*
+extent out 0 96,s0,*
+exact out 0 0
+val 0 s0,96,*
+val 1 7
+route 0 1
+kernel 0 0 fake_fill 1 1 1 1 1 1 0
+end
+"""
+# The second export: X2's rows a dim of their own, the output bound from the shape tensor alone.
+ROWS = f"""plusplan 1
+node {NODE}
+archs sm_90
+sym 0 rows
+sym 1 batch
+sym 2 seq
+in 0 7 1 3
+in 1 1 2 s0 32
+shapev s1 0 0
+shapev s2 0 1
+out 0 1 3 s1 s2 96
+extent in 0 3
+extent in 1 32,s0,*
+extent out 0 96,s1,*,s2,*
+extent out 0 96,s0,*
+val 0 s0,96,*
+val 1 7
+route 0 1
+kernel 0 0 fake_fill 1 1 1 1 1 1 0
+end
+"""
+X2 = "1:6x32="
+
+
+def _shape(*dims) -> str:
+    return "7:3=" + ",".join(map(str, dims))
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    base = tmp_path_factory.mktemp("bounds_host")
+    return {"plain": _build(base / "plain", []), "asan": _build(base / "asan", SANITIZE)}
+
+
+@pytest.fixture(params=["plain", "asan"])
+def host(request, builds, tmp_path):
+    exe, fake = builds[request.param]
+    pack = tmp_path / "pack.bin"
+    pack.write_bytes(fake_pack("sm_90"))
+
+    def run(twin, plan, *specs, output=""):
+        p = tmp_path / "plan.txt"
+        p.write_text(plan)
+        trust.record(trust.digest(plan, {"sm_90": pack.read_bytes()}), "tests: stand-in packs", tmp_path)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_", "ORTOP_"))}
+        env.update({"PLUS_EP_CUDA_LIBRARY": str(fake), "ASAN_OPTIONS": "detect_leaks=1",
+                    "PLUS_EP_TRUST_DIR": str(trust.trust_dir(tmp_path)), "ORTOP_OUTPUT": output,
+                    "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"})
+        cmd = [str(exe), "run", "FusedHost1", twin, str(p), f"sm_90={pack}", "1", *specs]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode in (0, 1) and "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, (
+            f"{cmd} exited {r.returncode}\n{r.stdout}\n{r.stderr}")
+        return r.returncode, r.stdout
+    return run
+
+
+def _error_line(out: str) -> str:
+    errs = [ln for ln in out.splitlines() if ln.startswith("error: ")]
+    assert len(errs) == 1, out
+    return errs[0]
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+@pytest.mark.parametrize("plan,shape,words", [
+    (CHAIN, (1, 4, 96), ["output 0 dim 0 is (s0)/(s1) = 6/4", "batch_seq=6 seq=4", "cannot be reshaped"]),
+    (CHAIN, (2, 100, 96), ["6/100", "cannot be reshaped"]),
+    (ROWS, (2, 100, 96), ["output 0 would be {2,100,96} (19200 elements", "the kernels write 576",
+                          "cannot be reshaped"]),
+    (ROWS, (1, 4, 96), ["output 0 would be {1,4,96} (384 elements"]),
+], ids=["chain-1x4", "chain-2x100", "rows-2x100", "rows-1x4"])
+def test_case_1_inconsistent_shape_tensor_is_refused(host, twin, plan, shape, words):
+    rc, out = host(twin, plan, _shape(*shape), X2)
+    line = _error_line(out)
+    assert rc == 1 and f"PlusEP node '{NODE}'" in line and all(w in line for w in words), line
+    assert _counts(out)["launch"] == 0, out
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+@pytest.mark.parametrize("plan,shape", [(CHAIN, (3, 2, 96)), (ROWS, (2, 3, 96)), (CHAIN, (1, 6, 96))],
+                         ids=["chain-3x2", "rows-2x3", "chain-1x6"])
+def test_case_1_consistent_inputs_run(host, twin, plan, shape):
+    rc, out = host(twin, plan, _shape(*shape), X2)
+    assert rc == 0, out
+    assert out.split("out:")[1].split("counts:")[0].split() == ["7"] * 576 and _counts(out)["launch"] == 1, out
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+def test_zero_size_output_skips_the_launch(host, twin):
+    rc, out = host(twin, CHAIN, _shape(0, 5, 96), "1:0x32=")
+    assert rc == 0 and _counts(out)["launch"] == 0, out
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+def test_case_3_absent_output_refused_at_creation(host, twin):
+    rc, out = host(twin, CHAIN, _shape(3, 2, 96), X2, output="absent")
+    line = _error_line(out)
+    assert rc == 1 and f"PlusEP node '{NODE}': output 0 is absent (wired \"\")" in line, line
+    assert "counts:" not in out   # refused by CreateKernelV2: no run at all
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+def test_case_3_absent_input_refused_at_creation(host, twin):
+    rc, out = host(twin, CHAIN, _shape(3, 2, 96), "absent")
+    line = _error_line(out)
+    assert rc == 1 and f"PlusEP node '{NODE}': input 1 is absent (wired \"\")" in line, line
+
+
+def test_case_3_output_handed_over_as_null_is_never_dereferenced(host):
+    # a named output for which ORT hands over no tensor: the CUDA twin has no allocator for a temporary
+    # (a clear refusal), the CPU twin runs into a temporary; neither dereferences NULL
+    rc, out = host("cuda", CHAIN, _shape(3, 2, 96), X2, output="null")
+    assert rc == 1 and f"PlusEP node '{NODE}'" in _error_line(out) and _counts(out)["launch"] == 0, out
+    rc, out = host("cpu", CHAIN, _shape(3, 2, 96), X2, output="null")
+    assert rc == 0 and _counts(out)["launch"] == 1, out
+
+
+# ------------------------------------------------------------------ plugin EP: a real ORT session
+
+RUNNER = r"""
+import json, sys
+import numpy as np, onnxruntime as ort
+import plus_ep
+spec = json.loads(sys.argv[1])
+out = {}
+try:
+    sess = ort.InferenceSession(spec["model"], providers=["PlusEP", "CPUExecutionProvider"])
+    feeds = {"S": np.array(spec["shape"], np.int64), "X2": np.ones((spec["rows"], 32), np.float32),
+             "B": np.zeros(96, np.float32)}
+    y, = sess.run(None, feeds)
+    out["y"] = [list(y.shape), float(y.ravel()[0]) if y.size else None]
+except Exception as e:
+    out["error"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def _ep_model(plan, path, wire_b=True):
+    """Y = FusedHost1(S, X2, B) with `plan` (+ an input 2 the stand-in kernel does not read); the function
+    body reshapes X2 @ ones(32, 96) to S. wire_b=False: B wired "" (the body never reads it, so ORT
+    loads the model and leaves the refusal to PlusEP)."""
+    plan = plan.replace("in 1 1 2 s0 32\n", "in 1 1 2 s0 32\nin 2 1 1 96\n")
+    node = fused_node(NODE, ["S", "X2", "B" if wire_b else ""], ["Y"], "k1", plan, {"sm_90": fake_pack("sm_90")})
+    node.op_type = "FusedHost1"
+    body = [helper.make_node("Constant", [], ["w"], value=helper.make_tensor("w", TensorProto.FLOAT, [32, 96],
+                                                                             [1.0] * 32 * 96)),
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Reshape", ["m", "s"], ["y"])]
+    fn = helper.make_function("ai.plus_ep", "FusedHost1", ["s", "x", "b"], ["y"], body, [helper.make_opsetid("", 18)],
+                              overload="k1")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("S", TensorProto.INT64, [3]),
+                                        helper.make_tensor_value_info("X2", TensorProto.FLOAT, ["r", 32]),
+                                        helper.make_tensor_value_info("B", TensorProto.FLOAT, [96])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.plus_ep", 1)],
+                          functions=[fn], ir_version=10)
+    onnx.save(m, path)
+    return path
+
+
+def _ep_run(fake_cuda, model, shape, rows=6):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))
+           or k == "PLUS_EP_CACHE_DIR"}
+    env.update({"PLUS_EP_CUDA_LIBRARY": str(fake_cuda), "PYTHONPATH": str(ROOT)})
+    r = subprocess.run([sys.executable, "-c", RUNNER, json.dumps({"model": str(model), "shape": shape, "rows": rows})],
+                       capture_output=True, text=True, env=env, timeout=300, cwd=str(ROOT))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_plugin_ep_cases_1_and_3(tmp_path, fake_cuda):
+    chain, rows = _ep_model(CHAIN, tmp_path / "chain.onnx"), _ep_model(ROWS, tmp_path / "rows.onnx")
+    for model, shape in ((chain, [1, 4, 96]), (chain, [2, 100, 96]), (rows, [2, 100, 96])):
+        res = _ep_run(fake_cuda, model, shape)
+        assert f"PlusEP node '{NODE}'" in res.get("error", "") and "cannot be reshaped" in res["error"], res
+    for model, shape in ((chain, [3, 2, 96]), (rows, [2, 3, 96])):
+        assert _ep_run(fake_cuda, model, shape) == {"y": [shape, 7.0]}      # the stand-in kernel's fill
+    res = _ep_run(fake_cuda, _ep_model(CHAIN, tmp_path / "absent.onnx", wire_b=False), [3, 2, 96])
+    assert f"PlusEP node '{NODE}': input 2 is absent (wired \"\")" in res.get("error", ""), res

@@ -8,9 +8,13 @@
  * really hand over: dims >= 0, data of exactly the size the dims give (at most FZ_MAX_ELEMS elements,
  * else the compute is skipped), any rank and element type. Every OrtApi slot ort_op.c does not call
  * is NULL (a call to one crashes: a finding).
+ * Absent tensors as ORT can hand them over: an input or output the node wires "" (its name is "",
+ * and at run time no tensor), an input with a name for which KernelContext_GetInput still gives NULL,
+ * and KernelContext_GetOutput giving NULL.
  * Input: op byte (bit 0: the CPU twin; the rest: FusedHost<n>), node name NUL, plan NUL, attribute
  * count byte, per attribute an arch NUL + element type byte + uint16 LE length + bytes, input count
- * byte, per input a control byte (+ element type byte, rank byte, dims, values), output type byte. */
+ * byte, per input a control byte (+ element type byte, rank byte, dims, values), output type byte,
+ * output wiring byte (bit 0: output (byte >> 1) % n wired "", bit 5: GetOutput hands over NULL). */
 #define _GNU_SOURCE
 #include <stdio.h>
 
@@ -21,7 +25,10 @@
 OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base);
 
 struct OrtStatus { int code; char msg[PLUS_ERR_LEN * 2]; };
-typedef struct { int kind; int dtype; size_t rank; int64_t dims[16]; void* data; size_t count, bytes; } value;   /* kind 0 */
+typedef struct {
+    int kind; int dtype; size_t rank; int64_t dims[16]; void* data; size_t count, bytes;
+    int absent;   /* 1: wired "" (no name, no tensor); 2: named, but no tensor at run time */
+} value;   /* kind 0 */
 typedef struct { char arch[PLUS_NAME_LEN]; int dtype; uint8_t* data; size_t size; } attr;
 #include "../ort_standin.h"   /* statuses and tensor reads over `value` */
 
@@ -42,6 +49,7 @@ static value g_out[PLUS_MAX_OUT];
 static int g_out_dtype;   /* 0: the type the plan declares */
 static int g_plan_out[PLUS_MAX_OUT], g_n_out;   /* the plan's output types, as the graph would give them */
 static int g_stream_obj;
+static int g_out_unwired = -1, g_out_null;   /* output wired "" (-1: none); GetOutput gives NULL */
 static long g_live_values, g_scratch;
 
 static OrtStatus* f_CreateCustomOpDomain(const char* name, OrtCustomOpDomain** out) {
@@ -96,8 +104,18 @@ static OrtStatus* f_KernelInfo_GetInputCount(const OrtKernelInfo* i, size_t* n) 
 static OrtStatus* f_KernelInfo_GetInputName(const OrtKernelInfo* i, size_t k, char* out, size_t* n) {
     (void)i;
     char name[32] = "";
-    if (k % 2) snprintf(name, sizeof name, "input_%zu", k);
+    if (k < g_n_in && g_in[k].absent != 1) snprintf(name, sizeof name, "input_%zu", k);
     return copy_str(name, out, n);
+}
+static OrtStatus* f_KernelInfo_GetOutputCount(const OrtKernelInfo* i, size_t* n) {
+    (void)i;
+    *n = (size_t)g_n_out;
+    return NULL;
+}
+static OrtStatus* f_KernelInfo_GetOutputName(const OrtKernelInfo* i, size_t k, char* out, size_t* n) {
+    (void)i;
+    if (k >= (size_t)g_n_out) return status(ORT_INVALID_ARGUMENT, "output index out of range");
+    return copy_str((int)k == g_out_unwired ? "" : "output", out, n);
 }
 static OrtStatus* f_KernelInfo_GetNodeName(const OrtKernelInfo* i, char* out, size_t* n) {
     (void)i;
@@ -139,13 +157,17 @@ static OrtStatus* f_KernelContext_GetOutputCount(const OrtKernelContext* c, size
 static OrtStatus* f_KernelContext_GetInput(const OrtKernelContext* c, size_t i, const OrtValue** out) {
     (void)c;
     if (i >= g_n_in) return status(ORT_INVALID_ARGUMENT, "input index out of range");
-    *out = g_in[i].data || g_in[i].rank != (size_t)-1 ? (const OrtValue*)&g_in[i] : NULL;
+    *out = g_in[i].absent ? NULL : (const OrtValue*)&g_in[i];
     return NULL;
 }
 static OrtStatus* f_KernelContext_GetOutput(OrtKernelContext* c, size_t i, const int64_t* dims, size_t rank,
                                             OrtValue** out) {
     (void)c;
     if (i >= PLUS_MAX_OUT || rank > 16) return status(ORT_INVALID_ARGUMENT, "output index or rank out of range");
+    if (g_out_null || (int)i == g_out_unwired) {   /* ORT hands over no tensor */
+        *out = NULL;
+        return NULL;
+    }
     value* v = &g_out[i];
     free(v->data);
     memset(v, 0, sizeof *v);
@@ -262,6 +284,7 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
     SET(ShapeInferContext_GetAttribute); SET(ReadOpAttr); SET(ShapeInferContext_GetInputCount);
     SET(ShapeInferContext_GetInputTypeShape); SET(GetSymbolicDimensions); SET(CreateTensorTypeAndShapeInfo);
     SET(SetTensorElementType); SET(SetDimensions); SET(SetSymbolicDimensions); SET(ShapeInferContext_SetOutputTypeShape);
+    SET(KernelInfo_GetOutputCount); SET(KernelInfo_GetOutputName);
 #undef SET
     g_table[ReleaseTensorTypeAndShapeInfo_slot] = (ort_fnptr)release_tsi;
     const char* why = NULL;
@@ -285,7 +308,7 @@ static int make_input(fz_in* in, value* v) {
     memset(v, 0, sizeof *v);
     uint8_t c = fz_u8(in);
     if ((c & 3) == 3) {
-        v->rank = (size_t)-1;   /* absent */
+        v->absent = c & 0x80 ? 2 : 1;   /* wired "", or named but handed over as NULL */
         return 1;
     }
     v->dtype = c & 4 ? fz_u8(in) % 28 : (c & 0x10 ? 7 : 1);
@@ -337,6 +360,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         g_n_out = pl.n_out + (ot == 0xDF);
         plus_plan_free(&pl);
     }
+    uint8_t wb = fz_u8(&in);
+    g_out_unwired = wb & 1 ? (wb >> 1) % g_n_out : -1;
+    g_out_null = (wb & 0x20) != 0;
 
     const OrtCustomOp* op = NULL;
     for (int k = 0; k < g_n_ops; k++)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.imports import cycles   # Tarjan over {unit: units it depends on}
+
 NATIVE = Path(__file__).resolve().parents[2] / "plus_ep" / "native"
 
 # Lower layers never reach higher ones (an edge A -> B needs LAYERS[B] < LAYERS[A]).
@@ -87,38 +89,6 @@ def graph(native: Path = NATIVE) -> dict:
                 if v and v != u:
                     edges[u].setdefault(v, []).append(f"{f} calls {name}")
     return edges
-
-
-def cycles(edges: dict) -> list:
-    """Strongly connected components with more than one unit (Tarjan)."""
-    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in edges.get(v, {}):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return out
 
 
 def violations(edges: dict) -> list:

@@ -22,10 +22,9 @@ from plus_ep import trust
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-import numpy as np  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
-from tests.native.test_cpu_resident_shapes import SANITIZE, _build, _counts  # noqa: E402
+from tests.support.launcher_sources import SANITIZE, build_ortop_host as _build, ortop_counts as _counts  # noqa: E402
 from tests.support.launcher_models import fake_pack, fused_node  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,6 +139,46 @@ def test_case_1_consistent_inputs_run(host, twin, plan, shape):
 
 
 @pytest.mark.parametrize("twin", ["cuda", "cpu"])
+def test_inexact_quotient_alone_is_refused(host, twin):
+    # an output [batch] with batch = batch_seq/seq: the element counts agree for any seq (the extent is
+    # the same quotient), only the exact-division record tells ORT's Reshape error from a result
+    plan = CHAIN.replace("out 0 1 3 s0,s1,/ s1 96", "out 0 1 1 s0,s1,/").replace(
+        "extent out 0 96,s0,*", "extent out 0 s0,s1,/").replace("val 0 s0,96,*", "val 0 s0,s1,/")
+    rc, out = host(twin, plan, _shape(1, 4, 96), X2)
+    assert rc == 1 and "output 0 dim 0 is (s0)/(s1) = 6/4, which does not divide exactly" in _error_line(out), out
+    rc, out = host(twin, plan, _shape(3, 2, 96), X2)
+    assert rc == 0 and out.split("out:")[1].split("counts:")[0].split() == ["7"] * 3, out
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+def test_input_read_through_a_view_is_checked(host, twin):
+    # X2 of any row count, read by the kernels as [batch, seq, 32] (its Reshape by the shape tensor)
+    plan = f"""plusplan 1
+node {NODE}
+archs sm_90
+sym 0 batch
+sym 1 seq
+in 0 7 1 3
+in 1 1 2 * 32
+shapev s0 0 0
+shapev s1 0 1
+out 0 1 3 s0 s1 96
+extent in 1 32,s0,*,s1,*
+extent out 0 96,s0,*,s1,*
+val 0 s0,s1,*,96,*
+val 1 7
+route 0 1
+kernel 0 0 fake_fill 1 1 1 1 1 1 0
+end
+"""
+    rc, out = host(twin, plan, _shape(2, 100, 96), X2)
+    line = _error_line(out)
+    assert rc == 1 and "input 1 'in1' {6,32} has 192 elements but the kernels read 6400" in line, out
+    rc, out = host(twin, plan, _shape(2, 3, 96), X2)
+    assert rc == 0 and _counts(out)["launch"] == 1, out
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
 def test_zero_size_output_skips_the_launch(host, twin):
     rc, out = host(twin, CHAIN, _shape(0, 5, 96), "1:0x32=")
     assert rc == 0 and _counts(out)["launch"] == 0, out
@@ -181,6 +220,7 @@ try:
     sess = ort.InferenceSession(spec["model"], providers=["PlusEP", "CPUExecutionProvider"])
     feeds = {"S": np.array(spec["shape"], np.int64), "X2": np.ones((spec["rows"], 32), np.float32),
              "B": np.zeros(96, np.float32)}
+    feeds = {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}}
     y, = sess.run(None, feeds)
     out["y"] = [list(y.shape), float(y.ravel()[0]) if y.size else None]
 except Exception as e:
@@ -189,7 +229,7 @@ print(json.dumps(out))
 """
 
 
-def _ep_model(plan, path, wire_b=True):
+def _ep_model(plan, path, wire_b=True, shape=None):
     """Y = FusedHost1(S, X2, B) with `plan` (+ an input 2 the stand-in kernel does not read); the function
     body reshapes X2 @ ones(32, 96) to S. wire_b=False: B wired "" (the body never reads it, so ORT
     loads the model and leaves the refusal to PlusEP)."""
@@ -202,10 +242,14 @@ def _ep_model(plan, path, wire_b=True):
             helper.make_node("Reshape", ["m", "s"], ["y"])]
     fn = helper.make_function("ai.plus_ep", "FusedHost1", ["s", "x", "b"], ["y"], body, [helper.make_opsetid("", 18)],
                               overload="k1")
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("S", TensorProto.INT64, [3]),
-                                        helper.make_tensor_value_info("X2", TensorProto.FLOAT, ["r", 32]),
-                                        helper.make_tensor_value_info("B", TensorProto.FLOAT, [96])],
-                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    inputs = [helper.make_tensor_value_info("S", TensorProto.INT64, [3]),
+              helper.make_tensor_value_info("X2", TensorProto.FLOAT, ["r", 32]),
+              helper.make_tensor_value_info("B", TensorProto.FLOAT, [96])]
+    consts = []
+    if shape is not None:   # case 2: the same node in a graph whose shape input is a constant
+        inputs = inputs[1:]
+        consts = [helper.make_tensor("S", TensorProto.INT64, [3], shape)]
+    g = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], consts)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.plus_ep", 1)],
                           functions=[fn], ir_version=10)
     onnx.save(m, path)
@@ -222,12 +266,15 @@ def _ep_run(fake_cuda, model, shape, rows=6):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_plugin_ep_cases_1_and_3(tmp_path, fake_cuda):
+def test_plugin_ep_cases_1_to_3(tmp_path, fake_cuda):
     chain, rows = _ep_model(CHAIN, tmp_path / "chain.onnx"), _ep_model(ROWS, tmp_path / "rows.onnx")
     for model, shape in ((chain, [1, 4, 96]), (chain, [2, 100, 96]), (rows, [2, 100, 96])):
         res = _ep_run(fake_cuda, model, shape)
         assert f"PlusEP node '{NODE}'" in res.get("error", "") and "cannot be reshaped" in res["error"], res
     for model, shape in ((chain, [3, 2, 96]), (rows, [2, 3, 96])):
         assert _ep_run(fake_cuda, model, shape) == {"y": [shape, 7.0]}      # the stand-in kernel's fill
+    for shape, ok in (([1, 4, 96], False), ([3, 2, 96], True)):   # case 2
+        res = _ep_run(fake_cuda, _ep_model(CHAIN, tmp_path / "const.onnx", shape=shape), shape)
+        assert res == {"y": [shape, 7.0]} if ok else "cannot be reshaped" in res.get("error", ""), res
     res = _ep_run(fake_cuda, _ep_model(CHAIN, tmp_path / "absent.onnx", wire_b=False), [3, 2, 96])
     assert f"PlusEP node '{NODE}': input 2 is absent (wired \"\")" in res.get("error", ""), res

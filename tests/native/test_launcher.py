@@ -297,6 +297,42 @@ def test_bind_output_shapes_values_scratch(h):
     assert "launch small grid=1,1,1 block=32,1,1 smem=0" in out
 
 
+def test_bind_checks_extents_and_exact_quotients(h):
+    """`extent` / `exact` records (CONTRACT.md §3): an input read through a view, an output that is a view
+    of the kernels' result, a quotient dim; each mismatch is refused by plus_bind, before any launch."""
+    plan = h.file("""plusplan 1
+node bounds
+sym 0 rows
+sym 1 seq
+in 0 1 2 s0 32
+in 1 7 1 s1
+out 0 1 2 s0,s1,/ s1
+extent in 0 32,s0,*
+extent out 0 s0
+exact out 0 0
+val 0 s0
+route 0 1
+kernel 0 0 k 1 1 1 1 1 1 0
+end
+""")
+    assert "out0 float32 [3,2]" in h.ok("bind", plan, "1:6x32", "7:2")
+    assert "output 0 dim 0 is (s0)/(s1) = 6/4, which does not divide exactly" in h.err("bind", plan, "1:6x32", "7:4")
+    viewed = h.file("""plusplan 1
+node bounds
+sym 0 batch
+sym 1 seq
+in 0 1 2 * 32
+in 1 1 2 s0 s1
+out 0 1 2 s0 s1
+extent in 0 32,s0,*,s1,*
+route 0 1
+kernel 0 0 k 1 1 1 1 1 1 0
+end
+""")
+    assert "input 0 'X' {6,32} has 192 elements but the kernels read 256" in h.err("bind", viewed, "1:6x32", "1:2x4")
+    h.ok("bind", viewed, "1:8x32", "1:2x4")
+
+
 @pytest.mark.parametrize("inputs,expected", [
     (["1:2x16x768", "1:768x96", "1:5"],
      "input 1: expected float16[768,n], got float32[768,96] (element type differs; plan line 5)"),

@@ -40,3 +40,4 @@ def feeds(width: int = 32, batch: int = 2, seq: int = 3, seed: int = 1) -> dict:
     rng = np.random.default_rng(seed)
     return {"X2": rng.standard_normal((batch * seq, width)).astype(np.float32),
             "mask": np.ones((batch, seq), np.int64)}
+

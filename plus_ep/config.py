@@ -68,6 +68,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("PLUS_EP_OVERRIDE_DIR", "none", "`plus_ep.kernels.build.sources`",
              "Folder of hand-edited kernel sources: a file with a generated source's name replaces that "
              "source (with a warning); the override is part of the kernel cache key."),
+    Variable("PLUS_EP_COMPILE_THREADS", "min(CPU count, 8)", "`plus_ep.kernels.build.compile`",
+             "Threads compiling kernels with NVRTC at once (at least 1); fewer on a shared machine."),
     Variable("PLUS_EP_LINEINFO", "off", "`plus_ep.kernels.build.nvrtc`",
              "`1`: compile with `-lineinfo` (source lines in Nsight Compute; larger models)."),
     # ---- the native launcher and the plugin EP (read in C)

@@ -305,6 +305,8 @@ def main(argv=None) -> int:
         if args.debug:
             raise
         _error("interrupted")
+        if argv is None:                # the program itself (not a caller's main([...])): leave now
+            _exit_now(130)
         return 130
     except (UsageError, ValueError, OSError, onnx.checker.ValidationError) as exc:
         # ModelError is a ValueError: unreadable / invalid input
@@ -317,6 +319,20 @@ def main(argv=None) -> int:
             raise
         _error(f"internal error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for a traceback)")
         return 1
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once after Ctrl-C: kernel compiles still in flight (NVRTC cannot be stopped,
+    kernels/build/compile.py) end with it, and the seconds an interpreter can spend tearing down a
+    rewrite's heap are skipped. Output is flushed first; nothing is left half-written (outputs and cache
+    entries are written to temporaries and moved into place)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)
 
 
 def resolve_zoo(spec: str) -> str:

@@ -132,8 +132,14 @@ def run_interruptibly(tasks: list, workers: int, done) -> None:
     for i in range(min(workers, len(tasks))):
         threading.Thread(target=worker, name=f"plus-nvrtc-{i}", daemon=True).start()
     try:
-        for _ in range(len(tasks)):
-            done(*results.get())
+        left = len(tasks)
+        while left:
+            try:    # a short wait: a signal for this thread is acted on between two waits, whichever thread took it
+                item = results.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            done(*item)
+            left -= 1
     finally:
         stop.set()
 

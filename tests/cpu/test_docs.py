@@ -102,7 +102,9 @@ def _run_console(cmd: str, cwd: Path) -> str:
     exe = sys.executable
     shell = re.sub(r"(^|[;&|(]\s*|\s)plus-ep(?=\s)", lambda m: f"{m.group(1)}{exe} -m plus_ep", cmd)
     shell = re.sub(r"(^|[;&|(]\s*|\s)python(?=\s)", lambda m: f"{m.group(1)}{exe}", shell)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLUS_EP_")}     # as a reader's shell
+    # as a reader's shell, but with the cache root the page's python blocks used (tests/conftest.py's): a
+    # model they rewrote is trusted there
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLUS_EP_") or k == "PLUS_EP_CACHE_DIR"}
     env.update(PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), COLUMNS="100")
     r = subprocess.run(["bash", "-c", shell], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     return (r.stdout + r.stderr).rstrip("\n")

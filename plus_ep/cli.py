@@ -73,29 +73,39 @@ def _zoo_help() -> str:
 # argument parsing
 # ------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    def flags(default_verbose, default_debug, default_quiet):
-        p = argparse.ArgumentParser(add_help=False)
-        p.add_argument("-v", "--verbose", action="count", default=default_verbose,
-                       help="print progress lines as the work goes and log (-v: INFO, -vv: DEBUG) on the "
-                            "'plus_ep' logger")
-        p.add_argument("-q", "--quiet", action="store_true", default=default_quiet,
-                       help="no progress bar (it shows only on a terminal anyway)")
-        p.add_argument("--debug", action="store_true", default=default_debug,
-                       help="re-raise errors with a traceback instead of a one-line message")
-        return p
-
+    """The `plus-ep` parser: the global flags, then one sub-parser per command, each added by its own
+    function in `COMMANDS` (help order). docs/reference/cli.md is generated from this parser."""
     # the flags work before or after the command; SUPPRESS keeps a subcommand's defaults from
     # overwriting what was given before it
-    common = flags(argparse.SUPPRESS, argparse.SUPPRESS, argparse.SUPPRESS)
-    model_help = _zoo_help()
+    common = _flags(argparse.SUPPRESS, argparse.SUPPRESS, argparse.SUPPRESS)
     ap = argparse.ArgumentParser(
-        prog=PROG, parents=[flags(0, False, False)],
+        prog=PROG, parents=[_flags(0, False, False)],
         description="PlusEP: PluS-style pluggable graph fusion for ONNX models.",
-        epilog=f"MODEL and IN: {model_help}.")
+        epilog=f"MODEL and IN: {_zoo_help()}.")
     ap.add_argument("--version", action=_Version, help="print the version (and onnxruntime's, onnx's) and exit")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    for add_command in COMMANDS:
+        add_command(sub, common)
+    return ap
 
+
+def _flags(default_verbose, default_debug, default_quiet) -> argparse.ArgumentParser:
+    """-v, -q and --debug: on the main parser (with defaults) and on every command (SUPPRESSed)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-v", "--verbose", action="count", default=default_verbose,
+                   help="print progress lines as the work goes and log (-v: INFO, -vv: DEBUG) on the "
+                        "'plus_ep' logger")
+    p.add_argument("-q", "--quiet", action="store_true", default=default_quiet,
+                   help="no progress bar (it shows only on a terminal anyway)")
+    p.add_argument("--debug", action="store_true", default=default_debug,
+                   help="re-raise errors with a traceback instead of a one-line message")
+    return p
+
+
+def _rewrite_command(sub, common) -> None:
+    """`plus-ep rewrite`: rewrite a model: IN -> OUT with fused nodes and kernels."""
+    model_help = _zoo_help()
     rw = sub.add_parser("rewrite", parents=[common], help="rewrite a model into ai.plus_ep::Fused nodes",
                         description="Identify fusable subgraphs and save the rewritten model. The output "
                                     "runs on any ONNX Runtime (fused nodes carry their original "
@@ -118,10 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "needs the [sign] extra): machines whose PLUS_EP_TRUSTED_KEYS lists its public key run them")
     rw.set_defaults(func=cmd_rewrite)
 
+
+def _trust_command(sub, common) -> None:
+    """`plus-ep trust`: trust a rewritten model's kernels on this machine."""
     tr = sub.add_parser("trust", parents=[common], help="rebuild a rewritten model's kernels here; trust them if identical",
                         description="A model file is data: the launcher runs its embedded kernels only when this "
                                     "installation built them, a configured key signed them, or you opt out "
-                                    "(README, Deployment). This rebuilds every fused node from its function body "
+                                    "(docs/guide/trust.md). This rebuilds every fused node from its function body "
                                     "(this installation's renderer and NVRTC, kernels from the local cache) and "
                                     "records the nodes whose plan and images come out byte-identical in the trust "
                                     "manifest ($PLUS_EP_TRUST_DIR, else <cache root>/trusted).")
@@ -134,12 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--status", action="store_true", help="only print how each fused node is trusted")
     tr.set_defaults(func=cmd_trust)
 
+
+def _keygen_command(sub, common) -> None:
+    """`plus-ep keygen`: make a signing key."""
     kg = sub.add_parser("keygen", parents=[common], help="make an Ed25519 key for signing rewritten models",
                         description="Write a new Ed25519 private key (PEM, mode 0600) and KEY.pub with its public "
                                     "line, the form PLUS_EP_TRUSTED_KEYS files list. Needs the [sign] extra.")
     kg.add_argument("key", metavar="KEY", help="private key file to write")
     kg.set_defaults(func=cmd_keygen)
 
+
+def _demo_command(sub, common) -> None:
+    """`plus-ep demo`: the demo BERT end to end."""
     dm = sub.add_parser("demo", parents=[common], help="build a small BERT, rewrite and compile it, compare",
                         description="Build a small BERT with onnx (no torch), rewrite it with kernels, print the "
                                     "fusion report, run the kernels on the CPU PTX interpreter through the launcher "
@@ -156,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--arch", metavar="ARCHS", default="auto", help="as for rewrite")
     dm.set_defaults(func=cmd_demo)
 
+
+def _verify_command(sub, common) -> None:
+    """`plus-ep verify`: run the kernels on the CPU PTX interpreter and check them."""
     vf = sub.add_parser("verify", parents=[common], help="run a rewritten model's kernels on the CPU and check them",
                         description="Run the rewritten model on ORT CPU with the native launcher on the emulated "
                                     "CUDA driver: every kernel's PTX executes on PlusEP's PTX interpreter (checkers "
@@ -179,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--json", action="store_true", help="print the whole report as JSON")
     vf.set_defaults(func=cmd_verify)
 
+
+def _profile_command(sub, common) -> None:
+    """`plus-ep profile`: per-node counts and modelled times on the PTX interpreter."""
     pf = sub.add_parser("profile", parents=[common],
                         help="per fused node: flops, bytes, coalescing, CTAs, waves, modelled time",
                         description="With --emulate: run the kernels on the PTX interpreter and report per fused "
@@ -201,6 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--json", action="store_true", help="print the whole profile as JSON")
     pf.set_defaults(func=cmd_profile)
 
+
+def _inspect_command(sub, common) -> None:
+    """`plus-ep inspect`: the fusion report."""
+    model_help = _zoo_help()
     ins = sub.add_parser("inspect", parents=[common], help="print the fusion report of a model",
                          description="Rewrite in memory and print the fusion report; for a model that is "
                                      "already rewritten, report its fused nodes.")
@@ -215,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "once with its reason (default: as for rewrite; 'none': fusion only)")
     ins.set_defaults(func=cmd_inspect)
 
+
+def _explain_command(sub, common) -> None:
+    """`plus-ep explain`: a pattern's best partial match."""
+    model_help = _zoo_help()
     ex = sub.add_parser("explain", parents=[common], help="show a pattern's best partial match and why it stopped",
                         description="For the named pattern, show the largest subgraph growth where it "
                                     "matched exactly or partially, each step with the pattern's reason, "
@@ -224,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--list", action="store_true", help="list the warehouse patterns with their +Graphs")
     ex.set_defaults(func=cmd_explain)
 
+
+def _cache_command(sub, common) -> None:
+    """`plus-ep cache`: the caches."""
     kinds = ", ".join(config.CACHE_KINDS)
     ca = sub.add_parser("cache", parents=[common], help="show, clear or trim PlusEP's caches",
                         description=f"PlusEP's caches under the cache root (PLUS_EP_CACHE_DIR, else "
@@ -239,7 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("kinds", metavar="KIND", nargs="*", help=f"which caches to clear: {kinds} (default: all three)")
     csub.add_parser("trim", parents=[common], help="apply the size limits now (least recently used entries first)")
     ca.set_defaults(func=cmd_cache)
-    return ap
+
+
+COMMANDS = (_rewrite_command, _trust_command, _keygen_command, _demo_command, _verify_command, _profile_command,
+            _inspect_command, _explain_command, _cache_command)
 
 
 def main(argv=None) -> int:
@@ -266,6 +305,8 @@ def main(argv=None) -> int:
         if args.debug:
             raise
         _error("interrupted")
+        if argv is None:                # the program itself (not a caller's main([...])): leave now
+            _exit_now(130)
         return 130
     except (UsageError, ValueError, OSError, onnx.checker.ValidationError) as exc:
         # ModelError is a ValueError: unreadable / invalid input
@@ -280,6 +321,20 @@ def main(argv=None) -> int:
         return 1
 
 
+def _exit_now(code: int) -> None:
+    """End the process at once after Ctrl-C: kernel compiles still in flight (NVRTC cannot be stopped,
+    kernels/compile/jobs.py) end with it, and the seconds an interpreter can spend tearing down a
+    rewrite's heap are skipped. Output is flushed first; nothing is left half-written (outputs and cache
+    entries are written to temporaries and moved into place)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)
+
+
 def resolve_zoo(spec: str) -> str:
     """``zoo:FAMILY[/EXPORTER][@SIZE]`` -> the path of that model-zoo export (built if needed)."""
     from . import zoo
@@ -290,7 +345,10 @@ def resolve_zoo(spec: str) -> str:
         raise UsageError(f"{spec}: unknown zoo family {family!r}; have {', '.join(zoo.FAMILIES)}")
     if exporter and exporter not in zoo.EXPORTERS:
         raise UsageError(f"{spec}: unknown exporter {exporter!r}; have {', '.join(zoo.EXPORTERS)}")
-    return str(zoo.export(family, exporter or "torchscript", size or "small"))
+    try:
+        return str(zoo.export(family, exporter or "torchscript", size or "small"))
+    except zoo.MissingModelsExtra as exc:       # torch / transformers not installed: the user's to fix
+        raise UsageError(f"{spec}: {exc}") from None
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -390,7 +448,8 @@ def cmd_rewrite(args) -> int:
 
 def cmd_trust(args) -> int:
     from . import trust
-    model = onnx.load(args.model)
+    from .rewrite import load_model
+    model = load_model(args.model)
     nodes = trust.status(model)
     if not nodes:
         raise UsageError(f"{args.model}: no fused node carries kernels (nothing to trust)")
@@ -467,6 +526,11 @@ def cmd_profile(args) -> int:
     if not args.emulate:
         raise UsageError("profile needs --emulate (kernels run on the CPU PTX interpreter; GPU profiling is "
                          "Nsight Compute's job)")
+    if args.batch < 1 or args.seq < 1 or args.past < 0:
+        raise UsageError("--batch and --seq must be at least 1, --past at least 0")
+    if args.sample_ctas is not None and args.sample_ctas < 1:
+        raise UsageError(f"--sample-ctas {args.sample_ctas}: run at least 1 CTA per launch (leave the option out to "
+                         "run every CTA)")
     arch = resolve_archs(args.arch)[0] if args.arch else None
     rep = profile(args.model, arch=arch, batch=args.batch, seq=args.seq, inputs=args.inputs,
                   sample_ctas=args.sample_ctas, past=args.past)

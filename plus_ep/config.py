@@ -11,8 +11,8 @@ A leaf module: it imports only the standard library and nothing from plus_ep, so
 (`plus_ep.kernels`, `plus_ep.graph_rewrites`, `plus_ep.warehouse`) may import it. `VARIABLES` lists
 every variable the project reads, in Python, in C (`plus_ep/native/*.c` read them with getenv; they are
 documented here too) and in the bench shell script; `get`/`flag`/`integer` refuse a name not listed, and
-`tests/cpu/test_config.py` checks that no source reads or names an unlisted one and that the README's
-table is this table. Values are read from the environment on every call (tests change them).
+`tests/cpu/test_config.py` checks that no source reads or names an unlisted one, and the docs site's
+docs/reference/environment.md is generated from this table. Values are read from the environment on every call (tests change them).
 
 `source_digest()` is the digest of PlusEP's own sources (every .py, .cuh, .c and .h of the installed
 `plus_ep` namespace), computed once per process: the rewritten-model cache key includes it, so a
@@ -68,6 +68,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("PLUS_EP_OVERRIDE_DIR", "none", "`plus_ep.kernels.compile.sources`",
              "Folder of hand-edited kernel sources: a file with a generated source's name replaces that "
              "source (with a warning); the override is part of the kernel cache key."),
+    Variable("PLUS_EP_COMPILE_THREADS", "min(CPU count, 8)", "`plus_ep.kernels.compile.jobs`",
+             "Threads compiling kernels with NVRTC at once (at least 1); fewer on a shared machine."),
     Variable("PLUS_EP_LINEINFO", "off", "`plus_ep.kernels.compile.nvrtc`",
              "`1`: compile with `-lineinfo` (source lines in Nsight Compute; larger models)."),
     # ---- the native launcher and the plugin EP (read in C)
@@ -125,7 +127,7 @@ CACHE_LIMITS = {KERNELS: ("PLUS_EP_KERNEL_CACHE_LIMIT", 2 << 30), MODELS: ("PLUS
 def _known(name: str) -> str:
     if name not in VARIABLES:
         raise KeyError(f"{name} is not a PlusEP variable; add it to plus_ep/config.py's VARIABLES "
-                       f"(and the README's table) first")
+                       f"(then python -m tests.support.docs_pages) first")
     return name
 
 
@@ -247,9 +249,9 @@ def source_digest() -> str:
     return digest_of(package_roots())
 
 
-# ------------------------------------------------------------------------------------------ README
+# -------------------------------------------------------------------------------------------- docs
 def markdown_table() -> str:
-    """The README's table of variables (tests/cpu/test_config.py checks the README holds it)."""
+    """The table of variables of docs/reference/environment.md (tests/support/docs_pages.py)."""
     rows = ["| Variable | Default | Read by | Meaning |", "|---|---|---|---|"]
     rows += [f"| `{v.name}` | {v.default} | {v.read_by} | {v.doc} |" for v in VARIABLES.values()]
     return "\n".join(rows) + "\n"

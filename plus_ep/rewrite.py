@@ -95,6 +95,8 @@ def _rewrite_detailed(model, warehouse, disable, archs, cache, progress, fp32_ma
     proto = load_model(model)
     where = "" if isinstance(model, onnx.ModelProto) else (
         "<bytes>" if isinstance(model, (bytes, bytearray)) else os.fspath(model))
+    if runtime_ir:
+        refuse_unloadable_opset(proto, where)
     proto = check_model(proto, where)
     source = proto
     expanded = contrib.expand_model(proto)       # contrib ops -> their standard-op subgraphs
@@ -165,6 +167,20 @@ def _rewrite_detailed(model, warehouse, disable, archs, cache, progress, fp32_ma
     return RewriteResult(out, subgraphs, view, ident, seconds, built, fp32_math, source, expanded)
 
 
+def refuse_unloadable_opset(proto: onnx.ModelProto, where: str = "") -> None:
+    """ModelError (one line naming both versions) when the model's default-domain opset is newer than the
+    installed onnxruntime implements: its rewrite could not be loaded there. (The IR version is lowered
+    where that is safe instead: validate.for_runtime. An opset is not: ops change meaning across opsets.)"""
+    _, newest = runtime_limits()
+    default = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if default and default[0] > newest:
+        import onnxruntime as ort
+        pre = f"{where}: " if where else ""
+        raise ModelError(f"{pre}default-domain opset {default[0]}, but the installed onnxruntime {ort.__version__} "
+                         f"implements opsets up to {newest}: export the model with opset <= {newest}, or install a "
+                         "newer onnxruntime")
+
+
 def _node_names(subgraphs) -> list[str]:
     """`plus_ep/<pattern>/<k>`, k counting every subgraph found: a subgraph that stays unfused keeps its
     number, so the warning's "plus_ep/gemm/1 stays unfused" never names a fused node, and the launcher's
@@ -202,8 +218,35 @@ def _built_here(model: onnx.ModelProto, kernel_attrs: list, archs, fp32_math: st
     model.metadata_props.append(onnx.StringStringEntryProto(key=trust.REWRITE_METADATA, value=meta))
 
 
-def rewrite(model, warehouse=None, disable=(), archs=None, **kw) -> onnx.ModelProto:
-    """Rewrite `model` (ModelProto or path): fused subgraphs become ai.plus_ep::Fused nodes with
-    model-local functions, so the result still runs anywhere ONNX Runtime does; with `archs` the
-    nodes also carry compiled kernels for the PlusEP launcher."""
-    return rewrite_detailed(model, warehouse, disable, archs=archs, **kw).model
+def rewrite(model, warehouse=None, disable=(), archs="auto", **kw) -> onnx.ModelProto:
+    """Rewrite `model` (ModelProto, bytes or path): fused subgraphs become ai.plus_ep::Fused nodes with
+    model-local functions, so the result still runs anywhere ONNX Runtime does, and the nodes carry
+    compiled kernels for the PlusEP launcher.
+
+    archs: the GPU archs of the kernels, as the CLI's `--arch`: "auto" (the default) = the local GPU's,
+    else `options.DEFAULT_ARCHS` (sm_80 and sm_90a); a list or a comma-separated string of archs; None,
+    [] or "none" = no kernels (portable functions only: such a model runs no faster on a GPU). A
+    subgraph whose kernels fail to build stays unfused, with a warning naming it. Other keywords as
+    `rewrite_detailed`.
+
+        fused = plus_ep.rewrite("model.onnx")                   # kernels for the local GPU, else sm_80,sm_90a
+        onnx.save(plus_ep.rewrite("model.onnx", archs=["sm_90a"]), "model.plus.onnx")
+    """
+    chosen = resolve_archs(archs)
+    result = rewrite_detailed(model, warehouse, disable, archs=chosen or None, **kw)
+    if not chosen and result.subgraphs:
+        log.info("plus_ep.rewrite: %d subgraphs fused without kernels (archs=%r): the fused nodes run their "
+                 "original subgraphs", len(result.subgraphs), archs)
+    return result.model
+
+
+def resolve_archs(archs) -> list[str]:
+    """`archs` of `rewrite` as a list: "auto"/"none"/"sm_80,sm_90a" as the CLI's `--arch`
+    (options.cli_archs), a list or tuple of arch names, None = []."""
+    from .options import cli_archs
+    if archs is None:
+        return []
+    if isinstance(archs, str):
+        return cli_archs(archs)
+    from .kernels.arch import parse
+    return [parse(a) for a in archs]

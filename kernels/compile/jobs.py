@@ -19,17 +19,26 @@ source is compiled once more for that arch with RELAXED_BOUNDS (one resident blo
 register file), and that result is the job's (cached under its own key, so a warm start loads both).
 Kernels with their own bounds (the GEMM and attention templates) fall back by configuration instead
 (kernels/compile/stage.py).
+
+Interrupting (Ctrl-C, or any exception in the calling thread while it waits) stops at once: no queued
+job starts, and the call raises without waiting for the compiles in flight. NVRTC cannot be stopped
+mid-compile, so those run on in daemon threads (`plus-nvrtc-*`) that never hold the process open; each
+finishes its one kernel and stores a whole cache entry, or ends with the process before its entry's
+meta.json is written (the cache reads such a folder as absent and removes it), so no partial entry is
+ever read. Threads: PLUS_EP_COMPILE_THREADS, else min(CPU count, 8).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
+from ... import config
 from ... import progress as _progress
 from . import nvrtc, sources
 from .cache import KernelCache
@@ -74,16 +83,65 @@ def compile_all(jobs, cache=None, workers: int | None = None, progress: bool | N
     """Compile `jobs`; returns one CompileResult or Exception per job, in job order.
 
     cache: a KernelCache; None uses KernelCache() (<cache root>/kernels, plus_ep/config.py);
-    False compiles without any cache. workers: threads (default min(cpu_count, 8)).
+    False compiles without any cache. workers: threads (default `compile_threads()`).
     progress: a bar on stderr (plus_ep/progress.py): None follows its mode (a bar when stderr is a
     terminal), True shows one anyway, False never.
     """
     jobs = list(jobs)
     if cache is None:
         cache = KernelCache()
-    workers = workers or min(os.cpu_count() or 1, 8)
+    workers = workers or compile_threads()
     with _progress.bar("compiling kernels", total=len(jobs), unit="kernels", enabled=progress) as bar:
         return _compile_all(jobs, cache, workers, bar)
+
+
+def compile_threads() -> int:
+    """NVRTC threads: PLUS_EP_COMPILE_THREADS (at least 1), else min(CPU count, 8)."""
+    n = config.integer("PLUS_EP_COMPILE_THREADS", min(os.cpu_count() or 1, 8))
+    if n < 1:
+        raise ValueError(f"PLUS_EP_COMPILE_THREADS={n}: use 1 or more compile threads")
+    return n
+
+
+def run_interruptibly(tasks: list, workers: int, done) -> None:
+    """Call each of `tasks` (no-argument callables) on up to `workers` daemon threads and `done(k,
+    outcome)` in the calling thread as each finishes (outcome: its return value or the exception it
+    raised). An exception in the calling thread (KeyboardInterrupt while it waits) stops the queue and
+    propagates at once, without waiting for the tasks in flight (see the module's docstring)."""
+    if not tasks:
+        return
+    results: queue.SimpleQueue = queue.SimpleQueue()
+    pending = iter(enumerate(tasks))
+    take, stop = threading.Lock(), threading.Event()
+
+    def worker():
+        while not stop.is_set():
+            with take:
+                item = next(pending, None)
+            if item is None:
+                return
+            k, task = item
+            try:
+                outcome = task()
+            except Exception as e:  # noqa: BLE001 - CompileError, CacheMiss, OSError from the cache, ...
+                outcome = e
+            except BaseException as e:  # noqa: BLE001 - a result for every task, or the caller waits forever
+                outcome = RuntimeError(f"compile thread stopped: {e!r}")
+            results.put((k, outcome))
+
+    for i in range(min(workers, len(tasks))):
+        threading.Thread(target=worker, name=f"plus-nvrtc-{i}", daemon=True).start()
+    try:
+        left = len(tasks)
+        while left:
+            try:    # a short wait: a signal for this thread is acted on between two waits, whichever thread took it
+                item = results.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            done(*item)
+            left -= 1
+    finally:
+        stop.set()
 
 
 def _compile_all(jobs, cache, workers, bar) -> list:
@@ -124,23 +182,20 @@ def _compile_all(jobs, cache, workers, bar) -> list:
         return relaxed
 
     relaxed_idents: set = set()
-    n_compiled = n_cached = 0
-    if unique:
-        with ThreadPoolExecutor(max_workers=min(workers, len(unique)), thread_name_prefix="plus-nvrtc") as pool:
-            futures = {pool.submit(run, ident, jobs[idx[0]]): (ident, idx) for ident, idx in unique.items()}
-            for fut in as_completed(futures):
-                ident, idx = futures[fut]
-                try:
-                    outcome = fut.result()
-                except Exception as e:  # CompileError, CacheMiss, OSError from the cache, ...
-                    outcome = e
-                if isinstance(outcome, CompileResult):
-                    n_cached += outcome.cached
-                    n_compiled += not outcome.cached
-                for i in idx:
-                    results[i] = _checked(jobs[i], outcome, ident in relaxed_idents)
-                bar.update(len(idx), note=f"{ident[1]}, {n_compiled} compiled, {n_cached} cached")
+    idents = list(unique)
+    counts = {"compiled": 0, "cached": 0}
 
+    def finished(k: int, outcome) -> None:
+        ident = idents[k]
+        if isinstance(outcome, CompileResult):
+            counts["cached" if outcome.cached else "compiled"] += 1
+        for i in unique[ident]:
+            results[i] = _checked(jobs[i], outcome, ident in relaxed_idents)
+        bar.update(len(unique[ident]), note=f"{ident[1]}, {counts['compiled']} compiled, {counts['cached']} cached")
+
+    run_interruptibly([lambda ident=ident: run(ident, jobs[unique[ident][0]]) for ident in idents], workers,
+                      finished)
+    n_compiled, n_cached = counts["compiled"], counts["cached"]
     if n_compiled and isinstance(cache, KernelCache):
         cache.evict()         # the size limit, once per batch (build() checks at most every few seconds)
     n_failed = sum(isinstance(r, Exception) for r in results)

@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 from .. import progress as _progress
+from ..validate import load_model
 from .emulator import library_path
 
 __all__ = ["pack_archs", "verify", "verify_text"]
@@ -128,7 +129,7 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
             proto = model
         else:
             path = Path(model).resolve()
-            proto = onnx.load(path, load_external_data=False)
+            proto = load_model(path)        # the one loader: an unreadable file is one ModelError line
         fused = [n for n in proto.graph.node if n.domain == "ai.plus_ep"]
         have = pack_archs(proto)
         if not fused:

@@ -151,9 +151,9 @@ def model_totals(nodes: list, arch: str) -> dict:
 def profile(model, arch=None, batch: int = 1, seq: int = 8, inputs=None, sample_ctas=None,
             progress=None, past: int = 0) -> dict:
     """past: the KV-cache length of a decoder exported with past key/values (seq=1: a decode step)."""
-    import onnx
     if arch is None:
-        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+        from ..validate import load_model
+        proto = load_model(model)
         have = pack_archs(proto)
         arch = "sm_90a" if "sm_90a" in have else (have[0] if have else "sm_90a")
     raw = run_emulated(model, [arch], batch, seq, inputs, progress=progress,

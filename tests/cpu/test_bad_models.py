@@ -175,7 +175,6 @@ def test_cli_bad_model_exits_2(tmp_path, capsys, case, command):
 
 OPSETS = {"opset-1": (lambda: mlp(opset=1), "opset 1 is older than 7"),
           "opset-6": (lambda: mlp(opset=6), "opset 6 is older than 7"),
-          "opset-99": (lambda: mlp(opset=99), "opset 99 is newer than"),
           "no-default-opset": (_no_default_opset, "imports no default-domain opset")}
 
 
@@ -347,6 +346,7 @@ def test_session_fallback_bad_models_raise_not_crash(tmp_path):
     paths = []
     builds = {case: build for case, (build, _) in CASES.items()}
     builds.update({case: build for case, (build, _) in OPSETS.items()})
+    builds["opset-99"] = lambda: mlp(opset=99)      # rewrite refuses it (tests/cpu/test_front_door.py)
     for case, build in builds.items():
         p = tmp_path / f"{case}.onnx"
         save_raw(build(), p)

@@ -50,7 +50,14 @@ def rewrite_options(model: onnx.ModelProto) -> dict:
         try:
             opts = json.loads(meta)
         except ValueError:
-            opts = {}
+            opts = None
+        if not isinstance(opts, dict):
+            raise TrustError(f"metadata {REWRITE_METADATA}: not a JSON object ({meta[:80]!r})")
+        for key, what in (("archs", "arch names"), ("disable", "pattern names")):
+            value = opts.get(key)
+            if value is not None and (not isinstance(value, list) or not all(isinstance(x, str) for x in value)):
+                raise TrustError(f"metadata {REWRITE_METADATA}: {key} must be a list of {what} (strings), "
+                                 f"not {json.dumps(value)[:80]}")
     archs = opts.get("archs")
     if not archs:
         from .kernels.wire.plan import PlanSyntaxError, parse
@@ -63,7 +70,14 @@ def rewrite_options(model: onnx.ModelProto) -> dict:
             break
     fp32 = opts.get("fp32_math")
     return {"archs": list(archs or []), "fp32_math": fp32 if fp32 in ("tf32", "exact") else FP32_MATH_DEFAULT,
-            "disable": [d for d in opts.get("disable", []) if isinstance(d, str)]}
+            "disable": list(opts.get("disable") or [])}
+
+
+def _digest_or_none(node) -> bytes | None:
+    try:
+        return node_digest(node)
+    except TrustError:
+        return None
 
 
 def rebuild(model: onnx.ModelProto, cache=None, progress=None) -> Rebuild:
@@ -79,8 +93,9 @@ def rebuild(model: onnx.ModelProto, cache=None, progress=None) -> Rebuild:
     original = inline_fused(model, fused_order=True)
     res = rewrite_detailed(original, disable=tuple(opts["disable"]), archs=opts["archs"], cache=cache,
                            progress=progress, fp32_math=opts["fp32_math"])
-    local = {tuple(n.output): node_digest(n) for n in kernel_nodes(res.model)}
-    same = {n.name: local.get(tuple(n.output)) == node_digest(n) for n in kernel_nodes(model)}
+    local = {tuple(n.output): _digest_or_none(n) for n in kernel_nodes(res.model)}
+    same = {n.name: _digest_or_none(n) is not None and local.get(tuple(n.output)) == _digest_or_none(n)
+            for n in kernel_nodes(model)}
     return Rebuild(res.model, same, opts["archs"], opts["fp32_math"], time.perf_counter() - t0)
 
 

@@ -208,8 +208,7 @@ def _built_here(model: onnx.ModelProto, kernel_attrs: list, archs, fp32_math: st
     """Record the kernels this rewrite built in the trust manifest (plus_ep/trust.py: the launcher runs
     them), and the options it used in the model's metadata (what `plus-ep trust` rebuilds with)."""
     from . import trust
-    for attrs in kernel_attrs:
-        trust.record(trust.digest_of_attrs(attrs), f"built here: node {trust.plan_node(attrs['plus_plan'])}")
+    trust.record_built(model, [attrs["plus_plan"] for attrs in kernel_attrs])
     from .kernels.arch import parse
     meta = json.dumps({"archs": [parse(a) for a in archs], "fp32_math": fp32_math,
                        "disable": sorted(disable)})

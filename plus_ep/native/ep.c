@@ -123,8 +123,8 @@ static int is_fused(const OrtNode* n) {
     return 1;
 }
 
-/* A STRING attribute, malloc'ed; NULL when absent. */
-static char* attr_string(const OrtNode* n, const char* name) {
+/* A STRING attribute, malloc'ed (its length in *out_len when not NULL); NULL when absent. */
+static char* attr_string_len(const OrtNode* n, const char* name, size_t* out_len) {
     const OrtOpAttr* a = NULL;
     OrtStatus* st = ORT_CALL(plus_ep_api, Node_GetAttributeByName)(n, name, &a);
     if (st || !a) return plus_ep_drop(st), NULL;
@@ -135,7 +135,43 @@ static char* attr_string(const OrtNode* n, const char* name) {
     st = ORT_CALL(plus_ep_api, ReadOpAttr)(a, ORT_OP_ATTR_STRING, s, len, &len);
     if (st) return plus_ep_drop(st), free(s), NULL;
     s[len] = 0;
+    if (out_len) *out_len = len;
     return s;
+}
+
+static char* attr_string(const OrtNode* n, const char* name) { return attr_string_len(n, name, NULL); }
+
+/* The trust policy (trust.h) for a Fused node of a rewritten model, before anything of it is loaded: the
+ * whole node as the graph holds it (op type, name, wiring, every attribute and pack). */
+static int check_trust(const plus_ep* ep, const OrtNode* n, const char* node, const plus_pack_src* packs,
+                       int n_packs, const char* const* ins, size_t n_in, const char* const* outs, size_t n_out,
+                       char* warning, size_t wlen, char* err, size_t errlen) {
+    plus_trust_opts to = {.any = !strcmp(ep->opts.trust, "any"), .any_source = "provider option trust=any",
+                          .cache_dir = ep->opts.cache_dir};
+    plus_trust_node nd = {.domain = NODE_STR(n, Node_GetDomain), .op_type = NODE_STR(n, Node_GetOperatorType),
+                          .name = node, .n_in = n_in, .in_names = ins, .n_out = n_out, .out_names = outs,
+                          .packs = packs, .n_packs = n_packs};
+    char* strs[PLUS_TRUST_N_STRINGS];
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++)
+        nd.str[i] = strs[i] = attr_string_len(n, plus_trust_strings[i], &nd.str_len[i]);
+    size_t count = 0;
+    OrtStatus* st = ORT_CALL(plus_ep_api, Node_GetNumAttributes)(n, &count);
+    const OrtOpAttr** all = st ? NULL : calloc(count ? count : 1, sizeof *all);
+    const char** names = all ? calloc(count ? count : 1, sizeof *names) : NULL;
+    if (names && !(st = ORT_CALL(plus_ep_api, Node_GetAttributes)(n, all, count)))
+        for (size_t i = 0; i < count && !st; i++) st = ORT_CALL(plus_ep_api, OpAttr_GetName)(all[i], &names[i]);
+    nd.attr_names = names, nd.n_attr_names = count;
+    char* sig = attr_string(n, PLUS_TRUST_SIG_ATTR);
+    int rc = -1;
+    if (st || !names) snprintf(err, errlen, "PlusEP node '%s': cannot list its attributes: %s", node,
+                               st ? ORT_CALL(plus_ep_api, GetErrorMessage)(st) : "out of memory");
+    else rc = plus_trust_check(&nd, sig, &to, warning, wlen, err, errlen);
+    plus_ep_drop(st);
+    free(sig);
+    free(names);
+    free(all);
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) free(strs[i]);
+    return rc;
 }
 
 /* The node's attributes named plus_images_<arch>: the archs (into names) and the attributes. -1 when
@@ -754,14 +790,10 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
         if ((st = io_names(nodes[0], 0, &orig_in, &n_orig_in)) || (st = io_names(nodes[0], 1, &orig_out, &n_orig_out)))
             goto done;
         /* The trust policy (trust.h) before anything of the node is loaded. Planned groups (below) come
-         * from this process's own rewriter, not from the model file. */
-        plus_trust_opts to = {.any = !strcmp(ep->opts.trust, "any"), .any_source = "provider option trust=any",
-                              .cache_dir = ep->opts.cache_dir};
+         * from this process's own rewriter (its model cache verified by plus_ep/model_cache.py). */
         char warning[PLUS_ERR_LEN];
-        char* sig = attr_string(nodes[0], PLUS_TRUST_SIG_ATTR);
-        int trusted = plus_trust_check(node, plan, packs, n_packs, sig, &to, warning, sizeof warning, err, sizeof err);
-        free(sig);
-        if (trusted < 0) {
+        if (check_trust(ep, nodes[0], node, packs, n_packs, orig_in, n_orig_in, orig_out, n_orig_out, warning,
+                        sizeof warning, err, sizeof err) < 0) {
             st = plus_ep_status(ORT_FAIL, "%s", err);
             goto done;
         }

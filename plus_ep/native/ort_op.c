@@ -224,21 +224,33 @@ static OrtStatus* check_host_inputs(const OrtApi* api, const OrtKernelInfo* info
     return NULL;
 }
 
-/* An optional STRING attribute, malloc'ed; NULL when absent. */
-static char* optional_string(const OrtApi* api, const OrtKernelInfo* info, const char* name) {
+/* An optional STRING attribute, malloc'ed (its length in *len when len is not NULL); NULL when absent. */
+static char* optional_string(const OrtApi* api, const OrtKernelInfo* info, const char* name, size_t* len) {
     size_t n = 0;
     OrtStatus* st = ORT_CALL(api, KernelInfoGetAttribute_string)(info, name, NULL, &n);
     char* s = st || !n ? NULL : malloc(n);
     if (s && (st = ORT_CALL(api, KernelInfoGetAttribute_string)(info, name, s, &n))) free(s), s = NULL;
     if (st) ORT_CALL(api, ReleaseStatus)(st);
     if (s) s[n - 1] = 0;
+    if (len) *len = s ? n - 1 : 0;
     return s;
 }
 
-/* The trust policy (trust.h) before anything of the node is loaded: a refused node fails the session
- * with the reason and the ways out; the session's opt-out is its config entry plus_ep.trust=any. */
-static OrtStatus* check_trust(const OrtApi* api, const OrtKernelInfo* info, const char* node, const char* plan,
-                              const plus_pack_src* packs, int n_packs) {
+static char* get_output_name(const OrtApi* api, const OrtKernelInfo* info, size_t i) {
+    size_t n = 0;
+    OrtStatus* st = ORT_CALL(api, KernelInfo_GetOutputName)(info, i, NULL, &n);
+    char* s = st ? NULL : malloc(n ? n : 1);
+    if (s && (st = ORT_CALL(api, KernelInfo_GetOutputName)(info, i, s, &n))) free(s), s = NULL;
+    if (st) ORT_CALL(api, ReleaseStatus)(st);
+    return s ? s : strdup("");
+}
+
+/* The trust policy (trust.h) before anything of the node is loaded: the whole node as the graph holds
+ * it (op type, name, wiring, the STRING attributes and packs; a known arch's pack the plan does not
+ * list is refused) must be trusted. A refused node fails the session with the reason and the ways
+ * out; the session's opt-out is its config entry plus_ep.trust=any. */
+static OrtStatus* check_trust(const OrtApi* api, const OrtKernelInfo* info, const plus_op* pop, const char* node,
+                              const plus_pack_src* packs, int n_packs, char** in_names, size_t n_in) {
     plus_trust_opts o = {.any = 0, .any_source = "session option " PLUS_TRUST_SESSION_KEY "=any", .cache_dir = NULL};
     char err[PLUS_ERR_LEN], warning[PLUS_ERR_LEN];
     if (atomic_load(&g_has_config_entries)) {
@@ -255,9 +267,37 @@ static OrtStatus* check_trust(const OrtApi* api, const OrtKernelInfo* info, cons
         }
         if (kv) ORT_CALL(api, KVPairs_Release)(kv);
     }
-    char* sig = optional_string(api, info, PLUS_TRUST_SIG_ATTR);
-    int rc = plus_trust_check(node, plan, packs, n_packs, sig, &o, warning, sizeof warning, err, sizeof err);
+    plus_trust_node nd = {.domain = "ai.plus_ep", .op_type = pop->name, .name = node, .n_in = n_in,
+                          .in_names = (const char* const*)in_names, .packs = packs, .n_packs = n_packs};
+    char* strs[PLUS_TRUST_N_STRINGS];
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++)
+        nd.str[i] = strs[i] = optional_string(api, info, plus_trust_strings[i], &nd.str_len[i]);
+    char** out_names = NULL;
+    OrtStatus* st = ORT_CALL(api, KernelInfo_GetOutputCount)(info, &nd.n_out);
+    if (!st && !(out_names = calloc(nd.n_out ? nd.n_out : 1, sizeof *out_names))) nd.n_out = 0;
+    for (size_t i = 0; !st && i < nd.n_out; i++) out_names[i] = get_output_name(api, info, i);
+    nd.out_names = (const char* const*)out_names;
+    OrtAllocator* a = NULL;
+    OrtStatus* sa = st ? NULL : ORT_CALL(api, GetAllocatorWithDefaultOptions)(&a);
+    if (sa) ORT_CALL(api, ReleaseStatus)(sa), a = NULL;
+    for (size_t k = 0; a && k < sizeof KNOWN_ARCHS / sizeof *KNOWN_ARCHS && !nd.unlisted_pack; k++) {
+        int have = 0;
+        for (int i = 0; i < n_packs && !have; i++) have = !strcmp(packs[i].arch, KNOWN_ARCHS[k]);
+        char attr[64];
+        snprintf(attr, sizeof attr, "plus_images_%s", KNOWN_ARCHS[k]);
+        OrtValue* v = NULL;
+        if (have) continue;
+        OrtStatus* s2 = ORT_CALL(api, KernelInfoGetAttribute_tensor)(info, attr, a, &v);
+        if (s2) ORT_CALL(api, ReleaseStatus)(s2);
+        else if (v) nd.unlisted_pack = KNOWN_ARCHS[k], ORT_CALL(api, ReleaseValue)(v);
+    }
+    char* sig = st ? NULL : optional_string(api, info, PLUS_TRUST_SIG_ATTR, NULL);
+    int rc = st ? -1 : plus_trust_check(&nd, sig, &o, warning, sizeof warning, err, sizeof err);
     free(sig);
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) free(strs[i]);
+    for (size_t i = 0; out_names && i < nd.n_out; i++) free(out_names[i]);
+    free(out_names);
+    if (st) return wrap(api, st, node, "KernelInfo_GetOutputCount");
     if (rc < 0) return make_status(api, ORT_FAIL, err);
     if (warning[0]) log_warning(api, info, warning);
     return NULL;
@@ -334,7 +374,7 @@ static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const 
     }
     for (size_t i = 0; i < n_names; i++) names[i] = get_io_name(api, info, 0, i);
 
-    if ((st = check_trust(api, info, node, plan, packs, n_packs))) goto done;
+    if ((st = check_trust(api, info, pop, node, packs, n_packs, names, n_names))) goto done;
     if (plus_kernel_create(node, plan, packs, n_packs, (const char* const*)names, n_names, &ok->k, err, sizeof err)) {
         st = make_status(api, ORT_FAIL, err);
         goto done;

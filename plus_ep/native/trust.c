@@ -1,17 +1,25 @@
 /* The trust policy for embedded kernel images (trust.h): node digest, trust manifest, Ed25519
- * signatures (system libcrypto, dlopen'ed), the operator's opt-out. */
+ * signatures (system libcrypto, dlopen'ed), the folder rule, the operator's opt-out. */
 #define _GNU_SOURCE
 #include "trust.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "sha256.h"
+
+const char* const plus_trust_strings[PLUS_TRUST_N_STRINGS] = {"pattern", "pgraph", "pgraph_hash", "plus_body",
+                                                              "plus_plan", "template"};
+enum { STR_PLAN = 4 };
 
 /* ---- digest ---- */
 
@@ -21,32 +29,109 @@ static void put_u64(plus_sha256* s, uint64_t v) {
     plus_sha256_update(s, b, 8);
 }
 
-void plus_trust_digest(const char* plan, const plus_pack_src* packs, int n, uint8_t out[32]) {
+static void put_u32(plus_sha256* s, uint32_t v) {
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    plus_sha256_update(s, b, 4);
+}
+
+static void put_str(plus_sha256* s, const void* p, size_t n) {
+    put_u64(s, n);
+    plus_sha256_update(s, p, n);
+}
+
+static void put_cstr(plus_sha256* s, const char* p) { put_str(s, p ? p : "", p ? strlen(p) : 0); }
+
+static int known_attr(const char* name) {
+    if (!strcmp(name, PLUS_TRUST_SIG_ATTR) || (!strncmp(name, "plus_images_", 12) && name[12])) return 1;
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++)
+        if (!strcmp(name, plus_trust_strings[i])) return 1;
+    return 0;
+}
+
+/* The arch names of the plan's `archs` line into archs (pointers into buf); -1 when it has none. */
+static int listed_archs(const char* plan, size_t plen, char* buf, size_t bufn, const char** archs, int max) {
+    const char* p = NULL;
+    for (size_t i = 0; i + 6 <= plen && !p; i++)
+        if ((i == 0 || plan[i - 1] == '\n') && !memcmp(plan + i, "archs ", 6)) p = plan + i + 6;
+    if (!p) return -1;
+    size_t len = 0;
+    while (p + len < plan + plen && p[len] != '\n') len++;
+    if (len >= bufn) len = bufn - 1;
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    int n = 0;
+    char* save = NULL;
+    for (char* t = strtok_r(buf, " ", &save); t && n < max; t = strtok_r(NULL, " ", &save)) archs[n++] = t;
+    return n;
+}
+
+int plus_trust_node_digest(const plus_trust_node* nd, uint8_t out[32], char* err, size_t errlen) {
+    if (!nd->str[STR_PLAN]) return snprintf(err, errlen, "the node carries no plus_plan attribute"), -1;
+    for (size_t i = 0; i < nd->n_attr_names; i++)
+        if (!known_attr(nd->attr_names[i]))
+            return snprintf(err, errlen, "attribute '%s' is not part of a fused node (kernels/CONTRACT.md §5)",
+                            nd->attr_names[i]), -1;
+    if (nd->unlisted_pack)
+        return snprintf(err, errlen, "attribute plus_images_%s: the plan's `archs` line does not list %s",
+                        nd->unlisted_pack, nd->unlisted_pack), -1;
+    if (nd->n_packs < 0 || nd->n_packs > PLUS_MAX_ARCHS)
+        return snprintf(err, errlen, "more than %d plus_images_<arch> attributes", PLUS_MAX_ARCHS), -1;
+    char buf[1024];
+    const char* listed[PLUS_MAX_ARCHS];
+    int n_listed = listed_archs(nd->str[STR_PLAN], nd->str_len[STR_PLAN], buf, sizeof buf, listed, PLUS_MAX_ARCHS);
+    int order[PLUS_MAX_ARCHS];   /* packs in strcmp order of arch (insertion sort: at most a few dozen) */
+    for (int i = 0; i < nd->n_packs; i++) {
+        int j = i;
+        int c = 0;
+        while (j > 0 && (c = strcmp(nd->packs[order[j - 1]].arch, nd->packs[i].arch)) > 0) order[j] = order[j - 1], j--;
+        if (j > 0 && !strcmp(nd->packs[order[j - 1]].arch, nd->packs[i].arch))
+            return snprintf(err, errlen, "two plus_images_%s attributes", nd->packs[i].arch), -1;
+        order[j] = i;
+        int k = 0;
+        while (n_listed >= 0 && k < n_listed && strcmp(listed[k], nd->packs[i].arch)) k++;
+        if (n_listed >= 0 && k == n_listed)
+            return snprintf(err, errlen, "attribute plus_images_%s: the plan's `archs` line does not list %s",
+                            nd->packs[i].arch, nd->packs[i].arch), -1;
+    }
+    for (int k = 0; k < n_listed; k++) {
+        int i = 0;
+        while (i < nd->n_packs && strcmp(listed[k], nd->packs[i].arch)) i++;
+        if (i == nd->n_packs)
+            return snprintf(err, errlen, "the plan's `archs` line lists %s but the node has no attribute "
+                            "plus_images_%s", listed[k], listed[k]), -1;
+    }
     plus_sha256 s;
     plus_sha256_init(&s);
-    static const char tag[] = "plus_ep node 1\n";
+    static const char tag[] = "plus_ep node 2\n";
     plus_sha256_update(&s, tag, sizeof tag - 1);
-    size_t len = strlen(plan);
-    put_u64(&s, len);
-    plus_sha256_update(&s, plan, len);
-    uint8_t cnt[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
-    plus_sha256_update(&s, cnt, 4);
-    int order[PLUS_MAX_ARCHS];   /* packs in strcmp order of arch (insertion sort: at most a few dozen) */
-    int m = n < PLUS_MAX_ARCHS ? n : PLUS_MAX_ARCHS;
-    for (int i = 0; i < m; i++) {
-        int j = i;
-        while (j > 0 && strcmp(packs[order[j - 1]].arch, packs[i].arch) > 0) order[j] = order[j - 1], j--;
-        order[j] = i;
+    put_cstr(&s, nd->domain);
+    put_cstr(&s, nd->op_type);
+    put_cstr(&s, nd->name);
+    const size_t counts[2] = {nd->n_in, nd->n_out};
+    const char* const* names[2] = {nd->in_names, nd->out_names};
+    for (int io = 0; io < 2; io++) {
+        put_u32(&s, (uint32_t)counts[io]);
+        for (size_t i = 0; i < counts[io]; i++) {
+            uint8_t wired = names[io] && names[io][i] && names[io][i][0];
+            plus_sha256_update(&s, &wired, 1);
+        }
     }
-    for (int k = 0; k < m; k++) {
-        const plus_pack_src* p = &packs[order[k]];
-        size_t al = strlen(p->arch);
-        put_u64(&s, al);
-        plus_sha256_update(&s, p->arch, al);
-        put_u64(&s, p->size);
-        plus_sha256_update(&s, p->data, p->size);
+    uint32_t present = 0;
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) present += nd->str[i] != NULL;
+    put_u32(&s, present);
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++)
+        if (nd->str[i]) {
+            put_cstr(&s, plus_trust_strings[i]);
+            put_str(&s, nd->str[i], nd->str_len[i]);
+        }
+    put_u32(&s, (uint32_t)nd->n_packs);
+    for (int k = 0; k < nd->n_packs; k++) {
+        const plus_pack_src* p = &nd->packs[order[k]];
+        put_cstr(&s, p->arch);
+        put_str(&s, p->data, p->size);
     }
     plus_sha256_final(&s, out);
+    return 0;
 }
 
 void plus_trust_key_id(const uint8_t key[32], char id[17]) {
@@ -60,6 +145,7 @@ void plus_trust_key_id(const uint8_t key[32], char id[17]) {
     memcpy(id, hex, 16);
     id[16] = 0;
 }
+
 
 /* ---- parsers ---- */
 
@@ -96,37 +182,80 @@ int plus_trust_b64(const char* s, size_t n, uint8_t* out, size_t want) {
     return got == want ? 0 : -1;
 }
 
-int plus_trust_parse_keys(const char* text, plus_trust_key* keys, int max, char* err, size_t errlen) {
-    int n = 0, line = 0;
-    for (const char* p = text; *p;) {
-        size_t len = strcspn(p, "\n");
+static int is_sp(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+int plus_trust_parse_keys(const char* text, size_t n, plus_trust_key* keys, int max, char* err, size_t errlen) {
+    int count = 0, line = 0;
+    const char* end_all = text + n;
+    for (const char* p = text; p < end_all;) {
+        const char* nl = memchr(p, '\n', (size_t)(end_all - p));
+        const char* end = nl ? nl : end_all;
         line++;
+        if (memchr(p, 0, (size_t)(end - p))) {
+            snprintf(err, errlen, "line %d: a NUL byte (not a text file)", line);
+            return -1;
+        }
         const char* q = p;
-        while (q < p + len && (*q == ' ' || *q == '\t' || *q == '\r')) q++;
-        if (q < p + len && *q != '#') {
-            const char* end = p + len;
-            while (end > q && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r')) end--;
-            if ((size_t)(end - q) < 8 || strncmp(q, "ed25519 ", 8)) {
+        while (q < end && is_sp(*q)) q++;
+        while (end > q && is_sp(end[-1])) end--;
+        if (q < end && *q != '#') {
+            if (end - q < 8 || strncmp(q, "ed25519", 7) || (q[7] != ' ' && q[7] != '\t')) {
                 snprintf(err, errlen, "line %d: expected `ed25519 <base64 public key> [comment]`", line);
                 return -1;
             }
-            const char* k = q + 8;
-            while (k < end && *k == ' ') k++;
-            size_t kl = strcspn(k, " \t\n\r");
-            if (k + kl > end) kl = (size_t)(end - k);
-            if (n == max) {
+            const char* k = q + 7;
+            while (k < end && is_sp(*k)) k++;
+            size_t kl = 0;
+            while (k + kl < end && !is_sp(k[kl])) kl++;
+            if (count == max) {
                 snprintf(err, errlen, "line %d: more than %d keys", line, max);
                 return -1;
             }
-            if (plus_trust_b64(k, kl, keys[n].key, 32)) {
+            if (plus_trust_b64(k, kl, keys[count].key, 32)) {
                 snprintf(err, errlen, "line %d: the key is not the base64 of a 32-byte Ed25519 public key", line);
                 return -1;
             }
-            plus_trust_key_id(keys[n].key, keys[n].id);
-            n++;
+            plus_trust_key_id(keys[count].key, keys[count].id);
+            count++;
         }
-        p += len + (p[len] == '\n');
+        p = nl ? nl + 1 : end_all;
     }
+    return count;
+}
+
+int plus_trust_read_keys(const char* path, plus_trust_key* keys, int max, char* err, size_t errlen) {
+    char why[1024];
+    if (plus_trust_safe_path("PLUS_EP_TRUSTED_KEYS", path, why, sizeof why)) return snprintf(err, errlen, "%s", why), -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return snprintf(err, errlen, "PLUS_EP_TRUSTED_KEYS=%s cannot be read (%s)", path, strerror(e)), -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return snprintf(err, errlen, "PLUS_EP_TRUSTED_KEYS=%s is %s, not a keys file", path,
+                        S_ISDIR(st.st_mode) ? "a folder" : "not a regular file"), -1;
+    }
+    if (st.st_size > PLUS_TRUST_MAX_KEYS_FILE) {
+        close(fd);
+        return snprintf(err, errlen, "PLUS_EP_TRUSTED_KEYS=%s is larger than %d bytes", path,
+                        PLUS_TRUST_MAX_KEYS_FILE), -1;
+    }
+    size_t size = (size_t)st.st_size, got = 0;
+    char* text = malloc(size + 1);
+    if (!text) return close(fd), snprintf(err, errlen, "out of memory"), -1;
+    while (got < size) {
+        ssize_t r = read(fd, text + got, size - got);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    char perr[256];
+    int n = plus_trust_parse_keys(text, got, keys, max, perr, sizeof perr);
+    free(text);
+    if (n < 0) snprintf(err, errlen, "PLUS_EP_TRUSTED_KEYS=%s %s", path, perr);
     return n;
 }
 
@@ -199,6 +328,51 @@ static int ed25519_verify(const uint8_t key[32], const uint8_t sig[64], const ui
     return ok;
 }
 
+/* ---- policy, folders ---- */
+
+int plus_trust_policy(const char* value, char* err, size_t errlen) {
+    if (!value || !*value || !strcmp(value, "verify")) return 0;
+    if (!strcmp(value, "any")) return 1;
+    snprintf(err, errlen, "PLUS_EP_TRUST='%s' is not a policy: use 'any' (run every model's embedded kernels "
+             "unchecked) or 'verify' (the default)", value);
+    return -1;
+}
+
+int plus_trust_safe_path(const char* what, const char* path, char* err, size_t errlen) {
+    char real[PATH_MAX];
+    if (!path || !*path || !realpath(path, real)) return 0;   /* absent: nothing in it counts anyway */
+    uid_t me = geteuid();
+    for (size_t len = strlen(real);;) {
+        struct stat st;
+        char at[PATH_MAX];
+        memcpy(at, real, len);
+        at[len ? len : 1] = 0;
+        if (!len) at[0] = '/';
+        int self = len == strlen(real);
+        if (!stat(at, &st)) {
+            const char* which = self ? "" : "the folder ";
+            if (st.st_uid != me && st.st_uid != 0) {
+                if (self) snprintf(err, errlen, "%s %s is owned by uid %u, not by you (uid %u) or root: chown %u %s",
+                                   what, real, (unsigned)st.st_uid, (unsigned)me, (unsigned)me, at);
+                else snprintf(err, errlen, "%s %s: %s%s above it is owned by uid %u, not by you (uid %u) or root: "
+                              "chown %u %s", what, real, which, at, (unsigned)st.st_uid, (unsigned)me, (unsigned)me, at);
+                return -1;
+            }
+            if ((st.st_mode & 022) && (self || !S_ISDIR(st.st_mode) || !(st.st_mode & S_ISVTX))) {
+                if (self) snprintf(err, errlen, "%s %s is writable by group or others (mode %04o): chmod go-w %s", what,
+                                   real, (unsigned)(st.st_mode & 07777), at);
+                else snprintf(err, errlen, "%s %s: %s%s above it is writable by group or others (mode %04o): chmod "
+                              "go-w %s", what, real, which, at, (unsigned)(st.st_mode & 07777), at);
+                return -1;
+            }
+        }
+        if (len <= 1) break;
+        while (len > 1 && real[len - 1] != '/') len--;   /* to the parent */
+        if (len > 1) len--;                               /* drop the '/' (keep "/" itself) */
+    }
+    return 0;
+}
+
 /* ---- where the manifest lives ---- */
 
 /* The trust dir ($PLUS_EP_TRUST_DIR, else <cache root>/trusted) into buf; "" when none can be named. */
@@ -221,12 +395,41 @@ static void trust_dir(char* buf, size_t n) {
     }
 }
 
+/* Owned by this user or root, writable by nobody else. */
+static int private_to_me(const struct stat* st) {
+    return (st->st_uid == geteuid() || st->st_uid == 0) && !(st->st_mode & 022);
+}
+
+/* 1 when <dir>/<hex[:2]>/<hex> is a regular file that names this digest ("digest": "<hex>"). */
 static int in_manifest(const char* dir, const char* hex) {
     if (!dir[0]) return 0;
     char path[4096 + 80];
-    struct stat st;
     snprintf(path, sizeof path, "%s/%.2s/%s", dir, hex, hex);
-    return !stat(path, &st) && S_ISREG(st.st_mode);
+    struct stat st;
+    char shard[4096 + 8];
+    snprintf(shard, sizeof shard, "%s/%.2s", dir, hex);
+    if (stat(shard, &st) || !private_to_me(&st)) return 0;   /* a shard another user can change counts for nothing */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return 0;
+    char text[4096];
+    ssize_t got = 0;
+    if (!fstat(fd, &st) && S_ISREG(st.st_mode) && private_to_me(&st) && st.st_size < (off_t)sizeof text)
+        got = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (got <= 0) return 0;
+    text[got] = 0;
+    char want[64 + 16];
+    snprintf(want, sizeof want, "\"digest\": \"%s\"", hex);
+    return strstr(text, want) != NULL;
+}
+
+/* Where the manifest `dir` stands: 1 searched (safe), 0 not (why appended to `why`). */
+static int usable_dir(const char* dir, char* why, size_t wn) {
+    char e[1024];
+    if (!dir[0] || !plus_trust_safe_path("trust folder", dir, e, sizeof e)) return 1;
+    size_t l = strlen(why);
+    snprintf(why + l, wn - l, "%s%s", l ? "; " : "", e);
+    return 0;
 }
 
 /* ---- the check ---- */
@@ -237,24 +440,17 @@ static atomic_int g_warned;
 static int signed_by_key(const char* signature, const uint8_t digest[32], char* why, size_t wn, char* id_out) {
     char id[17];
     uint8_t sig[64];
-    char perr[160];
+    char perr[1024];
     if (!signature) return snprintf(why, wn, "no signature"), 0;
     if (plus_trust_parse_signature(signature, id, sig, perr, sizeof perr)) return snprintf(why, wn, "%s", perr), 0;
     const char* path = getenv("PLUS_EP_TRUSTED_KEYS");
     if (!path || !*path) return snprintf(why, wn, "signed by key %s, but PLUS_EP_TRUSTED_KEYS lists no keys", id), 0;
-    FILE* f = fopen(path, "rb");
-    if (!f) return snprintf(why, wn, "signed by key %s, but PLUS_EP_TRUSTED_KEYS=%s cannot be read", id, path), 0;
-    char* text = calloc(1, 1 << 16);
-    size_t got = text ? fread(text, 1, (1 << 16) - 1, f) : 0;
-    fclose(f);
-    if (!text) return snprintf(why, wn, "out of memory"), 0;
-    text[got] = 0;
     plus_trust_key* keys = calloc(PLUS_TRUST_MAX_KEYS, sizeof *keys);
-    int n = keys ? plus_trust_parse_keys(text, keys, PLUS_TRUST_MAX_KEYS, perr, sizeof perr) : -1;
-    free(text);
+    if (!keys) return snprintf(why, wn, "out of memory"), 0;
+    int n = plus_trust_read_keys(path, keys, PLUS_TRUST_MAX_KEYS, perr, sizeof perr);
     int rc = 0;
     if (n < 0) {
-        snprintf(why, wn, "PLUS_EP_TRUSTED_KEYS=%s %s", path, keys ? perr : "out of memory");
+        snprintf(why, wn, "signed by key %s, but %s", id, perr);
     } else {
         int k = 0;
         while (k < n && strcmp(keys[k].id, id)) k++;
@@ -268,30 +464,32 @@ static int signed_by_key(const char* signature, const uint8_t digest[32], char* 
             if (v > 0) rc = 1, snprintf(id_out, 17, "%s", id);
             else if (v < 0) snprintf(why, wn, "signed by key %s, but no OpenSSL libcrypto (libcrypto.so.3) could be "
                                      "loaded to check it", id);
-            else snprintf(why, wn, "the signature by key %s does not match the node's plan and images", id);
+            else snprintf(why, wn, "the signature by key %s does not match the node", id);
         }
     }
     free(keys);
     return rc;
 }
 
-int plus_trust_check(const char* node, const char* plan, const plus_pack_src* packs, int n, const char* signature,
-                     const plus_trust_opts* o, char* warning, size_t wlen, char* err, size_t errlen) {
+int plus_trust_check(const plus_trust_node* nd, const char* signature, const plus_trust_opts* o, char* warning,
+                     size_t wlen, char* err, size_t errlen) {
     uint8_t digest[32];
-    char hex[65], dir[4096], extra[4096 + 16] = "", sigwhy[512] = "", id[17] = "";
+    char hex[65], dir[4096], extra[4096 + 16] = "", sigwhy[1536] = "", id[17] = "", perr[1024], dirwhy[2200] = "";
+    const char* node = nd->name ? nd->name : "?";
     warning[0] = 0;
-    const char* env = getenv("PLUS_EP_TRUST");
-    int env_any = env && !strcmp(env, "any");
-    if (env && *env && !env_any && strcmp(env, "verify")) {
-        snprintf(err, errlen, "PlusEP node '%s': PLUS_EP_TRUST='%s' is not a policy: use 'any' (run every model's "
-                 "embedded kernels unchecked) or 'verify' (the default)", node, env);
+    int env_any = plus_trust_policy(getenv("PLUS_EP_TRUST"), perr, sizeof perr);
+    if (env_any < 0) return snprintf(err, errlen, "PlusEP node '%s': %s", node, perr), -1;
+    if (plus_trust_node_digest(nd, digest, perr, sizeof perr)) {
+        snprintf(err, errlen, "PlusEP node '%s': refusing its embedded kernel images: %s; rewrite the original model "
+                 "with `plus-ep rewrite`", node, perr);
         return -1;
     }
-    plus_trust_digest(plan, packs, n, digest);
     plus_sha256_hex(digest, hex);
     trust_dir(dir, sizeof dir);
     if (o && o->cache_dir && *o->cache_dir) snprintf(extra, sizeof extra, "%s/trusted", o->cache_dir);
-    if (in_manifest(dir, hex) || in_manifest(extra, hex)) return PLUS_TRUST_MANIFEST;
+    if ((usable_dir(dir, dirwhy, sizeof dirwhy) && in_manifest(dir, hex)) ||
+        (extra[0] && usable_dir(extra, dirwhy, sizeof dirwhy) && in_manifest(extra, hex)))
+        return PLUS_TRUST_MANIFEST;
     if (signed_by_key(signature, digest, sigwhy, sizeof sigwhy, id)) return PLUS_TRUST_SIGNED;
     if (env_any || (o && o->any)) {
         const char* how = env_any ? "PLUS_EP_TRUST=any" : o->any_source ? o->any_source : "the session's option";
@@ -300,6 +498,11 @@ int plus_trust_check(const char* node, const char* plan, const plus_pack_src* pa
                      "after it in this process) run without a trust check; a model file can carry any GPU code. "
                      "This warning is printed once per process.", how, node);
         return PLUS_TRUST_OPTOUT;
+    }
+    if (dirwhy[0]) {
+        snprintf(err, errlen, "PlusEP node '%s': refusing its embedded kernel images: %s (a folder another user can "
+                 "change decides nothing; node digest %.16s; %s)", node, dirwhy, hex, sigwhy);
+        return -1;
     }
     snprintf(err, errlen, "PlusEP node '%s': refusing its embedded kernel images: they are not trusted here (node "
              "digest %.16s is in no trust manifest (%s%s%s); %s). Run `plus-ep trust MODEL` on this machine (it "

@@ -28,13 +28,30 @@ def tiny():
 
 
 def test_digest_covers_plan_and_every_pack_in_arch_order():
+    def key(plan, packs):
+        return trust.NodeKey("ai.plus_ep", "Fused", "n", (True,), (True,), {"plus_plan": plan}, packs)
     packs = {"sm_90a": b"A" * 40, "sm_80": b"B" * 40}
-    d = trust.digest("plan\n", packs)
-    assert d == trust.digest(b"plan\n", dict(reversed(list(packs.items()))))
-    assert d != trust.digest("plan \n", packs)
-    assert d != trust.digest("plan\n", {"sm_90a": b"B" * 40, "sm_80": b"A" * 40})
-    assert d != trust.digest("plan\n", {**packs, "sm_100": b""})
+    d = trust.digest(key(b"plan\n", packs))
+    assert d == trust.digest(key(b"plan\n", dict(reversed(list(packs.items())))))
+    assert d != trust.digest(key(b"plan \n", packs))
+    assert d != trust.digest(key(b"plan\n", {"sm_90a": b"B" * 40, "sm_80": b"A" * 40}))
+    assert d != trust.digest(key(b"plan\n", {**packs, "sm_100": b""}))
     assert len(d) == 32
+
+
+def test_a_rewrite_binds_each_node_to_its_function_body(tiny):
+    """Every node a rewrite built names its function body (plus_body); a changed body is refused by
+    status (and no longer verifies), the bound attribute being part of the digest."""
+    for n in trust.kernel_nodes(tiny):
+        assert trust.body_problem(tiny, n) is None
+        assert any(a.name == trust.BODY_ATTR and len(a.s) == 64 for a in n.attribute)
+    m = onnx.ModelProto()
+    m.CopyFrom(tiny)
+    m.functions[0].node[0].attribute[0].i = 0                  # LayerNormalization's axis
+    node = next(n for n in m.graph.node if n.overload == m.functions[0].overload)
+    assert trust.body_problem(m, node) == "its function body is not the one its plus_body names (the body was changed)"
+    assert [s.how for s in trust.status(m) if s.node == node.name] == [None]
+    assert "body was changed" in next(s.why for s in trust.status(m) if s.node == node.name)
 
 
 def test_a_rewrite_records_what_it_built(tiny, fresh_manifest, tmp_path):
@@ -104,7 +121,7 @@ def test_sign_and_keys(tiny, fresh_manifest, tmp_path, monkeypatch, capsys):
     assert [n.how for n in trust.status(swap_first_images(m))] == [None, None]     # signatures no longer match
     (tmp_path / "bad.pub").write_text("ed25519 notbase64\n")
     monkeypatch.setenv("PLUS_EP_TRUSTED_KEYS", str(tmp_path / "bad.pub"))
-    with pytest.raises(trust.TrustError, match="line 1: expected `ed25519"):
+    with pytest.raises(trust.TrustError, match="bad.pub line 1: the key is not the base64 of a 32-byte"):
         trust.trusted_keys()
 
 

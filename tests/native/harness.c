@@ -608,53 +608,120 @@ static int cmd_threads(int argc, char** argv) {
     return failures ? 2 : 0;
 }
 
-/* trust NODE PLAN [--sig TEXT] [--any] [ARCH=PACKFILE]...: the node digest, then how the policy
- * treats the node ("trusted manifest|signed|optout", "warning: ...") or "error: ...". */
+/* trust DESC [--sig TEXT] [--any] [--cache-dir D]: the node digest of the node DESC describes, then how
+ * the policy treats it ("trusted manifest|signed|optout", "warning: ...") or "error: ...". DESC lines:
+ * `domain X`, `op X`, `name X` (the rest of the line), `in 1 0 1` / `out 1` (wired flags), `str NAME FILE`
+ * (a STRING attribute of trust.h's list), `pack ARCH FILE`, `attr NAME` (every attribute name, as the
+ * plugin EP lists them; none: the custom op's view), `unlisted ARCH` (a pack the custom op found unlisted). */
 static int cmd_trust(int argc, char** argv) {
-    CHECK(argc >= 2, "usage: trust NODE PLAN [--sig TEXT] [--any] [ARCH=PACK]...");
-    char* plan = slurp(argv[1], NULL);
+    CHECK(argc >= 1, "usage: trust DESC [--sig TEXT] [--any] [--cache-dir D]");
+    char* desc = slurp(argv[0], NULL);
+    plus_trust_node nd = {0};
+    char* fields[3] = {0};   /* domain, op, name */
+    const char* ins[64];
+    const char* outs[64];
+    char* strs[PLUS_TRUST_N_STRINGS] = {0};
     plus_pack_src packs[PLUS_MAX_ARCHS];
     char* blobs[PLUS_MAX_ARCHS];
-    int n = 0;
+    char* archs[PLUS_MAX_ARCHS];
+    const char* names[64];
+    char* unlisted = NULL;
+    int n_packs = 0;
+    size_t n_names = 0;
+    int have_attrs = 0;
+    for (char* save = NULL, *line = strtok_r(desc, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char* rest = strchr(line, ' ');
+        rest = rest ? (*rest = 0, rest + 1) : line + strlen(line);
+        if (!strcmp(line, "domain")) fields[0] = rest;
+        else if (!strcmp(line, "op")) fields[1] = rest;
+        else if (!strcmp(line, "name")) fields[2] = rest;
+        else if (!strcmp(line, "in") || !strcmp(line, "out")) {
+            const char** v = line[0] == 'i' ? ins : outs;
+            size_t* c = line[0] == 'i' ? &nd.n_in : &nd.n_out;
+            for (char* p = rest; *p; p++)
+                if (*p == '0' || *p == '1') {
+                    CHECK(*c < 64, "too many");
+                    v[(*c)++] = *p == '1' ? "x" : "";
+                }
+        } else if (!strcmp(line, "str")) {
+            char* file = strchr(rest, ' ');
+            CHECK(file, "str NAME FILE");
+            *file++ = 0;
+            int k = 0;
+            while (k < PLUS_TRUST_N_STRINGS && strcmp(plus_trust_strings[k], rest)) k++;
+            CHECK(k < PLUS_TRUST_N_STRINGS, "unknown string attribute %s", rest);
+            strs[k] = slurp(file, &nd.str_len[k]);
+            nd.str[k] = strs[k];
+        } else if (!strcmp(line, "pack")) {
+            char* file = strchr(rest, ' ');
+            CHECK(file && n_packs < PLUS_MAX_ARCHS, "pack ARCH FILE");
+            *file++ = 0;
+            size_t len;
+            blobs[n_packs] = slurp(file, &len);
+            archs[n_packs] = rest;
+            packs[n_packs] = (plus_pack_src){.arch = rest, .data = (const uint8_t*)blobs[n_packs], .size = len};
+            n_packs++;
+        } else if (!strcmp(line, "attr")) {
+            CHECK(n_names < 64, "too many attrs");
+            names[n_names++] = rest, have_attrs = 1;
+        } else if (!strcmp(line, "unlisted")) {
+            unlisted = rest;
+        } else {
+            CHECK(0, "unknown description line %s", line);
+        }
+    }
+    (void)archs;
+    nd.domain = fields[0], nd.op_type = fields[1], nd.name = fields[2];
+    nd.in_names = ins, nd.out_names = outs, nd.packs = packs, nd.n_packs = n_packs;
+    nd.attr_names = have_attrs ? names : NULL, nd.n_attr_names = n_names, nd.unlisted_pack = unlisted;
     const char* sig = NULL;
     plus_trust_opts o = {.any = 0, .any_source = "harness option --any", .cache_dir = NULL};
-    for (int i = 2; i < argc; i++) {
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sig") && i + 1 < argc) sig = argv[++i];
         else if (!strcmp(argv[i], "--any")) o.any = 1;
-        else {
-            char* eq = strchr(argv[i], '=');
-            CHECK(eq && n < PLUS_MAX_ARCHS, "ARCH=PACK");
-            *eq = 0;
-            size_t len;
-            blobs[n] = slurp(eq + 1, &len);
-            packs[n] = (plus_pack_src){.arch = argv[i], .data = (const uint8_t*)blobs[n], .size = len};
-            n++;
-        }
+        else if (!strcmp(argv[i], "--cache-dir") && i + 1 < argc) o.cache_dir = argv[++i];
+        else CHECK(0, "unknown option %s", argv[i]);
     }
     uint8_t d[32];
     char hex[65], err[PLUS_ERR_LEN], warning[PLUS_ERR_LEN];
-    plus_trust_digest(plan, packs, n, d);
-    plus_sha256_hex(d, hex);
-    printf("digest %s\n", hex);
-    int rc = plus_trust_check(argv[0], plan, packs, n, sig, &o, warning, sizeof warning, err, sizeof err);
+    if (plus_trust_node_digest(&nd, d, err, sizeof err)) printf("no digest: %s\n", err);
+    else plus_sha256_hex(d, hex), printf("digest %s\n", hex);
+    int rc = plus_trust_check(&nd, sig, &o, warning, sizeof warning, err, sizeof err);
     if (warning[0]) printf("warning: %s\n", warning);
     if (rc > 0) printf("trusted %s\n", rc == PLUS_TRUST_MANIFEST ? "manifest" : rc == PLUS_TRUST_SIGNED ? "signed" : "optout");
     else printf("error: %s\n", err);
-    for (int i = 0; i < n; i++) free(blobs[i]);
-    free(plan);
+    for (int i = 0; i < n_packs; i++) free(blobs[i]);
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) free(strs[i]);
+    free(desc);
     return rc > 0 ? 0 : 1;
 }
 
-/* keys FILE: the key ids of a PLUS_EP_TRUSTED_KEYS file, or "error: ...". */
+/* keys FILE: the key ids of a PLUS_EP_TRUSTED_KEYS file (read as the launcher reads it), or "error: ...". */
 static int cmd_keys(int argc, char** argv) {
     CHECK(argc == 1, "usage: keys FILE");
-    char* text = slurp(argv[0], NULL);
     plus_trust_key keys[PLUS_TRUST_MAX_KEYS];
-    char err[256];
-    int n = plus_trust_parse_keys(text, keys, PLUS_TRUST_MAX_KEYS, err, sizeof err);
-    free(text);
+    char err[PLUS_ERR_LEN];
+    int n = plus_trust_read_keys(argv[0], keys, PLUS_TRUST_MAX_KEYS, err, sizeof err);
     if (n < 0) return printf("error: %s\n", err), 1;
     for (int i = 0; i < n; i++) printf("%s\n", keys[i].id);
+    return 0;
+}
+
+/* policy [VALUE]: how PLUS_EP_TRUST=VALUE reads (no VALUE: unset): "verify", "any" or "error: ...". */
+static int cmd_policy(int argc, char** argv) {
+    char err[PLUS_ERR_LEN];
+    int p = plus_trust_policy(argc ? argv[0] : NULL, err, sizeof err);
+    if (p < 0) return printf("error: %s\n", err), 1;
+    printf("%s\n", p ? "any" : "verify");
+    return 0;
+}
+
+/* safe WHAT PATH: "ok", or "error: ..." when PATH breaks the folder rule (plus_trust_safe_path). */
+static int cmd_safe(int argc, char** argv) {
+    CHECK(argc == 2, "usage: safe WHAT PATH");
+    char err[PLUS_ERR_LEN];
+    if (plus_trust_safe_path(argv[0], argv[1], err, sizeof err)) return printf("error: %s\n", err), 1;
+    printf("ok\n");
     return 0;
 }
 
@@ -672,6 +739,8 @@ int main(int argc, char** argv) {
     if (!strcmp(c, "threads")) return cmd_threads(argc - 2, argv + 2);
     if (!strcmp(c, "trust")) return cmd_trust(argc - 2, argv + 2);
     if (!strcmp(c, "keys")) return cmd_keys(argc - 2, argv + 2);
+    if (!strcmp(c, "policy")) return cmd_policy(argc - 2, argv + 2);
+    if (!strcmp(c, "safe")) return cmd_safe(argc - 2, argv + 2);
     if (!strcmp(c, "time")) return cmd_time(argc - 2, argv + 2);
     CHECK(0, "unknown command %s", c);
 }

@@ -91,7 +91,9 @@ def host(request, builds, tmp_path):
             p.write_text(plan)
             extra = [str(p), f"sm_90={pack}"]
             # the test vouches for its stand-in kernels: their digest in its own trust manifest
-            trust.record(trust.digest(plan, {"sm_90": pack.read_bytes()}), "tests: stand-in packs", tmp_path)
+            key = trust.NodeKey("ai.plus_ep", args[1], "plus_ep/test/0", (True,) * (len(args) - 4), (True,),
+                                {"plus_plan": plan.encode()}, {"sm_90": pack.read_bytes()})   # ortop_host's node
+            trust.record(trust.digest(key), "tests: stand-in packs", tmp_path)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
         env.update({"PLUS_EP_CUDA_LIBRARY": str(fake), "ASAN_OPTIONS": "detect_leaks=1",
                     "PLUS_EP_TRUST_DIR": str(trust.trust_dir(tmp_path)),

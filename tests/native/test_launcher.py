@@ -779,18 +779,27 @@ def test_expression_dim_is_checked_against_the_tensor(h):
 
 # ---------------------------------------------------------------- trust policy (trust.c, plus_ep/trust.py)
 
-def _trust_args(h, plan: str, packs: dict) -> list[str]:
-    return ["trust", "my add", h.file(plan)] + [f"{a}={h.file(b, '.bin')}" for a, b in packs.items()]
+def _key(plan: str, packs: dict, op: str = "Fused", inputs=(True, True), name: str = "my add"):
+    from plus_ep import trust
+    return trust.NodeKey("ai.plus_ep", op, name, tuple(inputs), (True,), {"plus_plan": plan.encode()}, packs)
+
+
+def _trust_args(h, plan: str, packs: dict, op: str = "Fused", inputs=(True, True), name: str = "my add") -> list[str]:
+    """The harness's `trust` command for the node my add (plan, packs) as the custom op sees it."""
+    lines = ["domain ai.plus_ep", f"op {op}", f"name {name}", "in " + " ".join(str(int(w)) for w in inputs), "out 1",
+             f"str plus_plan {h.file(plan)}"] + [f"pack {a} {h.file(b, '.bin')}" for a, b in packs.items()]
+    return ["trust", h.file("\n".join(lines) + "\n")]
 
 
 def test_digest_is_pythons(h):
-    """trust.c and plus_ep/trust.py hash a node alike: plan and packs in byte order of arch."""
+    """trust.c and plus_ep/trust.py hash a node alike: plan and packs in byte order of arch (the shared
+    vectors of tests/support/trust_vectors.json cover the rest of the node)."""
     from plus_ep import trust
     packs = {"sm_90a": one_pack("a"), "sm_80": one_pack("b"), "sm_100": b"\x00\x01" * 700}
     out = h(*_trust_args(h, ADD_PLAN, packs), env={"PLUS_EP_TRUST_DIR": str(h.dir / "none")})[1]
-    assert f"digest {trust.digest(ADD_PLAN, packs).hex()}\n" in out
-    assert trust.digest(ADD_PLAN, packs) != trust.digest(ADD_PLAN, {"sm_90a": packs["sm_80"], "sm_80": packs["sm_90a"],
-                                                                   "sm_100": packs["sm_100"]})
+    assert f"digest {trust.digest(_key(ADD_PLAN, packs)).hex()}\n" in out
+    assert trust.digest(_key(ADD_PLAN, packs)) != trust.digest(_key(ADD_PLAN, {
+        "sm_90a": packs["sm_80"], "sm_80": packs["sm_90a"], "sm_100": packs["sm_100"]}))
 
 
 def test_manifest_admits_exactly_the_recorded_node(h, monkeypatch):
@@ -802,14 +811,30 @@ def test_manifest_admits_exactly_the_recorded_node(h, monkeypatch):
     assert msg.startswith("PlusEP node 'my add': refusing its embedded kernel images") and "plus-ep trust MODEL" in msg
     assert f"is in no trust manifest ({h.dir}/trusted)" in msg
     assert "or opt out: PLUS_EP_TRUST=any, or the harness option --any" in msg   # the caller's opt-out
-    trust.record(trust.digest(ADD_PLAN, packs), "test", cache_dir=h.dir)
+    trust.record(trust.digest(_key(ADD_PLAN, packs)), "test", cache_dir=h.dir)
     assert "trusted manifest" in h.ok(*_trust_args(h, ADD_PLAN, packs), env=env)
     assert "trusted manifest" in h.ok(*_trust_args(h, ADD_PLAN, packs), env={"PLUS_EP_TRUST_DIR": str(h.dir / "trusted")})
-    # one byte of another image, another plan, or the same images under another arch: refused
+    # one byte of another image, another plan, the same images under another arch, or the same node
+    # renamed, re-typed or rewired: refused
     assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, {"sm_90": one_pack("b")}), env=env)
     assert "refusing" in h.err(*_trust_args(h, ADD_PLAN.replace("256", "128"), packs), env=env)
     assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, {"sm_80": packs["sm_90"]}), env=env)
     assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, {"sm_90": packs["sm_90"], "sm_80": packs["sm_90"]}), env=env)
+    assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, packs, op="FusedHost1"), env=env)
+    assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, packs, name="my other add"), env=env)
+    assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, packs, inputs=(True, False)), env=env)
+    assert "refusing" in h.err(*_trust_args(h, ADD_PLAN, packs, inputs=(True, True, True)), env=env)
+    # an entry that does not name its digest (a `touch`), or the manifest in a folder others can write
+    entry = next(p for p in (h.dir / "trusted").rglob("*") if p.is_file())
+    text = entry.read_text()
+    entry.write_text("")
+    assert "in no trust manifest" in h.err(*_trust_args(h, ADD_PLAN, packs), env=env)
+    entry.write_text(text)
+    (h.dir / "trusted").chmod(0o777)
+    msg = h.err(*_trust_args(h, ADD_PLAN, packs), env=env)
+    assert f"trust folder {h.dir}/trusted is writable by group or others (mode 0777): chmod go-w {h.dir}/trusted" in msg
+    (h.dir / "trusted").chmod(0o700)
+    assert "trusted manifest" in h.ok(*_trust_args(h, ADD_PLAN, packs), env=env)
 
 
 def test_opt_out_admits_and_warns(h):
@@ -834,7 +859,7 @@ def test_keys_file(h, text, ok):
     rc, out = h("keys", h.file(text))
     assert (rc == 0) == ok, out
     if not ok:
-        assert out.startswith("error: line ")
+        assert out.startswith("error: PLUS_EP_TRUSTED_KEYS=") and ": line 1:" not in out and " line 1: " in out
 
 
 def test_signature_by_a_configured_key(h):
@@ -848,7 +873,7 @@ def test_signature_by_a_configured_key(h):
     packs = {"sm_90": one_pack("a")}
     keys = [ed25519.Ed25519PrivateKey.generate() for _ in range(2)]
     raw = [k.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) for k in keys]
-    sig = keys[0].sign(trust.SIGNATURE_TAG + trust.digest(ADD_PLAN, packs))
+    sig = keys[0].sign(trust.SIGNATURE_TAG + trust.digest(_key(ADD_PLAN, packs)))
     attr = f"ed25519 {trust.key_id(raw[0])} {base64.b64encode(sig).decode()}"
     listed = h.file(trust.public_line(raw[0], "release") + "\n")
     env = {"PLUS_EP_TRUST_DIR": str(h.dir / "none"), "PLUS_EP_TRUSTED_KEYS": listed}
@@ -856,7 +881,7 @@ def test_signature_by_a_configured_key(h):
     assert "trusted signed" in h.ok(*args, "--sig", attr, env=env)
     assert "which PLUS_EP_TRUSTED_KEYS=" in h.err(*args, "--sig", attr,
                                                   env={**env, "PLUS_EP_TRUSTED_KEYS": h.file(trust.public_line(raw[1]))})
-    assert "does not match the node's plan and images" in h.err(
+    assert "does not match the node" in h.err(
         *_trust_args(h, ADD_PLAN, {"sm_90": one_pack("b")}), "--sig", attr, env=env)
     assert "PLUS_EP_TRUSTED_KEYS lists no keys" in h.err(*args, "--sig", attr, env={"PLUS_EP_TRUST_DIR": "/none"})
     assert "not the base64 of 64 bytes" in h.err(*args, "--sig", attr[:-8], env=env)

@@ -124,8 +124,9 @@ def _rewrite_command(sub, common) -> None:
                     help=f"fp32 GEMMs and attention: TF32 tensor cores ('tf32') or exact SIMT ('exact'); "
                          f"default {FP32_MATH_DEFAULT!r}, as ONNX Runtime's CUDA EP (use_tf32=1)")
     rw.add_argument("--sign", metavar="KEY",
-                    help="sign every fused node's kernels with this Ed25519 private key (`plus-ep keygen`; "
-                         "needs the [sign] extra): machines whose PLUS_EP_TRUSTED_KEYS lists its public key run them")
+                    help="sign every fused node and the whole model with this Ed25519 private key (`plus-ep keygen`; "
+                         "needs the [sign] extra): machines whose PLUS_EP_TRUSTED_KEYS lists its public key run the "
+                         "nodes, and `plus-ep trust MODEL` there checks the whole model (docs/guide/trust.md)")
     rw.set_defaults(func=cmd_rewrite)
 
 
@@ -137,7 +138,10 @@ def _trust_command(sub, common) -> None:
                                     "(docs/guide/trust.md). This rebuilds every fused node from its function body "
                                     "(this installation's renderer and NVRTC, kernels from the local cache) and "
                                     "records the nodes whose plan and images come out byte-identical in the trust "
-                                    "manifest ($PLUS_EP_TRUST_DIR, else <cache root>/trusted).")
+                                    "manifest ($PLUS_EP_TRUST_DIR, else <cache root>/trusted). A model signed whole "
+                                    "(`plus-ep rewrite --sign`) by a key PLUS_EP_TRUSTED_KEYS lists is recorded "
+                                    "without a rebuild. Exits 1 when any node is left untrusted or could not be "
+                                    "recorded (docs/guide/trust.md).")
     tr.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels")
     tr.add_argument("-o", "--output", metavar="OUT",
                     help="when some node differs: write the locally built model (trusted) here")
@@ -424,6 +428,7 @@ def cmd_rewrite(args) -> int:
     if args.sign:
         from . import trust
         signed = trust.sign_model(result.model, args.sign)
+        trust.sign_whole_model(result.model, args.sign)      # last: nothing changes the model after it
     rep = report(result)
     if result.kernels is not None:
         for _, name, reason in result.kernels.failures:
@@ -439,7 +444,7 @@ def cmd_rewrite(args) -> int:
               f"{rep['data_kernels_after']}, {result.seconds:.2f}s"
               + (f" (weights in {os.path.basename(external)})" if external else "")
               + (f", kernels for {','.join(archs)}" if archs else ", no kernels")
-              + (f", {signed} nodes signed" if args.sign else ""))
+              + (f", {signed} nodes and the whole model signed" if args.sign else ""))
     if args.report:
         print()
         print(format_rewrite_report(rep, args.input))
@@ -456,25 +461,42 @@ def cmd_trust(args) -> int:
     if args.status:
         width = max(len(n.node) for n in nodes)
         for n in nodes:
-            print(f"{n.node:<{width}}  {n.digest[:16]}  {n.how or 'NOT TRUSTED'}")
-        print(f"{sum(bool(n.how) for n in nodes)} of {len(nodes)} fused nodes trusted here")
+            print(f"{n.node:<{width}}  {(n.digest or '-' * 16)[:16]}  {n.how or 'NOT TRUSTED: ' + n.why}")
+        signer = trust.model_signer(model)
+        print(f"{sum(bool(n.how) for n in nodes)} of {len(nodes)} fused nodes trusted here"
+              + (f"; the whole model is signed by listed key {signer}" if signer else ""))
         return 0 if all(n.how for n in nodes) else 1
-    if args.accept:
-        trust.record_model(model, f"accepted without rebuilding (plus-ep trust --accept {args.model})")
-        print(f"warning: {args.model}: the embedded kernels of its {len(nodes)} fused nodes are trusted as they are, "
-              "unchecked; a model file can carry any GPU code", file=sys.stderr)
-        return 0
+    todo = trust.kernel_nodes(model)
+    signer = trust.model_signer(model)
+    if signer or args.accept:
+        note = (f"whole model signed by key {signer} ({args.model})" if signer else
+                f"accepted without rebuilding (plus-ep trust --accept {args.model})")
+        recorded, failed = trust.record_nodes(todo, note)
+        if signer:
+            print(f"{args.model}: the whole model is signed by key {signer} (PLUS_EP_TRUSTED_KEYS lists it): "
+                  f"{recorded} of {len(todo)} fused nodes recorded as trusted")
+        else:
+            print(f"warning: {args.model}: the embedded kernels of its {len(todo)} fused nodes are trusted as they "
+                  "are, unchecked; a model file can carry any GPU code", file=sys.stderr)
+        return _recorded_all(args.model, recorded, len(todo), failed[0] if failed else "")
     from .rebuild import rebuild
     r = rebuild(model)
-    for node in trust.kernel_nodes(model):
+    recorded, failed = 0, []
+    for node in todo:
         if r.same.get(node.name):
-            trust.record(trust.node_digest(node), f"rebuilt here byte-identical ({args.model}): node {node.name}")
+            try:
+                trust.record(trust.node_digest(node), f"rebuilt here byte-identical ({args.model}): node {node.name}")
+                recorded += 1
+            except trust.RecordError as exc:
+                failed.append(str(exc))
     width = max(len(n) for n in r.same)
     for name, same in r.same.items():
         print(f"{name:<{width}}  {'identical: trusted' if same else 'DIFFERS from the local build'}")
     differ = [k for k, v in r.same.items() if not v]
     print(f"{args.model}: {len(r.same) - len(differ)} of {len(r.same)} fused nodes rebuilt byte-identical "
           f"({','.join(r.archs)}, fp32 math {r.fp32_math}, {r.seconds:.1f}s)")
+    if failed:
+        return _recorded_all(args.model, recorded, len(r.same) - len(differ), failed[0])
     if not differ:
         return 0
     if args.output:
@@ -485,6 +507,15 @@ def cmd_trust(args) -> int:
     _error(f"{args.model}: {len(differ)} fused node(s) differ from what this installation builds from their "
            f"function bodies ({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''}); the launcher refuses "
            "them. Run the locally built model instead: plus-ep trust MODEL -o OUT")
+    return 1
+
+
+def _recorded_all(model: str, recorded: int, want: int, why: str = "") -> int:
+    """0 when every node was recorded; else the one-line error (the launcher refuses the rest) and 1."""
+    if recorded == want:
+        return 0
+    _error(f"{model}: recorded {recorded} of {want} fused nodes as trusted; the launcher refuses the others"
+           + (f" ({why})" if why else ""))
     return 1
 
 
@@ -719,6 +750,10 @@ def cmd_cache(args) -> int:
         left = tree_size(folder) if folder.exists() else 0
         print(f"{kind}: removed {_mib(before - left)} from {folder}"
               + (f" ({_mib(left)} left: in use or not removable)" if left else ""))
+    from . import trust
+    tdir = trust.trust_dir()
+    if tdir.is_dir():              # the manifest is policy, not a cache: only failed writes' leftovers go
+        print(f"trusted: removed {trust.sweep(tdir)} leftover .tmp files from {tdir} (its entries stay)")
     return 0
 
 

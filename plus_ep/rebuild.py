@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from .trust import REWRITE_METADATA, TrustError, kernel_nodes, node_digest, node_packs, node_plan, record, status
+from .trust import (REWRITE_METADATA, TrustError, kernel_nodes, model_signer, node_digest, node_packs, node_plan,
+                    record_nodes, status)
 
 log = logging.getLogger("plus_ep")
 
@@ -107,10 +108,13 @@ def resolve(model: onnx.ModelProto, cache=None, cache_dir=None) -> tuple[onnx.Mo
     nodes = status(model, cache_dir)
     if not nodes or all(n.how for n in nodes):
         return model, "embedded kernels trusted" if nodes else "no embedded kernels"
+    signer = model_signer(model)
+    if signer:                  # signed whole by a listed key: recorded (the launcher reads the manifest)
+        record_nodes(kernel_nodes(model), f"whole model signed by key {signer}", cache_dir)
+        return model, f"embedded kernels trusted: the whole model is signed by key {signer}"
     r = rebuild(model, cache=cache)
     if r.identical:
-        for n in kernel_nodes(model):
-            record(node_digest(n), f"rebuilt here byte-identical: node {n.name}", cache_dir)
+        record_nodes(kernel_nodes(model), "rebuilt here byte-identical", cache_dir)
         return model, f"embedded kernels rebuilt here byte-identical ({len(r.same)} nodes, {r.seconds:.1f}s)"
     differ = sorted(k for k, v in r.same.items() if not v)
     log.warning("PlusEP: the embedded kernels of %d fused node(s) differ from what this installation builds from "

@@ -317,21 +317,23 @@ def record(dig: bytes, note: str, cache_dir=None) -> pathlib.Path:
     return path
 
 
-def record_nodes(nodes, note: str, cache_dir=None) -> int:
-    """Record each node's digest; returns how many entries exist now. A failure warns once per reason."""
-    n = 0
+def record_nodes(nodes, note: str, cache_dir=None) -> tuple[int, list]:
+    """Record each node's digest: (how many entries exist now, the reasons of the failures). Each
+    reason is also warned once."""
+    n, failures = 0, []
     for node in nodes:
         try:
             record(node_digest(node), f"{note}: node {node.name}", cache_dir)
             n += 1
-        except RecordError as exc:
+        except TrustError as exc:
+            failures.append(str(exc))
             _warn_once(f"PlusEP: {exc}")
-    return n
+    return n, failures
 
 
 def record_model(model: onnx.ModelProto, note: str, cache_dir=None) -> int:
     """Record every kernel node of `model`; returns how many entries exist now."""
-    return record_nodes(kernel_nodes(model), note, cache_dir)
+    return record_nodes(kernel_nodes(model), note, cache_dir)[0]
 
 
 def record_built(model: onnx.ModelProto, plans, note: str = "built here") -> int:
@@ -340,7 +342,7 @@ def record_built(model: onnx.ModelProto, plans, note: str = "built here") -> int
     plans = {p.encode() if isinstance(p, str) else bytes(p) for p in plans}
     nodes = [n for n in kernel_nodes(model) if node_plan(n) in plans]
     bind_bodies(model, nodes)
-    return record_nodes(nodes, note)
+    return record_nodes(nodes, note)[0]
 
 
 def sweep(folder: str | os.PathLike, age: float = TMP_AGE) -> int:

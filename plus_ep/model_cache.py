@@ -5,6 +5,10 @@ written last). `plus_ep.InferenceSession` (and the plugin EP) look a model up he
     data = read(entry(key, cache_dir))        # None on a miss; a damaged entry is removed
     store(entry(key, cache_dir), data)        # atomic; OSError when the folder cannot be written
 
+A hit is used only when every fused node of the cached model is in the trust manifest (`untrusted`):
+the plugin EP's planner hands its groups to the launcher without the launcher's own trust check, so
+whoever can write the cache folder must not decide what runs; an entry that fails is rewritten.
+
 The key covers everything the rewritten model depends on: the model's bytes, the arch, the options,
 PlusEP's version, the digest of PlusEP's own sources (`config.source_digest()`, so a changed rewriter
 or template never returns a stale model) and the loaded warehouse (`Warehouse.digest()`: pattern
@@ -155,6 +159,21 @@ def store(path: str, data: bytes) -> None:
         raise
 
 
+def untrusted(data: bytes, cache_dir=None) -> str | None:
+    """Why a cached rewritten model's kernels are not what this installation built (None when every
+    kernel node is in the trust manifest, plus_ep/trust.py): the plugin EP's planner hands its groups to
+    the launcher unchecked, so the cache folder must not decide what runs."""
+    import onnx
+    from . import trust
+    try:
+        nodes = trust.status(onnx.load_model_from_string(data), cache_dir)
+    except Exception as exc:  # noqa: BLE001 - a model that does not parse is not trusted either
+        return f"it does not load ({exc})"
+    bad = [n for n in nodes if n.how != "manifest"]
+    return None if not bad else (f"{len(bad)} of {len(nodes)} fused nodes are not in the trust manifest "
+                                 f"({bad[0].node}: {bad[0].why})")
+
+
 def _warn_once(msg):
     if msg not in _warned:
         _warned.add(msg)
@@ -178,8 +197,11 @@ def rewritten_model(model_bytes: bytes, arch: str, opts: dict, shape_reads: bool
     path = entry(key, opts.get("cache_dir"))
     cached = read(path)
     if cached is not None:
-        log.info("PlusEP: rewritten model from cache %s", path)
-        return cached
+        why = untrusted(cached, opts.get("cache_dir"))
+        if why is None:
+            log.info("PlusEP: rewritten model from cache %s", path)
+            return cached
+        _warn_once(f"PlusEP: not using the cached rewritten model {path}: {why}; rewriting it")
     result = rewrite_detailed(model_bytes, warehouse=warehouse, disable=disable, archs=[arch], fp32_math=fp32_math,
                               shape_reads=shape_reads, cache=KernelCache(config.kernel_cache_dir(opts.get("cache_dir"))))
     data = result.model.SerializeToString()

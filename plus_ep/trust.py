@@ -45,6 +45,7 @@ import onnx
 from onnx import numpy_helper
 
 from . import config
+from .kernels.build.files import safe_path, write_atomic
 
 log = logging.getLogger("plus_ep")
 
@@ -215,34 +216,6 @@ def body_problem(model: onnx.ModelProto, node: onnx.NodeProto) -> str | None:
 
 
 # ------------------------------------------------------------------------------------- the folder rule
-def safe_path(what: str, path: str | os.PathLike) -> str | None:
-    """Why `path` (a trust dir or keys file) could be changed by another user, else None: it and every
-    folder above it must be owned by this user or root and not writable by group or others (a folder
-    above it may be, with the sticky bit: /tmp). The same rule and words as plus_trust_safe_path."""
-    try:
-        real = os.path.realpath(path, strict=True)
-    except OSError:
-        return None
-    me = os.geteuid()
-    at = real
-    while True:
-        try:
-            st = os.stat(at)
-        except OSError:
-            st = None
-        if st is not None:
-            self = at == real
-            lead = f"{what} {real}" + ("" if self else f": the folder {at} above it")
-            if st.st_uid not in (me, 0):
-                return (f"{lead} is owned by uid {st.st_uid}, not by you (uid {me}) or root: chown {me} {at}")
-            if st.st_mode & 0o022 and (self or not stat.S_ISDIR(st.st_mode) or not st.st_mode & stat.S_ISVTX):
-                return f"{lead} is writable by group or others (mode {st.st_mode & 0o7777:04o}): chmod go-w {at}"
-        parent = os.path.dirname(at)
-        if parent == at:
-            return None
-        at = parent
-
-
 def _private(st: os.stat_result) -> bool:
     return st.st_uid in (os.geteuid(), 0) and not st.st_mode & 0o022
 
@@ -294,7 +267,6 @@ def record(dig: bytes, note: str, cache_dir=None) -> pathlib.Path:
     """Write the manifest entry of one digest, atomically (a failed write leaves no file); RecordError
     when the trust dir is unsafe (safe_path) or cannot be written: the launcher then refuses that node
     until it is recorded."""
-    from .kernels.build.files import write_atomic
     d = trust_dir(cache_dir)
     hexd = dig.hex()
     path = _entry(d, hexd)

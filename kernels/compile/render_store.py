@@ -17,7 +17,9 @@ An entry is one JSON file `<root>/<key[:2]>/<key>.json` (no pickle: loading it r
 atomically (kernels/compile/files.py). It holds the render as tagged JSON (tuples and the plan's dataclasses
 named, so it loads back equal in value and type; a render that does not is not stored) and its own key;
 a file that does not parse or names another key is removed and the subgraph rendered again; a folder that
-cannot be written (a read-only deploy cache) keeps nothing, said once per process at INFO. A hit marks
+cannot be written (a read-only deploy cache) keeps nothing, said once per process at INFO. A store that
+another user could change (files.safe_path, the trust manifest's rule) is neither read nor written, said
+once at WARNING: a render's source is what the rewriter compiles and records as trusted. A hit marks
 the file used (its modification time, at most once a minute). The entries are kernel cache entries for
 `plus-ep cache info|clear|trim` and the size limit (PLUS_EP_KERNEL_CACHE_LIMIT): KernelCache.entries()
 lists them beside the compiled kernels, least recently used first out.
@@ -35,7 +37,7 @@ import time
 
 from ... import config
 from .cache import RENDER_SUFFIX, RENDERS, file_entries, package_version
-from .files import write_atomic
+from .files import safe_path, write_atomic
 
 log = logging.getLogger("plus_ep.kernels")
 
@@ -43,6 +45,7 @@ SCHEMA = 1
 FOLDER = RENDERS
 SUFFIX = RENDER_SUFFIX
 _UNWRITABLE: set = set()        # roots that could not be written (said once per process)
+_UNSAFE: set = set()            # roots another user could change (said once per process)
 
 
 @functools.lru_cache(maxsize=1)
@@ -114,8 +117,19 @@ class RenderStore:
     def path(self, key: str) -> pathlib.Path:
         return self.root / key[:2] / f"{key}{SUFFIX}"
 
+    def unsafe(self) -> str | None:
+        """Why this store may not be used (files.safe_path: another user could change what it
+        returns, and a render's source is what gets compiled and trusted), said once per root."""
+        why = safe_path("render store", self.root)
+        if why and self.root not in _UNSAFE:
+            _UNSAFE.add(self.root)
+            log.warning("%s; renders are neither read from it nor kept", why)
+        return why
+
     def get(self, key: str):
-        """The stored render, or None (absent, or damaged: then removed)."""
+        """The stored render, or None (absent, damaged: then removed, or an unsafe store)."""
+        if self.unsafe():
+            return None
         path = self.path(key)
         try:
             text = path.read_bytes()
@@ -144,6 +158,8 @@ class RenderStore:
     def put(self, key: str, rendered) -> bool:
         """Store `rendered` under `key`; False when it is not kept (a type the store does not hold, a
         render that does not load back equal, or a folder that cannot be written: one warning)."""
+        if self.unsafe():
+            return False
         try:
             data = {"key": key, "render": encode(rendered)}
         except TypeError as exc:

@@ -158,3 +158,82 @@ def cubin_arch(cubin: bytes) -> str:
     except (struct.error, ValueError, IndexError):
         pass
     return arch
+
+
+# ---- the comparison of a shipped cubin with one assembled here (plus_ep/verification/cubin_check.py)
+TOOL_NOTE = ".note.nv.tkinfo"     # the assembler's name, version, build and options: differs by tool build
+
+
+def tool_note(cubin: bytes) -> list[str]:
+    """The NUL-separated strings of the cubin's tool note (["ptxas", "Cuda compilation tools, release
+    13.0, V13.0.88", "Build ...", "-v  -arch sm_90a "]), [] when it has none."""
+    for name, _, body in _sections(bytes(cubin))[1]:
+        if name == TOOL_NOTE:
+            desc = body[12 + (struct.unpack_from("<I", body, 0)[0] + 3) // 4 * 4:] if len(body) >= 12 else b""
+            return [s.decode("utf-8", "replace") for s in desc.split(b"\0") if s and all(32 <= c < 127 for c in s)]
+    return []
+
+
+def _sections(d: bytes):
+    """(ELF header fields, [(name, header tuple, body)], program headers) of an ELF64 LE image."""
+    if len(d) < 64 or d[:4] != b"\x7fELF" or d[4] != 2 or d[5] != 1:
+        raise ValueError("not an ELF64 little-endian cubin")
+    hdr = struct.unpack_from("<16sHHIQQQIHHHHHH", d, 0)
+    phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx = hdr[5], hdr[6], hdr[9], hdr[10], hdr[11], hdr[12], hdr[13]
+    if shentsize < 64 or shoff + shnum * shentsize > len(d) or shstrndx >= shnum or \
+            (phnum and (phentsize < 56 or phoff + phnum * phentsize > len(d))):
+        raise ValueError("truncated cubin (header tables out of range)")
+    secs = [struct.unpack_from("<IIQQQQIIQQ", d, shoff + i * shentsize) for i in range(shnum)]
+
+    def body(s) -> bytes:
+        if s[1] == _SHT_NOBITS:
+            return b""
+        if s[4] + s[5] > len(d):
+            raise ValueError("truncated cubin (section data out of range)")
+        return d[s[4]:s[4] + s[5]]
+
+    strtab = body(secs[shstrndx])
+    names = [strtab[s[0]:strtab.index(b"\0", s[0])].decode("utf-8", "replace") if s[0] < len(strtab) else "?"
+             for s in secs]
+    phdrs = [struct.unpack_from("<IIQQQQQQ", d, phoff + i * phentsize) for i in range(phnum)]
+    return hdr, [(n, s, body(s)) for n, s in zip(names, secs)], phdrs
+
+
+def canonical(cubin: bytes) -> bytes:
+    """The cubin with what an assembler build changes left out: the tool note's contents (and the file
+    offsets it shifts). Everything else is kept: the ELF header, each section's name, header fields and
+    bytes, each program header (its offset as the section it points into), and a ValueError for any
+    nonzero byte outside the headers and sections (code hidden between them). Two cubins with the same
+    canonical form load the same code."""
+    d = bytes(cubin)
+    hdr, secs, phdrs = _sections(d)
+    out = [repr(hdr[:5] + hdr[7:]).encode()]           # all but e_phoff, e_shoff
+    covered = [(0, 64), (hdr[6], hdr[6] + hdr[12] * hdr[11]), (hdr[5], hdr[5] + hdr[10] * hdr[9])]
+    for name, s, body in secs:
+        keep = b"" if name == TOOL_NOTE else body
+        out.append(repr((name, s[1], s[2], s[3], s[5] if name != TOOL_NOTE else -1, s[6], s[7], s[8], s[9])).encode()
+                   + b"\0" + keep)
+        if s[1] != _SHT_NOBITS:
+            covered.append((s[4], s[4] + s[5]))
+
+    def where(off: int):
+        if off == hdr[5]:
+            return ("phdrs", 0)
+        for k, (name, s, _) in enumerate(secs):
+            if s[1] != _SHT_NOBITS and s[4] <= off < s[4] + s[5] and name != TOOL_NOTE:
+                return (k, off - s[4])
+        for k, (_, s, _) in enumerate(secs):
+            if s[4] == off:
+                return (k, 0)
+        return ("file", off)
+    for p in phdrs:        # what a segment loads: its start, the sections inside it, the zero fill past the file
+        inside = [k for k, (_, s, _) in enumerate(secs) if s[1] != _SHT_NOBITS and s[5] and p[2] <= s[4]
+                  and s[4] + s[5] <= p[2] + p[5]]
+        out.append(repr((p[0], p[1], where(p[2]), inside, p[3], p[4], p[6] - p[5], p[7])).encode())
+    covered.sort()
+    at = 0
+    for lo, hi in covered + [(len(d), len(d))]:
+        if lo > at and any(d[at:lo]):
+            raise ValueError(f"nonzero bytes at offsets {at}..{lo} outside every header and section")
+        at = max(at, hi)
+    return b"\n".join(out)

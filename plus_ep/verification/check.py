@@ -102,7 +102,8 @@ def emulated_env() -> dict:
 
 
 def verify(model, archs=None, batch: int | None = None, seq: int | None = None, inputs=None, seed: int = 0,
-           progress: bool | None = None, timeout: float | None = None, stress: bool = True, past: int = 0) -> dict:
+           progress: bool | None = None, timeout: float | None = None, stress: bool = True, past: int = 0,
+           cubins: bool = True) -> dict:
     """Verify `model` (path or ModelProto of a rewritten model with kernels). Returns the report dict
     (see verify_text); report["ok"] is the verdict. archs: default every arch in the packs.
 
@@ -111,10 +112,13 @@ def verify(model, archs=None, batch: int | None = None, seq: int | None = None, 
     chosen routes span every tile they can, with a ragged remainder (plus_ep/verification/shapes.py: seq 8,
     else batch 2 at seq 17, 37, 67, 133 or 259); batch / seq / inputs fix the one shape everything runs
     at. stress=False: the model run only. past: the KV-cache length of a decoder exported with past
-    key/values (0: the prefill; seq=1, past=N: a decode step at past length N); a past also fixes the shape."""
+    key/values (0: the prefill; seq=1, past=N: a decode step at past length N); a past also fixes the shape.
+    cubins: assemble each image's PTX here and compare it with its cubin (cubin_check.py; a node whose
+    cubin differs, or cannot be checked, fails); False verifies the PTX alone, and the report says so."""
     auto = batch is None and seq is None and inputs is None and not past
     return run_emulated(model, archs, 1 if batch is None else batch, 8 if seq is None else seq, inputs, seed,
-                        progress, timeout, extra={"stress": stress, "auto_shapes": auto and stress}, past=past)
+                        progress, timeout, extra={"stress": stress, "auto_shapes": auto and stress, "ties": not cubins,
+                                                  "cubins": cubins}, past=past)
 
 
 def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, seed: int = 0,
@@ -164,6 +168,9 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
                                f"{shown or '(it printed nothing; with progress on, its stderr went to the terminal)'}")
         result = json.loads((tmp / "result.json").read_text())
     result["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()}
+    if (extra or {}).get("cubins"):
+        _check_cubins(result, proto, archs)
+    _trust_status(result, proto)
     names = [n.name for n in fused]
     for arch in ([] if result.get("tie_errors") else archs):
         rows = {r["node"] for r in result["nodes"] if r["arch"] == arch}
@@ -182,10 +189,39 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
         "checks": sum(len(r["outputs"]) for r in result["nodes"]),
         "worst_ratio": max((o.get("ratio", 0.0) for r in result["nodes"] for o in r["outputs"]
                             if o.get("bound") == "element"), default=0.0),
+        "cubin_rows": len((result.get("cubins") or {}).get("rows", [])),
+        "cubins_matched": sum(c["status"] == "match" for c in (result.get("cubins") or {}).get("rows", [])),
     }
     result["ok"] = (not bad and not result["errors"] and all(o["ok"] for o in result["outputs"])
                     and (len(result["outputs"]) > 0 or bool((extra or {}).get("profile"))))
     return result
+
+
+def _check_cubins(result: dict, proto: onnx.ModelProto, archs) -> None:
+    """Each node's cubins against its PTX assembled here (cubin_check.py): a row per node and arch in
+    result["cubins"], the status on the node's rows, and every MISMATCH or unchecked image an error."""
+    from .cubin_check import check_model
+    checked = check_model(proto, archs)
+    result["cubins"] = checked
+    status = {(r["node"], r["arch"]): r for r in checked["rows"]}
+    for r in result["nodes"]:
+        c = status.get((r["node"], r["arch"]))
+        r["cubin"] = c["status"] if c else "-"
+        if c and c["status"] != "match":
+            r["ok"] = False
+            r["errors"].append(f"cubin {c['status']}: {c['detail']}")
+    for c in checked["rows"]:
+        if c["status"] != "match":
+            result["errors"].append(f"[{c['arch']}] node {c['node']}: cubin {c['status']}: {c['detail']}")
+
+
+def _trust_status(result: dict, proto: onnx.ModelProto) -> None:
+    """How the launcher's trust check would treat each node here (verify itself runs with it off)."""
+    from ..trust import TrustError, status
+    try:
+        result["trust"] = [{"node": n.node, "digest": n.digest, "how": n.how, "why": n.why} for n in status(proto)]
+    except TrustError as exc:
+        result["trust"] = [{"node": "*", "digest": "", "how": None, "why": str(exc)}]
 
 
 def _e(x: float) -> str:
@@ -207,6 +243,12 @@ def verify_text(report: dict) -> str:
     ins = ", ".join(f"{k}{v['shape']}" for k, v in report.get("inputs", {}).items())
     lines.append(f"verify {Path(report['model']).name}: kernels run on the CPU PTX interpreter through the "
                  f"launcher (emulated CUDA driver); model run on {ins}")
+    cub = report.get("cubins")
+    lines.append("checked: each node's PTX executed and compared with its function body on ORT CPU; "
+                 + ("cubins assembled here from their PTX with ptxas (" + (cub["version"] or "none found")
+                    + ") and compared section by section" if cub else
+                    "cubins NOT checked (--no-cubin-check: what a GPU loads is not verified)")
+                 + "; trust as listed below (not enforced: verify runs with plus_ep.trust=any)")
     for r in report.get("runs", []):
         lines.append(f"  {r['label']}: {r['distinct_nodes']} distinct of {r['fused_nodes']} fused nodes on synthetic "
                      "inputs (plus_ep/verification/stress.py)")
@@ -215,7 +257,7 @@ def verify_text(report: dict) -> str:
         lines.append(f"  tiles not spanned with a ragged remainder at any shape tried (dims set by the weights, "
                      f"\"(fixed)\", or by batch alone): {'; '.join(t['not_spanned'][:6])}")
     hdr = (f"{'node':<34} {'pattern':<18} {'kernel':<22} {'arch':<7} {'math':<5} {'checks':>6} {'max abs':>8} "
-           f"{'err/bound':>9} {'findings':>8}  result")
+           f"{'err/bound':>9} {'findings':>8} {'cubin':>8}  result")
     lines.append(hdr)
     for r in report["nodes"]:
         w = _worst(r["outputs"])
@@ -229,8 +271,9 @@ def verify_text(report: dict) -> str:
         verdict = "ok" if r["ok"] else ("ERROR" if r["errors"] else "NOT RUN" if not r["executed"]
                                         else "FINDINGS" if r["n_findings"] else "MISMATCH")
         kern = ",".join(r["kernels"]) or "-"
+        cubin = {"match": "match", "MISMATCH": "DIFFERS", "not checked": "UNCHECKED"}.get(r.get("cubin"), "-")
         lines.append(f"{r['node'][:34]:<34} {r['pattern'][:18]:<18} {kern[:22]:<22} {r['arch']:<7} {r['math']:<5} "
-                     f"{len(r['outputs']):>6} {_e(mabs):>8} {ratio:>9} {r['n_findings']:>8}  {verdict}")
+                     f"{len(r['outputs']):>6} {_e(mabs):>8} {ratio:>9} {r['n_findings']:>8} {cubin:>8}  {verdict}")
         if w is not None and not w.get("ok", True):
             where = f"element {w.get('worst')}" if w.get("worst") is not None else "output"
             if w.get("bound") == "element":
@@ -245,6 +288,12 @@ def verify_text(report: dict) -> str:
             lines.append(f"    error: {e[:400]}")
         for f in r["findings"][:3]:
             lines.append(f"    finding: {f[:300]}")
+    for c in (cub or {}).get("rows", []):
+        if c["status"] != "match" and not any(r["node"] == c["node"] and r["arch"] == c["arch"] for r in report["nodes"]):
+            lines.append(f"{c['node']} [{c['arch']}]: cubin {c['status']}: {c['detail'][:400]}")
+    for t in report.get("trust", []):
+        lines.append(f"trust {t['node']}: " + (f"{t['how']} (digest {t['digest'][:16]})" if t["how"] else
+                                               f"NOT TRUSTED here: {t['why'][:300]}"))
     for o in report["outputs"]:
         lines.append(f"model output {o['name']} [{o['arch']}] vs the original graph on ORT CPU: max abs "
                      f"{_e(o['max_abs'])}, rel {_e(o['rel'])} (tol {_e(o['tol'])}) {'ok' if o['ok'] else 'MISMATCH'}")
@@ -255,8 +304,9 @@ def verify_text(report: dict) -> str:
         if not any(e.endswith(a["error"] or "\0") for a in report["archs"]):
             lines.append(f"error: {e[:600]}")
     s = report["summary"]
+    cubins = (f", cubins {s['cubins_matched']}/{s['cubin_rows']} match" if cub else ", cubins NOT checked")
     lines.append(f"{'PASSED' if report['ok'] else 'FAILED'}: {s['executed']}/{s['rows']} node runs executed "
                  f"({s['fused_nodes']} fused nodes x {len(s['archs'])} archs), {s['checks']} output checks, "
                  f"{s['mismatches']} mismatches (worst err/bound {_e(s['worst_ratio'])}), "
-                 f"{s['findings']} checker findings, {s['output_mismatches']} model-output mismatches")
+                 f"{s['findings']} checker findings, {s['output_mismatches']} model-output mismatches{cubins}")
     return "\n".join(lines)

@@ -291,7 +291,7 @@ def run(request: dict) -> dict:
     result = {"model": request["model"], "archs": [], "nodes": [], "outputs": [], "errors": [], "runs": []}
     emu = Emulator.get()
     try:
-        emu.register_model(model, archs=request["archs"])
+        emu.register_model(model, archs=request["archs"], ties=request.get("ties", True))
     except TieError as e:
         result["errors"].append(str(e))
         result["tie_errors"] = e.problems

@@ -263,11 +263,11 @@ class RecordError(TrustError):
     """The manifest entry could not be written (an unsafe, read-only or full trust folder)."""
 
 
-def record(dig: bytes, note: str, cache_dir=None) -> pathlib.Path:
-    """Write the manifest entry of one digest, atomically (a failed write leaves no file); RecordError
-    when the trust dir is unsafe (safe_path) or cannot be written: the launcher then refuses that node
-    until it is recorded."""
-    d = trust_dir(cache_dir)
+def record(dig: bytes, note: str, cache_dir=None, folder: str | os.PathLike | None = None) -> pathlib.Path:
+    """Write the manifest entry of one digest, atomically (a failed write leaves no file), in the trust
+    dir (or `folder`: a manifest to ship, e.g. beside a Triton model); RecordError when that folder is
+    unsafe (safe_path) or cannot be written: the launcher then refuses that node until it is recorded."""
+    d = pathlib.Path(folder) if folder is not None else trust_dir(cache_dir)
     hexd = dig.hex()
     path = _entry(d, hexd)
     problem = safe_path("trust folder", d)
@@ -289,13 +289,13 @@ def record(dig: bytes, note: str, cache_dir=None) -> pathlib.Path:
     return path
 
 
-def record_nodes(nodes, note: str, cache_dir=None) -> tuple[int, list]:
+def record_nodes(nodes, note: str, cache_dir=None, folder=None) -> tuple[int, list]:
     """Record each node's digest: (how many entries exist now, the reasons of the failures). Each
     reason is also warned once."""
     n, failures = 0, []
     for node in nodes:
         try:
-            record(node_digest(node), f"{note}: node {node.name}", cache_dir)
+            record(node_digest(node), f"{note}: node {node.name}", cache_dir, folder)
             n += 1
         except TrustError as exc:
             failures.append(str(exc))

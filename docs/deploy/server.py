@@ -16,6 +16,18 @@ processes (uvicorn --workers N), each holding its own session, or one process pe
 `--plugin-ep` uses the "PlusEP" execution provider instead (onnxruntime >= 1.25), which also fuses a
 model that was not rewritten (`plus_ep.InferenceSession`).
 
+Trust (docs/guide/trust.md): a model file is data, and the launcher runs its embedded kernels only when
+this machine's trust manifest lists them, a key in PLUS_EP_TRUSTED_KEYS signed them, or the operator
+opted out. At start the server resolves that once (`plus_ep.rebuild.resolve`): kernels already trusted,
+or a whole model signed by a listed key, run as they are; otherwise every fused node is rebuilt here from
+its function body and the identical ones are recorded in the manifest (or, where any differs, the local
+build is what the session runs). It prints what it did. Never run a server with PLUS_EP_TRUST=any.
+
+Shapes: a request whose tensors do not fit the model's declared inputs (rank, fixed dims, or one
+symbolic dim, e.g. `seq`, with two values across inputs) is refused with 400 before it reaches the
+session, and so is one the session refuses (ONNX Runtime's checks, the launcher's shape checks); the
+server keeps serving.
+
 Requests and responses are JSON: each tensor as {"shape": [...], "dtype": "float32", "data": [flat
 values]}. JSON keeps float32 values exact (they round-trip through Python floats); binary payloads
 (e.g. numpy's .npy over application/octet-stream) are the next step for large tensors.
@@ -28,8 +40,20 @@ import threading
 import numpy as np
 
 
+def trusted_model(model: str):
+    """The model the session should load: `model` itself when its kernels are trusted here (or now
+    rebuilt here byte-identical, then recorded), else the local build of its fused nodes as bytes; and
+    one line saying which (plus_ep/rebuild.py: resolve)."""
+    import onnx
+
+    from plus_ep import rebuild
+    proto = onnx.load(model)
+    resolved, what = rebuild.resolve(proto)
+    return (model if resolved is proto else resolved.SerializeToString()), what
+
+
 def make_session(model: str, plugin_ep: bool = False, providers=None):
-    """The one session of the server."""
+    """The one session of the server (its kernels' trust resolved first: trusted_model)."""
     import onnxruntime as ort
 
     import plus_ep
@@ -37,9 +61,32 @@ def make_session(model: str, plugin_ep: bool = False, providers=None):
                                    if p in ort.get_available_providers()])
     if plugin_ep:
         return plus_ep.InferenceSession(model, providers=["PlusEP", *providers])
+    source, what = trusted_model(model)
+    print(f"PlusEP trust: {model}: {what}", flush=True)
     so = ort.SessionOptions()
     so.register_custom_ops_library(plus_ep.get_library_path())
-    return ort.InferenceSession(model, so, providers=providers)
+    return ort.InferenceSession(source, so, providers=providers)
+
+
+def shape_problem(feeds: dict, inputs: dict) -> str | None:
+    """Why the request's shapes do not fit the model's declared inputs (rank, fixed dims, one value per
+    symbolic dim across all inputs), else None."""
+    seen: dict = {}
+    for name, a in feeds.items():
+        declared = inputs[name].shape
+        if declared is None:
+            continue
+        if a.ndim != len(declared):
+            return f"input {name} has rank {a.ndim}, the model declares {len(declared)} ({declared})"
+        for k, (got, want) in enumerate(zip(a.shape, declared)):
+            if isinstance(want, int) and want >= 0 and got != want:
+                return f"input {name} dim {k} is {got}, the model declares {want}"
+            if isinstance(want, str) and want:
+                first = seen.setdefault(want, (name, k, got))
+                if first[2] != got:
+                    return (f"inconsistent shapes: input {first[0]} dim {first[1]} ({want}) is {first[2]} but "
+                            f"input {name} dim {k} ({want}) is {got}")
+    return None
 
 
 def decode(tensor: dict) -> np.ndarray:
@@ -79,9 +126,12 @@ def create_app(session):
         missing = sorted(set(inputs) - set(feeds))
         if unknown or missing:
             raise HTTPException(400, f"inputs: unknown {unknown}, missing {missing}; the model takes {sorted(inputs)}")
+        problem = shape_problem(feeds, inputs)
+        if problem:
+            raise HTTPException(400, problem)
         try:
             outs = session.run(None, feeds)
-        except Exception as e:  # noqa: BLE001 - ORT's errors (shapes, dtypes) are the client's
+        except Exception as e:  # noqa: BLE001 - ORT's and the launcher's refusals (shapes, dtypes) are the client's
             raise HTTPException(400, " ".join(str(e).split())[:500]) from None
         with lock:
             served["requests"] += 1

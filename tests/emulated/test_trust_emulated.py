@@ -178,3 +178,67 @@ def test_opt_out_runs_and_warns_once(models, tmp_path, how):
     assert stderr.count(WARNING) == 1, stderr[-3000:]
     assert ("PLUS_EP_TRUST=any: the embedded kernels" if how == "env" else
             "session option plus_ep.trust=any: the embedded kernels") in stderr
+
+
+def _variant(models, tmp, name, edit):
+    """A copy of the good (trusted) model with one node edited by `edit(model, node)`."""
+    m = onnx.load(models / "good.onnx")
+    edit(m, trust.kernel_nodes(m)[1])
+    onnx.save(m, tmp / f"{name}.onnx")
+    return str(tmp / f"{name}.onnx")
+
+
+def _rename(m, node):
+    node.name = "plus_ep/gemm/7"
+
+
+def _retype(m, node):                   # the same kernels under FusedHost1, whose first input is read on the host
+    f = next(f for f in m.functions if f.overload == node.overload)
+    g = onnx.FunctionProto()
+    g.CopyFrom(f)
+    g.name = node.op_type = "FusedHost1"
+    m.functions.append(g)
+
+
+def _extra_input(m, node):              # one input more than the node was built with
+    node.input.append("X")
+    f = next(f for f in m.functions if f.overload == node.overload)
+    f.input.append("x_extra")
+
+
+def _unknown_attribute(m, node):
+    node.attribute.append(onnx.helper.make_attribute("evil", "x"))
+
+
+def _body(m, node):                     # another function body under the same node (Relu dropped)
+    f = next(f for f in m.functions if f.overload == node.overload)
+    relu = next(n for n in f.node if n.op_type == "Relu")
+    out = relu.output[0]
+    f.node.remove(relu)
+    for n in f.node:
+        n.output[:] = [out if o == relu.input[0] else o for o in n.output]
+
+
+def test_a_trusted_node_renamed_retyped_or_rewired_is_refused(models, tmp_path):
+    """Issue 34, case 4: the node digest binds the whole node, so the trusted GEMM renamed, run as
+    FusedHost1 or given one input more is refused by both front ends, naming it; an unknown attribute by
+    the plugin EP (the custom op cannot list attributes, and runs what it was trusted to run); a changed
+    function body is refused by Python's status (the launcher never runs the body)."""
+    edits = {"renamed": _rename, "retyped": _retype, "extra_input": _extra_input, "attribute": _unknown_attribute}
+    paths = {k: _variant(models, tmp_path, k, e) for k, e in edits.items()}
+    steps = [{"model": str(models / "good.onnx"), "how": how} for how in ("op", "ep")]
+    steps += [{"model": paths[k], "how": how} for k in edits for how in ("op", "ep")]
+    res, _ = _child(models, steps, env={"PLUS_EP_TRUST_DIR": str(trust.trust_dir())}, tmp=tmp_path / "cache")
+    _runs_right(res[0])
+    _runs_right(res[1])
+    got = dict(zip([(k, how) for k in edits for how in ("op", "ep")], res[2:]))
+    for k in ("renamed", "retyped", "extra_input"):
+        for how in ("op", "ep"):
+            err = got[(k, how)].get("error", "")
+            node = "plus_ep/gemm/7" if k == "renamed" else "plus_ep/gemm/1"
+            assert f"PlusEP node '{node}': refusing its embedded kernel images" in err, (k, how, got[(k, how)])
+    assert "attribute 'evil' is not part of a fused node" in got[("attribute", "ep")].get("error", "")
+    _runs_right(got[("attribute", "op")])
+    m = onnx.load(_variant(models, tmp_path, "body", _body))
+    st = {s.node: s for s in trust.status(m)}
+    assert st["plus_ep/gemm/1"].how is None and "the body was changed" in st["plus_ep/gemm/1"].why

@@ -854,6 +854,8 @@ def test_opt_out_admits_and_warns(h):
     ("ed25519 " + "A" * 42 + "B=", False),       # bits set in the padding
     ("ed25519 " + "A" * 40 + "=", False),        # too short
     ("rsa " + "A" * 43 + "=", False), ("ed25519", False), ("ed25519 !" + "A" * 42 + "=", False),
+    ("ed25519\t" + "A" * 43 + "=\tlaptop", True),                   # tab-separated fields
+    ("#" * 65530 + "\ned25519 " + "A" * 43 + "=\n", True),           # a key line across the first 64 KiB
 ])
 def test_keys_file(h, text, ok):
     rc, out = h("keys", h.file(text))

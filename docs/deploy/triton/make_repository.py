@@ -9,6 +9,16 @@ writes
     OUT/<name>/config.pbtxt      backend "onnxruntime", the model's inputs and outputs, one GPU instance,
                                  model_operations { op_library_filename: <the launcher> }
     OUT/<name>/1/model.onnx      the model rewritten by PlusEP (plus-ep rewrite), kernels for --arch
+    OUT/<name>/trusted/          a trust manifest of exactly these kernels (built here, so trusted here)
+
+Trust (docs/guide/trust.md): the launcher in the container runs a fused node's kernels only when they
+are in a trust manifest, signed by a listed key, or the operator opted out. A fresh container has an
+empty manifest and would refuse every fused node, so the repository ships one: start Triton with
+`-e PLUS_EP_TRUST_DIR=/models/<name>/trusted`, with the repository owned by the container's user (or
+root) and not writable by group or others (the launcher ignores a manifest another user could change:
+`chown -R root:root OUT; chmod -R go-w OUT`). With --sign KEY the nodes and the model are also signed
+(`plus-ep rewrite --sign`): list KEY.pub in a file named by `-e PLUS_EP_TRUSTED_KEYS=...` instead.
+Never set PLUS_EP_TRUST=any on a server: it runs whatever kernels a model file carries.
 
 Without --model it uses a one-layer demo BERT (plus_ep.demo_model, random weights). --library is the
 launcher's path *inside the Triton container*: copy `python -c "import plus_ep; print(plus_ep.get_library_path())"`
@@ -69,6 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="plus_bert", help="the model's name in the repository")
     ap.add_argument("--arch", default="auto", help="archs of the kernels, as for `plus-ep rewrite --arch`")
     ap.add_argument("--library", help="the launcher's path inside the Triton container (default: this machine's)")
+    ap.add_argument("--sign", metavar="KEY", help="also sign the nodes and the model with this Ed25519 key "
+                                                  "(plus-ep keygen; the [sign] extra)")
     args = ap.parse_args(argv)
 
     import plus_ep
@@ -80,7 +92,8 @@ def main(argv=None) -> int:
         from plus_ep.demo_model import save_bert
         source = str(out / "original.onnx")
         save_bert(source, layers=1, hidden=64, heads=2, intermediate=128, vocab=100, max_pos=64)
-    code = plus_ep_cli(["rewrite", source, "-o", str(out / "1" / "model.onnx"), "--arch", args.arch])
+    code = plus_ep_cli(["rewrite", source, "-o", str(out / "1" / "model.onnx"), "--arch", args.arch]
+                       + (["--sign", args.sign] if args.sign else []))
     if args.model is None:
         os.remove(source)
     if code:
@@ -88,6 +101,17 @@ def main(argv=None) -> int:
     model = onnx.load(str(out / "1" / "model.onnx"), load_external_data=False)
     (out / "config.pbtxt").write_text(config_text(model, args.name, args.library or plus_ep.get_library_path()))
     print(f"wrote {out / 'config.pbtxt'} and {out / '1' / 'model.onnx'}")
+    from plus_ep import trust
+    nodes = trust.kernel_nodes(onnx.load(str(out / "1" / "model.onnx")))
+    if nodes:               # built here: a manifest of exactly these kernels, for the container
+        (out / "trusted").mkdir(mode=0o700, exist_ok=True)
+        recorded, failed = trust.record_nodes(nodes, f"built by make_repository.py for {args.name}",
+                                              folder=out / "trusted")
+        if failed:
+            print(f"error: {failed[0]}", file=sys.stderr)
+            return 1
+        print(f"wrote {out / 'trusted'} ({recorded} fused nodes): start Triton with "
+              f"-e PLUS_EP_TRUST_DIR=/models/{args.name}/trusted (see docs/guide/trust.md)")
     return 0
 
 

@@ -242,11 +242,13 @@ def _names_digest(path: pathlib.Path, hexd: str) -> bool:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not _private(st) or st.st_size >= 4096:
             return False
-        return f'"digest": "{hexd}"'.encode() in f.read()
+        return f'"digest": "{hexd}"'.encode() in os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 def dir_problems(cache_dir=None) -> list:

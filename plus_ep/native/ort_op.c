@@ -143,21 +143,6 @@ static OrtStatus* get_plan(const OrtApi* api, const OrtKernelInfo* info, const c
     return NULL;
 }
 
-/* The arch names of the plan's optional `archs` line (pointers into buf), or 0 when absent. */
-static int plan_archs(const char* plan, char* buf, size_t bufn, const char** archs, int max) {
-    const char* p = strstr(plan, "\narchs ");
-    if (!p) return 0;
-    p += 7;
-    size_t len = strcspn(p, "\n");
-    if (len >= bufn) return 0;   /* malformed: the parser reports it */
-    memcpy(buf, p, len);
-    buf[len] = 0;
-    int n = 0;
-    char* save = NULL;
-    for (char* t = strtok_r(buf, " ", &save); t && n < max; t = strtok_r(NULL, " ", &save)) archs[n++] = t;
-    return n;
-}
-
 /* Read the plus_images_<arch> TENSOR attribute. *value = NULL when it does not exist. */
 static OrtStatus* get_pack(const OrtApi* api, const OrtKernelInfo* info, const char* node, const char* arch,
                            OrtAllocator* alloc, OrtValue** value, plus_pack_src* src) {
@@ -236,15 +221,6 @@ static char* optional_string(const OrtApi* api, const OrtKernelInfo* info, const
     return s;
 }
 
-static char* get_output_name(const OrtApi* api, const OrtKernelInfo* info, size_t i) {
-    size_t n = 0;
-    OrtStatus* st = ORT_CALL(api, KernelInfo_GetOutputName)(info, i, NULL, &n);
-    char* s = st ? NULL : malloc(n ? n : 1);
-    if (s && (st = ORT_CALL(api, KernelInfo_GetOutputName)(info, i, s, &n))) free(s), s = NULL;
-    if (st) ORT_CALL(api, ReleaseStatus)(st);
-    return s ? s : strdup("");
-}
-
 /* The trust policy (trust.h) before anything of the node is loaded: the whole node as the graph holds
  * it (op type, name, wiring, the STRING attributes and packs; a known arch's pack the plan does not
  * list is refused) must be trusted. A refused node fails the session with the reason and the ways
@@ -275,7 +251,7 @@ static OrtStatus* check_trust(const OrtApi* api, const OrtKernelInfo* info, cons
     char** out_names = NULL;
     OrtStatus* st = ORT_CALL(api, KernelInfo_GetOutputCount)(info, &nd.n_out);
     if (!st && !(out_names = calloc(nd.n_out ? nd.n_out : 1, sizeof *out_names))) nd.n_out = 0;
-    for (size_t i = 0; !st && i < nd.n_out; i++) out_names[i] = get_output_name(api, info, i);
+    for (size_t i = 0; !st && i < nd.n_out; i++) out_names[i] = get_io_name(api, info, 1, i);
     nd.out_names = (const char* const*)out_names;
     OrtAllocator* a = NULL;
     OrtStatus* sa = st ? NULL : ORT_CALL(api, GetAllocatorWithDefaultOptions)(&a);
@@ -349,7 +325,8 @@ static OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi* api, const 
     }
     char archbuf[512];
     const char* listed[PLUS_MAX_ARCHS];
-    int n_listed = plan_archs(plan, archbuf, sizeof archbuf, listed, PLUS_MAX_ARCHS);
+    int n_listed = plus_trust_plan_archs(plan, strlen(plan), archbuf, sizeof archbuf, listed, PLUS_MAX_ARCHS);
+    if (n_listed < 0) n_listed = 0;
     const char* const* probe = n_listed ? listed : KNOWN_ARCHS;
     int n_probe = n_listed ? n_listed : (int)(sizeof KNOWN_ARCHS / sizeof *KNOWN_ARCHS);
     for (int i = 0; i < n_probe && n_packs < PLUS_MAX_ARCHS; i++) {

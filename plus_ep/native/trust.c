@@ -48,8 +48,7 @@ static int known_attr(const char* name) {
     return 0;
 }
 
-/* The arch names of the plan's `archs` line into archs (pointers into buf); -1 when it has none. */
-static int listed_archs(const char* plan, size_t plen, char* buf, size_t bufn, const char** archs, int max) {
+int plus_trust_plan_archs(const char* plan, size_t plen, char* buf, size_t bufn, const char** archs, int max) {
     const char* p = NULL;
     for (size_t i = 0; i + 6 <= plen && !p; i++)
         if ((i == 0 || plan[i - 1] == '\n') && !memcmp(plan + i, "archs ", 6)) p = plan + i + 6;
@@ -78,7 +77,8 @@ int plus_trust_node_digest(const plus_trust_node* nd, uint8_t out[32], char* err
         return snprintf(err, errlen, "more than %d plus_images_<arch> attributes", PLUS_MAX_ARCHS), -1;
     char buf[1024];
     const char* listed[PLUS_MAX_ARCHS];
-    int n_listed = listed_archs(nd->str[STR_PLAN], nd->str_len[STR_PLAN], buf, sizeof buf, listed, PLUS_MAX_ARCHS);
+    int n_listed = plus_trust_plan_archs(nd->str[STR_PLAN], nd->str_len[STR_PLAN], buf, sizeof buf, listed,
+                                         PLUS_MAX_ARCHS);
     int order[PLUS_MAX_ARCHS];   /* packs in strcmp order of arch (insertion sort: at most a few dozen) */
     for (int i = 0; i < nd->n_packs; i++) {
         int j = i;

@@ -88,6 +88,10 @@ int plus_trust_policy(const char* value, char* err, size_t errlen);
  * "...: chown <uid> <path>". */
 int plus_trust_safe_path(const char* what, const char* path, char* err, size_t errlen);
 
+/* The arch names of the `archs` line of the plan's `plen` bytes (pointers into buf, at most max); -1 when
+ * the plan has no such line. The one reader of that line (the custom op probes these packs). */
+int plus_trust_plan_archs(const char* plan, size_t plen, char* buf, size_t bufn, const char** archs, int max);
+
 /* ---- the parsers (exposed for the fuzzer and the tests) ---- */
 
 typedef struct { uint8_t key[32]; char id[17]; } plus_trust_key;

@@ -74,3 +74,15 @@ def test_a_segment_pointed_elsewhere_differs(compiled):
     target = next(s[4] for _, s, _ in C._sections(bytes(d))[1] if s[1] == 1 and s[5] and s[4] != phdrs[k][2])
     struct.pack_into("<Q", d, hdr[5] + k * hdr[9] + 8, target if target != off_text else off_text)
     assert C.canonical(bytes(d)) != C.canonical(compiled.cubin)
+
+
+def test_a_patched_instruction_is_a_mismatch(compiled):
+    """verify's check of one image (cubin_check.check_image): the same cubin with one code byte changed."""
+    ptxas = cubin_check.find_ptxas()
+    if ptxas is None:
+        pytest.skip("needs ptxas (CUDA toolkit or nvidia-cuda-nvcc)")
+    d = bytearray(compiled.cubin)
+    off, size = _section(bytes(d), ".text.plus_k")
+    d[off + 16] ^= 0x01
+    status, why = cubin_check.check_image(bytes(d), compiled.ptx, "sm_80", ptxas, cubin_check.ptxas_version(ptxas))
+    assert status == "MISMATCH" and "not what its PTX assembles to" in why

@@ -1,7 +1,7 @@
 """The trust policy's shared vectors (tests/support/trust_vectors.json) through plus_ep/trust.py: node
 digests (the whole node: op type, domain, name, arity and wiring, every attribute, the function body,
 the packs), keys files, PLUS_EP_TRUST values, the folder rule, the rewrite metadata. The same table goes
-through plus_ep/native/trust.c in tests/native/test_trust_vectors.py."""
+through plus_ep/native/trust.c in tests/native/test_trust_vectors_c.py."""
 from __future__ import annotations
 
 import os
@@ -90,3 +90,12 @@ def test_rewrite_metadata(v):
             rebuild.rewrite_options(m)
     else:
         assert rebuild.rewrite_options(m)["archs"] == v["archs"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an entry of another user needs root (chown)")
+@pytest.mark.parametrize("v", TABLE["manifest"], ids=lambda v: v["id"])
+def test_manifest_entry(v, tmp_path, monkeypatch):
+    base = TABLE["digest"][0]
+    d = tv.make_manifest_case(v, tmp_path, base["expect"]["digest"])
+    monkeypatch.setenv("PLUS_EP_TRUST_DIR", str(d))
+    assert trust.is_recorded(bytes.fromhex(base["expect"]["digest"])) == (v["expect"] == "trusted")

@@ -1,7 +1,7 @@
 """The shared test vectors of the trust policy (tests/support/trust_vectors.json): node digests, keys
 files, PLUS_EP_TRUST values, the folder rule and the rewrite metadata. One table, read by the Python
 half (tests/cpu/test_trust_vectors.py: plus_ep/trust.py) and by the C half through the native harness
-(tests/native/test_trust_vectors.py: plus_ep/native/trust.c), so both read every input alike.
+(tests/native/test_trust_vectors_c.py: plus_ep/native/trust.c), so both read every input alike.
 
 The digests in the table come from `oracle_digest`, a second implementation of the layout trust.h
 states, written from that text (not from either implementation); `python -m tests.support.trust_vectors
@@ -130,6 +130,27 @@ def make_folder_case(case: dict, base: Path) -> tuple[str, dict]:
     if "owner" in case:
         os.chown(target, case["owner"], -1)
     return str(path), {"path": str(path), "target": str(target), "me": str(os.geteuid())}
+
+
+def make_manifest_case(case: dict, folder: Path, digest_hex: str) -> Path:
+    """A trust dir under `folder` holding one entry for `digest_hex` as the case describes; returns it."""
+    d = folder / "trusted"
+    shard = d / digest_hex[:2]
+    shard.mkdir(parents=True, mode=0o700)
+    os.chmod(d, 0o700)
+    entry = shard / digest_hex
+    kind = case["entry"]
+    if kind == "folder":
+        entry.mkdir(mode=0o700)
+    else:
+        named = {"names": digest_hex, "other": "0" * 64}.get(kind)
+        entry.write_text("" if named is None else json.dumps({"digest": named, "note": "test"}) + "\n")
+        os.chmod(entry, int(case.get("entry_mode", "0600"), 8))
+        if "owner" in case:
+            os.chown(entry, case["owner"], -1)
+    if "shard_mode" in case:
+        os.chmod(shard, int(case["shard_mode"], 8))
+    return d
 
 
 def _write() -> None:

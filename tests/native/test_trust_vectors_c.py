@@ -78,3 +78,16 @@ def test_folder_rule(harness, v, tmp_path):
         assert rc == 0 and out.strip() == "ok", out
     else:
         assert rc == 1 and v["expect"].format(**subst) in out, out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an entry of another user needs root (chown)")
+@pytest.mark.parametrize("v", TABLE["manifest"], ids=lambda v: v["id"])
+def test_manifest_entry(harness, v, tmp_path):
+    base = TABLE["digest"][0]
+    d = tv.make_manifest_case(v, tmp_path / "m", base["expect"]["digest"])
+    rc, out = run(harness, "trust", tv.c_description(base["node"], "op", tmp_path / "n"),
+                  env={"PLUS_EP_TRUST_DIR": str(d)})
+    if v["expect"] == "trusted":
+        assert rc == 0 and "trusted manifest" in out, out
+    else:
+        assert rc == 1 and "refusing its embedded kernel images" in out, out

@@ -6,7 +6,7 @@ The measurement behind `plus-ep verify`'s cubin check (plus_ep/verification/cubi
 For every (cubin, PTX) pair in the kernel cache (kernel.cubin + kernel.ptx, NVRTC's compile of one
 source) and in the image packs of the tiny test model: the PTX is assembled twice by ptxas, each in its
 own process; it records whether the two runs gave the same bytes, whether they equal the NVRTC cubin
-byte for byte, whether their canonical forms (kernels/build/cubin.py: everything but the tool note)
+byte for byte, whether their canonical forms (kernels/compile/cubin.py: everything but the tool note)
 are equal, which sections differ, and the time per assembly.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from plus_ep import config
-from plus_ep.kernels.build import cubin as C
+from plus_ep.kernels.compile import cubin as C
 from plus_ep.verification import cubin_check as cc
 
 

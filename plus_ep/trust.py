@@ -45,7 +45,7 @@ import onnx
 from onnx import numpy_helper
 
 from . import config
-from .kernels.build.files import safe_path, write_atomic
+from .kernels.compile.files import safe_path, write_atomic
 
 log = logging.getLogger("plus_ep")
 

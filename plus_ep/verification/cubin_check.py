@@ -6,7 +6,7 @@ the node.
     rows = check_model(model, ["sm_80", "sm_90a"])   # [{"node", "arch", "images", "status", "detail"}]
     rows[0]["status"]                                # "match", "MISMATCH" or "not checked"
 
-The comparison is `kernels.build.cubin.canonical`: every section, header and segment byte for byte
+The comparison is `kernels.compile.cubin.canonical`: every section, header and segment byte for byte
 except the assembler's tool note (name, build string, options), which differs between NVRTC's built-in
 ptxas and the standalone one of the same release. Measured (bench/cubin_check.py, results in
 bench/results/2026-11-28-cubin-check.json): the standalone ptxas gives byte-identical cubins across
@@ -26,7 +26,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from ..kernels.build.cubin import TOOL_NOTE, canonical, tool_note
+from ..kernels.compile.cubin import TOOL_NOTE, canonical, tool_note
 from ..kernels.wire.pack import parse as parse_pack, untied
 
 __all__ = ["find_ptxas", "ptxas_version", "check_image", "check_model"]

@@ -1,4 +1,4 @@
-"""The canonical form verify's cubin check compares (kernels/build/cubin.py: canonical): NVRTC's cubin and
+"""The canonical form verify's cubin check compares (kernels/compile/cubin.py: canonical): NVRTC's cubin and
 the standalone ptxas's cubin of the same PTX are equal in it (only the tool note differs) and differ in
 bytes; a changed byte of code, code hidden between sections, or a segment pointed elsewhere is not."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from plus_ep.kernels.build import cubin as C
-from plus_ep.kernels.build import nvrtc
+from plus_ep.kernels.compile import cubin as C
+from plus_ep.kernels.compile import nvrtc
 from plus_ep.verification import cubin_check
 
 SRC = ('#include "plus_common.cuh"\nextern "C" __global__ void plus_k(const PlusArgs args) '

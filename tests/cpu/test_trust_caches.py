@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from plus_ep import model_cache, trust
-from plus_ep.kernels.build import render_store as S
-from plus_ep.kernels.build.cache import KernelCache
+from plus_ep.kernels.compile import render_store as S
+from plus_ep.kernels.compile.cache import KernelCache
 
 
 def _small() -> bytes:

@@ -85,7 +85,7 @@ def test_a_read_only_trust_folder_fails_plus_ep_trust(manifest, tmp_path, monkey
 def test_a_failing_write_leaves_no_file(manifest, monkeypatch, capsys):
     """The same without root: the write into the temporary file fails (ENOSPC injected)."""
     d, path = manifest
-    from plus_ep.kernels.build import files
+    from plus_ep.kernels.compile import files
 
     real_replace = files.os.replace
 

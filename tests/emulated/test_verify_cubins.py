@@ -30,7 +30,7 @@ def models(tmp_path_factory):
     onnx.save(good, d / "good.onnx")
     bad = onnx.ModelProto()
     bad.CopyFrom(good)
-    from plus_ep.kernels.build import nvrtc
+    from plus_ep.kernels.compile import nvrtc
     src = ('#include "plus_common.cuh"\nextern "C" __global__ void plus_gemm(const PlusArgs args) '
            '{ ((float*)args.out[0])[threadIdx.x] = 42.0f; }\n')
     foreign = nvrtc.compile_cubin(src, "sm_80", name="foreign.cu").cubin

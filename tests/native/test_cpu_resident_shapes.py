@@ -29,6 +29,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from tests.support.launcher_models import fake_pack, fused_node  # noqa: E402
+from tests.support.launcher_sources import ortop_node_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
@@ -91,8 +92,7 @@ def host(request, builds, tmp_path):
             p.write_text(plan)
             extra = [str(p), f"sm_90={pack}"]
             # the test vouches for its stand-in kernels: their digest in its own trust manifest
-            key = trust.NodeKey("ai.plus_ep", args[1], "plus_ep/test/0", (True,) * (len(args) - 4), (True,),
-                                {"plus_plan": plan.encode()}, {"sm_90": pack.read_bytes()})   # ortop_host's node
+            key = ortop_node_key(args[1], plan, pack.read_bytes(), args[4:])
             trust.record(trust.digest(key), "tests: stand-in packs", tmp_path)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
         env.update({"PLUS_EP_CUDA_LIBRARY": str(fake), "ASAN_OPTIONS": "detect_leaks=1",

@@ -25,6 +25,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from tests.support.launcher_sources import SANITIZE, build_ortop_host as _build, ortop_counts as _counts  # noqa: E402
+from tests.support.launcher_sources import ortop_node_key  # noqa: E402
 from tests.support.launcher_models import fake_pack, fused_node  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +96,8 @@ def host(request, builds, tmp_path):
     def run(twin, plan, *specs, output=""):
         p = tmp_path / "plan.txt"
         p.write_text(plan)
-        trust.record(trust.digest(plan, {"sm_90": pack.read_bytes()}), "tests: stand-in packs", tmp_path)
+        key = ortop_node_key("FusedHost1", plan, pack.read_bytes(), specs, output)
+        trust.record(trust.digest(key), "tests: stand-in packs", tmp_path)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_", "ORTOP_"))}
         env.update({"PLUS_EP_CUDA_LIBRARY": str(fake), "ASAN_OPTIONS": "detect_leaks=1",
                     "PLUS_EP_TRUST_DIR": str(trust.trust_dir(tmp_path)), "ORTOP_OUTPUT": output,

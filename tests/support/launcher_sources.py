@@ -31,3 +31,12 @@ def build_ortop_host(out: _Path, flags: list) -> tuple:
 def ortop_counts(out: str) -> dict:
     """The stand-in driver's counters ortop_host prints ("counts: sync=S dtoh=D launch=L")."""
     return {k: int(v) for k, v in _re.findall(r"(\w+)=(\d+)", out.split("counts:")[1])}
+
+
+def ortop_node_key(op: str, plan: str, pack: bytes, specs, output: str = ""):
+    """The node ortop_host hands the custom op (plus_ep/trust.py NodeKey: its name, one input per SPEC,
+    `absent` ones wired to nothing, output 0 wired unless ORTOP_OUTPUT=absent), for a test that vouches
+    for its stand-in kernels: trust.record(trust.digest(ortop_node_key(...)), ...)."""
+    from plus_ep import trust
+    return trust.NodeKey("ai.plus_ep", op, "plus_ep/test/0", tuple(s != "absent" for s in specs),
+                         (output != "absent",), {"plus_plan": plan.encode()}, {"sm_90": pack})

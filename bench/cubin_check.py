@@ -63,7 +63,10 @@ def main() -> int:
                      "canonical_equal_nvrtc": C.canonical(runs[0]) == C.canonical(shipped),
                      "sections_differing": sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))})
     summary = {k: sum(r[k] for r in rows) for k in ("runs_identical", "bytes_equal_nvrtc", "canonical_equal_nvrtc")}
-    result = {"date": "2026-11-28", "machine": f"{platform.processor() or platform.machine()} (2-core AMD EPYC, shared)",
+    result = {"what": "issue 34: verify's cubin check measured: each (cubin, PTX) pair of the kernel cache and the tiny "
+                      "model assembled twice by the standalone ptxas (separate processes) and compared with NVRTC's "
+                      "cubin, bytes and canonical form (all but the tool note)",
+              "date": "2026-11-28", "machine": "AMD EPYC, 2 cores (shared)", "arch": platform.machine(),
               "python": platform.python_version(), "ptxas": cc.ptxas_version(ptxas), "ptxas_path": ptxas,
               "nvrtc_tool_notes": sorted(notes),
               "pairs": len(rows), **summary,

@@ -139,7 +139,7 @@ def _trust_command(sub, common) -> None:
                                     "(this installation's renderer and NVRTC, kernels from the local cache) and "
                                     "records the nodes whose plan and images come out byte-identical in the trust "
                                     "manifest ($PLUS_EP_TRUST_DIR, else <cache root>/trusted). A model signed whole "
-                                    "(`plus-ep rewrite --sign`) by a key PLUS_EP_TRUSTED_KEYS lists is recorded "
+                                    "(`plus-ep rewrite MODEL -o OUT --sign KEY`) by a key PLUS_EP_TRUSTED_KEYS lists is recorded "
                                     "without a rebuild. Exits 1 when any node is left untrusted or could not be "
                                     "recorded (docs/guide/trust.md).")
     tr.add_argument("model", metavar="MODEL", help="rewritten .plus.onnx model with kernels")

@@ -426,7 +426,8 @@ def _copy_fields(src, dst, skip=()) -> None:
     for fd, value in src.ListFields():
         if fd.name in skip:
             continue
-        if fd.label == fd.LABEL_REPEATED:
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+        if repeated:
             getattr(dst, fd.name).extend(value)
         elif fd.message_type is not None:
             getattr(dst, fd.name).CopyFrom(value)
@@ -436,8 +437,9 @@ def _copy_fields(src, dst, skip=()) -> None:
 
 def model_digest(model: onnx.ModelProto) -> bytes:
     """sha256 over the whole model as loaded (graph, functions, attributes, metadata but the
-    whole-model signature itself; each initializer through its own sha256, so no protobuf of the whole
-    model is built): what sign_whole_model signs."""
+    whole-model signature itself; each initializer by its name, type, dims and values, so the way it
+    is stored, inline or in an external file, does not matter and no protobuf of the whole model is
+    built): what sign_whole_model signs."""
     shell = onnx.ModelProto()
     _copy_fields(model, shell, skip=("graph", "metadata_props"))
     shell.metadata_props.extend(p for p in model.metadata_props if p.key != MODEL_SIGNATURE)
@@ -446,7 +448,20 @@ def model_digest(model: onnx.ModelProto) -> bytes:
     h.update(_str(shell.SerializeToString(deterministic=True)))
     h.update(struct.pack("<Q", len(model.graph.initializer)))
     for t in model.graph.initializer:
-        h.update(hashlib.sha256(t.SerializeToString(deterministic=True)).digest())
+        h.update(_tensor_digest(t))
+    return h.digest()
+
+
+def _tensor_digest(t: onnx.TensorProto) -> bytes:
+    """sha256 of an initializer's name, type, dims and values, however they are stored (typed fields,
+    raw_data, or an external file that onnx.load has read in)."""
+    h = hashlib.sha256(_str(t.name.encode()) + struct.pack("<iQ", t.data_type, len(t.dims)))
+    h.update(b"".join(struct.pack("<q", d) for d in t.dims))
+    if t.data_type == onnx.TensorProto.STRING:
+        for v in t.string_data:
+            h.update(_str(bytes(v)))
+    else:
+        h.update(numpy_helper.to_array(t).tobytes())
     return h.digest()
 
 

@@ -66,7 +66,7 @@ int plus_trust_plan_archs(const char* plan, size_t plen, char* buf, size_t bufn,
 
 int plus_trust_node_digest(const plus_trust_node* nd, uint8_t out[32], char* err, size_t errlen) {
     if (!nd->str[STR_PLAN]) return snprintf(err, errlen, "the node carries no plus_plan attribute"), -1;
-    for (size_t i = 0; i < nd->n_attr_names; i++)
+    for (size_t i = 0; nd->attr_names && i < nd->n_attr_names; i++)
         if (!known_attr(nd->attr_names[i]))
             return snprintf(err, errlen, "attribute '%s' is not part of a fused node (kernels/CONTRACT.md §5)",
                             nd->attr_names[i]), -1;

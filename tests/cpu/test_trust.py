@@ -132,9 +132,41 @@ def test_rewrite_sign(tmp_path, fresh_manifest, capsys):
     trust.keygen(tmp_path / "k.pem")
     assert cli.main(["rewrite", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.plus.onnx"), "--arch", "sm_80",
                      "--fp32-math", "exact", "--sign", str(tmp_path / "k.pem")]) == 0
-    assert ", 2 nodes signed" in capsys.readouterr().out
+    assert ", 2 nodes and the whole model signed" in capsys.readouterr().out
     signed = onnx.load(tmp_path / "m.plus.onnx")
     assert all(any(a.name == trust.SIGNATURE_ATTR for a in n.attribute) for n in trust.kernel_nodes(signed))
+
+
+def test_a_model_signed_whole_is_recorded_by_plus_ep_trust(tmp_path, fresh_manifest, monkeypatch, capsys):
+    """The whole-model signature (`plus-ep rewrite --sign`): checked by `plus-ep trust`, which records
+    every node without a rebuild; it survives saving the weights in an external file; any change of the
+    model (a weight, an output's name) breaks it, as a key that is not listed does."""
+    pytest.importorskip("cryptography", reason="signing needs the [sign] extra (cryptography)")
+    monkeypatch.setenv("PLUS_EP_TRUST_DIR", str(tmp_path / "the_build_machine"))
+    m = rewritten_tiny(archs=("sm_80",))
+    monkeypatch.setenv("PLUS_EP_TRUST_DIR", str(fresh_manifest))
+    pub, _ = trust.keygen(tmp_path / "k.pem")
+    trust.keygen(tmp_path / "other.pem")
+    kid = trust.sign_whole_model(m, tmp_path / "k.pem")
+    onnx.save(m, tmp_path / "s.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="s.onnx.data", size_threshold=0)
+    monkeypatch.setenv("PLUS_EP_TRUSTED_KEYS", str(pub))
+    loaded = onnx.load(tmp_path / "s.onnx")
+    assert trust.model_signer(loaded) == kid
+    changed = onnx.ModelProto()
+    changed.CopyFrom(loaded)
+    changed.graph.initializer[0].raw_data = bytes(len(changed.graph.initializer[0].raw_data))
+    assert trust.model_signer(changed) is None
+    changed.CopyFrom(loaded)
+    changed.graph.output[0].name = "renamed"
+    assert trust.model_signer(changed) is None
+    assert [n.how for n in trust.status(loaded)] == [None, None]
+    assert cli.main(["trust", str(tmp_path / "s.onnx")]) == 0
+    assert f"the whole model is signed by key {kid} (PLUS_EP_TRUSTED_KEYS lists it): 2 of 2 fused nodes recorded" \
+        in capsys.readouterr().out
+    assert [n.how for n in trust.status(loaded)] == ["manifest", "manifest"]
+    monkeypatch.setenv("PLUS_EP_TRUSTED_KEYS", str(tmp_path / "other.pem.pub"))
+    assert trust.model_signer(loaded) is None
 
 
 def _gated_mlp():

@@ -160,8 +160,8 @@ print(json.dumps({"shape": list(z.shape), "values": z.ravel().tolist()}))
 def _host_model():
     """Z = FusedHost1(S, X). The stand-in kernel fills [n, S[1]] with S[1]; the function body (what runs
     without the launcher) fills it with S[0], so the two paths are told apart."""
-    node = fused_node("shapes", ["S", "X"], ["Z"], "k1", NEW_PLAN, {"sm_90": fake_pack("sm_90")})
-    node.op_type = "FusedHost1"
+    node = fused_node("shapes", ["S", "X"], ["Z"], "k1", NEW_PLAN, {"sm_90": fake_pack("sm_90")},
+                      op_type="FusedHost1")
     body = [helper.make_node("Split", ["s"], ["s0", "s1"], axis=0, num_outputs=2),
             helper.make_node("Shape", ["x"], ["n"]),
             helper.make_node("Concat", ["n", "s1"], ["zs"], axis=0),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -69,6 +70,12 @@ def two_input_model() -> onnx.ModelProto:
     return g.model()
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _post(port, body):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     conn.request("POST", "/infer", body=json.dumps(body), headers={"content-type": "application/json"})
@@ -82,7 +89,6 @@ def test_the_server_sets_up_trust_and_refuses_bad_shapes_then_serves(tmp_path, m
     import onnxruntime as ort
 
     import plus_ep
-    from tests.native.test_server import free_port
     monkeypatch.setenv("PLUS_EP_TRUST_DIR", str(tmp_path / "build_machine"))        # rewritten elsewhere
     model = tmp_path / "two.plus.onnx"
     onnx.save(plus_ep.rewrite(two_input_model(), archs=["sm_80"], fp32_math="exact"), model)
@@ -106,7 +112,6 @@ def test_the_server_sets_up_trust_and_refuses_bad_shapes_then_serves(tmp_path, m
                 assert server.poll() is None, log.read_text()
                 assert time.monotonic() < deadline, "server did not start: " + log.read_text()
                 time.sleep(0.5)
-        from tests.native.test_server import request
         rng = np.random.default_rng(0)
         x, m = (rng.standard_normal((2, 5, 32)).astype(np.float32) for _ in range(2))
 
@@ -123,7 +128,9 @@ def test_the_server_sets_up_trust_and_refuses_bad_shapes_then_serves(tmp_path, m
                                     providers=["CPUExecutionProvider"]).run(None, {"X": x, "M": m})[0]
         y = np.asarray(got["outputs"]["Y"]["data"], np.float32).reshape(got["outputs"]["Y"]["shape"])
         assert y.shape == want.shape and np.max(np.abs(y - want)) <= 1e-4
-        assert request(http.client.HTTPConnection("127.0.0.1", port, timeout=5), "GET", "/health")[1]["requests"] == 1
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/health")
+        assert json.loads(conn.getresponse().read())["requests"] == 1
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -236,8 +236,8 @@ def _ep_model(plan, path, wire_b=True, shape=None):
     body reshapes X2 @ ones(32, 96) to S. wire_b=False: B wired "" (the body never reads it, so ORT
     loads the model and leaves the refusal to PlusEP)."""
     plan = plan.replace("in 1 1 2 s0 32\n", "in 1 1 2 s0 32\nin 2 1 1 96\n")
-    node = fused_node(NODE, ["S", "X2", "B" if wire_b else ""], ["Y"], "k1", plan, {"sm_90": fake_pack("sm_90")})
-    node.op_type = "FusedHost1"
+    node = fused_node(NODE, ["S", "X2", "B" if wire_b else ""], ["Y"], "k1", plan, {"sm_90": fake_pack("sm_90")},
+                      op_type="FusedHost1")
     body = [helper.make_node("Constant", [], ["w"], value=helper.make_tensor("w", TensorProto.FLOAT, [32, 96],
                                                                              [1.0] * 32 * 96)),
             helper.make_node("MatMul", ["x", "w"], ["m"]),

@@ -15,28 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.launcher_sources import LAUNCHER_SOURCES
+from tests.support.launcher_sources import GCC, SANITIZE, build_harness as build
 
 ROOT = Path(__file__).resolve().parents[2]
-NATIVE = ROOT / "plus_ep" / "native"
-TESTS_NATIVE = ROOT / "tests" / "native"
-GCC = shutil.which("gcc") or shutil.which("cc")
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 
 pytestmark = pytest.mark.skipif(GCC is None, reason="needs a C compiler")
-
-
-def build(out: Path, flags: list[str]) -> tuple[Path, Path]:
-    """Compile the stand-in driver and the harness with `flags`; returns (harness, fake_cuda.so)."""
-    out.mkdir(parents=True, exist_ok=True)
-    common = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{NATIVE}", *flags]
-    fake = out / "fake_cuda.so"
-    harness = out / "harness"
-    subprocess.run([GCC, *common, "-fPIC", "-shared", str(TESTS_NATIVE / "fake_cuda.c"), "-o", str(fake),
-                    "-lpthread"], check=True)
-    subprocess.run([GCC, *common, str(TESTS_NATIVE / "harness.c"), *[str(NATIVE / s) for s in LAUNCHER_SOURCES],
-                    "-o", str(harness), "-ldl", "-lpthread"], check=True)
-    return harness, fake
 
 
 class Harness:

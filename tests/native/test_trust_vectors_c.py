@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.native.test_launcher import GCC, build
+from tests.support.launcher_sources import GCC, build_harness as build
 from tests.support import trust_vectors as tv
 
 pytestmark = pytest.mark.skipif(GCC is None, reason="needs a C compiler")

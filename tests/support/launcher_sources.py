@@ -16,6 +16,19 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "
 ORTOP_SOURCES = LAUNCHER_SOURCES + ["ort_tensor.c", "ort_run.c", "ort_op.c"]
 
 
+def build_harness(out: _Path, flags: list) -> tuple:
+    """Compile the stand-in driver and the native harness (tests/native/harness.c) with `flags` into
+    `out`; returns (harness, fake_cuda.so)."""
+    out.mkdir(parents=True, exist_ok=True)
+    common = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{_NATIVE}", *flags]
+    fake, harness = out / "fake_cuda.so", out / "harness"
+    _subprocess.run([GCC, *common, "-fPIC", "-shared", str(_ROOT / "tests/native/fake_cuda.c"), "-o", str(fake),
+                     "-lpthread"], check=True)
+    _subprocess.run([GCC, *common, str(_ROOT / "tests/native/harness.c"), *[str(_NATIVE / s) for s in LAUNCHER_SOURCES],
+                     "-o", str(harness), "-ldl", "-lpthread"], check=True)
+    return harness, fake
+
+
 def build_ortop_host(out: _Path, flags: list) -> tuple:
     """(ortop_host, fake_cuda.so) compiled with `flags` into `out`."""
     out.mkdir(parents=True, exist_ok=True)

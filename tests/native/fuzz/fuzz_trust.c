@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const char* names[2] = {"plus_plan", extra};
         plus_trust_node nd = {.domain = "ai.plus_ep", .op_type = "Fused", .name = "node", .n_in = flags % 8,
                               .in_names = wired, .n_out = 1, .out_names = wired + 7, .packs = src, .n_packs = n,
-                              .attr_names = extra[0] ? names : NULL, .n_attr_names = 2};
+                              .attr_names = extra[0] ? names : NULL, .n_attr_names = extra[0] ? 2 : 0};
         nd.str[4] = plan, nd.str_len[4] = strlen(plan);
         uint8_t d1[32], d2[32];
         char e2[PLUS_ERR_LEN];

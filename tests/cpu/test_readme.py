@@ -42,6 +42,6 @@ def test_quickstart_runs_and_prints_what_it_shows(tmp_path):
     if nvrtc.local_arch() is not None:          # a GPU machine builds for its own arch only: other counts
         return
     assert len(options.DEFAULT_ARCHS) == 2      # the shown counts are for the two default archs
-    pattern = "".join(FLOAT if re.fullmatch(FLOAT, part) else re.escape(part)
+    pattern = "".join(f"(?:{FLOAT})" if re.fullmatch(FLOAT, part) else re.escape(part)
                       for part in re.split(f"({FLOAT})", shown.strip()))
     assert re.fullmatch(pattern, r.stdout.strip()), f"the quickstart printed\n{r.stdout}\nthe README shows\n{shown}"

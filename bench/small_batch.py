@@ -51,6 +51,10 @@ def summarise(rep: dict) -> dict:
                    "st_sectors": [k["st_sectors_per_request"], k["st_sectors_ideal"]]}
             if "finish_us" in k:         # the one-launch GEMM + row program's tail, inside modelled_us
                 row["finish_us"] = k["finish_us"]
+            # the model's terms, and what it was fed: a later model re-states the time from these
+            # (plus_ep/verification/profile.py model_kernel) without re-running the interpreter
+            row["terms_us"] = k["terms_us"]
+            row["model_inputs"] = k["model_inputs"]
             if k["entry"] in FAMILY:
                 for kind in ("ld", "st"):
                     r = _ratio(*row[f"{kind}_sectors"])
@@ -74,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sample-ctas", type=int, default=None,
                     help="interpret N CTAs per launch and scale the counts (default: every CTA)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--supersedes", action="append", default=[],
+                    help="a results file whose modelled numbers this run re-states (recorded in the JSON)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,7 +97,7 @@ def main(argv=None) -> int:
            "what": "issue 24 acceptance: BERT-base fp16 on the PTX interpreter (sm_90a, "
                    + (f"{a.sample_ctas} CTAs sampled per launch, counts scaled" if a.sample_ctas else "every CTA")
                    + "), MODELLED H100 times",
-           "sampled": a.sample_ctas,
+           "sampled": a.sample_ctas, "supersedes": a.supersedes,
            "caveat": ("sampled: launches, CTAs, waves and sectors per request hold; the DRAM bytes are scaled from "
                       "the sampled CTAs' unique sectors (data CTAs share counted per sampled CTA), so DRAM, the "
                       "roofline and the modelled times are inflated, not estimates") if a.sample_ctas else None,

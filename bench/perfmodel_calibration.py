@@ -1,0 +1,204 @@
+"""The time model (kernels/perfmodel.py) against published measurements: today's kernels, executed on the PTX
+interpreter with sampled CTAs, modelled on an H100 SXM5 (and the attention also on an A100), beside
+FlashAttention-2's published throughput at FlashAttention's benchmark shapes, and a GEMM at 4096^3.
+
+    python -m bench.perfmodel_calibration --out bench/results/DATE-perfmodel-calibration.json
+
+Attention: FlashAttention's forward benchmark (FA2 paper section 4.1, FA3 section 4.1): fp16, no mask, hidden
+2048 (head dim 64: 32 heads; 128: 16 heads), batch x seq = 16k tokens, FLOPs = 4 seq^2 head_dim heads batch.
+Each shape is an ONNX attention (Q·Kᵀ·d^-0.5 -> Softmax -> ·V) rewritten for sm_90a (today's renderer and
+route), profiled with `--sample-ctas` CTAs interpreted and the counts scaled; `--configs` adds the same
+kernel forced onto other tiles of the menu (the route excluded from choosing, a private kernel cache).
+GEMM: an fp16 MatMul M x K by a K x N weight, likewise.
+
+Counts of a sampled run are exact per CTA (every CTA of these launches does the same work), but its DRAM
+bytes are scaled from the sampled CTAs' unique sectors; they are replaced by the compulsory bytes (every
+input and output once), which an every-CTA run counts as its unique sectors. Every time is MODELLED.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import pathlib
+import tempfile
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from bench.env_info import env_info
+from plus_ep.kernels import perfmodel
+from plus_ep.rewrite import rewrite_detailed
+from plus_ep.verification.profile import model_kernel, profile
+
+TOKENS, HIDDEN = 16384, 2048
+# FlashAttention-2's forward throughput, fp16, no causal mask, TFLOP/s at FlashAttention's benchmark shapes:
+# H100 SXM5 at seq 16k from FA3's Fig. 5 (arXiv:2407.08608; values as transcribed in
+# viktor-shcherb/msc_thesis references/2024-12-flashattention-3/analysis.md); A100 80GB SXM4 from FA2's Fig. 5
+# (arXiv:2307.08691; transcribed in the same repository, references/2024-05-flashattention-2/sections/
+# 04_empirical-validation.md). FA3's abstract: FA2 reaches "only 35%" of the H100's peak.
+FA2_FWD = {"sm_90a": {(64, 16384): 324, (128, 16384): 370},
+           "sm_80": {(64, 2048): 193, (64, 4096): 192, (64, 8192): 192, (64, 16384): 192,
+                     (128, 2048): 200, (128, 4096): 224, (128, 8192): 222, (128, 16384): 225}}
+FA2_SOURCE = ("H100: FA3 paper (arXiv:2407.08608) Fig. 5, FlashAttention-2 bars at 16k; A100: FA2 paper "
+              "(arXiv:2307.08691) Fig. 5; both as transcribed in viktor-shcherb/msc_thesis (references/"
+              "2024-12-flashattention-3/analysis.md, references/2024-05-flashattention-2/sections/"
+              "04_empirical-validation.md); FA3 abstract: FA2 reaches 35 % of the H100's peak")
+
+
+def attention_model(batch: int, heads: int, seq: int, dim: int) -> onnx.ModelProto:
+    f16 = TensorProto.FLOAT16
+    ins = [helper.make_tensor_value_info(n, f16, [batch, heads, seq, dim]) for n in ("q", "k", "v")]
+    out = helper.make_tensor_value_info("o", f16, [batch, heads, seq, dim])
+    scale = numpy_helper.from_array(np.array(dim ** -0.5, np.float16), "scale")
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o"])]
+    g = helper.make_graph(nodes, "attention", ins, [out], [scale])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def gemm_model(m: int, n: int, k: int) -> onnx.ModelProto:
+    f16 = TensorProto.FLOAT16
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((k, n)) * k ** -0.5).astype(np.float16),
+                                "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["c"])], "gemm",
+                          [helper.make_tensor_value_info("a", f16, [m, k])],
+                          [helper.make_tensor_value_info("c", f16, [m, n])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+@contextlib.contextmanager
+def forced_attention_config(name: str | None):
+    """The attention route held to one config of the menu (None: today's route), in a private cache root and
+    with the in-process render cache emptied on both sides, so that no cache ever hands out a forced render."""
+    if name is None:
+        yield
+        return
+    from plus_ep.kernels.attention import routes as ar
+    from plus_ep.kernels.render import clear_render_cache
+    real = ar.attention_routes
+
+    def forced(B, H, Sq, Skv, D, target, syms, math_=0):
+        picks = real(B, H, Sq, Skv, D, target, syms, math_)
+        menu = {c.name: c for c in ar.ac.all_configs()}
+        return [(cond, menu[name]) for cond, _ in picks]
+    old = os.environ.get("PLUS_EP_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="perfmodel_cal_cache_") as cache:
+        os.environ["PLUS_EP_CACHE_DIR"] = cache
+        ar.attention_routes = forced
+        clear_render_cache()
+        try:
+            yield
+        finally:
+            ar.attention_routes = real
+            clear_render_cache()
+            if old is None:
+                os.environ.pop("PLUS_EP_CACHE_DIR", None)
+            else:
+                os.environ["PLUS_EP_CACHE_DIR"] = old
+
+
+def profile_one(model: onnx.ModelProto, sample: int, config: str | None = None) -> dict:
+    """(the single fused node's profile row, rewrite seconds, profile seconds)."""
+    t0 = time.perf_counter()
+    with forced_attention_config(config):
+        r = rewrite_detailed(model, archs=["sm_90a"])
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "m.onnx"
+        onnx.save(r.model, path)
+        rep = profile(str(path), arch="sm_90a", sample_ctas=sample)
+    if rep["errors"] or len(rep["nodes"]) != 1 or rep["nodes"][0]["errors"]:
+        raise RuntimeError(f"profile failed: {rep['errors']} {[n['errors'] for n in rep['nodes']]}")
+    return {"node": rep["nodes"][0], "rewrite_s": round(t1 - t0, 1), "profile_s": round(time.perf_counter() - t1, 1)}
+
+
+def remodel(node: dict, arch: str) -> list[dict]:
+    """Each launch of the node modelled on `arch`, its DRAM bytes the node's compulsory bytes (module doc)."""
+    out = []
+    for k in node["per_kernel"]:
+        m = dict(k["model_inputs"], dram_bytes=node["compulsory_bytes"] / len(node["per_kernel"]))
+        out.append({"entry": k["entry"], "grid": k["grid"], "block": k["block"], "registers": k["registers"],
+                    "smem": k["smem"], **model_kernel(m, arch)})
+    return out
+
+
+def summary_row(what: dict, node: dict, flops: float, arch: str) -> dict:
+    kernels = remodel(node, arch)
+    us = sum(k["modelled_us"] for k in kernels)
+    peak = perfmodel.part(arch).peak("fp16")
+    tflops = flops / (us * 1e-6) / 1e12
+    m = node["per_kernel"][0]["model_inputs"]
+    return {**what, "arch": arch, "part": perfmodel.part(arch).name, "flops": flops, "modelled_us": round(us, 2),
+            "modelled_tflops": round(tflops, 1), "efficiency": round(tflops * 1e12 / peak, 3),
+            "peak_tflops": round(peak / 1e12, 1), "bound": kernels[0]["bound"], "terms_us": kernels[0]["terms_us"],
+            "per_kernel": kernels, "interpreted_tensor_flops": m["tensor"],
+            "warp_instructions_per_mma_flop_k": round(m["warp_instructions"] / max(1.0, sum(m["tensor"].values()))
+                                                      * 1e3, 3)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--sample-ctas", type=int, default=2)
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--seqs", default="2048,4096,8192,16384")
+    ap.add_argument("--configs", default="route,largest",
+                    help="'route' (today's choice), 'largest' (the menu's largest query tile) or config names")
+    ap.add_argument("--gemm", default="4096,4096,4096", help="M,N,K of the GEMM ('' for none)")
+    a = ap.parse_args(argv)
+    from plus_ep.kernels.attention import configs as ac
+    t0 = time.perf_counter()
+    rows, runs = [], []
+    for dim in (int(x) for x in a.dims.split(",") if x):
+        heads = HIDDEN // dim
+        for seq in (int(x) for x in a.seqs.split(",") if x):
+            batch = TOKENS // seq
+            flops = 4.0 * seq * seq * dim * heads * batch
+            for cfg in a.configs.split(","):
+                forced = None if cfg == "route" else (ac.configs_for(ac.MATH_F16, dim)[0].name if cfg == "largest"
+                                                      else cfg)
+                r = profile_one(attention_model(batch, heads, seq, dim), a.sample_ctas, forced)
+                node = r["node"]
+                what = {"kind": "attention", "head_dim": dim, "heads": heads, "batch": batch, "seq": seq,
+                        "config": "route" if forced is None else forced,
+                        "launch": [(k["grid"], k["block"]) for k in node["per_kernel"]]}
+                for arch in ("sm_90a", "sm_80"):
+                    row = summary_row(what, node, flops, arch)
+                    fa2 = FA2_FWD[arch].get((dim, seq))
+                    if fa2:
+                        row["fa2_published_tflops"] = fa2
+                        row["fa2_published_efficiency"] = round(fa2 * 1e12 / perfmodel.part(arch).peak("fp16"), 3)
+                    rows.append(row)
+                runs.append({**what, "rewrite_s": r["rewrite_s"], "profile_s": r["profile_s"], "node": node})
+                print(json.dumps({k: rows[-2][k] for k in ("head_dim", "seq", "config", "modelled_tflops",
+                                                           "efficiency", "bound")}), flush=True)
+    if a.gemm:
+        m, n, k = (int(x) for x in a.gemm.split(","))
+        r = profile_one(gemm_model(m, n, k), a.sample_ctas)
+        what = {"kind": "gemm", "m": m, "n": n, "k": k, "config": "route",
+                "launch": [(kk["grid"], kk["block"]) for kk in r["node"]["per_kernel"]]}
+        rows.append(summary_row(what, r["node"], 2.0 * m * n * k, "sm_90a"))
+        runs.append({**what, "rewrite_s": r["rewrite_s"], "profile_s": r["profile_s"], "node": r["node"]})
+        print(json.dumps({kk: rows[-1][kk] for kk in ("m", "modelled_tflops", "efficiency", "bound")}), flush=True)
+    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "what": ("the time model (kernels/perfmodel.py) against published measurements: today's attention "
+                    "kernel at FlashAttention's forward benchmark shapes and a GEMM, on the PTX interpreter "
+                    f"({a.sample_ctas} CTAs sampled per launch, counts scaled; DRAM bytes = compulsory), "
+                    "MODELLED H100 SXM5 / A100 times beside FlashAttention-2's published throughput"),
+           "note": "MODELLED, not measured; not verified on a GPU", "env": env_info(),
+           "fa2_source": FA2_SOURCE, "peaks": {arch: {kk: v.flops for kk, v in perfmodel.part(arch).peaks.items()}
+                                               for arch in ("sm_90a", "sm_80")},
+           "sources": perfmodel.SOURCES, "rows": rows, "wall_s": round(time.perf_counter() - t0, 1), "runs": runs}
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

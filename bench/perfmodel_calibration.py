@@ -14,6 +14,10 @@ GEMM: an fp16 MatMul M x K by a K x N weight, likewise.
 Counts of a sampled run are exact per CTA (every CTA of these launches does the same work), but its DRAM
 bytes are scaled from the sampled CTAs' unique sectors; they are replaced by the compulsory bytes (every
 input and output once), which an every-CTA run counts as its unique sectors. Every time is MODELLED.
+
+`--nvdisasm PATH` (CUDA's disassembler, e.g. from the nvidia-cuda-nvdisasm wheel; not a PlusEP dependency)
+adds each kernel's static instruction counts, PTX against SASS (NOPs left out): the model charges the
+interpreter's PTX instruction issues, and this says how far SASS is from that, statically.
 """
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ import datetime
 import json
 import os
 import pathlib
+import re
+import subprocess
 import tempfile
 import time
 
@@ -103,8 +109,43 @@ def forced_attention_config(name: str | None):
                 os.environ["PLUS_EP_CACHE_DIR"] = old
 
 
-def profile_one(model: onnx.ModelProto, sample: int, config: str | None = None) -> dict:
-    """(the single fused node's profile row, rewrite seconds, profile seconds)."""
+def static_counts(model: onnx.ModelProto, nvdisasm: str) -> list[dict]:
+    """Per kernel of the rewritten model's sm_90a images: static PTX instructions (as the interpreter parses
+    them) and SASS instructions (nvdisasm, NOPs left out)."""
+    from onnx import numpy_helper
+
+    from plus_ep.kernels.ptx import Module
+    from plus_ep.kernels.wire.pack import parse as parse_pack
+    out = []
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.name != "plus_images_sm_90a":
+                continue
+            for im in parse_pack(numpy_helper.to_array(a.t).tobytes()):
+                if im.ptx is None:
+                    continue
+                with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                    f.write(im.cubin)
+                    f.flush()
+                    text = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True,
+                                          check=True).stdout
+                sass, cur = {}, None
+                for ln in text.splitlines():
+                    m = re.match(r"\s*\.text\.(\w+):", ln)
+                    if m:
+                        cur = m.group(1)
+                    elif cur and re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", ln) and " NOP" not in ln:
+                        sass[cur] = sass.get(cur, 0) + 1
+                ptx = im.ptx if isinstance(im.ptx, str) else im.ptx.decode()
+                mod = Module.parse(ptx, name="static")
+                for name, n in sorted(sass.items()):
+                    p = len(mod.kernel(name).ops)
+                    out.append({"entry": name, "ptx": p, "sass": n, "sass_per_ptx": round(n / p, 3)})
+    return out
+
+
+def profile_one(model: onnx.ModelProto, sample: int, config: str | None = None, nvdisasm: str | None = None) -> dict:
+    """(the single fused node's profile row, rewrite seconds, profile seconds[, static counts])."""
     t0 = time.perf_counter()
     with forced_attention_config(config):
         r = rewrite_detailed(model, archs=["sm_90a"])
@@ -115,7 +156,10 @@ def profile_one(model: onnx.ModelProto, sample: int, config: str | None = None) 
         rep = profile(str(path), arch="sm_90a", sample_ctas=sample)
     if rep["errors"] or len(rep["nodes"]) != 1 or rep["nodes"][0]["errors"]:
         raise RuntimeError(f"profile failed: {rep['errors']} {[n['errors'] for n in rep['nodes']]}")
-    return {"node": rep["nodes"][0], "rewrite_s": round(t1 - t0, 1), "profile_s": round(time.perf_counter() - t1, 1)}
+    out = {"node": rep["nodes"][0], "rewrite_s": round(t1 - t0, 1), "profile_s": round(time.perf_counter() - t1, 1)}
+    if nvdisasm:
+        out["static_instructions"] = static_counts(r.model, nvdisasm)
+    return out
 
 
 def remodel(node: dict, arch: str) -> list[dict]:
@@ -142,6 +186,25 @@ def summary_row(what: dict, node: dict, flops: float, arch: str) -> dict:
                                                       * 1e3, 3)}
 
 
+def rows_of(what: dict, node: dict) -> list[dict]:
+    """The summary rows of one profiled shape: attention on the H100 and the A100 (the fp16 attention's PTX is
+    the same for sm_80 and sm_90a but for the .target line), the GEMM on the H100."""
+    if what["kind"] == "gemm":
+        return [summary_row(what, node, 2.0 * what["m"] * what["n"] * what["k"], "sm_90a")]
+    dim, seq = what["head_dim"], what["seq"]
+    flops = 4.0 * seq * seq * dim * what["heads"] * what["batch"]
+    out = []
+    for arch in ("sm_90a", "sm_80"):
+        row = summary_row(what, node, flops, arch)
+        fa2 = FA2_FWD[arch].get((dim, seq))
+        if fa2:
+            row["fa2_published_tflops"] = fa2
+            row["fa2_published_efficiency"] = round(fa2 * 1e12 / perfmodel.part(arch).peak("fp16"), 3)
+            row["modelled_over_fa2"] = round(row["modelled_tflops"] / fa2, 3)
+        out.append(row)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
@@ -151,49 +214,55 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="route,largest",
                     help="'route' (today's choice), 'largest' (the menu's largest query tile) or config names")
     ap.add_argument("--gemm", default="4096,4096,4096", help="M,N,K of the GEMM ('' for none)")
+    ap.add_argument("--nvdisasm", default=None, help="path of nvdisasm: add static PTX vs SASS counts")
+    ap.add_argument("--remodel", default=None,
+                    help="a previous output: re-state its rows with the current model from its runs' model "
+                         "inputs, without the interpreter")
     a = ap.parse_args(argv)
     from plus_ep.kernels.attention import configs as ac
     t0 = time.perf_counter()
     rows, runs = [], []
-    for dim in (int(x) for x in a.dims.split(",") if x):
+    if a.remodel:
+        prev = json.loads(pathlib.Path(a.remodel).read_text())
+        runs = prev["runs"]
+        for r in runs:
+            what = {k: v for k, v in r.items() if k not in ("rewrite_s", "profile_s", "static_instructions", "node")}
+            rows += rows_of(what, r["node"])
+        a.sample_ctas = prev.get("sample_ctas", a.sample_ctas)
+    for dim in (int(x) for x in ("" if a.remodel else a.dims).split(",") if x):
         heads = HIDDEN // dim
         for seq in (int(x) for x in a.seqs.split(",") if x):
             batch = TOKENS // seq
-            flops = 4.0 * seq * seq * dim * heads * batch
             for cfg in a.configs.split(","):
                 forced = None if cfg == "route" else (ac.configs_for(ac.MATH_F16, dim)[0].name if cfg == "largest"
                                                       else cfg)
-                r = profile_one(attention_model(batch, heads, seq, dim), a.sample_ctas, forced)
+                r = profile_one(attention_model(batch, heads, seq, dim), a.sample_ctas, forced, a.nvdisasm)
                 node = r["node"]
                 what = {"kind": "attention", "head_dim": dim, "heads": heads, "batch": batch, "seq": seq,
                         "config": "route" if forced is None else forced,
                         "launch": [(k["grid"], k["block"]) for k in node["per_kernel"]]}
-                for arch in ("sm_90a", "sm_80"):
-                    row = summary_row(what, node, flops, arch)
-                    fa2 = FA2_FWD[arch].get((dim, seq))
-                    if fa2:
-                        row["fa2_published_tflops"] = fa2
-                        row["fa2_published_efficiency"] = round(fa2 * 1e12 / perfmodel.part(arch).peak("fp16"), 3)
-                    rows.append(row)
-                runs.append({**what, "rewrite_s": r["rewrite_s"], "profile_s": r["profile_s"], "node": node})
+                rows += rows_of(what, node)
+                runs.append({**what, "rewrite_s": r["rewrite_s"], "profile_s": r["profile_s"],
+                             "static_instructions": r.get("static_instructions"), "node": node})
                 print(json.dumps({k: rows[-2][k] for k in ("head_dim", "seq", "config", "modelled_tflops",
                                                            "efficiency", "bound")}), flush=True)
-    if a.gemm:
+    if a.gemm and not a.remodel:
         m, n, k = (int(x) for x in a.gemm.split(","))
-        r = profile_one(gemm_model(m, n, k), a.sample_ctas)
+        r = profile_one(gemm_model(m, n, k), a.sample_ctas, nvdisasm=a.nvdisasm)
         what = {"kind": "gemm", "m": m, "n": n, "k": k, "config": "route",
                 "launch": [(kk["grid"], kk["block"]) for kk in r["node"]["per_kernel"]]}
-        rows.append(summary_row(what, r["node"], 2.0 * m * n * k, "sm_90a"))
-        runs.append({**what, "rewrite_s": r["rewrite_s"], "profile_s": r["profile_s"], "node": r["node"]})
+        rows += rows_of(what, r["node"])
+        runs.append({**what, "rewrite_s": r["rewrite_s"], "profile_s": r["profile_s"],
+                     "static_instructions": r.get("static_instructions"), "node": r["node"]})
         print(json.dumps({kk: rows[-1][kk] for kk in ("m", "modelled_tflops", "efficiency", "bound")}), flush=True)
     out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "what": ("the time model (kernels/perfmodel.py) against published measurements: today's attention "
                     "kernel at FlashAttention's forward benchmark shapes and a GEMM, on the PTX interpreter "
                     f"({a.sample_ctas} CTAs sampled per launch, counts scaled; DRAM bytes = compulsory), "
                     "MODELLED H100 SXM5 / A100 times beside FlashAttention-2's published throughput"),
-           "note": "MODELLED, not measured; not verified on a GPU", "env": env_info(),
-           "fa2_source": FA2_SOURCE, "peaks": {arch: {kk: v.flops for kk, v in perfmodel.part(arch).peaks.items()}
-                                               for arch in ("sm_90a", "sm_80")},
+           "note": "MODELLED, not measured; not verified on a GPU", "env": env_info(), "sample_ctas": a.sample_ctas,
+           "remodelled_from": a.remodel, "fa2_source": FA2_SOURCE,
+           "peaks": {arch: {kk: v.flops for kk, v in perfmodel.part(arch).peaks.items()} for arch in ("sm_90a", "sm_80")},
            "sources": perfmodel.SOURCES, "rows": rows, "wall_s": round(time.perf_counter() - t0, 1), "runs": runs}
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")

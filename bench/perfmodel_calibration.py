@@ -205,6 +205,34 @@ def rows_of(what: dict, node: dict) -> list[dict]:
     return out
 
 
+def summary(rows: list[dict]) -> dict:
+    """The comparisons the rows support: at each head dim, today's route and the largest tile against FA2's
+    published forward throughput (H100 at 16k; A100 at every length), and the drop from the A100 to the H100
+    in the model beside the drop in FA2's published numbers."""
+    out = {}
+    for dim in sorted({r["head_dim"] for r in rows if r["kind"] == "attention"}):
+        d = {}
+        for cfg in sorted({r["config"] for r in rows if r.get("head_dim") == dim}):
+            at = {(r["arch"], r["seq"]): r for r in rows if r.get("head_dim") == dim and r["config"] == cfg}
+            h, a = at.get(("sm_90a", 16384)), at.get(("sm_80", 16384))
+            if not (h and a):
+                continue
+            d[cfg] = {"h100_16k_efficiency": h["efficiency"], "h100_16k_over_fa2": h.get("modelled_over_fa2"),
+                      "a100_over_fa2_by_seq": {s: r.get("modelled_over_fa2") for (arch, s), r in sorted(at.items())
+                                               if arch == "sm_80"},
+                      "h100_over_a100_efficiency": round(h["efficiency"] / a["efficiency"], 3)}
+        fa2_h = FA2_FWD["sm_90a"].get((dim, 16384))
+        fa2_a = FA2_FWD["sm_80"].get((dim, 16384))
+        if fa2_h and fa2_a:
+            d["fa2_published_h100_over_a100_efficiency"] = round(
+                (fa2_h / perfmodel.part("sm_90a").peak("fp16")) / (fa2_a / perfmodel.part("sm_80").peak("fp16")), 3)
+        out[f"head_dim_{dim}"] = d
+    for r in rows:
+        if r["kind"] == "gemm":
+            out[f"gemm_{r['m']}x{r['n']}x{r['k']}_efficiency"] = r["efficiency"]
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
@@ -215,6 +243,8 @@ def main(argv=None) -> int:
                     help="'route' (today's choice), 'largest' (the menu's largest query tile) or config names")
     ap.add_argument("--gemm", default="4096,4096,4096", help="M,N,K of the GEMM ('' for none)")
     ap.add_argument("--nvdisasm", default=None, help="path of nvdisasm: add static PTX vs SASS counts")
+    ap.add_argument("--static", default=None,
+                    help="a JSON list of static PTX / SASS counts (static_counts) to record with the rows")
     ap.add_argument("--remodel", default=None,
                     help="a previous output: re-state its rows with the current model from its runs' model "
                          "inputs, without the interpreter")
@@ -263,7 +293,9 @@ def main(argv=None) -> int:
            "note": "MODELLED, not measured; not verified on a GPU", "env": env_info(), "sample_ctas": a.sample_ctas,
            "remodelled_from": a.remodel, "fa2_source": FA2_SOURCE,
            "peaks": {arch: {kk: v.flops for kk, v in perfmodel.part(arch).peaks.items()} for arch in ("sm_90a", "sm_80")},
-           "sources": perfmodel.SOURCES, "rows": rows, "wall_s": round(time.perf_counter() - t0, 1), "runs": runs}
+           "sources": perfmodel.SOURCES, "summary": summary(rows),
+           "static_instructions": json.loads(pathlib.Path(a.static).read_text()) if a.static else None,
+           "rows": rows, "wall_s": round(time.perf_counter() - t0, 1), "runs": runs}
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -56,14 +56,17 @@ FA2_SOURCE = ("H100: FA3 paper (arXiv:2407.08608) Fig. 5, FlashAttention-2 bars 
               "04_empirical-validation.md); FA3 abstract: FA2 reaches 35 % of the H100's peak")
 
 
-def attention_model(batch: int, heads: int, seq: int, dim: int) -> onnx.ModelProto:
+def attention_model(batch: int, heads: int, seq: int, dim: int, key_major: bool = False) -> onnx.ModelProto:
+    """softmax(Q·Kᵀ·dim^-0.5)·V in fp16, Q, K, V [batch, heads, seq, dim]; `key_major`: K comes as Kᵀ
+    [batch, heads, dim, seq] (materialised, as BERT's Q/K/V GEMM stores it) instead of through a Transpose."""
     f16 = TensorProto.FLOAT16
-    ins = [helper.make_tensor_value_info(n, f16, [batch, heads, seq, dim]) for n in ("q", "k", "v")]
+    ins = [helper.make_tensor_value_info(n, f16, [batch, heads, dim, seq] if n == "kt" else [batch, heads, seq, dim])
+           for n in ("q", "kt" if key_major else "k", "v")]
     out = helper.make_tensor_value_info("o", f16, [batch, heads, seq, dim])
     scale = numpy_helper.from_array(np.array(dim ** -0.5, np.float16), "scale")
-    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s"]),
-             helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o"])]
+    nodes = ([] if key_major else [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]) + [
+        helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o"])]
     g = helper.make_graph(nodes, "attention", ins, [out], [scale])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
 
@@ -241,6 +244,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seqs", default="2048,4096,8192,16384")
     ap.add_argument("--configs", default="route,largest",
                     help="'route' (today's choice), 'largest' (the menu's largest query tile) or config names")
+    ap.add_argument("--key-major", action="store_true",
+                    help="K as a materialised Kᵀ input (BERT's layout) instead of K through a Transpose")
     ap.add_argument("--gemm", default="4096,4096,4096", help="M,N,K of the GEMM ('' for none)")
     ap.add_argument("--nvdisasm", default=None, help="path of nvdisasm: add static PTX vs SASS counts")
     ap.add_argument("--static", default=None,
@@ -266,9 +271,11 @@ def main(argv=None) -> int:
             for cfg in a.configs.split(","):
                 forced = None if cfg == "route" else (ac.configs_for(ac.MATH_F16, dim)[0].name if cfg == "largest"
                                                       else cfg)
-                r = profile_one(attention_model(batch, heads, seq, dim), a.sample_ctas, forced, a.nvdisasm)
+                r = profile_one(attention_model(batch, heads, seq, dim, a.key_major), a.sample_ctas, forced,
+                                a.nvdisasm)
                 node = r["node"]
                 what = {"kind": "attention", "head_dim": dim, "heads": heads, "batch": batch, "seq": seq,
+                        "k_layout": "key-major Kᵀ input" if a.key_major else "K [B, H, S, D] through a Transpose",
                         "config": "route" if forced is None else forced,
                         "launch": [(k["grid"], k["block"]) for k in node["per_kernel"]]}
                 rows += rows_of(what, node)

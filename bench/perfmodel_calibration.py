@@ -208,6 +208,57 @@ def rows_of(what: dict, node: dict) -> list[dict]:
     return out
 
 
+def issue_table(dims, key_major: bool) -> dict:
+    """Per f16/bf16 attention config of the menu at each head dim: the interpreter's warp instructions and MUFU
+    operations per CTA at 2 and 4 key tiles (one CTA of a [1, 1, S, D] problem, S = tiles x the key tile),
+    fitted as a + b x key tiles: what a route model by perfmodel needs to compare the tiles."""
+    from plus_ep.kernels.attention import configs as ac
+    out = {}
+    for dim in dims:
+        for cfg in ac.configs_for(ac.MATH_F16, dim):
+            pts = []
+            for tiles in (2, 4):
+                r = profile_one(attention_model(1, 1, tiles * cfg.bkv, dim, key_major), 1, cfg.name)
+                m = r["node"]["per_kernel"][0]["model_inputs"]
+                pts.append((tiles, m["warp_instructions"] / m["ctas"], m["mufu"] / m["ctas"]))
+            (t0, w0, u0), (t1, w1, u1) = pts
+            b, mb = (w1 - w0) / (t1 - t0), (u1 - u0) / (t1 - t0)
+            out[cfg.name] = {"warps": cfg.warps, "bq": cfg.bq, "bkv": cfg.bkv, "head_dim": dim,
+                             "warp_instructions": {"a": w0 - b * t0, "b": b}, "mufu": {"a": u0 - mb * t0, "b": mb}}
+    return out
+
+
+def routing_evidence(table: dict, shapes) -> list[dict]:
+    """Each config of the table modelled (perfmodel.launch_time, sm_90a) at (batch, heads, seq, head dim): its
+    measured issues and MUFU operations, tensor FLOPs of its padded tiles, K/V re-read per CTA through L2,
+    Q, K, V and O once from DRAM; beside the config today's attention route picks."""
+    import math
+
+    from plus_ep.kernels.attention import configs as ac
+    from plus_ep.kernels.attention import routes as ar
+    from plus_ep.kernels.codegen import symdim
+    from plus_ep.kernels.target import Target
+    out = []
+    for b, h, s, d in shapes:
+        route = ar.attention_routes(b, h, s, s, d, Target("sm_90a"), symdim.Symbols(), math_=ac.MATH_F16)[0][1].name
+        us = {}
+        for name, e in table.items():
+            if e["head_dim"] != d:
+                continue
+            cfg = ac.by_name(name)
+            tiles, ctas = math.ceil(s / cfg.bkv), math.ceil(s / cfg.bq) * h * b
+            f = ctas * 4.0 * cfg.bq * tiles * cfg.bkv * d
+            w, u = e["warp_instructions"], e["mufu"]
+            us[name] = round(perfmodel.launch_time(
+                "sm_90a", ctas=ctas, threads=cfg.threads, smem=cfg.smem_bytes, flops=f, tensor={"mma.fp16": f},
+                warp_instructions=ctas * (w["a"] + w["b"] * tiles), mufu=ctas * (u["a"] + u["b"] * tiles),
+                dram_bytes=b * h * 4 * s * d * 2, l2_bytes=ctas * (2 * cfg.bq + 2 * tiles * cfg.bkv) * d * 2).modelled_us, 2)
+        best = min(us, key=us.get)
+        out.append({"batch": b, "heads": h, "seq": s, "head_dim": d, "route": route, "modelled_us": us,
+                    "model_best": best, "route_over_best": round(us[route] / us[best], 2)})
+    return out
+
+
 def summary(rows: list[dict]) -> dict:
     """The comparisons the rows support: at each head dim, today's route and the largest tile against FA2's
     published forward throughput (H100 at 16k; A100 at every length), and the drop from the A100 to the H100
@@ -215,12 +266,13 @@ def summary(rows: list[dict]) -> dict:
     out = {}
     for dim in sorted({r["head_dim"] for r in rows if r["kind"] == "attention"}):
         d = {}
-        for cfg in sorted({r["config"] for r in rows if r.get("head_dim") == dim}):
-            at = {(r["arch"], r["seq"]): r for r in rows if r.get("head_dim") == dim and r["config"] == cfg}
+        for cfg, layout in sorted({(r["config"], r.get("k_layout", "")) for r in rows if r.get("head_dim") == dim}):
+            at = {(r["arch"], r["seq"]): r for r in rows
+                  if r.get("head_dim") == dim and r["config"] == cfg and r.get("k_layout", "") == layout}
             h, a = at.get(("sm_90a", 16384)), at.get(("sm_80", 16384))
             if not (h and a):
                 continue
-            d[cfg] = {"h100_16k_efficiency": h["efficiency"], "h100_16k_over_fa2": h.get("modelled_over_fa2"),
+            d[f"{cfg}, K {layout}" if layout else cfg] = {"h100_16k_efficiency": h["efficiency"], "h100_16k_over_fa2": h.get("modelled_over_fa2"),
                       "a100_over_fa2_by_seq": {s: r.get("modelled_over_fa2") for (arch, s), r in sorted(at.items())
                                                if arch == "sm_80"},
                       "h100_over_a100_efficiency": round(h["efficiency"] / a["efficiency"], 3)}
@@ -250,6 +302,9 @@ def main(argv=None) -> int:
     ap.add_argument("--nvdisasm", default=None, help="path of nvdisasm: add static PTX vs SASS counts")
     ap.add_argument("--static", default=None,
                     help="a JSON list of static PTX / SASS counts (static_counts) to record with the rows")
+    ap.add_argument("--issue-table", default=None,
+                    help="head dims (e.g. 64,128): measure the f16 attention menu's issues per key tile "
+                         "(issue_table) and model each config at BERT and FlashAttention shapes")
     ap.add_argument("--remodel", default=None,
                     help="a previous output: re-state its rows with the current model from its runs' model "
                          "inputs, without the interpreter")
@@ -257,6 +312,22 @@ def main(argv=None) -> int:
     from plus_ep.kernels.attention import configs as ac
     t0 = time.perf_counter()
     rows, runs = [], []
+    if a.issue_table:
+        dims = [int(x) for x in a.issue_table.split(",")]
+        table = issue_table(dims, a.key_major)
+        shapes = [(b, 12, 128, 64) for b in (1, 8, 16)] + [(TOKENS // s, HIDDEN // d, s, d) for d in dims
+                                                           for s in (2048, 16384)]
+        out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "what": ("the f16 attention menu's interpreter counts per key tile (K "
+                        + ("a materialised Kᵀ" if a.key_major else "through a Transpose") + ") and each config "
+                        "MODELLED at BERT-base and FlashAttention shapes beside today's route's choice"),
+               "note": "MODELLED, not measured; not verified on a GPU", "env": env_info(), "table": table,
+               "shapes": [s for s in shapes if s[3] in dims], "evidence": routing_evidence(table, [
+                   s for s in shapes if s[3] in dims]), "wall_s": round(time.perf_counter() - t0, 1)}
+        if a.out:
+            pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+        print(json.dumps(out["evidence"], indent=1))
+        return 0
     if a.remodel:
         prev = json.loads(pathlib.Path(a.remodel).read_text())
         runs = prev["runs"]
@@ -275,7 +346,7 @@ def main(argv=None) -> int:
                                 a.nvdisasm)
                 node = r["node"]
                 what = {"kind": "attention", "head_dim": dim, "heads": heads, "batch": batch, "seq": seq,
-                        "k_layout": "key-major Kᵀ input" if a.key_major else "K [B, H, S, D] through a Transpose",
+                        "k_layout": "as a materialised Kᵀ" if a.key_major else "through a Transpose",
                         "config": "route" if forced is None else forced,
                         "launch": [(k["grid"], k["block"]) for k in node["per_kernel"]]}
                 rows += rows_of(what, node)

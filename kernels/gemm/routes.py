@@ -92,8 +92,13 @@ def _elem(math_) -> int:
     return 2 if math_ == gemm_configs.MATH_F16 else 4
 
 
-def _model_math(math_) -> str:
-    return {gemm_configs.MATH_F16: "fp16", gemm_configs.MATH_TF32: "tf32", gemm_configs.MATH_SIMT: "exact"}[math_]
+def _tensor(cfg, flops) -> dict:
+    """The config's FLOPs by tensor-core instruction class (kernels/perfmodel.py `launch_time` tensor=): the
+    sm_90a tiles issue wgmma, the other f16/bf16 and TF32 tiles mma.sync, SIMT tiles none."""
+    if cfg.math == gemm_configs.MATH_SIMT:
+        return {}
+    unit = "wgmma" if _is_sm90a(cfg) else "mma"
+    return {f"{unit}.{'fp16' if cfg.math == gemm_configs.MATH_F16 else 'tf32'}": flops}
 
 
 def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, out_bytes=None) -> float:
@@ -123,14 +128,12 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     if split > 1:
         dram += batch * m * n * (4 * split - out_b)         # the fp32 partials instead of C
     est = perfmodel.launch_time(arch, ctas=ctas, threads=cfg.threads, smem=cfg.smem_bytes, flops=flops,
-                                dram_bytes=dram, l2_bytes=l2, math_=_model_math(cfg.math),
-                                cluster=cx * csplit)
+                                tensor=_tensor(cfg, flops), dram_bytes=dram, l2_bytes=l2, cluster=cx * csplit)
     us = est.modelled_us
     if split > 1:          # plus_splitk_reduce: every partial read once, C written once; 256 threads
         total = batch * m * n
         red = perfmodel.launch_time(arch, ctas=math.ceil(total / 256), threads=256, smem=0, flops=total * split,
-                                    dram_bytes=total * (4 * split + out_b), l2_bytes=total * (4 * split + out_b),
-                                    math_="exact")
+                                    dram_bytes=total * (4 * split + out_b), l2_bytes=total * (4 * split + out_b))
         us += red.modelled_us + perfmodel.GAP_STREAM_S * 1e6
     return us
 
@@ -198,7 +201,7 @@ def _rows_time(m, n, arch, out_bytes, ctas, threads) -> float:
     `out_bytes` elements, spread over `ctas` CTAs of `threads` threads."""
     nbytes = m * n * (4 + out_bytes)
     return perfmodel.launch_time(arch, ctas=ctas, threads=threads, smem=0, flops=8.0 * m * n, dram_bytes=nbytes,
-                                 l2_bytes=nbytes, math_="exact").modelled_us
+                                 l2_bytes=nbytes).modelled_us
 
 
 def row_kernel_time(m, n, arch, out_bytes=2) -> float:

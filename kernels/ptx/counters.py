@@ -3,7 +3,9 @@ execution — never measurements.
 
 * instructions: warp-level issues and thread-level executions per class (predicated-off threads are not
   executed); tensor-core instructions (mma.sync per warp, wgmma.mma_async per warpgroup); FLOPs
-  (tensor-core MACs x2, fma.f32 x2, add/sub/mul.f32 x1 per thread).
+  (tensor-core MACs x2, fma.f32 x2, add/sub/mul.f32 x1 per thread), the tensor-core ones also by instruction
+  class and precision (`tensor_flops`: {"mma.fp16": ..., "mma.tf32": ..., "wgmma.fp16": ...}; bf16 counts
+  as fp16, whose peak it shares), which kernels/perfmodel.py charges each at its own peak.
 * global memory: requests (one per warp instruction), 32-byte sectors per request against the ideal
   for the access width (active lanes x bytes / 32, rounded up), unique sectors touched (x32 = unique
   DRAM bytes, a lower bound on DRAM traffic with an infinite L2).
@@ -79,6 +81,7 @@ class Counters:
         by_class_w, by_class_t = {}, {}
         flops = 0
         tc = 0
+        tensor = {}
         for i, op in enumerate(ops):
             w, t = int(self.warp_counts[i]), int(self.thread_counts[i])
             if not w:
@@ -86,12 +89,12 @@ class Counters:
             by_class_w[op.cls] = by_class_w.get(op.cls, 0) + w
             by_class_t[op.cls] = by_class_t.get(op.cls, 0) + t
             meta = op.meta or {}
-            if op.cls == "mma":
-                tc += w
-                flops += w * meta.get("flops", 0)
-            elif op.cls == "wgmma" and "flops" in meta:
-                tc += w // 4
-                flops += (w // 4) * meta["flops"]
+            if op.cls == "mma" or (op.cls == "wgmma" and "flops" in meta):
+                n = w if op.cls == "mma" else w // 4          # wgmma: one per warpgroup (4 warps issue it)
+                tc += n
+                flops += n * meta.get("flops", 0)
+                key = f"{op.cls}.{meta.get('precision', 'fp16')}"
+                tensor[key] = tensor.get(key, 0) + n * meta.get("flops", 0)
             elif op.form.endswith(".f32") and op.form.split(".")[0] in ("fma", "mad"):
                 flops += 2 * t
             elif op.form.endswith(".f32") and op.form.split(".")[0] in ("add", "sub", "mul"):
@@ -100,7 +103,9 @@ class Counters:
                "warp_instructions": int(self.warp_counts.sum()), "thread_instructions": int(self.thread_counts.sum()),
                "warp_instructions_by_class": dict(sorted(by_class_w.items())),
                "thread_instructions_by_class": dict(sorted(by_class_t.items())),
-               "tensor_core_instructions": tc, "flops": int(flops)}
+               "tensor_core_instructions": tc, "flops": int(flops),
+               "tensor_flops": {k: int(v) for k, v in sorted(tensor.items())},
+               "tensor_core_flops": int(sum(tensor.values()))}
         for key, (req, units, ideal, nbytes) in sorted(self.mem.items()):
             if key.startswith("dsmem"):
                 out[key] = {"requests": req, "bytes": nbytes}

@@ -78,7 +78,7 @@ def _mma(stmt):
         raise unsupported(stmt, "operand vectors")
     K = 16 if kind == "k16" else 8
     op = Op(stmt.line, stmt.opcode, "op", "mma")
-    op.meta = {"flops": 2 * 16 * 8 * K}
+    op.meta = {"flops": 2 * 16 * 8 * K, "precision": "tf32" if kind == "k8" else "fp16"}
 
     def factory(M):
         puts = [M.wr(x, "f32") for x in d[1]]
@@ -257,7 +257,7 @@ def _wgmma(stmt):
     if sa not in (1, -1) or sb not in (1, -1) or ta not in (0, 1) or tb not in (0, 1):
         raise unsupported(stmt, "scale/transpose immediates")
     op = Op(stmt.line, stmt.opcode, "op", "wgmma")
-    op.meta = {"flops": 2 * 64 * N * 16}
+    op.meta = {"flops": 2 * 64 * N * 16, "precision": "fp16"}
 
     def factory(M):
         ga, gb = M.rd(ops[1], "u64"), M.rd(ops[2], "u64")

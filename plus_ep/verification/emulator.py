@@ -395,7 +395,6 @@ class Emulator:
                            memory=self._memory(buf), checks=self.checks, approx=self.approx,
                            seed=0, sample_ctas=self.sample_ctas)
             rec.counters, rec.findings = dict(res.counters), [str(f) for f in res.findings]
-            rec.counters["tensor_core_flops"] = _tensor_core_flops(k, res.counters)
             # what occupancy depends on (plus_ep/verification/profile.py models waves from it)
             rec.counters["entry"] = k.name
             rec.counters["resources"] = {"registers": lm.registers.get(k.name, 0),
@@ -439,10 +438,3 @@ def _cubin_registers(cubin: bytes) -> dict:
         return {fn: info.registers or 0 for fn, info in cubin_reader.read_cubin(cubin).items()}
     except ValueError:
         return {}
-
-
-def _tensor_core_flops(kernel, counters: dict) -> int:
-    """FLOPs of the tensor-core instructions: their count times the FLOPs of one (all mma / wgmma
-    instructions of a kernel have one shape in PlusEP's templates; the largest is taken otherwise)."""
-    per = [int((op.meta or {}).get("flops", 0)) for op in kernel.ops if op.cls in ("mma", "wgmma")]
-    return int(counters.get("tensor_core_instructions", 0)) * max(per, default=0)

@@ -14,14 +14,18 @@ total CTAs / CTAs run):
   dsmem_bytes        bytes moved through distributed shared memory (thread-block clusters; never DRAM)
   tensor_core_share  tensor-core FLOPs / all FLOPs
   roofline_us        a bound for the arch's reference part (an H100 SXM5 for sm_90/sm_90a images):
-                     max(flops / peak, dram_bytes / DRAM bandwidth), as if the kernels filled the machine
+                     max(flops / the part's best dense peak, dram_bytes / DRAM bandwidth), as if the kernels
+                     filled the machine (perfmodel.roofline_s)
   ctas, waves        CTAs launched, and waves of them on the part's SMs (occupancy, clusters per GPC)
-  modelled_us        the wave-aware model's time (kernels/perfmodel.py), never below the roofline floor
-                     scaled to the SMs the CTAs occupy (an SM draws at most about twice its fair share)
+  modelled_us        the wave-aware model's time (kernels/perfmodel.py): per wave the largest of tensor (each
+                     instruction class at its own peak: mma.sync below wgmma on an H100), SIMT, instruction
+                     issue (4 schedulers per SM), MUFU, L2 and DRAM; never below the roofline floor scaled
+                     to the SMs the CTAs occupy (an SM draws at most about twice its fair share)
   finish_us          (a GEMM + row program in one launch) the tail after the GEMM: the last CTA of each row
                      group reads the row input through L2 (ld.global.cg) and finishes the rows; included
                      in modelled_us
-  per_kernel         the same per launch: grid, block, cluster, registers, shared memory, L2 bytes, ...
+  per_kernel         the same per launch: grid, block, cluster, registers, shared memory, L2 bytes, the
+                     model's terms (terms_us) and what it was fed (model_inputs; model_kernel re-states it)
 and the report's model_totals: launches, kernel time, launch gaps on a stream and from a CUDA graph
 (apart), the model's constants and their sources. Every time here is MODELLED.
 """
@@ -59,45 +63,63 @@ def _prod(xs) -> int:
     return out
 
 
-def kernel_profile(c: dict, arch: str, math_: str) -> dict:
-    """One launch: its geometry, occupancy, counts (scaled when CTAs were sampled) and modelled time."""
+def model_inputs(c: dict) -> dict:
+    """What kernels/perfmodel.py is fed for one launch, from its interpreter counters (scaled by total CTAs /
+    CTAs run when CTAs were sampled). Kept in the profile so that a later model can re-state the time
+    without re-running the interpreter (`model_kernel`)."""
     s = _scale(c)
     res = c.get("resources", {})
     grid, block = list(c.get("grid", [1, 1, 1])), list(c.get("block", [1, 1, 1]))
-    smem = int(res.get("smem_dynamic", 0)) + int(res.get("smem_static", 0))
-    cluster = _prod(res.get("cluster", [1, 1, 1]))
-    flops = c.get("flops", 0) * s
-    dram = c.get("unique_dram_bytes", 0) * s
+    by_class = c.get("thread_instructions_by_class", {})
     # global load / store sectors, and distributed shared memory traffic counted like L2 traffic (the route
     # model does the same, kernels/gemm/routes.py gemm_time)
     l2 = (sum(c.get(k, {}).get("sectors", 0) for k in ("global_ld", "global_st")) * 32
           + sum(d.get("bytes", 0) for k, d in c.items() if k.startswith("dsmem") and isinstance(d, dict))) * s
-    # a GEMM + row program in one launch (gemm_hooks.cuh plus_finish_rows): the last CTA of each row group
-    # (gridDim.y x gridDim.z of them) reads the row input through L2 (ld.global.cg, counted apart) after the
-    # group's other CTAs are done: modelled as a tail after the launch, those CTAs moving those bytes
-    finish = c.get("global_ld_cg", {}).get("sectors", 0) * 32 * s
-    ld, ld_ideal, _ = _sum_mem([c], "global_ld", "sectors")
-    st, st_ideal, _ = _sum_mem([c], "global_st", "sectors")
-    est = perfmodel.launch_time(arch, ctas=_prod(grid), threads=_prod(block), smem=smem, flops=flops,
-                                dram_bytes=dram, l2_bytes=l2, math_=math_, registers=int(res.get("registers", 0)),
-                                cluster=cluster)
+    return {"ctas": _prod(grid), "threads": _prod(block),
+            "smem": int(res.get("smem_dynamic", 0)) + int(res.get("smem_static", 0)),
+            "registers": int(res.get("registers", 0)), "cluster": _prod(res.get("cluster", [1, 1, 1])),
+            "flops": c.get("flops", 0) * s, "tensor": {k: v * s for k, v in c.get("tensor_flops", {}).items()},
+            "warp_instructions": c.get("warp_instructions", 0) * s, "mufu": by_class.get("mufu", 0) * s,
+            "dram_bytes": c.get("unique_dram_bytes", 0) * s, "l2_bytes": l2,
+            # a GEMM + row program in one launch (gemm_hooks.cuh plus_finish_rows): the last CTA of each row
+            # group (gridDim.y x gridDim.z of them) reads the row input through L2 (ld.global.cg, counted
+            # apart) after the group's other CTAs are done: modelled as a tail after the launch
+            "finish_l2_bytes": c.get("global_ld_cg", {}).get("sectors", 0) * 32 * s, "finish_ctas": grid[1] * grid[2]}
+
+
+def model_kernel(m: dict, arch: str) -> dict:
+    """The modelled time of one launch from its `model_inputs`: the perfmodel estimate (as_dict), plus the
+    row finish's tail (`finish_us`, included in modelled_us) when the launch has one."""
+    est = perfmodel.launch_time(arch, ctas=m["ctas"], threads=m["threads"], smem=m["smem"], flops=m["flops"],
+                                tensor=m["tensor"], warp_instructions=m["warp_instructions"], mufu=m["mufu"],
+                                dram_bytes=m["dram_bytes"], l2_bytes=m["l2_bytes"], registers=m["registers"],
+                                cluster=m["cluster"])
     out = est.as_dict()
-    if finish:
-        tail = perfmodel.launch_time(arch, ctas=grid[1] * grid[2], threads=_prod(block), smem=0, flops=0,
-                                     dram_bytes=0, l2_bytes=finish, math_="exact").modelled_us
+    if m.get("finish_l2_bytes"):
+        tail = perfmodel.launch_time(arch, ctas=m["finish_ctas"], threads=m["threads"], smem=0, dram_bytes=0,
+                                     l2_bytes=m["finish_l2_bytes"]).modelled_us
         out["finish_us"] = round(tail, 3)
         out["modelled_us"] = round(est.modelled_us + tail, 3)
-    return {"entry": c.get("entry", ""), "grid": grid, "block": block, "cluster": cluster,
-            "registers": int(res.get("registers", 0)), "smem": smem,
-            "flops": int(flops), "dram_bytes": int(dram), "l2_bytes": int(l2),
+    return out
+
+
+def kernel_profile(c: dict, arch: str) -> dict:
+    """One launch: its geometry, occupancy, counts (scaled when CTAs were sampled), what the model was fed
+    (`model_inputs`) and its modelled time."""
+    m = model_inputs(c)
+    ld, ld_ideal, _ = _sum_mem([c], "global_ld", "sectors")
+    st, st_ideal, _ = _sum_mem([c], "global_st", "sectors")
+    return {"entry": c.get("entry", ""), "grid": list(c.get("grid", [1, 1, 1])),
+            "block": list(c.get("block", [1, 1, 1])), "cluster": m["cluster"],
+            "registers": m["registers"], "smem": m["smem"],
+            "flops": int(m["flops"]), "dram_bytes": int(m["dram_bytes"]), "l2_bytes": int(m["l2_bytes"]),
             "ld_sectors_per_request": round(ld, 2), "ld_sectors_ideal": round(ld_ideal, 2),
             "st_sectors_per_request": round(st, 2), "st_sectors_ideal": round(st_ideal, 2),
-            **out}
+            **model_kernel(m, arch), "model_inputs": m}
 
 
 def node_profile(row: dict, arch: str | None = None) -> dict:
     arch = arch or row.get("arch") or "sm_90a"
-    gpu = perfmodel.part(arch)
     cs = row.get("counters", [])
     flops = sum(c.get("flops", 0) * _scale(c) for c in cs)
     tc = sum(c.get("tensor_core_flops", 0) * _scale(c) for c in cs)
@@ -107,8 +129,9 @@ def node_profile(row: dict, arch: str | None = None) -> dict:
     sm, sm_ideal, _ = _sum_mem(cs, "shared", "wavefronts")
     dsmem = sum(d.get("bytes", 0) * _scale(c) for c in cs for k, d in c.items()
                 if k.startswith("dsmem") and isinstance(d, dict))
-    t_compute, t_mem = flops / gpu.peak(row["math"]), dram / gpu.dram_bytes_per_s
-    kernels = [kernel_profile(c, arch, row["math"]) for c in cs]
+    t_compute = perfmodel.roofline_s(arch, flops, 0, row["math"])
+    t_mem = perfmodel.roofline_s(arch, 0, dram, row["math"])
+    kernels = [kernel_profile(c, arch) for c in cs]
     return {"node": row["node"], "pattern": row["pattern"], "arch": row["arch"], "math": row["math"],
             "kernels": row["kernels"], "launches": row["launches"],
             "sampled": any(_scale(c) > 1 for c in cs),
@@ -139,13 +162,18 @@ def model_totals(nodes: list, arch: str) -> dict:
             "total_us": {k: round(kernel_us + v, 3) for k, v in gaps.items()},
             "part": p.name,
             "constants": {"dram_bytes_per_s": p.dram_bytes_per_s, "l2_bytes_per_s": p.l2_bytes_per_s,
-                          "peak_flops": dict(zip(("fp16/bf16", "tf32", "fp32"), p.peak_flops)),
+                          "clock_hz": p.clock_hz, "schedulers_per_sm": perfmodel.SCHEDULERS,
+                          "mufu_per_clock_per_sm": perfmodel.MUFU_PER_CLOCK,
+                          "peak_flops": {k: v.flops for k, v in sorted(p.peaks.items())},
+                          "sources": {k: perfmodel.SOURCES[k] for k in sorted(
+                              {v.source for v in p.peaks.values()} | {"sm", "mufu"}
+                              | {x.strip() for x in p.source.split(",")})},
                           "dram_latency_us": round(p.dram_latency_s * 1e6, 4),
                           "latency_per_wave_us": round(perfmodel.LATENCY_WAVES * p.dram_latency_s * 1e6, 4),
                           "sm_bandwidth_share": perfmodel.SHARE, "gpcs": p.gpcs,
                           "sms": arch_table.get(arch).sms,
                           "gap_stream_us": perfmodel.GAP_STREAM_S * 1e6,
-                          "gap_cuda_graph_us": perfmodel.GAP_GRAPH_S * 1e6, "source": p.source}}
+                          "gap_cuda_graph_us": perfmodel.GAP_GRAPH_S * 1e6}}
 
 
 def profile(model, arch=None, batch: int = 1, seq: int = 8, inputs=None, sample_ctas=None,

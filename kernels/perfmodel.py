@@ -244,22 +244,27 @@ def launch_time(arch, *, ctas: int, threads: int, smem: int, dram_bytes: float, 
     warps = max(1, -(-int(threads) // 32))
     l, d = l2_bytes / ctas, dram_bytes / ctas
     lat = LATENCY_WAVES * p.dram_latency_s
-    terms = dict.fromkeys(TERMS, 0.0)
-    total, left = 0.0, ctas
-    while left > 0:
-        n = min(n_slots, left)
-        left -= n
+
+    def wave(n: int) -> dict:
+        """The terms of one wave of n CTAs (r of them per SM on the busiest SMs)."""
         r = -(-n // sms)
-        t = {"tensor": r * tensor_s, "simt": r * simt_s,
-             "issue": r * w / (min(SCHEDULERS, r * warps) * p.clock_hz),
-             "mufu": r * mu / (MUFU_PER_CLOCK * p.clock_hz),
-             "l2": max(n * l / p.l2_bytes_per_s, r * l / (SHARE * p.l2_bytes_per_s / sms)),
-             "dram": max(n * d / p.dram_bytes_per_s, r * d / (SHARE * p.dram_bytes_per_s / sms))}
-        top = max(t.values())
+        return {"tensor": r * tensor_s, "simt": r * simt_s,
+                "issue": r * w / (min(SCHEDULERS, r * warps) * p.clock_hz),
+                "mufu": r * mu / (MUFU_PER_CLOCK * p.clock_hz),
+                "l2": max(n * l / p.l2_bytes_per_s, r * l / (SHARE * p.l2_bytes_per_s / sms)),
+                "dram": max(n * d / p.dram_bytes_per_s, r * d / (SHARE * p.dram_bytes_per_s / sms))}
+
+    # every full wave is alike, so a launch of any size costs two wave evaluations (a 2**40-row GEMM included)
+    terms = dict.fromkeys(TERMS, 0.0)
+    total = 0.0
+    for n, count in ((n_slots, ctas // n_slots), (ctas % n_slots, 1)):
+        if n == 0 or count == 0:
+            continue
+        t = wave(n)
         for k, v in t.items():
-            terms[k] += v
-        terms["latency"] += lat
-        total += top + lat
+            terms[k] += count * v
+        terms["latency"] += count * lat
+        total += count * (max(t.values()) + lat)
     used = min(sms, ctas)
     u = used / sms
     floor = max(tensor_s * ctas / (sms * u), simt_s * ctas / (sms * u),

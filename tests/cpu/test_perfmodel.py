@@ -305,3 +305,27 @@ def test_sm90_gemm_routes_charge_mma_sync_at_its_peak():
     assert routes._tensor(sm90a.BY_NAME["wg_128x256x64_w64x256_s4"], 1.0) == {"wgmma.fp16": 1.0}
     best90a = _route(4096, 4096, 4096)
     assert best90a.cfg.name.startswith("wg_") and best90a.us < f / H100_MMA * 1e6
+
+
+def _launch(ctas, **per_cta):
+    """launch_time of `ctas` CTAs that each carry the same work (per_cta: each total divided by the CTAs)."""
+    work = {k: ({c: f * ctas for c, f in v.items()} if isinstance(v, dict) else v * ctas) for k, v in per_cta.items()}
+    return perfmodel.launch_time("sm_90a", ctas=ctas, threads=256, smem=48 << 10, **work)
+
+
+def test_full_waves_add_up_and_any_size_is_modelled_at_once():
+    per = dict(flops=2e6, tensor={"wgmma.fp16": 1.5e6}, warp_instructions=4e3, mufu=1e3, l2_bytes=6e4,
+               dram_bytes=3e4)
+    one = _launch(1, **per)
+    n_slots = one.slots
+    full, tail = _launch(n_slots, **per), _launch(5, **per)
+    big = _launch(3 * n_slots + 5, **per)
+    assert big.waves == 4
+    for k in perfmodel.TERMS:       # three full waves and one of 5 CTAs, term by term
+        assert big.terms_us[k] == pytest.approx(3 * full.terms_us[k] + tail.terms_us[k], rel=1e-12)
+    import time
+    t0 = time.perf_counter()
+    huge = _launch(2 ** 40, **per)          # ~2**33 waves: closed form, not a loop over the waves
+    assert time.perf_counter() - t0 < 0.5
+    assert huge.waves == -(-2 ** 40 // n_slots)
+    assert huge.modelled_us == pytest.approx(full.modelled_us * (2 ** 40 // n_slots), rel=1e-3)

@@ -12,8 +12,8 @@
 # Options: --short (CI: a one-model carry, tiny shapes), --carry DIR (default .gpu), --budget SECONDS
 # (default 480 for the lease: 8 minutes of a 10-minute command).
 #
-# Steps (seconds each at most on the GPU): preflight 30 -> install 45 (pip install --no-deps
-# --no-build-isolation --no-index -e .; the carried prebuilt launcher when that fails) -> correctness 85
+# Steps (seconds each at most on the GPU): preflight 30 -> install 45 (pip install --no-deps --no-index -e .
+# built from the carried setuptools wheel; without pip when that fails: bench/lease/install.py) -> correctness 85
 # (every carried model, per node: vs the CPU interpreter's bits and vs float64) -> sanitizer 100
 # (compute-sanitizer memcheck, racecheck, synccheck on the cluster GEMM+norm and attention kernels) ->
 # kernels 110 (BERT-base layer, fp16/fp32, batch 1 and 16 x seq 128: PlusEP's kernels vs torch eager and
@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --short) short=1 ;;
     --carry) carry=$2; shift ;;
     --budget) budget=$2; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
     *) echo "gpu_lease.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -58,8 +58,7 @@ if [ "$what" = prepare ]; then
   say "preparing $carry on the emulated driver (progress per case)"
   "$py" -m bench.lease.prepare "$carry" "${short_arg[@]}"
   rc=$?
-  mkdir -p "$carry/prebuilt"
-  cp plus_ep/_launcher*.so plus_ep/_emucuda*.so "$carry/prebuilt/" 2>/dev/null
+  "$py" -m bench.lease.install pack "$carry"   # prebuilt libraries, the build requirement's wheel
   carry_kb=$(du -sk "$carry" | cut -f1)
   tree_kb=$(git ls-files -z | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)
   say "carry $((carry_kb / 1024)) MiB + tracked tree $((tree_kb / 1024)) MiB = $(((carry_kb + tree_kb) / 1024)) MiB (limit 60)"
@@ -107,14 +106,12 @@ step() {   # step NAME SECONDS COMMAND...: run with a timeout, then record it in
 
 step preflight 30 "$py" -m bench.lease.ledger preflight "$carry"
 if [ "$what" = rehearse ]; then
-  # a fresh environment beside this one, as the GPU machine's python3 is: the same install command
-  dry=
-  [ "$short" = 1 ] && dry=--dry-run      # CI: the install command checked, this environment's PlusEP used
-  step install 45 bash -c "'$py' -m venv --without-pip --system-site-packages '$work/venv' &&
-    '$work/venv/bin/python' -m bench.lease.ledger install '$carry' $dry"
-  [ -z "$dry" ] && [ -x "$work/venv/bin/python" ] && py=$work/venv/bin/python
+  # both install paths on purpose, in a fresh environment made like the GPU machine's python3 (a venv
+  # holding the packages); the later steps run in it
+  step install 90 "$py" -m bench.lease.install rehearse "$carry" "$work" "${short_arg[@]}"
+  [ -x "$work/venv/bin/python" ] && py=$work/venv/bin/python
 else
-  step install 45 "$py" -m bench.lease.ledger install "$carry"
+  step install 45 "$py" -m bench.lease.install run "$carry"
 fi
 step correctness 85 "$py" -m bench.lease.correctness "$carry" "$out/correctness.json"
 step sanitizer 100 "$py" -m bench.lease.sanitizer "$carry" "$out/sanitizer.log"

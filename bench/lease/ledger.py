@@ -129,47 +129,6 @@ def preflight(carry: str) -> int:
     return 1 if problems else 0
 
 
-def install(carry: str, dry_run: bool = False) -> int:
-    """`pip install --no-deps --no-build-isolation --no-index -e .` (offline, needs gcc for the launcher);
-    when that fails, the prebuilt launcher and emulated driver from the carry, named for this Python, newer
-    than their sources so the same command skips the build. Then an import of the whole namespace.
-    dry_run (CI's short rehearsal): pip's --dry-run (the package's metadata is built, nothing installed)."""
-    import sysconfig
-    st = lease_env.Status("install")
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", "."]
-    if dry_run:
-        r = subprocess.run(cmd[:4] + ["--dry-run"] + cmd[4:], capture_output=True, text=True)
-        ok = r.returncode == 0
-        st.set("ok" if ok else "failed", "pip install --dry-run -e . (short rehearsal: metadata built, the steps "
-               "use this environment's PlusEP)" + ("" if ok else f": {' '.join((r.stderr or '').split())[-400:]}"))
-        return 0 if ok else 1
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    how = f"pip install -e . with {shutil.which('gcc') or 'no gcc'}"
-    if r.returncode != 0:
-        why = " ".join((r.stderr or r.stdout).split())[-300:]
-        pre = pathlib.Path(carry) / "prebuilt"
-        suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-        copied = []
-        for stem in ("_launcher", "_emucuda"):
-            found = sorted(pre.glob(f"{stem}*.so"))
-            if found:
-                dest = pathlib.Path("plus_ep") / f"{stem}{suffix}"
-                shutil.copyfile(found[0], dest)
-                os.utime(dest)           # newer than the sources: build_ext leaves it
-                copied.append(dest.name)
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        how = f"the carried prebuilt {', '.join(copied) or 'nothing'} (the build failed: {why})"
-    check = subprocess.run([sys.executable, "-c", "import plus_ep, plus_ep.graph_rewrites, plus_ep.kernels, "
-                            "plus_ep.warehouse; print(plus_ep.__version__, plus_ep.get_library_path())"],
-                           capture_output=True, text=True)
-    if r.returncode != 0 or check.returncode != 0:
-        st.set("failed", f"{how}; pip exit {r.returncode}: {' '.join((r.stderr or '').split())[-300:]}; import: "
-                         f"{' '.join((check.stderr or check.stdout).split())[-300:]}")
-        return 1
-    st.set("ok", f"{how}; {check.stdout.strip()}")
-    return 0
-
-
 # ------------------------------------------------------------------------------------------------ report
 def _table(rows, head) -> list:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -247,8 +206,6 @@ def main(argv=None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "preflight":
         return preflight(rest[0] if rest else ".gpu")
-    if cmd == "install":
-        return install(rest[0] if rest else ".gpu", "--dry-run" in rest)
     if cmd == "record":
         return record(rest[0], float(rest[1]), int(rest[2]))
     if cmd == "skip":

@@ -1,9 +1,10 @@
 """The GPU lease script (bench/lease/gpu_lease.sh) in its short form, so it cannot rot between leases: prepare a
 one-model carry, rehearse the whole lease on the emulated driver (the plugin EP on an emulated GPU
 device), and check what a lease must leave in $OUT: every step recorded in summary.json in order, none
-failed, the sanitizer skipped with its reason, the correctness step run on every carried model, at
-most 8 files with the fixed names. Also: a carried model whose launcher is not active fails loudly (its
-nodes have no function bodies, so nothing can run them in the kernels' place)."""
+failed, both install paths taken in a fresh environment, the sanitizer skipped with its reason, the
+correctness step run on every carried model, at most 8 files with the fixed names. Also: a carried model
+whose launcher is not active fails loudly (its nodes have no function bodies, so nothing can run them in
+the kernels' place)."""
 from __future__ import annotations
 
 import json
@@ -49,6 +50,8 @@ def test_short_rehearsal(carry, tmp_path):
     assert "failed" not in status.values(), s["steps"]
     assert status["sanitizer"] == "skipped" and "rehearsal" in s["steps"][3]["detail"]
     assert all(status[n] == "ok" for n in STEPS if n != "sanitizer"), s["steps"]
+    installed = s["steps"][1]["detail"]
+    assert "source path (no pip): the carried _launcher" in installed and "pip install --dry-run -e ." in installed
     carried = json.loads((carry / "manifest.json").read_text())["models"]
     checked = json.loads((out / "correctness.json").read_text())["models"]
     assert sorted(m["model"] for m in checked) == sorted(carried) and carried

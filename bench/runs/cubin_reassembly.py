@@ -1,7 +1,7 @@
 """Is assembling a packed kernel's PTX here deterministic, and equal to the NVRTC cubin it shipped with?
 The measurement behind `plus-ep verify`'s cubin check (plus_ep/verification/cubin_check.py).
 
-    python -m bench.cubin_check [--out bench/results/DATE-cubin-check.json]
+    python -m bench.runs.cubin_reassembly [--out bench/results/DATE-cubin-check.json]
 
 For every (cubin, PTX) pair in the kernel cache (kernel.cubin + kernel.ptx, NVRTC's compile of one
 source) and in the image packs of the tiny test model: the PTX is assembled twice by ptxas, each in its
@@ -72,7 +72,7 @@ def main() -> int:
               "pairs": len(rows), **summary,
               "archs": sorted({r["arch"] for r in rows}), "entries": sorted({r["entry"] for r in rows}),
               "seconds_per_assembly": {"mean": sum(seconds) / len(seconds), "max": max(seconds)},
-              "command": "python -m bench.cubin_check", "rows": rows}
+              "command": "python -m bench.runs.cubin_reassembly", "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"{len(rows)} pairs: runs identical {summary['runs_identical']}, bytes equal to NVRTC's "
           f"{summary['bytes_equal_nvrtc']}, canonical forms equal {summary['canonical_equal_nvrtc']}; "

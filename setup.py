@@ -7,11 +7,21 @@ toolkit or ONNX Runtime headers needed; the CUDA driver is dlopen'ed at run time
 PyInit_ or links libpython, so one wheel serves every CPython 3.10+: it is tagged py3-none-<platform>
 (tests/native/test_wheel.py checks the tag, the exports and the manylinux repair).
 """
+import re
 from pathlib import Path
 
-from setuptools import Extension, setup
-from setuptools.command.bdist_wheel import bdist_wheel
-from setuptools.command.build_ext import build_ext
+import setuptools
+
+# pyproject.toml's PEP 639 license metadata needs setuptools 77; older ones stop on it with a schema dump.
+# pip's default build isolation brings a new one; --no-build-isolation uses the environment's.
+_HAVE = tuple(int(x) for x in re.findall(r"\d+", setuptools.__version__)[:2])
+if _HAVE < (77, 0):
+    raise SystemExit(f"plus-ep: setuptools {setuptools.__version__} is too old to build it (needs >= 77): "
+                     "pip install 'setuptools>=77', or drop --no-build-isolation")
+
+from setuptools import Extension, setup  # noqa: E402
+from setuptools.command.bdist_wheel import bdist_wheel  # noqa: E402  (setuptools >= 70.1)
+from setuptools.command.build_ext import build_ext  # noqa: E402
 
 NATIVE = Path("plus_ep") / "native"
 SOURCES = ["dtype.c", "plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c", "ort_tensor.c",

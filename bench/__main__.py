@@ -1,8 +1,8 @@
 """python -m bench [all|cpu|gpu|report] ...
 
-    all     the GPU run (with its table and chart), then the CPU fusion tables (bench/fusion.py);
+    all     the GPU run (with its table and chart), then the CPU fusion tables (bench/harness/fusion.py);
             takes the gpu options, e.g. ``python -m bench all --budget-s 900 --out DIR``
-    cpu     the fusion benchmark alone: ``python -m bench cpu [bench.fusion options]``
+    cpu     the fusion benchmark alone: ``python -m bench cpu [bench.harness.fusion options]``
     gpu     the GPU benchmark alone: ``python -m bench gpu --help``
     report  markdown + PNG from a GPU-run JSON: ``python -m bench report FILE.json``
 """
@@ -27,16 +27,16 @@ def main(argv=None) -> int:
         return 0 if asked else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "report":
-        from . import gpu_table
+        from bench.charts import gpu_table
         return gpu_table.main(rest)
     if cmd == "cpu":
-        from . import fusion                 # the CPU mode; imported only when asked for
+        from bench.harness import fusion                 # the CPU mode; imported only when asked for
         return fusion.main(rest)
-    from . import gpu
+    from bench.harness import gpu
     if cmd == "gpu":
         return gpu.main(rest)
     path = gpu.run(rest)                     # all: GPU run first (it has the budget), then the CPU tables
-    from . import fusion
+    from bench.harness import fusion
     rc = fusion.main(_fusion_argv(gpu.parse_args(rest), path))
     print(f"bench all: GPU results {path}; fusion tables exit code {rc}")
     return rc

@@ -47,7 +47,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "(the session's `cache_dir` option overrides it for that session)."),
     Variable("PLUS_EP_ZOO_DIR", "`<cache root>/zoo`", "`plus_ep.zoo.cache`",
              "Folder of exported zoo models, when they should live apart from the cache root."),
-    Variable("PLUS_EP_BENCH_DIR", "`<zoo folder>/bench`", "`bench/export.py`",
+    Variable("PLUS_EP_BENCH_DIR", "`<zoo folder>/bench`", "`bench/harness/export.py`",
              "Folder of the benchmark's exports."),
     Variable("PLUS_EP_KERNEL_CACHE_LIMIT", "`2G`", "`plus_ep.kernels.compile.cache`",
              "Size limit of the kernel cache (`500M`, `2G`, bytes; `0`: none): past it, the entries used "
@@ -101,7 +101,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     # ---- tests and benchmarks
     Variable("PLUS_EP_SLOW_TESTS", "off", "`tests/conftest.py`",
              "`1`: also run the tests marked `slow` (the zoo-wide `plus-ep verify` matrix, about 10 minutes on 2 "
-             "cores; `bench/verify_emulated.py` records the same matrix); CI leaves it off."),
+             "cores; `bench/runs/verify_emulated.py` records the same matrix); CI leaves it off."),
     Variable("PLUS_EP_FUZZ_EXAMPLES", "`100`", "`tests/cpu/test_fuzz.py`", "Hypothesis examples per fuzz test."),
     Variable("PLUS_EP_FUZZ_RANDOM", "off", "`tests/cpu/test_fuzz.py`",
              "`1`: random (not derandomized) fuzzing."),

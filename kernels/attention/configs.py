@@ -109,7 +109,7 @@ _MENU = {
     # SIMT fp32: K/V tiles of 32 keys keep shared memory and registers moderate for D = 128.
     #   q64: long sequences; q32: medium; q16: short or decode-like queries. 32-key tiles for q16 too: with
     #   64, the mask hooks of BERT-base's later layers (D = 64) spilled 8 bytes on sm_90 and every such
-    #   attention stayed unfused (found by `python -m bench.fusion --size real --compile-arch sm_90`).
+    #   attention stayed unfused (found by `python -m bench.harness.fusion --size real --compile-arch sm_90`).
     0: ((64, 32, 4), (32, 32, 4), (16, 32, 4)),
     # TF32 tensor cores: the f16 schedule with fp32 tiles (twice the shared memory per row).
     1: ((128, 64, 8), (64, 64, 4), (32, 64, 2), (16, 32, 1)),

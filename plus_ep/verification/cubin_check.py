@@ -8,7 +8,7 @@ the node.
 
 The comparison is `kernels.compile.cubin.canonical`: every section, header and segment byte for byte
 except the assembler's tool note (name, build string, options), which differs between NVRTC's built-in
-ptxas and the standalone one of the same release. Measured (bench/cubin_check.py, results in
+ptxas and the standalone one of the same release. Measured (bench/runs/cubin_reassembly.py, results in
 bench/results/2026-11-28-cubin-check.json): the standalone ptxas gives byte-identical cubins across
 processes, and the same canonical form as the packs' NVRTC cubins, never the same bytes. A cubin whose
 tool note names another ptxas release, or options this check does not pass on, is "not checked" (it

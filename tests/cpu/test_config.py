@@ -60,7 +60,7 @@ def test_every_variable_the_tree_reads_is_in_the_table():
     assert unknown == {}, "add these to plus_ep/config.py's VARIABLES (python -m tests.support.docs_pages)"
     # the scan sees the C side and the shell side too
     assert {"PLUS_EP_DISABLE", "PLUS_EP_CUDA_LIBRARY", "PLUS_EP_VIRTUAL_GPU", "PLUS_EP_CACHE_DIR"} <= set(found)
-    assert "bench/gpu_lease.sh" in found["PLUS_EP_CUDA_LIBRARY"]
+    assert "bench/lease/gpu_lease.sh" in found["PLUS_EP_CUDA_LIBRARY"]
 
 
 def test_only_config_reads_the_environment():

@@ -1,4 +1,4 @@
-"""The mutation catalogue (bench/mutants.py) stays applicable: every mutant's text occurs in its product file
+"""The mutation catalogue (bench/quality/mutants.py) stays applicable: every mutant's text occurs in its product file
 exactly as often as the mutant expects (a rebase or a renovation that moves or rewrites the code makes a
 mutant stale; this fails then, rather than the next hours-long mutation run), every subset names test files
 that exist, and the catalogue still covers every family the issue asks for."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.mutants import CATALOGUE, SUBSETS
+from bench.quality.mutants import CATALOGUE, SUBSETS
 
 ROOT = Path(__file__).resolve().parents[2]
 

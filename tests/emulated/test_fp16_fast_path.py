@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import plus_ep
-from bench.bert_fp16 import to_fp16
+from bench.harness.bert_fp16 import to_fp16
 from plus_ep.demo_model import build_bert
 from plus_ep.graph_rewrites.partition import boundary
 from plus_ep.kernels.render import render

@@ -14,7 +14,7 @@
  *                                            ($PLUS_EP_CUDA_LIBRARY, the stand-in), print outputs
  *   harness time PLAN --pack ARCH=FILE --in SPEC.. --repeat N
  *                                            the launcher's host time per run (bind, and bind + launch through
- *                                            the stand-in), outputs and scratch allocated once (bench/launch_overhead.py)
+ *                                            the stand-in), outputs and scratch allocated once (bench/runs/launch_overhead.py)
  *   harness threads PLAN --pack ARCH=FILE THREADS ITERS [--staged]
  *                                            THREADS threads x ITERS runs of fake_add on one kernel
  * SPEC: "-" (absent input) or DTYPE:DIMS[=FILL], DTYPE an ONNX number, DIMS "2x3" ("" = scalar),

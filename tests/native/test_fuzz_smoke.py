@@ -2,7 +2,7 @@
 clang (-fsanitize=fuzzer,address,undefined) and fuzzed for a few seconds from the committed seed corpus
 (taken from real rewritten models); any crash, sanitizer report or leak fails. The regression inputs
 (tests/native/fuzz/regressions/<entry>/: every crash a fuzzer ever found) are replayed first. The long
-run is `python -m bench.fuzz` (bench/results/*-fuzz.json).
+run is `python -m bench.quality.fuzz` (bench/results/*-fuzz.json).
 
 clang and libFuzzer come from the distribution (`apt-get install clang libclang-rt-dev`; .ci/run
 installs them); without them the test skips with the reason.

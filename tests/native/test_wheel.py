@@ -72,6 +72,10 @@ def test_wheel_is_tagged_for_what_it_is(wheel):
     meta = z.read(info.replace("WHEEL", "METADATA")).decode()
     assert "License-Expression: Apache-2.0" in meta and "Requires-Python: >=3.10" in meta
     assert "onnx-graphsurgeon" not in meta and "Requires-Dist: tqdm" in meta
+    # no onnxruntime distribution unless asked for: a plugin EP runs in the host's ORT (ORT's packaging rule)
+    ort = sorted(line for line in meta.splitlines() if line.startswith("Requires-Dist: onnxruntime"))
+    assert ort == ['Requires-Dist: onnxruntime-gpu>=1.25; extra == "gpu"',
+                   'Requires-Dist: onnxruntime>=1.25; extra == "cpu"'], ort
     assert len(meta.split("\n\n", 1)[1].splitlines()) < 40 and "README.md" in meta       # the short description
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in z.namelist())
     for lib in [n for n in z.namelist() if n.endswith(".so")]:

@@ -1,5 +1,5 @@
 """Building and running the launcher's libFuzzer harnesses (tests/native/fuzz): shared by the CI smoke
-test (tests/native/test_fuzz_smoke.py) and the long run (bench/fuzz.py).
+test (tests/native/test_fuzz_smoke.py) and the long run (bench/quality/fuzz.py).
 
     cc = fuzz.clang()                          # None (with fuzz.why_unavailable()) without clang + libFuzzer
     exe = fuzz.build("plan", out_dir, cc)      # -fsanitize=fuzzer,address,undefined

@@ -1,7 +1,7 @@
 """The zoo families of gated MLPs, RoPE and disentangled attention (issue 23: Llama with realistic weights, Qwen2,
 Phi-3, DeBERTa-v2) at tiny widths for the test suite: 2 layers, hidden 32, 2 heads (Llama/Qwen2: 1 KV head, GQA),
 intermediate 48 (not a multiple of 16: the gated interleave's last column pair is partial), realistic random
-weights (norm weights != 1, biases != 0). bench/gated_families.py runs the zoo's small size instead."""
+weights (norm weights != 1, biases != 0). bench/runs/gated_families.py runs the zoo's small size instead."""
 from __future__ import annotations
 
 import pytest

@@ -54,7 +54,7 @@ def realistic_weights(model: onnx.ModelProto, seed: int = 0, gain: float = 1.5) 
 
 
 def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ORT's float16 converter (float inputs, outputs and weights become float16), as bench/export.py."""
+    """ORT's float16 converter (float inputs, outputs and weights become float16), as bench/harness/export.py."""
     import warnings
 
     from onnxruntime.transformers.float16 import convert_float_to_float16

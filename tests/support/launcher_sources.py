@@ -1,5 +1,5 @@
 """The launcher's C sources (plus_ep/native) that the native harness links: one list for
-tests/native/test_launcher.py and bench/launch_overhead.py (the ORT-facing files are left out)."""
+tests/native/test_launcher.py and bench/runs/launch_overhead.py (the ORT-facing files are left out)."""
 import re as _re
 import shutil as _shutil
 import subprocess as _subprocess

@@ -2,7 +2,7 @@
 for the test suite: the zoo's own configs with smaller widths (zoo.export overrides), so that their kernels
 run on the CPU PTX interpreter in seconds. Weights are the zoo's realistic random ones (norm weights != 1,
 biases != 0, Swin's relative position bias tables N(0, 0.5)). The acceptance runs use the zoo's small
-configs unchanged (bench/wild_families.py)."""
+configs unchanged (bench/runs/wild_families.py)."""
 from __future__ import annotations
 
 # family -> (layers, config overrides). Swin: 8 x 8 patches, 4 x 4 windows (4 windows and a shifted block

@@ -1,4 +1,4 @@
-"""bench.fusion (CPU mode): the JSON record of every stage, consistent counts, the markdown table and
+"""bench.harness.fusion (CPU mode): the JSON record of every stage, consistent counts, the markdown table and
 its regeneration from the JSON; the kernel-compile record on the torch-free demo BERT."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from bench import fusion, fusion_table
+from bench.harness import fusion
+from bench.charts import fusion_table
 
 FAMILIES = ("bert", "gpt2")         # encoder and decoder; both go through ORT's transformers optimizer
 EXPORTERS = ("dynamo",)             # the smaller graphs: ORT's optimizer takes ~3x longer on TorchScript's

@@ -1,4 +1,4 @@
-"""The GPU benchmark harness (bench/gpu.py and friends), checked without a GPU.
+"""The GPU benchmark harness (bench/harness/gpu.py and friends), checked without a GPU.
 
 The smoke run drives the same code paths on the ORT CPU EP and torch CPU with size-small models;
 the trace parsers are checked on a real ORT CPU profile and on synthetic GPU traces; the table,
@@ -15,7 +15,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from bench import gpu_table, goals, measure, plan
+from bench.charts import gpu_table
+from bench.charts import goals
+from bench.harness import measure
+from bench.harness import run_order
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OK_KEYS = {"p50_ms", "p90_ms", "runs", "warmup_runs", "kernels_per_run", "kernel_source", "max_abs_diff",
@@ -121,11 +124,11 @@ def test_diff_absolute_relative_and_non_finite():
 # ----------------------------------------------------------------------------------- plan
 
 def test_plan_puts_bert_fp16_first_and_the_sweep_last():
-    units = plan.build(["bert", "gpt2"], ["fp16", "fp32"], ["torchscript", "dynamo"],
-                       list(plan.ORDER), [(1, 128), (16, 128)], [1, 4], [32, 128])
+    units = run_order.build(["bert", "gpt2"], ["fp16", "fp32"], ["torchscript", "dynamo"],
+                       list(run_order.ORDER), [(1, 128), (16, 128)], [1, 4], [32, 128])
     first = [u for u in units if u.model == "bert" and u.dtype == "fp16" and not u.sweep][:7]
     assert units[:7] == first and all(u.exporter in (None, "torchscript") for u in first)
-    assert {u.contender for u in first} == set(plan.ORDER) - set(plan.LATE)
+    assert {u.contender for u in first} == set(run_order.ORDER) - set(run_order.LATE)
     assert units[0].contender == "ort" and units[0].shapes == ((1, 128), (16, 128))
     sweep = [i for i, u in enumerate(units) if u.sweep]
     assert sweep and sweep == list(range(len(units) - len(sweep), len(units)))
@@ -137,9 +140,9 @@ def test_plan_puts_bert_fp16_first_and_the_sweep_last():
     dynamo = min(i for i, u in enumerate(units) if u.exporter == "dynamo")
     assert dynamo > max(i for i, u in enumerate(units) if u.dtype == "fp32" and u.exporter == "torchscript")
     assert all(u.exporter is None for u in units if u.contender.startswith("torch"))
-    assert plan.sweep_shapes("vit", (1, 4), (32, 128)) == ((1, 32), (4, 32))
+    assert run_order.sweep_shapes("vit", (1, 4), (32, 128)) == ((1, 32), (4, 32))
     with pytest.raises(ValueError, match="unknown contender"):
-        plan.build(["bert"], ["fp16"], ["dynamo"], ["ort", "tvm"], [(1, 8)])
+        run_order.build(["bert"], ["fp16"], ["dynamo"], ["ort", "tvm"], [(1, 8)])
 
 
 # ------------------------------------------------------------------- goals, table, chart
@@ -212,7 +215,7 @@ def _has_matplotlib():
 def test_cpu_smoke_run(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from bench import gpu
+    from bench.harness import gpu
     monkeypatch.setenv("PLUS_EP_BENCH_DIR", str(tmp_path / "exports"))
     out = tmp_path / "out"
     path = gpu.run(["--device", "cpu", "--smoke", "--models", "bert", "t5_decoder_step",
@@ -250,7 +253,7 @@ def test_cpu_smoke_run(tmp_path, monkeypatch):
 
 
 def test_smoke_results_never_default_to_bench_results():
-    from bench import gpu
+    from bench.harness import gpu
     a = gpu.parse_args(["--device", "cpu", "--smoke"])
     assert gpu.out_dir(a).resolve() != gpu.RESULTS.resolve()
     assert gpu.out_dir(gpu.parse_args([])).resolve() == (ROOT / "bench" / "results").resolve()
@@ -260,15 +263,16 @@ def test_smoke_results_never_default_to_bench_results():
 def test_split_t5_dynamo_export_matches_torch(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     ort = pytest.importorskip("onnxruntime")
-    from bench import export, models
+    from bench.harness import export
+    from bench.harness import model_set
     monkeypatch.setenv("PLUS_EP_BENCH_DIR", str(tmp_path))
-    built = models.build("t5_decoder_step", "small", 1)
+    built = model_set.build("t5_decoder_step", "small", 1)
     path = export.onnx_path("t5_decoder_step", "dynamo", "fp32", "small", 1, built=lambda: built)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert [i.name for i in sess.get_inputs()] == ["decoder_input_ids", "encoder_hidden_states",
                                                     "encoder_attention_mask"]
     for batch, seq in [(1, 5), (3, 11)]:
-        feeds = models.make_feeds(built.spec, built.config, batch, seq)
+        feeds = model_set.make_feeds(built.spec, built.config, batch, seq)
         got = sess.run(None, feeds)[0]
         with torch.no_grad():
             want = built.wrapper(*[torch.from_numpy(v) for v in feeds.values()])[0].numpy()
@@ -282,20 +286,20 @@ def test_models_past_two_gb_go_through_external_data(tmp_path, monkeypatch):
     optimizer read and write them; forced here with a tiny threshold on a small BERT."""
     pytest.importorskip("torch")
     ort = pytest.importorskip("onnxruntime")
-    from bench import models
-    from bench.store import Store
+    from bench.harness import model_set
+    from bench.harness.store import Store
     monkeypatch.setenv("PLUS_EP_BENCH_DIR", str(tmp_path / "exports"))
     from plus_ep.zoo import exporters
     monkeypatch.setattr(exporters, "_TWO_GB", 1)
     store = Store("small", 1, "cpu", tmp_path)
     fp32 = store.onnx_path("bert", "torchscript", "fp32")
     assert fp32.with_name(fp32.name + ".data").exists()
-    feeds = models.make_feeds(models.SPECS["bert"], store.config("bert"), 2, 6)
+    feeds = model_set.make_feeds(model_set.SPECS["bert"], store.config("bert"), 2, 6)
     want = store.references("bert", [(2, 6)])[(2, 6)]
     for path, tol in ((fp32, 1e-4), (store.onnx_path("bert", "torchscript", "fp16"), 2e-2),
                       (store.ort_optimized("bert", "torchscript", "fp16"), 2e-2)):
         got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-            None, models.make_feeds(models.SPECS["bert"], store.config("bert"), 2, 6,
+            None, model_set.make_feeds(model_set.SPECS["bert"], store.config("bert"), 2, 6,
                                     dtype="fp16" if "fp16" in path.name else "fp32"))
         assert measure.diff(got, want)["max_abs_diff"] <= tol, path.name
     assert list(feeds) == ["input_ids", "attention_mask", "token_type_ids"]
@@ -309,7 +313,7 @@ def test_gpu_smoke_run_counts_kernels(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
-    from bench import gpu
+    from bench.harness import gpu
     monkeypatch.setenv("PLUS_EP_BENCH_DIR", str(tmp_path / "exports"))
     path = gpu.run(["--device", "cuda", "--smoke", "--models", "bert", "--exporters", "torchscript",
                     "--dtypes", "fp16", "--no-sweep", "--out", str(tmp_path / "out"),

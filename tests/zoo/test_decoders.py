@@ -3,7 +3,7 @@ RMSNorm, both exporters): every layer's attention is one node that takes its KV-
 writes present itself, with a decode route; greedy generation through the kernels on the PTX interpreter
 (stock ORT session with the launcher library on the emulated driver) gives the original's tokens with
 logits within verify's bounds at past 0 (prefill), 1 and >= 20. The 24-token runs of the issue's
-acceptance are `slow` (PLUS_EP_SLOW_TESTS=1) and in `python -m bench.decode generate`."""
+acceptance are `slow` (PLUS_EP_SLOW_TESTS=1) and in `python -m bench.runs.kv_decode generate`."""
 from __future__ import annotations
 
 import functools

@@ -4,7 +4,7 @@ combined QKV projection read by the attention at its column offsets, one combine
 halves), DeBERTa-v2 (disentangled attention). Every export is rendered for sm_80 and sm_90a with nothing left
 unfused and within its data-kernel budget, each layer's projections and MLP in the expected kernels; one export
 per family runs its kernels on the CPU PTX interpreter through the launcher (plus_ep.verify, padded batch of 2
-at an odd length), exporters and archs alternating (bench/gated_families.py runs the whole matrix at the zoo's
+at an odd length), exporters and archs alternating (bench/runs/gated_families.py runs the whole matrix at the zoo's
 small size)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Acceptance of `plus-ep verify` on the model zoo (slow: every kernel runs on the CPU PTX interpreter;
-skipped unless PLUS_EP_SLOW_TESTS=1, so not in CI — `bench/verify_emulated.py` runs the same matrix and records it in bench/results/):
+skipped unless PLUS_EP_SLOW_TESTS=1, so not in CI — `bench/runs/verify_emulated.py` runs the same matrix and records it in bench/results/):
 the 12 small exports at 2 layers, fp32 exact, fp32 with TF32 GEMMs and fp16 (ORT's float16
 converter), images for sm_80 and sm_90a: every fused node executes, 0 mismatches, 0 checker findings."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ MODES = ["exact", "tf32", "fp16"]
 def test_verify_zoo(family, exporter, mode, tmp_path):
     import json
 
-    from bench.verify_emulated import main
+    from bench.runs.verify_emulated import main
     out = tmp_path / "verify.json"
     main(["--models", f"{family}-{exporter}", "--modes", mode, "--out", str(out)])
     (run,) = json.loads(out.read_text())["runs"]

@@ -19,7 +19,7 @@ from tests.support.wild_models import BUDGET, TINY, blocks, tiny_path  # noqa: E
 
 FAMILY_CASES = [(f, e) for f in TINY for e in ("torchscript", "dynamo")]
 # kernels run on the interpreter for one export per family, the exporters and archs alternating (the whole
-# matrix, both archs and exporters at the zoo's small size, is bench/wild_families.py's acceptance run)
+# matrix, both archs and exporters at the zoo's small size, is bench/runs/wild_families.py's acceptance run)
 VERIFY_CASES = [("swin", "dynamo", "sm_90a"), ("whisper", "torchscript", "sm_80"), ("clip", "dynamo", "sm_80")]
 
 
@@ -58,7 +58,7 @@ def test_resnet_conv_tails_stay_with_onnxruntime(exporter):
     ONNX Runtime (its FusedConv), with the rule's reason; the rewrite then adds no kernel to ORT's graph
     (ORT_ENABLE_ALL on the CPU EP here: the CUDA EP's fusions cannot be computed without a GPU)."""
     import onnx
-    from bench.ort_offline import ort_enable_all
+    from bench.harness.ort_offline import ort_enable_all
     from plus_ep import zoo
     path = zoo.export("resnet", exporter, "small", layers=2)
     r = rewrite_detailed(path)

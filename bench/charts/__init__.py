@@ -1,0 +1,1 @@
+"""Markdown tables and PNG charts rendered from result JSON alone, and the goals they are read against."""

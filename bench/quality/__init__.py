@@ -1,0 +1,1 @@
+"""Quality tooling: the mutation score of the default test command and the long fuzz run."""

@@ -1,0 +1,550 @@
+"""Mutation score of the default test command: realistic bugs planted one at a time in a scratch copy of the
+product, each run against a recorded subset of the default tests (`python -m pytest`), reporting which
+tests catch it.
+
+    python -m bench.quality.mutants --list               # the catalogue (id, family, file, what it breaks)
+    nice -n 10 python -m bench.quality.mutants           # every mutant; JSON to bench/results/DATE-mutation.json
+    python -m bench.quality.mutants --only attn_gqa_head_map row_eps_floor --out /tmp/m.json
+
+How it works. The tracked tree (plus the built plus_ep/_launcher*.so and _emucuda*.so) is copied to a scratch
+folder whose plus_ep/ links kernels/, graph_rewrites/ and warehouse/ as the installed package does, and
+tests run there with PYTHONPATH pointing at it, so every import, NVRTC compile and child process sees the
+mutated code. Each mutant is a source-level edit (exact text -> replacement, every occurrence counted, so a
+stale mutant fails loudly instead of silently testing nothing) of a product file; C mutants rebuild the
+launcher in the scratch tree. Running the whole suite per mutant is far too slow on 2 cores: each mutant
+runs the union of the named test subsets of its family (SUBSETS: pytest node selections by file and -k
+expression, evaluated by pytest's own -k parser on the collected node ids), which are all part of the default command, so a mutant a
+subset catches is caught by the whole command. A baseline run of every subset on the unmutated tree comes
+first; a test failing there cannot count as catching anything. A mutant that makes the run exceed its
+timeout counts as caught (the default command would hang), and is marked so.
+
+The JSON records per mutant: the edit, the subsets and the number of tests run, the tests that failed (the
+catching ones), the time, and for survivors the written reason they are equivalent (`equivalent`) or the
+test added since; plus per family the distinct test functions that catch its mutants. The kernel cache is
+shared between the mutant runs (content-keyed: a mutated template or source never hits an unmutated entry).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import ROOT
+
+# ---------------------------------------------------------------------------------------------- subsets
+# name -> [(test file, -k expression or None)]; every file is part of the default `python -m pytest`.
+SUBSETS: dict[str, list] = {
+    "gemm_mma": [("tests/emulated/test_ptx_gemm.py", "sm_80 and (f16 or tf32)"),
+                 ("tests/emulated/test_row_kernels_conditioning.py", "gemm"),
+                 ("tests/emulated/test_ptx_gemm.py", "sm_90- and f16"),
+                 ("tests/emulated/test_gemm_group_kernels.py", "tf32 or f16"),
+                 ("tests/emulated/test_ptx_gpu_backend.py", "gemm_reference"),
+                 ("tests/emulated/test_models_on_kernels.py", "tf32 or fp16")],
+    "gemm_simt": [("tests/emulated/test_ptx_gemm.py", "simt"),
+                  ("tests/emulated/test_row_kernels_conditioning.py", "gemm"),
+                  ("tests/emulated/test_ptx_golden.py", None),
+                  ("tests/emulated/test_verify_kernels.py", "verify_passes or corrupted"),
+                  ("tests/emulated/test_models_on_kernels.py", "exact")],
+    "gemm_wgmma": [("tests/emulated/test_ptx_gemm.py", "sm_90a"),
+                   ("tests/emulated/test_gemm_group_kernels.py", "wgmma or sm90a"),
+                   ("tests/emulated/test_gemm_norm_cluster.py", "float64"),
+                   ("tests/emulated/test_ptx_mutations.py", "weakened or unmutated"),
+                   ("tests/emulated/test_models_on_kernels.py", "fp16")],
+    "gemm_norm_cluster": [("tests/emulated/test_gemm_norm_cluster.py", None),
+                          ("tests/emulated/test_gemm_norm_cluster_verify.py", None),
+                          ("tests/emulated/test_ptx_cluster_driver.py", None),
+                          ("tests/emulated/test_models_on_kernels.py", "fp16")],
+    "attention_f16": [("tests/emulated/test_ptx_attention.py", "tc_ and (d64 or d32 or d80)"),
+                      ("tests/emulated/test_ptx_attention.py", "bshd"),
+                      ("tests/emulated/test_ptx_gpu_backend.py", "attention"),
+                      ("tests/emulated/test_models_on_kernels.py", "fp16")],
+    "attention_tf32": [("tests/emulated/test_ptx_attention.py", "tf32 and (d64 or d32 or d80)"),
+                       ("tests/emulated/test_ptx_attention.py", "bshd"),
+                       ("tests/emulated/test_attention_tf32_rendered.py", None),
+                       ("tests/emulated/test_models_on_kernels.py", "tf32")],
+    "attention_simt": [("tests/emulated/test_ptx_attention.py", "simt_d64 or simt_d32 or simt_d80"),
+                       ("tests/emulated/test_ptx_attention.py", "bshd"),
+                       ("tests/emulated/test_attention_masked_rows.py", None),
+                       ("tests/emulated/test_models_on_kernels.py", "exact or fuzzed")],
+    "row": [("tests/emulated/test_row_kernels_conditioning.py", "softmax or norm"),
+            ("tests/emulated/test_ptx_golden.py", "layernorm"),
+            ("tests/emulated/test_nan_row_reductions.py", None),
+            ("tests/emulated/test_row_reduction_outputs.py", None),
+            ("tests/emulated/test_verify_kernels.py", "verify_passes or corrupted"),
+            ("tests/emulated/test_models_on_kernels.py", "exact or fuzzed")],
+    "pointwise": [("tests/emulated/test_index_ops_on_interpreter.py", None),
+                  ("tests/emulated/test_nan_activations.py", None),
+                  ("tests/emulated/test_cpu_resident_shapes_emulated.py", None),
+                  ("tests/emulated/test_models_on_kernels.py", "fuzzed")],
+    "render": [("tests/cpu/test_golden.py", None),
+               ("tests/emulated/test_row_kernels_conditioning.py", "gemm"),
+               ("tests/cpu/test_attention_roles.py", None),
+               ("tests/emulated/test_attention_masked_rows.py", None),
+               ("tests/emulated/test_nan_activations.py", None),
+               ("tests/emulated/test_models_on_kernels.py", "exact or fuzzed")],
+    "routes": [("tests/cpu/test_route_model.py", None),
+               ("tests/cpu/test_gemm_norm_cluster_routes.py", None),
+               ("tests/cpu/test_gemm_alignment_proof.py", None),
+               ("tests/cpu/test_per_arch_build.py", None),
+               ("tests/emulated/test_models_on_kernels.py", "exact or fuzzed")],
+    "identify": [("tests/cpu/test_attention_roles.py", None),
+                 ("tests/cpu/test_fuse.py", None),
+                 ("tests/cpu/test_paper_examples.py", None),
+                 ("tests/cpu/test_golden.py", None),
+                 ("tests/cpu/test_fuzz.py", None)],
+    "launcher": [("tests/native/test_launcher.py", None),
+                 ("tests/native/test_launcher_shapes.py", None),
+                 ("tests/emulated/test_emulated_driver.py", None),
+                 ("tests/emulated/test_verify_kernels.py", "verify_passes or corrupted"),
+                 ("tests/emulated/test_models_on_kernels.py", "exact")],
+    "interpreter": [("tests/cpu/test_ptx_semantics.py", None),
+                    ("tests/cpu/test_ptx_layouts.py", None),
+                    ("tests/cpu/test_ptx_wgmma_layout.py", None),
+                    ("tests/emulated/test_ptx_mutations.py", None),
+                    ("tests/emulated/test_ptx_gemm.py", "sm_80 and (f16 or tf32) and T1")],
+}
+
+
+@dataclass
+class Mutant:
+    id: str
+    family: str                  # the template family or product area it belongs to
+    path: str                    # product file, relative to the repository root
+    edits: list                  # [(exact text, replacement)], each text must occur exactly `count` times
+    what: str                    # the bug, in words
+    subsets: list                # SUBSETS names run against it
+    count: int = 1
+    equivalent: str = ""         # for a survivor: why it cannot change a result (or what covers it)
+    c: bool = field(init=False, default=False)
+
+    def __post_init__(self):
+        self.c = self.path.endswith((".c", ".h"))
+
+
+def M(id, family, path, old, new, what, subsets, count=1, equivalent="", more=()):
+    return Mutant(id, family, path, [(old, new), *more], what, list(subsets), count, equivalent)
+
+
+T = "kernels/templates/"
+CATALOGUE = [
+    # ---- gemm.cuh, tensor-core (mma.sync f16/bf16, tf32) -------------------------------------------------
+    M("gemm_mma_wait_short", "gemm_mma", T + "gemm.cuh",
+      "plus_cp_async_wait<PLUS_STAGES - 2>();", "plus_cp_async_wait<PLUS_STAGES - 1>();",
+      "the pipeline waits for one cp.async group too few: tile kt is read before it landed", ["gemm_mma"]),
+    M("gemm_mma_bfrag_swap", "gemm_mma", T + "gemm.cuh",
+      "bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1]; bf[2 * j + 1][0] = r[2]; bf[2 * j + 1][1] = r[3];\n      }\n#elif",
+      "bf[2 * j][0] = r[0]; bf[2 * j][1] = r[2]; bf[2 * j + 1][0] = r[1]; bf[2 * j + 1][1] = r[3];\n      }\n#elif",
+      "[N][K] B: the ldmatrix.x4 registers of two n8 tiles mixed up (k-high half of tile 0 <-> k-low of tile 1)",
+      ["gemm_mma"]),
+    M("gemm_mma_tail_zero_fill", "gemm_mma", T + "gemm.cuh",
+      "  avail = a < 0 ? 0 : (a > CE ? CE : a);",
+      "  avail = a < 0 ? 0 : CE;",
+      "cp.async copies whole 16-byte chunks at the K / row tail instead of zero-filling past the edge",
+      ["gemm_mma"]),
+    M("gemm_mma_tf32_no_round", "gemm_mma", T + "gemm.cuh",
+      "for (int q = 0; q < 4; ++q) af[i][q] = plus_to_tf32(af[i][q]);",
+      "for (int q = 0; q < 4; ++q) af[i][q] = af[i][q];",
+      "TF32 A operands not rounded (cvt.rna): the tensor core truncates them instead", ["gemm_mma"]),
+    M("gemm_store_n_edge", "gemm_mma", T + "gemm.cuh",
+      "if (m >= blk.M || n >= blk.N) return;\n#if PLUS_SPLITK > 1\n  float* part = (float*)args.scratch[0];\n  part[",
+      "if (m >= blk.M || n > blk.N) return;\n#if PLUS_SPLITK > 1\n  float* part = (float*)args.scratch[0];\n  part[",
+      "the store guard lets column N through (one element past each row)", ["gemm_mma", "gemm_simt"]),
+    # ---- gemm.cuh, SIMT fp32 and split-K ----------------------------------------------------------------
+    M("gemm_simt_last_tile", "gemm_simt", T + "gemm.cuh",
+      "const bool more = kt + 1 < ktiles;", "const bool more = kt + 2 < ktiles;",
+      "SIMT: the last K tile is never fetched (its stage keeps the previous tile)", ["gemm_simt"]),
+    M("gemm_splitk_reduce_drop", "gemm_simt", T + "gemm.cuh",
+      "for (int p = 0; p < PLUS_SPLITK; ++p) s += part[p * total + i];",
+      "for (int p = 0; p < PLUS_SPLITK - 1; ++p) s += part[p * total + i];",
+      "split-K reduce sums one partial plane too few", ["gemm_simt", "gemm_mma"]),
+    # ---- gemm_sm90a.cuh (wgmma) --------------------------------------------------------------------------
+    M("wgmma_loader_no_swizzle", "gemm_wgmma", T + "gemm_sm90a.cuh",
+      "dst = r0 * 128 + ((c ^ (r0 & 7)) << 4);", "dst = r0 * 128 + (c << 4);",
+      "the K-major tile loader forgets the 128-byte swizzle the descriptors promise", ["gemm_wgmma"]),
+    M("wgmma_wait_one_more", "gemm_wgmma", T + "gemm_sm90a.cuh",
+      "    plus_wgmma_wait<1>();\n", "    plus_wgmma_wait<2>();\n",
+      "two wgmma groups left in flight: the stage being refilled may still be read", ["gemm_wgmma"]),
+    M("wgmma_acc_layout", "gemm_wgmma", T + "gemm_sm90a.cuh",
+      "plus_st_shared_f2(c_tile + c_offset(mf, r, c), acc[ms][4 * j + 2 * h], acc[ms][4 * j + 2 * h + 1]);",
+      "plus_st_shared_f2(c_tile + c_offset(mf, r, c), acc[ms][4 * j + h], acc[ms][4 * j + h + 1]);",
+      "accumulator fragment read as acc[4j + h] instead of acc[4j + 2h] (rows g and g+8 mixed)", ["gemm_wgmma"]),
+    M("wgmma_a_k16_step", "gemm_wgmma", T + "gemm_sm90a.cuh",
+      "s_base + a_off + ms * 64 * 128 + kk * 32, 16, 1024);", "s_base + a_off + ms * 64 * 128 + kk * 16, 16, 1024);",
+      "A descriptor advances 16 bytes per k16 step instead of 32 (8 k instead of 16)", ["gemm_wgmma"]),
+    # ---- GEMM + norm on a cluster (plus_cluster.cuh, row.py tile mode, gemm_norm_render.py) ---------------
+    M("cluster_reduce_last_rank", "gemm_norm_cluster", T + "plus_cluster.cuh",
+      "for (int q = 0; q < C; ++q) acc = combine", "for (int q = 0; q < C - 1; ++q) acc = combine",
+      "the cluster-wide row reduction drops the last rank's partial", ["gemm_norm_cluster"]),
+    M("cluster_partials_single_buffer", "gemm_norm_cluster", "kernels/codegen/row.py",
+      'part = f"plus_rt_part[{self._passes % 2}]"', 'part = "plus_rt_part[0]"',
+      "row passes reuse one partial buffer while other ranks may still read the previous pass's", ["gemm_norm_cluster"]),
+    M("cluster_size_floor", "gemm_norm_cluster", "kernels/gemm/norm_render.py",
+      "menus.append((-(-int(symdim.parse(st.N)) // bn),", "menus.append((int(symdim.parse(st.N)) // bn,",
+      "cluster size floor(N / BN): the ragged last column tile is never computed", ["gemm_norm_cluster"]),
+    # ---- attention.cuh: every path -------------------------------------------------------------------------
+    M("attn_gqa_head_map", "attention_f16", T + "attention.cuh",
+      "t.hkv = t.h / group;", "t.hkv = t.h % s.Hkv;",
+      "grouped-query attention maps query head h to kv head h % Hkv instead of h / (H / Hkv)",
+      ["attention_f16", "attention_simt"]),
+    M("attn_score_hook_edges_only", "attention_simt", T + "attention.cuh",
+      "#if defined(PLUS_HAS_SCORE) || defined(PLUS_HAS_KEY_BIAS)\n  (void)t; (void)kv0; (void)r0; (void)rows;",
+      "#if defined(PLUS_HAS_SCORE_NEVER) || defined(PLUS_HAS_KEY_BIAS)\n  (void)t; (void)kv0; (void)r0; (void)rows;",
+      "the score hook (scale + mask) is applied on edge key tiles only, skipped on interior ones",
+      ["attention_simt", "attention_f16"]),
+    M("attn_causal_top_left", "attention_simt", T + "attention.cuh",
+      "t.off = t.Skv - t.Sq;", "t.off = 0;",
+      "causal mask aligned top-left (j <= i) instead of bottom-right (j <= i + Skv - Sq)",
+      ["attention_simt", "attention_f16"]),
+    M("attn_row_max_half", "attention_simt", T + "attention.cuh",
+      "for (int o = 1; o < NXOR; o <<= 1) x = fmaxf(", "for (int o = 1; o < NXOR / 2; o <<= 1) x = fmaxf(",
+      "the row maximum is reduced over half the lanes that share a row", ["attention_simt", "attention_f16"]),
+    # ---- attention.cuh: SIMT ------------------------------------------------------------------------------
+    M("attn_simt_no_rescale_l", "attention_simt", T + "attention.cuh",
+      "      m[r] = m_new;\n      l[r] *= alpha;\n", "      m[r] = m_new;\n",
+      "SIMT online softmax: the running sum is not rescaled when a later key tile raises the maximum",
+      ["attention_simt"]),
+    M("attn_simt_masked_rows_unwritten", "attention_simt", T + "attention.cuh",
+      "    if (p < t.rows) {\n#pragma unroll\n      for (int c = 0; c < ND; ++c) plus_attn_out",
+      "    if (p < t.rows && lsum > 0.0f) {\n#pragma unroll\n      for (int c = 0; c < ND; ++c) plus_attn_out",
+      "SIMT: fully masked rows are left unwritten instead of 0 (guarded) / NaN", ["attention_simt"]),
+    # ---- attention.cuh: tensor cores (f16/bf16 and TF32 share the schedule) --------------------------------
+    M("attn_tc_no_rescale_l", "attention_f16", T + "attention.cuh",
+      "      m[rh] = m_new;\n      l[rh] *= alpha;\n", "      m[rh] = m_new;\n",
+      "tensor-core online softmax: the running sum is not rescaled when the maximum grows",
+      ["attention_f16", "attention_tf32"]),
+    M("attn_f16_p_fragment", "attention_f16", T + "attention.cuh",
+      "a[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);\n        a[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);",
+      "a[1] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);\n        a[2] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);",
+      "f16/bf16: P's A fragment registers 1 and 2 swapped (rows g+8 and keys 8-15 exchanged)", ["attention_f16"]),
+    M("attn_tc_masked_row_inf", "attention_f16", T + "attention.cuh",
+      "inv[rh] = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;", "inv[rh] = 1.0f / lsum;",
+      "tensor cores: a fully masked row divides by its zero sum (NaN) even where the graph guards it",
+      ["attention_f16", "attention_tf32"]),
+    M("attn_tf32_p_fragment", "attention_tf32", T + "attention.cuh",
+      "a[1] = operand(__float_as_uint(s[kk][2]));\n        a[2] = operand(__float_as_uint(s[kk][1]));",
+      "a[1] = operand(__float_as_uint(s[kk][1]));\n        a[2] = operand(__float_as_uint(s[kk][2]));",
+      "TF32: P's m16n8k8 A fragment in the f16 order (registers 1 and 2 swapped)", ["attention_tf32"]),
+    M("attn_tf32_k_tail_unguarded", "attention_tf32", T + "attention.cuh",
+      "w[e] = __float_as_uint(j < t.Skv ? plus_k(args, t.b, t.hkv, j, d0 + e) : 0.0f);",
+      "w[e] = __float_as_uint(plus_k(args, t.b, t.hkv, j, d0 + e));",
+      "TF32 K hook loads: keys past Skv read without the guard (out of the tensor)", ["attention_tf32"]),
+    # ---- row kernels (kernels/codegen/row.py, plus_common.cuh) ------------------------------------------------
+    M("row_eps_floor", "row", "kernels/codegen/row.py",
+      'eps = lit(attr(node, "epsilon", 1e-5))', 'eps = lit(max(attr(node, "epsilon", 1e-5), 1e-3))',
+      "LayerNorm/RMSNorm epsilon at least 1e-3 instead of the model's", ["row", "gemm_norm_cluster"]),
+    M("row_var_unbiased", "row", "kernels/codegen/row.py",
+      'self._scalar(f"rstd{k}", f"rsqrtf({q} / (float)L + {eps})")',
+      'self._scalar(f"rstd{k}", f"rsqrtf({q} / (float)(L - 1) + {eps})")',
+      "LayerNorm variance divided by L - 1 (unbiased) instead of L", ["row", "gemm_norm_cluster"]),
+    M("row_softmax_no_max", "row", "kernels/codegen/row.py",
+      'lambda idx: f"expf({self._x(node, idx)} - {mx})")', 'lambda idx: f"expf({self._x(node, idx)})")',
+      "softmax row kernel without the max subtraction (exp overflows for logits above ~88)", ["row"],
+      more=[('expr = f"{x} - {mx} - logf({s})" if log else f"expf({x} - {mx}) / {s}"',
+             'expr = f"{x} - {mx} - logf({s})" if log else f"expf({x}) / {s}"')]),
+    M("row_warp_sum_half", "row", T + "plus_common.cuh",
+      "for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync", "for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync",
+      "warp sum over 16 lanes only (block reductions miss half of every warp)", ["row", "gemm_norm_cluster"]),
+    # ---- point-wise kernels and the element puller (kernels/codegen/pointwise.py, kernels/codegen/pull.py) ---
+    M("pointwise_last_element", "pointwise", "kernels/codegen/pointwise.py",
+      'threadIdx.x; q < n;\\n"', 'threadIdx.x; q < n - 1;\\n"',
+      "the grid-stride loop stops one element short", ["pointwise"]),
+    M("pull_broadcast_left_aligned", "pointwise", "kernels/codegen/pull.py",
+      'return ["0" if d == 1 and out_shape[off + k] != 1 else idx[off + k] for k, d in enumerate(in_shape)]',
+      'return ["0" if d == 1 and out_shape[off + k] != 1 else idx[k] for k, d in enumerate(in_shape)]',
+      "broadcast indices aligned left instead of right for inputs of lower rank", ["pointwise", "row"]),
+    # ---- renderers ----------------------------------------------------------------------------------------
+    M("render_gemm_beta_ignored", "render", "kernels/gemm/render.py",
+      'return em.tmp(f"{lit(alpha)} * acc + {lit(beta)} * {c}", "float"), "float"',
+      'return em.tmp(f"{lit(alpha)} * acc + {c}", "float"), "float"',
+      "ONNX Gemm's beta is ignored (C added with weight 1)", ["render", "gemm_simt"]),
+    M("render_attn_masked_nan_lost", "render", "kernels/attention/render.py",
+      'defines["PLUS_MASKED_ROW_NAN"] = 0 if nan_guard else 1', 'defines["PLUS_MASKED_ROW_NAN"] = 0',
+      "a fully masked row gives 0 even where the graph has no NaN guard (ORT: NaN)", ["render"]),
+    M("render_max_nan", "render", "kernels/codegen/cexpr.py",
+      '"Pow": _pow, "Max": _minmax("fmaxf", ">"), "Min": _minmax("fminf", "<"),',
+      '"Pow": _pow, "Max": lambda n, a, t: (f"fmaxf({a[0]}, {a[1]})", "float"), "Min": _minmax("fminf", "<"),',
+      "Max through fmaxf alone: a NaN operand is dropped (ONNX: NaN)", ["render", "pointwise"]),
+    # ---- routes ---------------------------------------------------------------------------------------------
+    M("routes_first_config", "routes", "kernels/gemm/routes.py",
+      "return [x[4] for x in sorted(cands, key=lambda x: x[:4])]", "return [x[4] for x in cands]",
+      "the GEMM route model always picks the first usable config of the menu", ["routes"]),
+    M("routes_aligned_ignores_ldb", "routes", "kernels/gemm/routes.py",
+      "return bool(k.is_Integer and ld.is_Integer and (int(k) * elem) % 16 == 0 and (int(ld) * elem) % 16 == 0)",
+      "return bool(k.is_Integer and (int(k) * elem) % 16 == 0)",
+      "PLUS_ALIGNED=1 proven from K alone: a B whose rows are not whole 16-byte chunks gets 16-byte cp.async",
+      ["routes"]),
+    # ---- identification -----------------------------------------------------------------------------------
+    M("identify_no_epilogue", "identify", "graph_rewrites/identify.py",
+      "if epilogue and not p.allow_epilogue:", "if epilogue:",
+      "growth refuses every epilogue (a GEMM's bias/activation stay unfused)", ["identify"]),
+    M("identify_dropout_training", "identify", "warehouse/patterns/attention.py",
+      "            why = _dropout_training(view, node)\n            if why:\n                return why\n",
+      "            why = _dropout_training(view, node)\n",
+      "a training-mode Dropout between Softmax and PV is accepted (the kernel would drop nothing)", ["identify"]),
+    M("identify_no_cycle_check", "identify", "graph_rewrites/identify.py",
+      "if not self.acyclic_with(trial):", "if False:",
+      "growth no longer refuses members that would make the fused node part of a cycle", ["identify"]),
+    # ---- the launcher (C): expressions and binding ---------------------------------------------------------
+    M("launcher_cdiv_floor", "launcher", "plus_ep/native/expr.c",
+      "else r = -floordiv(-a, b);", "else r = floordiv(a, b);",
+      "cdiv evaluated as floor division: grids one block short on ragged sizes", ["launcher"]),
+    M("launcher_le_strict", "launcher", "plus_ep/native/expr.c",
+      "case PX_LE: r = a <= b; break;", "case PX_LE: r = a < b; break;",
+      "`<=` evaluated as `<` (route conditions and guards at their boundary)", ["launcher"]),
+    M("launcher_symbol_recheck", "launcher", "plus_ep/native/bind.c",
+      "                if (env->sym[k] != x) {", "                if (0) {",
+      "a symbol bound by two inputs is no longer checked to agree (mismatched shapes run)", ["launcher"]),
+    M("launcher_last_route", "launcher", "plus_ep/native/bind.c",
+      "for (int r = first; r < end && b->group_route[g] < 0; r++) {", "for (int r = first; r < end; r++) {",
+      "the last route whose condition holds is taken instead of the first", ["launcher"]),
+    # ---- the PTX interpreter --------------------------------------------------------------------------------
+    M("interp_fma_zero_sign", "interpreter", "kernels/ptx/semantics.py",
+      'z = np.where(same, np.copysign(0.0, c64), -0.0 if mode == "rm" else 0.0).astype(np.float32)',
+      "z = np.where(same, np.copysign(0.0, c64), 0.0).astype(np.float32)",
+      "fma: an exact zero sum is +0 under .rm too (IEEE: -0)", ["interpreter"]),
+    M("interp_tf32_truncate", "interpreter", "kernels/ptx/semantics.py",
+      "r = ((u + 0x1000) & 0xFFFFE000).astype(np.uint32)", "r = (u & 0xFFFFE000).astype(np.uint32)",
+      "cvt.rna.tf32.f32 truncates instead of rounding to nearest (ties away)", ["interpreter"]),
+    M("interp_ldmatrix_trans_ignored", "interpreter", "kernels/ptx/tensorcore.py",
+      "            if trans:\n                mats = mats.transpose(0, 1, 3, 2)\n",
+      "            if trans and False:\n                mats = mats.transpose(0, 1, 3, 2)\n",
+      "ldmatrix .trans loads like the plain form", ["interpreter"]),
+    M("interp_shfl_bfly_4bit", "interpreter", "kernels/ptx/ops_warp.py",
+      "                j = lane ^ bv\n", "                j = lane ^ (bv & 15)\n",
+      "shfl.bfly keeps only 4 bits of the lane mask (xor 16 exchanges nothing)", ["interpreter", "row"]),
+    M("interp_cp_async_no_zero_fill", "interpreter", "kernels/ptx/ops_mem.py",
+      "            data = np.zeros((len(tids), size), np.uint8)\n            if zg is None:",
+      "            data = np.full((len(tids), size), 0x7F, np.uint8)\n            if zg is None:",
+      "cp.async with src-size < cp-size leaves the rest of the 16 bytes as garbage instead of zeros",
+      ["interpreter"]),
+    M("interp_race_check_inverted", "interpreter", "kernels/ptx/checks.py",
+      "& ~self._ordered(wt, self.w_wep[idx], t)\n        if race.any():",
+      "& self._ordered(wt, self.w_wep[idx], t)\n        if race.any():",
+      "the shared-memory race checker flags reads ordered by a warp barrier and misses unordered ones",
+      ["interpreter"]),
+]
+
+FAMILIES = ("gemm_mma", "gemm_wgmma", "gemm_norm_cluster", "attention_f16", "attention_tf32", "attention_simt",
+            "row", "pointwise")          # the template families of the acceptance (two independent tests each)
+
+
+# ------------------------------------------------------------------------------------------- the tree
+def _git(*args, cwd=ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+def prepare_tree(work: Path) -> Path:
+    """A scratch copy of the tracked (and untracked, not ignored) files plus the built native libraries;
+    plus_ep/ links kernels/, graph_rewrites/ and warehouse/ as the installed package maps them."""
+    tree = work / "tree"
+    if tree.exists():
+        shutil.rmtree(tree)
+    files = _git("ls-files", "-co", "--exclude-standard").splitlines()
+    for f in files:
+        src = ROOT / f
+        if src.is_file():
+            dst = tree / f
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    for so in list((ROOT / "plus_ep").glob("_launcher*.so")) + list((ROOT / "plus_ep").glob("_emucuda*.so")):
+        shutil.copy2(so, tree / "plus_ep" / so.name)
+    for sub in ("kernels", "graph_rewrites", "warehouse"):
+        (tree / "plus_ep" / sub).symlink_to(Path("..") / sub)
+    return tree
+
+
+def tree_env(tree: Path, work: Path) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PLUS_EP_OVERRIDE", "PLUS_EP_DUMP", "PLUS_EP_CUDA", "FAKE_CUDA_"))}
+    env["PYTHONPATH"] = str(tree)
+    env["PLUS_EP_CACHE_DIR"] = str(work / "cache")        # shared by the runs: content-keyed
+    from plus_ep import config
+    env.setdefault("PLUS_EP_ZOO_DIR", str(config.zoo_dir()))
+    return env
+
+
+def collect(tree: Path, env: dict, files: list) -> list:
+    """Node ids of every test in `files` (one collection run)."""
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files]
+    out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False).stdout
+    return [ln.strip() for ln in out.splitlines() if "::" in ln and not ln.startswith(("=", " "))]
+
+
+def select(ids: list, path: str, kexpr) -> list:
+    """The ids of `path` that pytest's -k expression `kexpr` keeps, each name matched case-insensitively as a
+    substring of the node id (what -k does with the names of a test and its parents)."""
+    from _pytest.mark.expression import Expression
+    mine = [i for i in ids if i.split("::")[0] == path]
+    if not kexpr:
+        return mine
+    expr = Expression.compile(kexpr)
+    return [i for i in mine if expr.evaluate(lambda name, i=i: name.lower() in i.split("::", 1)[1].lower())]
+
+
+def run_tests(tree: Path, env: dict, ids: list, xml: Path, timeout: float) -> dict:
+    """Run `ids`; {"failed": [node ids failed or errored], "seconds": s, "timeout": bool, "ran": n}."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit2",
+           f"--junitxml={xml}", *ids]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"failed": [], "seconds": round(time.time() - t0, 1), "timeout": True, "ran": 0, "tail": ""}
+    failed, ran = [], 0
+    try:
+        for tc in ET.parse(xml).getroot().iter("testcase"):
+            ran += 1
+            if tc.find("failure") is not None or tc.find("error") is not None:
+                cls, name = tc.get("classname", ""), tc.get("name", "")
+                failed.append(f"{cls.replace('.', '/')}.py::{name}")
+    except (ET.ParseError, FileNotFoundError):
+        failed = ["<no junit report>"]
+    tail = "" if failed or p.returncode == 0 else p.stdout[-1500:]
+    return {"failed": failed, "seconds": round(time.time() - t0, 1), "timeout": False, "ran": ran,
+            "rc": p.returncode, "tail": tail}
+
+
+def apply(tree: Path, m: Mutant) -> dict:
+    """Apply `m` in the tree; returns {path: original text}. Raises when an edit does not occur `count` times."""
+    path = tree / m.path
+    text = orig = path.read_text()
+    for old, new in m.edits:
+        n = text.count(old)
+        if n != m.count:
+            raise ValueError(f"mutant {m.id}: {old!r} occurs {n} times in {m.path}, expected {m.count}")
+        text = text.replace(old, new)
+    path.write_text(text)
+    return {m.path: orig}
+
+
+def rebuild_launcher(tree: Path, env: dict) -> str:
+    p = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, env=env,
+                       capture_output=True, text=True, check=False)
+    return "" if p.returncode == 0 else (p.stdout + p.stderr)[-2000:]
+
+
+def test_function(node_id: str) -> str:
+    """file::function of a node id (parameters dropped): what counts as one independent test."""
+    return re.sub(r"\[.*$", "", node_id)
+
+
+# --------------------------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.quality.mutants", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="print the catalogue and exit")
+    ap.add_argument("--only", nargs="*", default=None, help="mutant ids to run (default: all)")
+    ap.add_argument("--work", default=None, help="scratch folder (default: a temporary one under /tmp)")
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/<date>-mutation.json)")
+    ap.add_argument("--timeout", type=float, default=1500, help="seconds per mutant run (a hang counts as caught)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the subsets")
+    args = ap.parse_args(argv)
+    if args.list:
+        for m in CATALOGUE:
+            print(f"{m.id:34s} {m.family:18s} {m.path:34s} {m.what}")
+        print(f"{len(CATALOGUE)} mutants")
+        return 0
+    chosen = [m for m in CATALOGUE if args.only is None or m.id in args.only]
+    unknown = set(args.only or []) - {m.id for m in CATALOGUE}
+    if unknown:
+        print(f"unknown mutant ids: {sorted(unknown)}", file=sys.stderr)
+        return 2
+    work = Path(args.work or f"/tmp/plus_ep_mutants_{os.getpid()}")
+    work.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out or ROOT / "bench" / "results" / f"{datetime.date.today()}-mutation.json")
+    tree = prepare_tree(work)
+    env = tree_env(tree, work)
+    for m in chosen:                          # stale mutants fail before anything runs
+        for old, _ in m.edits:
+            n = (tree / m.path).read_text().count(old)
+            if n != m.count:
+                raise SystemExit(f"mutant {m.id}: {old!r} occurs {n} times in {m.path}, expected {m.count}")
+    t_all = time.time()
+    names = sorted({s for m in chosen for s in m.subsets})
+    every_id = collect(tree, env, sorted({f for n in names for f, _ in SUBSETS[n]}))
+    ids_of: dict = {}
+    for name in names:
+        ids = [i for path, k in SUBSETS[name] for i in select(every_id, path, k)]
+        ids_of[name] = list(dict.fromkeys(ids))
+        if not ids_of[name]:
+            raise SystemExit(f"subset {name} selects no test")
+        print(f"subset {name}: {len(ids_of[name])} tests", flush=True)
+    baseline_failed: set = set()
+    baseline = None
+    if not args.no_baseline:
+        every = list(dict.fromkeys(i for ids in ids_of.values() for i in ids))
+        print(f"baseline: {len(every)} tests on the unmutated tree", flush=True)
+        baseline = run_tests(tree, env, every, work / "baseline.xml", args.timeout * 3)
+        baseline_failed = set(baseline["failed"])
+        print(f"baseline: {len(baseline_failed)} failed, {baseline['seconds']} s", flush=True)
+    from bench.harness.env_info import env_info
+    doc = {"what": "mutation score of the default test command (python -m pytest): each mutant against the union "
+                   "of its subsets (tests of the default command); see bench/quality/mutants.py",
+           "date": datetime.datetime.now().isoformat(timespec="seconds"), "env": env_info(),
+           "git_head": _git("rev-parse", "HEAD").strip(), "command": "nice -n 10 python -m bench.quality.mutants",
+           "subsets": {k: [{"file": f, "k": kx} for f, kx in SUBSETS[k]] for k in ids_of},
+           "subset_sizes": {k: len(v) for k, v in ids_of.items()},
+           "baseline": None if baseline is None else {"tests": baseline["ran"], "failed": sorted(baseline_failed),
+                                                      "seconds": baseline["seconds"]},
+           "mutants": []}
+    for i, m in enumerate(chosen):
+        ids = list(dict.fromkeys(x for s in m.subsets for x in ids_of[s]))
+        rec = {"id": m.id, "family": m.family, "file": m.path, "what": m.what,
+               "edits": [{"from": a, "to": b} for a, b in m.edits], "subsets": m.subsets, "tests_run": len(ids)}
+        originals = apply(tree, m)
+        try:
+            err = rebuild_launcher(tree, env) if m.c else ""
+            if err:
+                res = {"failed": ["<launcher build failed>"], "seconds": 0, "timeout": False, "ran": 0, "tail": err}
+            else:
+                res = run_tests(tree, env, ids, work / f"{m.id}.xml", args.timeout)
+        finally:
+            for p, text in originals.items():
+                (tree / p).write_text(text)
+            if m.c:
+                for so in (ROOT / "plus_ep").glob("_launcher*.so"):
+                    shutil.copy2(so, tree / "plus_ep" / so.name)
+        caught_by = [f for f in res["failed"] if f not in baseline_failed]
+        rec.update(caught=bool(caught_by) or res["timeout"], timeout=res["timeout"], caught_by=caught_by,
+                   catching_functions=sorted({test_function(f) for f in caught_by}), seconds=res["seconds"])
+        if not rec["caught"]:
+            rec["equivalent"] = m.equivalent or None
+            if res.get("tail"):
+                rec["note"] = res["tail"][-600:]
+        doc["mutants"].append(rec)
+        print(f"[{i + 1}/{len(chosen)}] {m.id}: {'CAUGHT' if rec['caught'] else 'SURVIVED'} "
+              f"by {len(caught_by)} tests ({len(rec['catching_functions'])} functions), {res['seconds']} s", flush=True)
+        _write(doc, out, t_all)
+    _write(doc, out, t_all)
+    s = doc["summary"]
+    print(f"mutation score: {s['caught']}/{s['mutants']} = {s['score']:.1%}; survivors: {s['survivors']}; "
+          f"{s['minutes']} min; {out}")
+    return 0
+
+
+def _write(doc: dict, out: Path, t0: float) -> None:
+    ms = doc["mutants"]
+    caught = [m for m in ms if m["caught"]]
+    fam = {}
+    for f in sorted({m["family"] for m in ms}):
+        of = [m for m in ms if m["family"] == f]
+        fam[f] = {"mutants": len(of), "caught": sum(m["caught"] for m in of),
+                  "catching_functions": sorted({c for m in of for c in m["catching_functions"]}),
+                  "each_caught_by_two_functions": all(len(m["catching_functions"]) >= 2 for m in of)}
+    doc["summary"] = {"mutants": len(ms), "caught": len(caught), "score": len(caught) / len(ms) if ms else 0.0,
+                      "survivors": [m["id"] for m in ms if not m["caught"]], "families": fam,
+                      "minutes": round((time.time() - t0) / 60, 1)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

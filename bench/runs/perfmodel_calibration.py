@@ -2,7 +2,7 @@
 interpreter with sampled CTAs, modelled on an H100 SXM5 (and the attention also on an A100), beside
 FlashAttention-2's published throughput at FlashAttention's benchmark shapes, and a GEMM at 4096^3.
 
-    python -m bench.perfmodel_calibration --out bench/results/DATE-perfmodel-calibration.json
+    python -m bench.runs.perfmodel_calibration --out bench/results/DATE-perfmodel-calibration.json
 
 Attention: FlashAttention's forward benchmark (FA2 paper section 4.1, FA3 section 4.1): fp16, no mask, hidden
 2048 (head dim 64: 32 heads; 128: 16 heads), batch x seq = 16k tokens, FLOPs = 4 seq^2 head_dim heads batch.
@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from bench.env_info import env_info
+from bench.harness.env_info import env_info
 from plus_ep.kernels import perfmodel
 from plus_ep.rewrite import rewrite_detailed
 from plus_ep.verification.profile import model_kernel, profile

@@ -128,14 +128,21 @@ def input_tokens(shape, syms: symdim.Symbols) -> list:
     return out
 
 
+def bound_symbols(plan: Plan) -> set:
+    """The symbols (`s<k>`) the launcher binds: an input dim that is a bare symbol, or a shape
+    tensor's value (`shapev`). A composite dim (`s1,s2,+`, written by checked_composite_dims) binds
+    nothing: it is checked once the others are bound. E.g. inputs [["s0", "0,s1,*"]] bind {"s0"}."""
+    bound = {tok for _, dims in plan.inputs for tok in dims if re.fullmatch(r"s\d+", tok)}
+    return bound | {f"s{k}" for k, _, _ in plan.shapev}
+
+
 def checked_composite_dims(plan: Plan, shapes, syms: symdim.Symbols) -> None:
     """Each `*` dim of an `in` line whose expression (a [batch*seq, C] input's first dim) reads only
     symbols the plan binds (input axes, `shapev`) becomes that expression, which the launcher checks
     against the tensor ONNX Runtime hands over once every symbol is bound: a kernel never indexes an
     input by sizes its actual shape does not have. `shapes[i]` are input i's dims. Numbering is
     unchanged: only symbols already numbered are read."""
-    bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
-    bound |= {f"s{k}" for k, _, _ in plan.shapev}
+    bound = bound_symbols(plan)
     for i, (dt, dims) in enumerate(plan.inputs):
         for d, tok in enumerate(dims):
             if tok != "*" or shapes[i] is None or d >= len(shapes[i]):
@@ -162,8 +169,7 @@ def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape)
     sympy dims. E.g. Y = Reshape(X2 @ W + B, [batch, seq, 96]) with X2 [n, 32] gets `extent out 0
     96,s0,*` beside Y's own `96,s1,*,s2,*`, so the launcher refuses n != batch*seq instead of writing n
     rows into batch*seq. Numbering is unchanged."""
-    bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
-    bound |= {f"s{k}" for k, _, _ in plan.shapev}
+    bound = bound_symbols(plan)
     bound_names = {syms.names[int(t[1:])] for t in bound}
     producer = {o: n for n in nodes for o in n.output if o}
     consumers: dict = {}
@@ -218,8 +224,7 @@ def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape)
 def check_bound(plan: Plan, node_name: str, sources=()):
     """Every symbol the plan's expressions or the kernels use must be bound by an input dim or a
     shape tensor's value (`shapev`)."""
-    bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
-    bound |= {f"s{k}" for k, _, _ in plan.shapev}
+    bound = bound_symbols(plan)
     text = plan.text()
     used_plan = set(re.findall(r"(?<![A-Za-z_])s(\d+)(?![0-9])", " ".join(
         ln for ln in text.splitlines() if not ln.startswith(("in ", "sym ", "val ", "node ", "shapev ")))))

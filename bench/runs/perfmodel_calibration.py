@@ -96,7 +96,8 @@ def forced_attention_config(name: str | None):
         picks = real(B, H, Sq, Skv, D, target, syms, math_)
         menu = {c.name: c for c in ar.ac.all_configs()}
         return [(cond, menu[name]) for cond, _ in picks]
-    old = os.environ.get("PLUS_EP_CACHE_DIR")
+    from plus_ep import config
+    old = config.get("PLUS_EP_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="perfmodel_cal_cache_") as cache:
         os.environ["PLUS_EP_CACHE_DIR"] = cache
         ar.attention_routes = forced

@@ -1,6 +1,6 @@
 """The horizontal step of identification: after the greedy vertical growth, sibling gemm subgraphs that read
 the same A tensor with equal K, dtype and B layout (a layer's Q, K and V projections, N may differ) merge into one
-subgraph of a horizontal warehouse pattern (warehouse/patterns/gemm_group.py) when the union matches it
+subgraph of a horizontal warehouse pattern (warehouse/families/gemm_group.py) when the union matches it
 member by member, stays convex, fits one kernel's inputs and outputs and keeps the partition acyclic.
 ``ident.groups`` records every group formed and every sibling refused, with the reason (`plus-ep explain`).
 """

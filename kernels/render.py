@@ -22,8 +22,8 @@ import sympy
 from .codegen import pointwise, shapevals, symdim
 from . import routes
 from .compile import sources
-from .attention.render import render_attention
-from .gemm.render import render_gemm, render_gemm_gated, render_gemm_group
+from .families.flash_attention.render import render_attention
+from .families.gemm.render import render_gemm, render_gemm_gated, render_gemm_group
 from .target import Target
 from .wire.plan import Launch, Plan, Route, add_extents, check_bound, checked_composite_dims, input_tokens
 from ..limits import LITERAL_ELEMENTS, MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM

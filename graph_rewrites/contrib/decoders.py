@@ -2,7 +2,7 @@
 dequantisation chain of a MatMulNBits expansion (quant.py marks the chain's last node) takes that chain
 in (a gated MLP's GEMM both chains of its gate and up weights, decoded by plus_b_chunk /
 plus_b1_chunk), so its fused node reads the packed weights, scales and zero points, and its kernel decodes B in the
-mainloop (kernels/gemm/nbits.py) instead of reading a dequantised copy. The chain's nodes read only
+mainloop (kernels/families/gemm/nbits.py) instead of reading a dequantised copy. The chain's nodes read only
 initializers (no data kernel of their own); the fused node's function body still computes the same
 thing from the same inputs."""
 from __future__ import annotations

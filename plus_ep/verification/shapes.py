@@ -4,7 +4,7 @@ with a ragged remainder, in every tiled dimension of every route the launcher ch
 The tiles come from the plans (CONTRACT.md §3): a grid dimension `X,T,cdiv` tiles X by T (GEMM rows
 M = batch * seq by BM and columns N by BN, attention queries by BQ, point-wise elements by the block), and
 an attention kernel's key tile (BKV) is recovered from its route's dynamic shared memory
-(kernels/attention_configs.attn_smem_bytes). Each candidate (batch, seq) is bound through the plan's
+(kernels/families/flash_attention/configs.py attn_smem_bytes). Each candidate (batch, seq) is bound through the plan's
 `in` records from the node inputs' shapes of a plain ORT run (cheap), the route condition is evaluated
 as the launcher does, and the first candidate that spans every tile wins. Dims fixed by the model
 (a GEMM's N set by its weights, marked "(fixed)"; a ViT's patch count) cannot be chosen: they are
@@ -95,7 +95,7 @@ def chosen_route(plan_text: str, arch: str, s: dict) -> tuple:
 def _attention_key_tiles(kernel: list, head_dim: int | None, math: int | None = None) -> list:
     """BKV candidates of an attention launch from its shared memory and query tile (None if unknown)."""
     try:
-        from ..kernels.attention.configs import attn_smem_bytes
+        from ..kernels.families.flash_attention.configs import attn_smem_bytes
     except ImportError:       # pragma: no cover - the renovation moves it
         return []
     grid_x, smem = kernel[4], kernel[-1]

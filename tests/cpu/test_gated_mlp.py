@@ -1,4 +1,4 @@
-"""Gated MLPs at identification and rendering (warehouse/patterns/gemm_gated.py, render_gemm_gated): separate
+"""Gated MLPs at identification and rendering (warehouse/families/gemm_gated.py, render_gemm_gated): separate
 gate/up projections merge in the horizontal step (either order, SwiGLU or GeGLU), one combined projection split
 by Slices (halves in either order) or a Split grows into one subgraph; the rendered epilogue applies the
 activation to the gate half whatever the graph's order; what is not a gated MLP is left to the other patterns
@@ -107,7 +107,7 @@ def test_combined_projection_with_three_parts_is_not_gated():
     g.op("Mul", g.op("Mul", q, g.op("Sigmoid", q)), g.op("Add", k, v), out="Y")
     g.output("Y", ["batch", "seq", 16])
     from plus_ep.warehouse import default_warehouse
-    from plus_ep.warehouse.patterns.gemm_gated import gated_roles
+    from plus_ep.warehouse.families.gemm_gated import gated_roles
     r = plus_ep.rewrite_detailed(g.model())
     assert not any(s.pattern.name.startswith("gemm_gated") for s in r.subgraphs)
     view = r.view
@@ -165,7 +165,7 @@ def test_int4_pair_of_other_layouts_stays_two_decoding_gemms(kw, why):
 
 def test_gated_renderer_refuses_two_layouts():
     from plus_ep.kernels.codegen.pull import RenderError
-    from plus_ep.kernels.gemm.nbits import check_pair
+    from plus_ep.kernels.families.gemm.nbits import check_pair
     nb = {"K": 64, "N": 32, "bits": 4, "block_size": 32, "packed": "q", "scales": "s", "zero_points": None}
     check_pair([nb, dict(nb, packed="q1", scales="s1", zero_points="z1")], "g")      # own fields: fine
     with pytest.raises(RenderError, match="differ in layout"):

@@ -1,4 +1,4 @@
-"""Horizontal GEMM groups at identification (warehouse/patterns/gemm_group.py, Identifier.group_horizontal):
+"""Horizontal GEMM groups at identification (warehouse/families/gemm_group.py, Identifier.group_horizontal):
 Q/K/V siblings reading one A merge into one gemm_group subgraph, also when their N differ (GQA: a ragged
 group); a non-convex union, more outputs than a kernel has and a single sibling are refused with a reason
 that `plus-ep explain` prints."""

@@ -139,8 +139,8 @@ def test_the_graph_sees_imports():
     assert "plus_ep.kernels.compile.stage" not in g["plus_ep.rewrite"]        # imported inside rewrite_detailed
     assert "plus_ep.kernels.compile.stage" in lazy["plus_ep.rewrite"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    call = ast.parse('importlib.import_module(".patterns", __package__)').body[0].value
-    assert _import_module_target("plus_ep.warehouse.registry", False, call) == "plus_ep.warehouse.patterns"
+    call = ast.parse('importlib.import_module(".families", __package__)').body[0].value
+    assert _import_module_target("plus_ep.warehouse.registry", False, call) == "plus_ep.warehouse.families"
 
 
 def test_no_test_module_imports_another():

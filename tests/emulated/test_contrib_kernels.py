@@ -1,5 +1,5 @@
 """Contrib ops through PlusEP's kernels on the CPU PTX interpreter (emulated CUDA driver, real launcher):
-the int4 GEMM (MatMulNBits decoded in the gemm mainloop, kernels/gemm/nbits.py) against ORT CPU's own
+the int4 GEMM (MatMulNBits decoded in the gemm mainloop, kernels/families/gemm/nbits.py) against ORT CPU's own
 MatMulNBits kernel, and greedy generation of an onnxruntime-genai-form int4 decoder whose every
 GroupQueryAttention and MatMulNBits runs inside fused nodes with kernels, against ORT CPU."""
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_int4_gemm_kernel_matches_ort_matmulnbits(name, arch, math, tmp_path):
 
 def test_int4_gemm_hook_reads_packed_fields():
     """The decoding hook the template calls reads the packed byte of element k and its block's scale."""
-    from plus_ep.kernels.gemm.nbits import chunk_hook
+    from plus_ep.kernels.families.gemm.nbits import chunk_hook
 
     class Job:
         inputs = ["a", "q", "s", "z"]

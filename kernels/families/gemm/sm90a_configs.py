@@ -1,4 +1,4 @@
-"""Tile configurations of the Hopper wgmma GEMM template (`templates/gemm_sm90a.cuh`, sm_90a only).
+"""Tile configurations of the Hopper wgmma GEMM template (`gemm_sm90a.cuh`, sm_90a only).
 
 f16/bf16 operands (PLUS_MATH 2), fp32 accumulation. A config is a CTA tile BM x BN x BK (BK is always 64:
 one 128-byte swizzled row of 16-bit elements), split over (BM/WM) x (BN/WN) consumer warpgroups of 128
@@ -10,7 +10,7 @@ tests/cpu/test_template_gemm_sm90a_compile.py checks them with static_asserts in
 needs more than 48 KB of dynamic shared memory, so the launcher must raise
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES before launching.
 
-`GemmConfig`, `grid` and `reduce_grid` are the sm80 menu's (kernels/gemm/configs.py); here WM x WN
+`GemmConfig`, `grid` and `reduce_grid` are the sm80 menu's (kernels/families/gemm/configs.py); here WM x WN
 is a warpgroup's tile, not a warp's.
 """
 
@@ -50,7 +50,7 @@ CONFIGS = (
     _cfg("wg_64x128x64_w64x128_s4", 64, 128, 64, 128, 4),
 )
 
-# GEMM + LayerNorm/RMSNorm in one kernel (kernels/gemm/norm_render.py): a thread-block cluster spans one row
+# GEMM + LayerNorm/RMSNorm in one kernel (kernels/families/gemm_rownorm/tile.py): a thread-block cluster spans one row
 # of C = cdiv(N, BN) tiles, C <= CLUSTER_MAX (the portable cluster size), so BN follows N (cluster_bn) and
 # BM follows M. These tiles serve only that route; the plain GEMM menu above is unchanged.
 CLUSTER_MAX = 8
@@ -65,7 +65,7 @@ CLUSTER_CONFIGS = (
 
 
 # Small tiles for the plain GEMM menu too: at small M a weight-dominated GEMM (BERT's FFN at batch 1: M = 128)
-# spreads over more SMs with 64 x 64 tiles (the route model weighs them, kernels/gemm/routes.py).
+# spreads over more SMs with 64 x 64 tiles (the route model weighs them, kernels/families/gemm/routes.py).
 SMALL_CONFIGS = tuple(c for c in CLUSTER_CONFIGS if c.name == "wg_64x64x64_w64x64_s4")
 
 

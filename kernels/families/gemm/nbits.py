@@ -1,6 +1,6 @@
 """Weight-only quantised GEMM (MatMulNBits, onnxruntime-genai's int4 weights): the gemm template with
 PLUS_B_NBITS, whose B operand is decoded in the mainloop from the packed weights instead of read as a
-dense matrix (templates/gemm.cuh, plus_b_chunk).
+dense matrix (gemm.cuh, plus_b_chunk).
 
 A subgraph gets here when identification's post-pass (graph_rewrites/contrib/decoders.py) found that its
 GEMM's B is the dequantisation chain of a MatMulNBits expansion and moved that chain into the subgraph
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from ...graph_rewrites.contrib.decoders import LAYOUT
-from ..codegen import dtypes
-from ..codegen.pull import RenderError
+from ....graph_rewrites.contrib.decoders import LAYOUT
+from ...codegen import dtypes
+from ...codegen.pull import RenderError
 
 
 def check(nb: dict) -> None:
@@ -43,7 +43,7 @@ def check_pair(nbs, where: str) -> None:
 
 
 def chunk_hook(job, em, nb: dict, fn: str = "plus_b_chunk") -> str:
-    """The template's plus_b_chunk (`fn`; plus_b1_chunk: B1 of a gated GEMM, templates/gemm.cuh): W consecutive
+    """The template's plus_b_chunk (`fn`; plus_b1_chunk: B1 of a gated GEMM, gemm.cuh): W consecutive
     decoded elements of one column of B."""
     check(nb)
     K, bits, bs = int(nb["K"]), int(nb["bits"]), int(nb["block_size"])

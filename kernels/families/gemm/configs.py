@@ -1,4 +1,4 @@
-"""Tile configurations of the GEMM template (`templates/gemm.cuh`), a small menu per math path.
+"""Tile configurations of the GEMM template (`gemm.cuh`), a small menu per math path.
 
 The route chooser picks one of these per GEMM with an analytic model (alignment, padding waste, wave
 quantisation); `defines(cfg, ...)` gives the `#define`s the generated source writes before

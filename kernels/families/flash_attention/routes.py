@@ -1,4 +1,4 @@
-"""Attention routes: the attention template's config per shape (kernels/attention/configs.py menus), chosen
+"""Attention routes: the attention template's config per shape (kernels/families/flash_attention/configs.py menus), chosen
 by an analytic model, not by tuning: the tile whose waves of CTAs over the arch's SMs do the least padded
 work (waves x query tile x key length) wins, ties to the larger query tile; where the target excludes every tensor-core config
 the SIMT menu serves. A symbolic query length is sampled at the shared SAMPLES (kernels/routes.py);
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from .. import arch as arch_table
-from ..codegen import symdim
-from ..routes import ALWAYS, SAMPLES, NoConfig, _static, _usable, _value, sm_count
+from ... import arch as arch_table
+from ...codegen import symdim
+from ...routes import ALWAYS, SAMPLES, NoConfig, _static, _usable, _value, sm_count
 from . import configs as ac
 
 

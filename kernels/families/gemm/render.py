@@ -6,15 +6,15 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
-from ..codegen import dtypes, shapevals, symdim
+from ...codegen import dtypes, shapevals, symdim
 from . import routes
-from ..codegen.cexpr import attr, lit
-from ..codegen.forward import bind_forward, emit_stores, forward_map
+from ...codegen.cexpr import attr, lit
+from ...codegen.forward import bind_forward, emit_stores, forward_map
 from . import configs as gemm_configs, nbits
 from .hooks import frontier, gemm_hooks, hook_text
-from .norm_render import in_gemm_order, tile_parts, tile_variant
-from ..codegen.pull import RenderError, describe
-from ..codegen.row import ROW_OPS
+from ..gemm_rownorm.tile import in_gemm_order, tile_parts, tile_variant
+from ...codegen.pull import RenderError, describe
+from ...codegen.row import ROW_OPS
 
 HOOKS = "gemm"
 
@@ -107,7 +107,7 @@ def render_gemm(job):
             hooks += nbits.chunk_hook(job, st.em, st.nb)
         return _variants(job, st.M, st.N, st.K, st.nbatch, st.dt, st.trans_b, hooks, m_fastest, extra, menu=menu)
     # GEMM + row program: per route, one kernel over a thread-block cluster (sm_90a, static N <= 4096:
-    # norm_render.py) or two (the GEMM epilogue writes the row program's input to fp32 scratch, a row kernel
+    # gemm_rownorm/tile.py) or two (the GEMM epilogue writes the row program's input to fp32 scratch, a row kernel
     # finishes the rows), whichever the route model finds faster at that M
     tile = None if st.nb else tile_parts(job, st)
     if symdim.parse(st.nbatch) == 1 and not st.nb:
@@ -204,7 +204,7 @@ def _nbits_operands(job, em, seed):
 
 
 def render_gemm_group(job):
-    """A horizontal group (warehouse/patterns/gemm_group.py): G sibling GEMMs with one A, equal M and K (N may
+    """A horizontal group (warehouse/families/gemm_group.py): G sibling GEMMs with one A, equal M and K (N may
     differ: a ragged group, PLUS_HAS_GROUP_N), one dtype and B layout, as one launch whose batch is G x the
     members' batch. Batch index bg of the
     template is member g = bg / batch, batch b = bg % batch: plus_b_ptr and plus_epilogue switch on g,
@@ -284,7 +284,7 @@ def render_gemm_group(job):
 
 
 def render_gemm_gated(job):
-    """A gated MLP (warehouse/patterns/gemm_gated.py): the template's two products (PLUS_GATED) are the gate and
+    """A gated MLP (warehouse/families/gemm_gated.py): the template's two products (PLUS_GATED) are the gate and
     up projections, two GEMMs of one A (weights in[kb0], in[kb1]) or the halves of one combined weight (B1 =
     B0 + N columns, or rows with transB). Both product tensors (`parts`) are bound to the sums acc0 / acc1 at the
     element (m, n) the epilogue is called for; the meet (act(g) * u) and everything after it are pushed forward

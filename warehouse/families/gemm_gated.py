@@ -1,7 +1,7 @@
 """Gated MLPs: act(x·Wg) * (x·Wu) (SwiGLU in Llama, Qwen2, Phi-3; GeGLU with GELU) as one GEMM kernel whose
 two products share the A tiles (kernels/CONTRACT.md §2.1, PLUS_GATED) and whose epilogue gets both sums.
 
-Two forms, one template (`gemm_gated`, kernels/gemm/render.py render_gemm_gated):
+Two forms, one template (`gemm_gated`, kernels/families/gemm/render.py render_gemm_gated):
 * separate gate and up projections: two sibling GEMMs reading one A; their epilogues meet. Not grown from a
   seed: the horizontal step (graph_rewrites/horizontal.py) merges the two gemm subgraphs growth found (the
   gate's activation chain and the product with the up projection's result in one of them) when the union
@@ -11,7 +11,7 @@ Two forms, one template (`gemm_gated`, kernels/gemm/render.py render_gemm_gated)
 The +Graph decides the loop structure; `gated_roles` decides the rest (two products of one A, halves of one
 weight, every chain element-wise until the products meet) and refuses anything else with a reason.
 MatMulNBits weights (int2/4/8): the separate form only, both weights quantised with one layout; the kernel decodes
-both in its mainloop (graph_rewrites/contrib/decoders.py moves both decoder chains in, kernels/gemm/nbits.py).
+both in its mainloop (graph_rewrites/contrib/decoders.py moves both decoder chains in, kernels/families/gemm/nbits.py).
 """
 from onnx import TensorProto, helper
 

@@ -1,6 +1,6 @@
 """Attention subgraphs: MatMul(Q, Kᵀ) -> score ops (scale, masks) -> Softmax -> NaN guard ->
 MatMul(P, V) -> stores (transpose/reshape), for the FlashAttention-style template. The nodes of each
-role come from identification (Subgraph.roles, attention_roles in warehouse/patterns/attention.py).
+role come from identification (Subgraph.roles, attention_roles in warehouse/families/flash_attention.py).
 Q, K and V are pulled through whatever produces them inside the subgraph (scaling, RoPE, GQA expand),
 the score hook is everything between the first MatMul and the Softmax, the output hook is pushed forward. Between the Softmax and
 the PV MatMul only what the role finder accepted sits: Identity, Cast to a float type, Dropout at
@@ -18,16 +18,16 @@ from dataclasses import dataclass
 
 import sympy
 
-from ..codegen import cexpr, dtypes, symdim
-from ..routes import ALWAYS, NoConfig, _usable, sm_count
+from ...codegen import cexpr, dtypes, symdim
+from ...routes import ALWAYS, NoConfig, _usable, sm_count
 from . import routes
-from ..codegen.forward import bind_forward, emit_stores, forward_map
-from ..codegen.pull import RenderError, attr, describe
+from ...codegen.forward import bind_forward, emit_stores, forward_map
+from ...codegen.pull import RenderError, attr, describe
 
 
 def _structure(job):
     """The QKᵀ MatMul, the Softmax and the PV MatMul from the roles identification found (the role
-    finder, warehouse/patterns/attention.py, refused every subgraph whose nodes this renderer would not read);
+    finder, warehouse/families/flash_attention.py, refused every subgraph whose nodes this renderer would not read);
     whether the graph guards fully masked rows (Where(IsNaN(p), 0, p))."""
     roles = job.roles
     if not roles or "qk" not in roles:

@@ -1,10 +1,10 @@
 """The gemm template's hook sources (kernels/CONTRACT.md §2.1) and the GEMM-side tensors a row program
 reads, shared by the GEMM renderers (render.py: plain, grouped and two-kernel GEMM + row program;
-norm_render.py: the one-kernel GEMM + row normalisation on sm_90a)."""
+gemm_rownorm/tile.py: the one-kernel GEMM + row normalisation on sm_90a)."""
 from __future__ import annotations
 
-from ..codegen import dtypes
-from ..codegen.pull import RenderError
+from ...codegen import dtypes
+from ...codegen.pull import RenderError
 
 
 def frontier(job, em, cout, row_nodes, dep_c, dep_row) -> list:

@@ -1,6 +1,6 @@
 """GEMM shape routes: which GEMM variant runs for which shapes, chosen by an analytic model, not by tuning.
 
-A GEMM's candidates are the arch's tile menu (kernels/gemm/configs.py, sm90a_configs.py), each alone or
+A GEMM's candidates are the arch's tile menu (kernels/families/gemm/configs.py, sm90a_configs.py), each alone or
 with its K range split: inside a thread-block cluster whose CTAs sum their partial tiles through
 distributed shared memory (sm_90a, one launch), or through fp32 scratch and a second kernel
 (plus_splitk_reduce; other archs). Each candidate's time is modelled by kernels/perfmodel.py, the same
@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import arch as arch_table
-from .. import perfmodel
-from ..codegen import symdim
-from ..routes import LAUNCH_PREFERENCE, NoConfig, _static, _usable, sampled_routes
+from ... import arch as arch_table
+from ... import perfmodel
+from ...codegen import symdim
+from ...routes import LAUNCH_PREFERENCE, NoConfig, _static, _usable, sampled_routes
 from . import configs as gemm_configs
 from . import sm90a_configs as gemm_sm90a_configs
 
@@ -68,7 +68,7 @@ class GemmChoice:
     split: int = 1            # K parts summed through scratch[0] by plus_splitk_reduce (a second launch)
     csplit: int = 1           # K parts summed through distributed shared memory (the cluster's z)
     cx: int = 1               # CTAs along a row of C in the row tile's cluster
-    row_tile: bool = False    # the one-kernel GEMM + row normalisation (norm_render.py)
+    row_tile: bool = False    # the one-kernel GEMM + row normalisation (gemm_rownorm/tile.py)
     finish: bool = False      # GEMM + row program in one launch: the last CTA of a row group finishes its rows
     us: float = 0.0           # modelled time of the choice's launches (perfmodel), for reports and tests
     cost: float = 0.0         # what routes compare: `us`, raised by LAUNCH_PREFERENCE for a two-launch plan

@@ -19,7 +19,7 @@ distributed shared memory. Each CTA:
 The same holds for any row program of template gemm_rownorm (e.g. a user's GEMM + Softmax). With
 PLUS_SPLITK_CLUSTER = S the cluster is cx x S CTAs: S CTAs split each tile's K range and sum their partial
 tiles through distributed shared memory before the row program (gemm_sm90a.cuh), so a small M still
-spreads its weights over more SMs. The route model (kernels/gemm/routes.py gemm_norm_routes) weighs every
+spreads its weights over more SMs. The route model (kernels/families/gemm/routes.py gemm_norm_routes) weighs every
 such tile against the two-kernel plan at each M. Anything else (other archs, symbolic or longer N, batched
 GEMMs, fp32 operands, a row program that needs more than one GEMM-side tensor or reads it transposed or
 sliced) keeps the two-kernel plan: `tile_parts` returns None.
@@ -28,15 +28,15 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from .. import arch as arch_table
-from ..codegen import dtypes, symdim
-from ..routes import NoConfig, _usable
-from . import routes
-from . import sm90a_configs as sm90a
-from ..codegen.forward import emit_stores
-from .hooks import frontier, gemm_hooks
-from ..codegen.pull import RenderError
-from ..codegen.row import RowProgram
+from ... import arch as arch_table
+from ...codegen import dtypes, symdim
+from ...routes import NoConfig, _usable
+from ..gemm import routes
+from ..gemm import sm90a_configs as sm90a
+from ...codegen.forward import emit_stores
+from ..gemm.hooks import frontier, gemm_hooks
+from ...codegen.pull import RenderError
+from ...codegen.row import RowProgram
 
 X_FN = "plus_row_x"
 

@@ -1,6 +1,6 @@
-"""Named tile configurations of the fused attention template (`templates/attention.cuh`, CONTRACT §2.2).
+"""Named tile configurations of the fused attention template (`attention.cuh`, CONTRACT §2.2).
 
-    from plus_ep.kernels.attention.configs import configs_for, defines
+    from plus_ep.kernels.families.flash_attention.configs import configs_for, defines
     for cfg in configs_for(math=2, head_dim=64):      # largest query tile first
         print(cfg.name, cfg.bq, cfg.smem_bytes)
     defs = defines(cfg)                               # {"PLUS_HEAD_DIM": 64, "PLUS_BQ": 128, ...}
@@ -15,7 +15,7 @@ rule.
 Math paths: 0 = exact fp32 SIMT (fp32 models with `fp32_math=exact`), 1 = TF32 tensor cores (fp32 models,
 the default `fp32_math=tf32`), 2 = f16/bf16 tensor cores (`plus_qkv_t` half or bf16). Head dims 32, 64, 80,
 96, 128 and 256 have menus; others are padded to a multiple of 16 by the route chooser and get the default
-entries (kernels/attention/routes.py). Every menu config fits the 99 KB opt-in shared memory of sm_86 / sm_89 (a
+entries (kernels/families/flash_attention/routes.py). Every menu config fits the 99 KB opt-in shared memory of sm_86 / sm_89 (a
 config whose tiles would not is given smaller key tiles, `_fit`), and compiles without spills on every arch
 of kernels/arch.py (tests/cpu/test_attention_menu_spills.py; registers: tests/cpu/test_template_attention_compile.py).
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import arch as arch_table
+from ... import arch as arch_table
 
 HEAD_DIMS = (32, 64, 80, 96, 128, 256)
 MATHS = (0, 1, 2)

@@ -1,0 +1,2 @@
+"""The flash_attention template family (attention.cuh): its renderer (render), config menu (configs) and
+shape routes (routes)."""

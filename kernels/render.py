@@ -23,7 +23,10 @@ from .codegen import pointwise, shapevals, symdim
 from . import routes
 from .compile import sources
 from .families.flash_attention.render import render_attention
-from .families.gemm.render import render_gemm, render_gemm_gated, render_gemm_group
+from .families.gemm.render import render_gemm
+from .families.gemm_gated.render import render_gemm_gated
+from .families.gemm_group.render import render_gemm_group
+from .families.gemm_rownorm.render import render_gemm_rownorm
 from .target import Target
 from .wire.plan import Launch, Plan, Route, add_extents, check_bound, checked_composite_dims, input_tokens
 from ..limits import LITERAL_ELEMENTS, MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
@@ -199,7 +202,7 @@ def register_renderer(name: str, fn):
 
 
 for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce", _row),
-                   ("gemm", render_gemm), ("gemm_rownorm", render_gemm), ("flash_attention", render_attention),
+                   ("gemm", render_gemm), ("gemm_rownorm", render_gemm_rownorm), ("flash_attention", render_attention),
                    ("gemm_group", render_gemm_group), ("gemm_gated", render_gemm_gated)):
     register_renderer(_name, _fn)
 

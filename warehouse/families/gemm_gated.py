@@ -1,7 +1,7 @@
 """Gated MLPs: act(x·Wg) * (x·Wu) (SwiGLU in Llama, Qwen2, Phi-3; GeGLU with GELU) as one GEMM kernel whose
 two products share the A tiles (kernels/CONTRACT.md §2.1, PLUS_GATED) and whose epilogue gets both sums.
 
-Two forms, one template (`gemm_gated`, kernels/families/gemm/render.py render_gemm_gated):
+Two forms, one template (`gemm_gated`, kernels/families/gemm_gated/render.py):
 * separate gate and up projections: two sibling GEMMs reading one A; their epilogues meet. Not grown from a
   seed: the horizontal step (graph_rewrites/horizontal.py) merges the two gemm subgraphs growth found (the
   gate's activation chain and the product with the up projection's result in one of them) when the union

@@ -1,7 +1,7 @@
 """Horizontal GEMM groups: sibling GEMM subgraphs that read the same A (a transformer layer's Q, K and V
 projections, each with its bias and head reshape/transpose store; N may differ) run as one launch; so do
 same-shape GEMMs whose A's come out of one subgraph (DeBERTa's c2p and p2c, A = q and k). The gemm template
-sees the group index as an outer batch index (kernels/families/gemm/render.py, render_gemm_group).
+sees the group index as an outer batch index (kernels/families/gemm_group/render.py).
 
 Not grown from a seed: identification (graph_rewrites/identify.py, Identifier.group_horizontal) merges
 the gemm subgraphs the greedy growth found when their union matches, member by member, this pattern's

@@ -27,7 +27,7 @@ import importlib
 
 _PUBLIC = {
     "Target": ".target", "FP32_MATHS": ".target", "FP32_MATH_DEFAULT": ".target",
-    "Rendered": ".render", "Variant": ".render", "register_renderer": ".render",
+    "Rendered": ".render", "Variant": ".render", "KernelFamily": ".families", "kernel_half": ".families",
     "RenderError": ".codegen.pull",
     "build_kernels": ".compile.stage", "KernelBuild": ".compile.stage",
     "KernelCache": ".compile.cache", "CompileError": ".compile.nvrtc", "ResourceError": ".compile.jobs",

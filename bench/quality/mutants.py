@@ -268,7 +268,7 @@ CATALOGUE = [
       'return em.tmp(f"{lit(alpha)} * acc + {c}", "float"), "float"',
       "ONNX Gemm's beta is ignored (C added with weight 1)", ["render", "gemm_simt"]),
     M("render_attn_masked_nan_lost", "render", "kernels/families/flash_attention/render.py",
-      'defines["PLUS_MASKED_ROW_NAN"] = 0 if nan_guard else 1', 'defines["PLUS_MASKED_ROW_NAN"] = 0',
+      'defines["PLUS_MASKED_ROW_NAN"] = 0 if a.nan_guard else 1', 'defines["PLUS_MASKED_ROW_NAN"] = 0',
       "a fully masked row gives 0 even where the graph has no NaN guard (ORT: NaN)", ["render"]),
     M("render_max_nan", "render", "kernels/codegen/cexpr.py",
       '"Pow": _pow, "Max": _minmax("fmaxf", ">"), "Min": _minmax("fminf", "<"),',

@@ -20,7 +20,8 @@ BELOW_KERNELS = ("plus_ep.graph_rewrites", "plus_ep.warehouse")
 # the stages of a rewrite in the order they run (docs/architecture.md): a module may import its own stage
 # and earlier ones, never a later one. Every graph_rewrites module has a stage.
 STAGES = (
-    ("plus_ep.validate", "plus_ep.graph_rewrites.index", "plus_ep.graph_rewrites.ops"),    # read and check
+    ("plus_ep.validate", "plus_ep.graph_rewrites.index", "plus_ep.graph_rewrites.ops",
+     "plus_ep.graph_rewrites.family"),                                    # read and check; the family contract
     ("plus_ep.graph_rewrites.graph", "plus_ep.graph_rewrites.shape_fold", "plus_ep.graph_rewrites.shape_reads",
      "plus_ep.graph_rewrites.contrib"),                                                     # view
     ("plus_ep.graph_rewrites.lowering", "plus_ep.graph_rewrites.primitives", "plus_ep.graph_rewrites.ir",

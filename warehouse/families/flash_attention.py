@@ -1,12 +1,18 @@
-"""Attention: softmax(Q·Kᵀ·scale + mask)·V with the surrounding transposes/reshapes.
+"""The flash_attention family's graph half. Attention: softmax(Q·Kᵀ·scale + mask)·V with the surrounding
+transposes/reshapes, rendered FlashAttention-style.
 
 The mask (key padding [B,1,1,T], causal [1,1,S,T], combined [B,1,S,T], a position bias, IsNaN/Where
 guards) only adds element-wise work to the score loop: one +Graph for every variant. GQA's shared
 K/V heads arrive through Expand/Reshape prologues, which fold into the loads.
 """
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 import numpy as np
 from onnx import TensorProto
 
+from ...graph_rewrites.family import Family, Roles
 from ...graph_rewrites.index import describe_node
 from ...graph_rewrites.ops import attr
 from ..registry import pattern
@@ -79,6 +85,26 @@ def _probability_chain(view, members: set, sm: int, pv: int):
     return chain, guard
 
 
+@dataclass(frozen=True)
+class AttentionRoles(Roles):
+    """Q, K (as the QKᵀ MatMul reads it) and V; the scores (QKᵀ), logits (the Softmax's input), probabilities
+    and output tensors; the QKᵀ, Softmax and PV nodes; the probability chain between Softmax and PV; whether
+    the graph guards fully masked rows (Where(IsNaN(p), 0, p): 0, else NaN); the mask inputs."""
+    q: str
+    k: str
+    v: str
+    scores: str
+    logits: str
+    probs: str
+    out: str
+    qk: int
+    softmax: int
+    pv: int
+    p_chain: tuple
+    nan_guard: bool
+    mask: tuple
+
+
 def attention_roles(view, members):
     """Q, K (as the QKᵀ MatMul reads it), V, the mask inputs, the QK/Softmax/PV nodes, the probability
     chain and whether the graph guards fully masked rows (NaN -> 0)."""
@@ -139,9 +165,8 @@ def attention_roles(view, members):
     score_side = ancestors(view, ms, [smn.input[0]], stop={qk})
     mask = [t for t in inputs if any(t in view.graph_index.reads[p] for p in score_side)
             and t not in (q, k) and view.const(t) is None]
-    return {"q": q, "k": k, "v": v, "scores": mm1.output[0], "logits": smn.input[0], "probs": smn.output[0],
-            "out": mm2.output[0], "qk": qk, "softmax": sm, "pv": pv, "p_chain": chain, "nan_guard": guard,
-            "mask": mask}
+    return AttentionRoles(q, k, v, mm1.output[0], smn.input[0], smn.output[0], mm2.output[0], qk, sm, pv,
+                          tuple(chain), guard, tuple(mask))
 
 
 
@@ -162,8 +187,11 @@ def head_dim_known(g):
     return None if isinstance(dot.size, int) else f"head dim {dot.size} is not a compile-time integer"
 
 
-@pattern("attention", allow_prologue=True, template="flash_attention", check=head_dim_known,
-         roles=attention_roles)
+FLASH_ATTENTION = Family("flash_attention", "softmax(QKᵀ + mask)·V in the FlashAttention style",
+                         roles=AttentionRoles, find_roles=attention_roles)
+
+
+@pattern("attention", allow_prologue=True, family=FLASH_ATTENTION, check=head_dim_known)
 def attention(b):
     """QKᵀ, scale, mask, softmax, ·V, output transpose."""
     return _attention(b, ["B", 1, 1, "T"])

@@ -1,25 +1,58 @@
-"""Gated MLPs: act(x·Wg) * (x·Wu) (SwiGLU in Llama, Qwen2, Phi-3; GeGLU with GELU) as one GEMM kernel whose
+"""The gemm_gated family's graph half. Gated MLPs: act(x·Wg) * (x·Wu) (SwiGLU in Llama, Qwen2, Phi-3; GeGLU with GELU) as one GEMM kernel whose
 two products share the A tiles (kernels/CONTRACT.md §2.1, PLUS_GATED) and whose epilogue gets both sums.
 
-Two forms, one template (`gemm_gated`, kernels/families/gemm_gated/render.py):
+Two forms, one family:
 * separate gate and up projections: two sibling GEMMs reading one A; their epilogues meet. Not grown from a
-  seed: the horizontal step (graph_rewrites/horizontal.py) merges the two gemm subgraphs growth found (the
-  gate's activation chain and the product with the up projection's result in one of them) when the union
-  passes `gated_roles`, before the plain horizontal groups (gemm_group.py) are tried;
+  seed: the horizontal step merges the two subgraphs of the gemm family growth found (the gate's activation
+  chain and the product with the up projection's result in one of them: `meeting`) when the union passes
+  `gated_roles`, before the plain horizontal groups are tried;
 * one combined projection [K, 2N] split into its halves by two Slices (TorchScript) or a Split (dynamo), as
   in Phi-3: grown from the MatMul like any GEMM epilogue, matched by the two vertical patterns below.
 The +Graph decides the loop structure; `gated_roles` decides the rest (two products of one A, halves of one
 weight, every chain element-wise until the products meet) and refuses anything else with a reason.
 MatMulNBits weights (int2/4/8): the separate form only, both weights quantised with one layout; the kernel decodes
-both in its mainloop (graph_rewrites/contrib/decoders.py moves both decoder chains in, kernels/families/gemm/nbits.py).
+both in its mainloop (the decoder post-pass moves both decoder chains in: `Decodes`).
 """
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
 from onnx import TensorProto, helper
 
 from ...graph_rewrites import ops
 from ...graph_rewrites.contrib import decoders
+from ...graph_rewrites.family import Decodes, Family, Groups, Roles
 from ...graph_rewrites.index import describe_node
 from ..registry import pattern
 from ..roles import descendants
+from .gemm import GEMM, GemmOperands
+
+
+@dataclass(frozen=True)
+class CombinedProjection(GemmOperands):
+    """One GEMM whose weight [K, 2N] holds both projections: `half` = N columns each; `starts`: the first
+    column of each part (None: computed from the shape, the renderer evaluates it)."""
+    half: int = 0
+    starts: tuple = ()
+
+
+@dataclass(frozen=True)
+class GatedRoles(Roles):
+    """A gated MLP: the shared A, the two product tensors (`parts`, bound to the template's two sums: gate,
+    then up), `meet` (the first tensor computed from both); either `members` (separate gate and up GEMMs)
+    or `combined` (one projection split in halves); `nbits`: both weights' MatMulNBits decoder descriptions
+    (gate's, up's) when the kernel decodes them."""
+    a: str
+    parts: tuple
+    meet: str = ""
+    members: tuple = ()
+    combined: CombinedProjection | None = None
+    nbits: tuple | None = None
+
+    @property
+    def pair(self) -> bool:
+        """Separate gate and up projections (two GEMMs), not one combined projection."""
+        return bool(self.members)
 
 _PASS = {"Cast", "CastLike"} | ops.with_role("alias") | {"Transpose"}
 _INT_MAX = 2 ** 62
@@ -132,11 +165,11 @@ def gated_roles(view, members):
         shapes = {tuple(view.shape(view.nodes[d].input[1]) or ()) for d in dots}
         if len(shapes) != 1 or len(next(iter(shapes))) != 2:
             return f"the two weights differ in shape or are not 2-D ({sorted(shapes)})"
-        why = decoders.gated_pair(view, [view.nodes[d].input[1] for d in dots])     # MatMulNBits: both decoded
-        if isinstance(why, str):                                                  # in the mainloop, or neither
+        why = decoders.decoders_of(view, [view.nodes[d].input[1] for d in dots])   # MatMulNBits: both decoded
+        if isinstance(why, str):                                                   # in the mainloop, or neither
             return why
-        roles = {"a": a.pop(), "form": "pair", "parts": [view.nodes[d].output[0] for d in dots],
-                 "members": [{"gemm": d, "a": view.nodes[d].input[0], "b": view.nodes[d].input[1]} for d in dots]}
+        roles = GatedRoles(a.pop(), tuple(view.nodes[d].output[0] for d in dots), members=tuple(
+            GemmOperands(d, view.nodes[d].input[0], view.nodes[d].input[1]) for d in dots))
     elif len(dots) == 1:
         got = _combined_parts(view, ms, dots[0])
         if isinstance(got, str):
@@ -144,18 +177,18 @@ def gated_roles(view, members):
         node = view.nodes[dots[0]]
         if len(view.shape(node.input[1]) or ()) != 2:
             return f"{describe_node(node)}: the combined weight is not 2-D"
-        roles = {"a": node.input[0], "form": "combined", "parts": list(got[:2]), "half": got[2],
-                 "starts": got[3], "gemm": dots[0], "b": node.input[1]}
+        roles = GatedRoles(node.input[0], tuple(got[:2]), combined=CombinedProjection(
+            dots[0], node.input[0], node.input[1], got[2], tuple(got[3])))
     else:
         return f"a gated MLP has one combined or two separate GEMMs (found {len(dots)})"
-    why = _meet(view, ms, roles)
-    return why if isinstance(why, str) else roles
+    meet = _meet(view, ms, roles.parts)
+    return meet if isinstance(meet, str) else replace(roles, meet=view.nodes[meet].output[0])
 
 
-def _meet(view, ms, roles):
-    """Find where the two products meet; every node reading a product's chain before it is element-wise and
-    reads the other product's values only through the meet."""
-    derived = [{roles["parts"][0]}, {roles["parts"][1]}]
+def _meet(view, ms, parts):
+    """The node where the two products meet, or the reason they do not as a gated MLP: every node reading a
+    product's chain before it is element-wise and reads the other product's values only through the meet."""
+    derived = [{parts[0]}, {parts[1]}]
     on = [set(), set()]
     for p in sorted(ms):
         reads = view.graph_index.reads[p]
@@ -175,18 +208,32 @@ def _meet(view, ms, roles):
         if not _elementwise(node):
             return (f"{describe_node(node)}: {node.op_type} on a gated product; the epilogue takes element-wise "
                     "ops, casts and reshapes/transposes of the result")
-    roles["meet"] = view.nodes[meet].output[0]
-    return None
+    return meet
 
 
-@pattern("gemm_gated", template="gemm_gated", roles=gated_roles, horizontal=True)
+def meeting(view, subgraphs, ks) -> list:
+    """The subgraphs of `ks` that read a result of another one of `ks` or are read by one: a gated MLP's
+    products meet, so only such siblings may form its group."""
+    outs = {k: set(subgraphs[k].outputs) for k in ks}
+    reads = {k: {t for p in subgraphs[k].nodes for t in view.graph_index.reads[p]} for k in ks}
+    return [k for k in ks if any(j != k and (outs[j] & reads[k] or outs[k] & reads[j]) for j in ks)]
+
+
+GEMM_GATED = Family(
+    "gemm_gated", "a gated MLP's two products of one A in one GEMM, the epilogue gets both sums",
+    roles=GatedRoles, find_roles=gated_roles, groups=Groups(member=GEMM, candidates=meeting),
+    decodes=Decodes(weights=lambda view, r: [m.b for m in r.members],
+                    decoded=lambda r, metas: replace(r, nbits=tuple(metas))))
+
+
+@pattern("gemm_gated", family=GEMM_GATED, horizontal=True, before=GEMM)
 def gemm_gated(b):
     """Gate and up projections of one input [M, K], each [K, N]; their epilogues meet (act(g) * u)."""
     x = b.input("x", ["M", "K"])
     return [b.MatMul(x, b.input("wg", ["K", "N"])), b.MatMul(x, b.input("wu", ["K", "N"]))]
 
 
-@pattern("gemm_gated_slice", template="gemm_gated", roles=gated_roles)
+@pattern("gemm_gated_slice", family=GEMM_GATED, before=GEMM)
 def gemm_gated_slice(b):
     """One combined projection [K, 2N] sliced into its halves (TorchScript), act(first) * second."""
     y = b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N2"]))
@@ -196,7 +243,7 @@ def gemm_gated_slice(b):
     return b.Mul(b.Mul(g, b.Sigmoid(g)), u)
 
 
-@pattern("gemm_gated_split", template="gemm_gated", roles=gated_roles)
+@pattern("gemm_gated_split", family=GEMM_GATED, before=GEMM)
 def gemm_gated_split(b):
     """One combined projection [K, 2N] split into its halves (dynamo), act(first) * second."""
     y = b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N2"]))

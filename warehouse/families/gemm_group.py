@@ -1,20 +1,33 @@
-"""Horizontal GEMM groups: sibling GEMM subgraphs that read the same A (a transformer layer's Q, K and V
+"""The gemm_group family's graph half. Horizontal GEMM groups: sibling GEMM subgraphs that read the same A (a transformer layer's Q, K and V
 projections, each with its bias and head reshape/transpose store; N may differ) run as one launch; so do
 same-shape GEMMs whose A's come out of one subgraph (DeBERTa's c2p and p2c, A = q and k). The gemm template
 sees the group index as an outer batch index (kernels/families/gemm_group/render.py).
 
-Not grown from a seed: identification (graph_rewrites/identify.py, Identifier.group_horizontal) merges
-the gemm subgraphs the greedy growth found when their union matches, member by member, this pattern's
-first GEMM (equal M, N and K), has one dtype and B layout, stays convex and fits one kernel's inputs and
+Not grown from a seed: the horizontal step of identification merges the subgraphs of the gemm family the
+greedy growth found when their union matches, member by member, this pattern's first GEMM (equal M and K),
+has one dtype and B layout (`Joins` of the gemm family), stays convex and fits one kernel's inputs and
 outputs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...graph_rewrites.family import Family, Groups, Roles
 from ...graph_rewrites.index import describe_node
 from ..registry import pattern
 from ..roles import descendants
+from .gemm import GEMM, GemmOperands
+
+
+@dataclass(frozen=True)
+class GemmGroupRoles(Roles):
+    """A horizontal GEMM group: the first member's A and each member GEMM (topological order) with its
+    operands; each member's epilogue is what follows its GEMM inside the group."""
+    a: str
+    members: tuple
 
 
 def gemm_group_roles(view, members):
-    """A horizontal GEMM group: the shared A and, per member GEMM (topological order), its node and
-    operands; each member's epilogue is what follows its GEMM inside the group."""
+    """The roles of a horizontal GEMM group (GemmGroupRoles), or the reason the union is not one."""
     dots = [p for p in members if view.nodes[p].op_type in ("MatMul", "Gemm")]
     if len(dots) < 2:
         return f"a gemm group has at least two MatMul or Gemm nodes (found {len(dots)})"
@@ -35,15 +48,19 @@ def gemm_group_roles(view, members):
             if t not in inputs:
                 return (f"{describe_node(node)}: operand {role} '{t}' is computed inside the group; the gemm "
                         "template reads its operands from memory")
-        parts.append({"gemm": d, "a": a, "b": b})
-    if len({p["a"] for p in parts}) != 1:       # second pass: A's from one subgraph, one shape for all
-        shapes = {str(view.shape(p["a"])) for p in parts}
+        parts.append(GemmOperands(d, a, b))
+    if len({p.a for p in parts}) != 1:       # second pass: A's from one subgraph, one shape for all
+        shapes = {str(view.shape(p.a)) for p in parts}
         if len(shapes) != 1:
             return f"the GEMMs read A tensors of different shapes ({sorted(shapes)})"
-    return {"a": parts[0]["a"], "members": parts}
+    return GemmGroupRoles(parts[0].a, tuple(parts))
 
 
-@pattern("gemm_group", template="gemm_group", roles=gemm_group_roles, horizontal=True)
+GEMM_GROUP = Family("gemm_group", "sibling GEMMs reading one A, one launch with the group index as an outer "
+                    "batch index", roles=GemmGroupRoles, find_roles=gemm_group_roles, groups=Groups(member=GEMM))
+
+
+@pattern("gemm_group", family=GEMM_GROUP, horizontal=True)
 def gemm_group(b):
     """Sibling GEMMs over one A [M, K], each with its own weights [K, N] and element-wise epilogue."""
     x = b.input("x", ["M", "K"])

@@ -1,6 +1,6 @@
 """Attention subgraphs: MatMul(Q, Kᵀ) -> score ops (scale, masks) -> Softmax -> NaN guard ->
 MatMul(P, V) -> stores (transpose/reshape), for the FlashAttention-style template. The nodes of each
-role come from identification (Subgraph.roles, attention_roles in warehouse/families/flash_attention.py).
+role come from identification (Subgraph.roles: AttentionRoles, the family's graph half).
 Q, K and V are pulled through whatever produces them inside the subgraph (scaling, RoPE, GQA expand),
 the score hook is everything between the first MatMul and the Softmax, the output hook is pushed forward. Between the Softmax and
 the PV MatMul only what the role finder accepted sits: Identity, Cast to a float type, Dropout at
@@ -23,18 +23,21 @@ from ...routes import ALWAYS, NoConfig, _usable, sm_count
 from . import routes
 from ...codegen.forward import bind_forward, emit_stores, forward_map
 from ...codegen.pull import RenderError, attr, describe
+from ....warehouse.families.flash_attention import AttentionRoles
+
+ENTRY, COMBINE_ENTRY = "plus_attention", "plus_attention_combine"    # the kernels attention.cuh defines
 
 
 def _structure(job):
-    """The QKᵀ MatMul, the Softmax and the PV MatMul from the roles identification found (the role
-    finder, warehouse/families/flash_attention.py, refused every subgraph whose nodes this renderer would not read);
-    whether the graph guards fully masked rows (Where(IsNaN(p), 0, p))."""
+    """The QKᵀ MatMul, the Softmax and the PV MatMul from the roles identification found (the family's role
+    finder refused every subgraph whose nodes this renderer would not read); whether the graph guards fully
+    masked rows (Where(IsNaN(p), 0, p))."""
     roles = job.roles
-    if not roles or "qk" not in roles:
-        raise RenderError(f"{job.node_name}: the attention template needs the roles its pattern finds "
+    if not isinstance(roles, AttentionRoles):
+        raise RenderError(f"{job.node_name}: the attention template needs the roles its family finds "
                           "(q, k, v, qk, softmax, pv)")
     nodes = job.view.nodes
-    return nodes[roles["qk"]], nodes[roles["softmax"]], nodes[roles["pv"]], bool(roles["nan_guard"])
+    return nodes[roles.qk], nodes[roles.softmax], nodes[roles.pv], roles.nan_guard
 
 
 @dataclass
@@ -182,9 +185,47 @@ def _splits(job, cache: KVCache, B, Skv, bkv: int):
     return c, rpn
 
 
+@dataclass
+class _Attention:
+    """What every hook of one attention subgraph reads: its QKᵀ, Softmax and PV nodes, Q, Kᵀ and V as the
+    MatMuls read them, the dims, the index prefixes of the (b, h) loop and the math path."""
+    mm1: object
+    sm: object
+    mm2: object
+    nan_guard: bool
+    q: str
+    kt: str
+    v: str
+    s_shape: list          # the scores' shape
+    l_shape: list          # the logits' shape (the Softmax's input)
+    B: object
+    H: object
+    Sq: object
+    Skv: object
+    D: int
+    lead: object           # (b, h) -> the index prefix of Q, K, V, the scores and O
+    lead_l: object         # (b, h) -> the index prefix of the logits
+    full_q: list
+    qkv_types: set
+    math_: int             # 0 exact SIMT, 1 TF32, 2 f16/bf16 tensor cores (routes.attention_math)
+    qkv_t: str
+    cache: KVCache | None
+
+
 def render_attention(job):
-    mm1, sm, mm2, nan_guard = _structure(job)
+    """One variant per route of the attention template (attention.cuh): the shape, Q/K/V, score and output
+    hooks, then the route's defines and launches."""
     em = job.emitter()
+    a = _problem(job, em)
+    hooks, strided, past_strided = _operand_hooks(job, em, a)
+    hooks += _score_hooks(job, em, a)
+    hooks += _output_hooks(job, a)
+    return _variants(job, a, hooks, strided, past_strided)
+
+
+def _problem(job, em) -> _Attention:
+    """The subgraph's attention: nodes, dims, index prefixes, math path and KV cache form."""
+    mm1, sm, mm2, nan_guard = _structure(job)
     q, kt, v = mm1.input[0], mm1.input[1], mm2.input[1]
     s_shape, o_shape = em.shape(mm1.output[0]), em.shape(mm2.output[0])
     rank = len(s_shape)
@@ -210,6 +251,20 @@ def render_attention(job):
         lead = lambda b, h: [f"({b}) * {hc} + ({h})"]        # noqa: E731
         lead_l = lambda b, h: [b, h]                          # noqa: E731
     full_q = s_shape[:-1] + [symdim.parse(D)]
+    # f16/bf16 Q, K and V: the tensor-core path (mma.sync m16n8k16, fp32 accumulation and softmax); fp32 ones:
+    # TF32 tensor cores (m16n8k8) under fp32_math "tf32", the GEMMs' default, else the exact SIMT path
+    qkv_types = {em.dtype(t) for t in (q, kt, v)}
+    math_ = routes.attention_math(qkv_types, job.fp32_math)
+    qkv_t = dtypes.storage(next(iter(qkv_types))) if math_ == 2 else "float"
+    cache = kv_cache(job, em, mm1, mm2, H, D) if rank == 4 else None
+    return _Attention(mm1, sm, mm2, nan_guard, q, kt, v, s_shape, l_shape, B, H, Sq, Skv, D, lead, lead_l, full_q,
+                      qkv_types, math_, qkv_t, cache)
+
+
+def _operand_hooks(job, em, a: _Attention) -> tuple:
+    """([the shape hook, the Q, K and V element hooks, their row pointers where stored contiguously, the KV
+    cache's hooks], the strided operands {name: input}, the strided pasts {name: input})."""
+    B, H, Sq, Skv, D, lead, cache = a.B, a.H, a.Sq, a.Skv, a.D, a.lead, a.cache
 
     def hook(tensor, idx_fn, shape_ref):
         em.reset()
@@ -217,19 +272,13 @@ def render_attention(job):
         body = em.take()
         return body, val if ct == "float" else f"(float)({val})"
 
-    # f16/bf16 Q, K and V: the tensor-core path (mma.sync m16n8k16, fp32 accumulation and softmax); fp32 ones:
-    # TF32 tensor cores (m16n8k8) under fp32_math "tf32", the GEMMs' default, else the exact SIMT path
-    qkv_types = {em.dtype(t) for t in (q, kt, v)}
-    math_ = routes.attention_math(qkv_types, job.fp32_math)
-    qkv_t = dtypes.storage(next(iter(qkv_types))) if math_ == 2 else "float"
-    cache = kv_cache(job, em, mm1, mm2, H, D) if rank == 4 else None
     hkv_c = em.c(H) if cache is None else f"{cache.hkv}LL"
-    hooks = [f"typedef {qkv_t} plus_qkv_t;\n#define PLUS_HAS_ATTN_SHAPE 1\n"
+    hooks = [f"typedef {a.qkv_t} plus_qkv_t;\n#define PLUS_HAS_ATTN_SHAPE 1\n"
              "PLUS_DEV PlusAttnShape plus_attn_shape(const PlusArgs& args) {\n"
              f"  return PlusAttnShape{{{em.c(B)}, {em.c(H)}, {hkv_c}, {em.c(Sq)}, {em.c(Skv)}}};\n}}\n"]
-    operands = [("q", q, lambda: lead("b", "h") + ["i", "d"], full_q),
-                ("k", kt, lambda: lead("b", "h") + ["d", "j"], s_shape[:-2] + [symdim.parse(D), Skv]),
-                ("v", v, lambda: lead("b", "h") + ["j", "d"], s_shape[:-2] + [Skv, symdim.parse(D)])]
+    operands = [("q", a.q, lambda: lead("b", "h") + ["i", "d"], a.full_q),
+                ("k", a.kt, lambda: lead("b", "h") + ["d", "j"], a.s_shape[:-2] + [symdim.parse(D), Skv]),
+                ("v", a.v, lambda: lead("b", "h") + ["j", "d"], a.s_shape[:-2] + [Skv, symdim.parse(D)])]
     if cache is not None:       # K and V by KV head: the present tensors themselves, past rows then new ones
         operands[1:] = [(name, t, lambda: ["b", "h", "j", "d"], em.shape(t)) for name, t in (("k", cache.k), ("v", cache.v))]
     for name, tensor, order, ref in operands:
@@ -241,8 +290,8 @@ def render_attention(job):
     # Q and V stored contiguously as [B, H, S, D] (the projections' GEMMs materialise them): the
     # tensor-core paths copy their tiles with 16-byte cp.async instead of calling the element hooks.
     strided = {}
-    if math_ != 0 and rank == 4 and D % 16 == 0:
-        for name, tensor, rows in (("q", q, Sq), ("v", v, Skv)):
+    if a.math_ != 0 and len(a.s_shape) == 4 and D % 16 == 0:
+        for name, tensor, rows in (("q", a.q, Sq), ("v", a.v, Skv)):
             if tensor in job.inputs and list(em.shape(tensor)) == [B, H, rows, symdim.parse(D)]:
                 strided[name] = job.inputs.index(tensor)
     if strided:
@@ -259,7 +308,7 @@ def render_attention(job):
         hooks.append(_cache_hooks(job, em, cache, D))
         # a past stored as plain [B, Hkv, P, D] rows of the operand type: copied with cp.async
         for name, past in (("k", cache.k_past), ("v", cache.v_past)):
-            if math_ != 0 and D % 16 == 0 and em.dtype(past) in qkv_types and len(qkv_types) == 1 \
+            if a.math_ != 0 and D % 16 == 0 and em.dtype(past) in a.qkv_types and len(a.qkv_types) == 1 \
                     and list(em.shape(past)) == [B, sympy.Integer(cache.hkv), cache.past, symdim.parse(D)]:
                 past_strided[name] = job.inputs.index(past)
         if past_strided:
@@ -269,10 +318,16 @@ def render_attention(job):
                          f"  return (const plus_qkv_t*)args.in[{k}] + (b * {cache.hkv}LL + hkv) * {em.c(cache.past)} * {D}LL;\n}}\n"
                          f"PLUS_DEV long long plus_{name}_ld(const PlusArgs&) {{ return {D}; }}\n")
             hooks.append(ptrs)
-    # score hook: the tensors between the QKᵀ MatMul and the Softmax, with the product bound to `s`; a term
-    # added last that depends on the key only (a padding mask) becomes the key-bias hook, which the template
-    # loads once per key tile with coalesced loads (not with a KV cache: its decode route packs several heads
-    # into one block, whose key tile would need a copy per head)
+    return hooks, strided, past_strided
+
+
+def _score_hooks(job, em, a: _Attention) -> list:
+    """The score hook: the tensors between the QKᵀ MatMul and the Softmax, with the product bound to `s`; a
+    term added last that depends on the key only (a padding mask) becomes the key-bias hook, which the
+    template loads once per key tile with coalesced loads (not with a KV cache: its decode route packs
+    several heads into one block, whose key tile would need a copy per head)."""
+    mm1, sm, cache, lead_l, l_shape = a.mm1, a.sm, a.cache, a.lead_l, a.l_shape
+    hooks = []
     score_t, bias_t = _key_bias_split(job, em, mm1, sm, len(l_shape)) if cache is None else (sm.input[0], None)
     em.reset()
     s_val = "s" if cache is None or cache.k_scale == 1.0 else f"(s * {cexpr.lit(cache.k_scale)})"
@@ -288,34 +343,45 @@ def render_attention(job):
         hooks.append("#define PLUS_HAS_KEY_BIAS 1\n"
                      "PLUS_DEV float plus_key_bias(const PlusArgs& args, long long b, long long h, long long j) {\n"
                      f"{em.take()}\n  return {dtypes.convert(val, ct, 'float')};\n}}\n")
-    # output hook: push O forward to the subgraph outputs
+    return hooks
+
+
+def _output_hooks(job, a: _Attention) -> list:
+    """The output hook (O pushed forward to the subgraph outputs, in a fresh emitter), and the side hook:
+    outputs that do not depend on the scores (the extended mask a later layer reads), computed by the
+    attention kernel's own threads before their tiles (PLUS_HAS_ATTN_SIDE), no launch of their own."""
     em = job.emitter()
-    out = mm2.output[0]
+    out = a.mm2.output[0]
     em.bound[out] = lambda idx: ("o", "float")
-    em.emit(f"if (d >= {D}) return;")
-    fwd = forward_map(em, out, lead("b", "h") + ["i", "d"])
+    em.emit(f"if (d >= {a.D}) return;")
+    fwd = forward_map(em, out, a.lead("b", "h") + ["i", "d"])
     bind_forward(em, fwd, out)
-    dep_s = job.depends_on([mm1.output[0]])
+    dep_s = job.depends_on([a.mm1.output[0]])
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_s}
     emit_stores(em, fwd, epi)
-    hooks.append("#define PLUS_HAS_ATTN_OUT 1\n"
-                 "PLUS_DEV void plus_attn_out(const PlusArgs& args, long long b, long long h, long long i, int d, float o) {\n"
-                 f"{em.take()}\n}}\n")
-    written = {cache.k, cache.v} if cache is not None else set()
-    # outputs that do not depend on the scores (the extended mask a later layer reads) are computed by the
-    # attention kernel's own threads before their tiles (PLUS_HAS_ATTN_SIDE): no launch of their own
+    hooks = ["#define PLUS_HAS_ATTN_OUT 1\n"
+             "PLUS_DEV void plus_attn_out(const PlusArgs& args, long long b, long long h, long long i, int d, float o) {\n"
+             f"{em.take()}\n}}\n"]
+    written = {a.cache.k, a.cache.v} if a.cache is not None else set()
     side_outs = [t for t in job.outputs if t not in dep_s and t not in written]
     if side_outs:
         hooks.append("#define PLUS_HAS_ATTN_SIDE 1\n" + job.side_device(side_outs, "plus_attn_side"))
+    return hooks
+
+
+def _variants(job, a: _Attention, hooks, strided, past_strided) -> list:
+    """(name, prefix, kernels, condition) per route: the shape routes of the menu, the decode route first
+    for a decoder's small query counts (`decode_route`)."""
+    B, H, Sq, Skv, D, cache = a.B, a.H, a.Sq, a.Skv, a.D, a.cache
     out_variants = []
-    plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=math_)
-    decode = decode_route(job, cache, math_, D, Sq) if cache is not None else None
+    plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=a.math_)
+    decode = decode_route(job, cache, a.math_, D, Sq) if cache is not None else None
     if decode is not None:      # a static query count small enough: the decode route alone
         plan = [decode] if decode[0] == ALWAYS else [decode] + plan
     for cond, cfg in plan:
         packed = decode is not None and cfg is decode[1]
         defines = routes.attention_defines(cfg, D)
-        if math_ != 0 and kt in job.inputs and cache is None:      # a materialised Kᵀ: keys contiguous in memory
+        if a.math_ != 0 and a.kt in job.inputs and cache is None:      # a materialised Kᵀ: keys contiguous in memory
             defines["PLUS_K_KEY_MAJOR"] = 1
         for name in strided:
             if not (packed and name == "q"):
@@ -328,7 +394,7 @@ def render_attention(job):
             defines["PLUS_ATTN_GQA_PACK"] = cache.group
             defines["PLUS_ATTN_SPLIT"] = 1
         # a fully masked row: NaN as the graph's softmax gives it, 0 where the graph guards it
-        defines["PLUS_MASKED_ROW_NAN"] = 0 if nan_guard else 1
+        defines["PLUS_MASKED_ROW_NAN"] = 0 if a.nan_guard else 1
         prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "".join(hooks)
         block = (str(cfg.warps * 32), "1", "1")
         if packed:
@@ -339,14 +405,14 @@ def render_attention(job):
             grid = (f"{rows},{cfg.bq},cdiv,{rpn_split},*", str(cache.hkv), job.syms.rpn(B))
             out_rows = f"{job.syms.rpn(B)},{job.syms.rpn(H)},*,{job.syms.rpn(Sq)},*"
             combine = (f"{rpn_split},1,>,{out_rows},{cfg.head_dim},*,256,cdiv,0,?", "1", "1")
-            kernels = [("", "plus_attention", (grid, block, str(cfg.smem_bytes))),
-                       ("", "plus_attention_combine", (combine, ("256", "1", "1"), "0"))]
+            kernels = [("", ENTRY, (grid, block, str(cfg.smem_bytes))),
+                       ("", COMBINE_ENTRY, (combine, ("256", "1", "1"), "0"))]
             # scratch[0]: splits x rows x (D partial outputs + m + l) floats (attention.cuh split_row/split_ml)
             parts = f"{rpn_split},{out_rows},*,{cfg.head_dim + 2},*,4,*"
             job.plan.scratch.append(f"{cond},{parts},0,?")
         else:
             grid = (f"{job.syms.rpn(Sq)},{cfg.bq},cdiv", job.syms.rpn(H), job.syms.rpn(B))
-            kernels = [("", "plus_attention", (grid, block, str(cfg.smem_bytes)))]
+            kernels = [("", ENTRY, (grid, block, str(cfg.smem_bytes)))]
         prefix += '#include "attention.cuh"\n'
         out_variants.append((cfg.name, prefix, kernels, cond))
     return out_variants

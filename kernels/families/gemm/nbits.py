@@ -4,7 +4,7 @@ dense matrix (gemm.cuh, plus_b_chunk).
 
 A subgraph gets here when identification's post-pass (graph_rewrites/contrib/decoders.py) found that its
 GEMM's B is the dequantisation chain of a MatMulNBits expansion and moved that chain into the subgraph
-(`roles["nbits"]`): the fused node then reads the packed uint8 weights, the scales and the zero points,
+(the roles' `nbits`): the fused node then reads the packed uint8 weights, the scales and the zero points,
 never a dequantised copy. Element k of column n is ``(q[n,k] - zp[n, k // block]) · scale[n, k // block]``
 with q the k-th `bits`-wide field of column n's packed row (low bits first), zp 2^(bits-1) by default,
 packed like q (uint8) or in the scales' type; the decoded value is rounded to the activations' type

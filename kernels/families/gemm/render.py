@@ -14,10 +14,13 @@ from .hooks import gemm_hooks
 from ...codegen.pull import RenderError, describe
 from ...codegen.row import ROW_OPS
 
+ENTRY, SPLITK_ENTRY = "plus_gemm", "plus_splitk_reduce"     # the kernels gemm.cuh and gemm_sm90a.cuh define
+
 def _operands(job, em, seed, roles=None):
-    """A and B: the roles identification found (warehouse/roles.py gemm_roles), else the seed's."""
+    """A and B: the roles identification found (`roles`: a GemmOperands, default the subgraph's), else the
+    seed's."""
     roles = job.roles if roles is None else roles
-    a, b = (roles["a"], roles["b"]) if roles else (seed.input[0], seed.input[1])
+    a, b = (roles.a, roles.b) if roles is not None else (seed.input[0], seed.input[1])
     for role, t in (("A", a), ("B", b)):
         if t not in job.inputs:
             raise RenderError(f"{describe(seed)}: operand {role} '{t}' is computed inside the subgraph; "
@@ -61,11 +64,11 @@ def _problem(em, seed, a, b):
 def _setup(job):
     """A GEMM subgraph's problem and a fresh emitter holding the accumulator's forward map (called once per
     kernel plan rendered: the one-kernel row tile and the two-kernel plan each take their own emitter)."""
-    seed = job.view.nodes[job.roles["gemm"] if job.roles else job.sg.seed]
+    seed = job.view.nodes[job.roles.gemm if job.roles is not None else job.sg.seed]
     if seed.op_type not in ("MatMul", "Gemm"):
         raise RenderError(f"{describe(seed)}: the gemm template grows from MatMul or Gemm")
     em = job.emitter()
-    nb = (job.roles or {}).get("nbits")       # B decoded from MatMulNBits' packed weights (nbits.py)
+    nb = job.roles.nbits if job.roles is not None else None    # B decoded from MatMulNBits' packed weights (nbits.py)
     a, b, dt = _nbits_operands(job, em, seed) if nb else _operands(job, em, seed)
     batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
     ka = job.inputs.index(a)
@@ -192,10 +195,10 @@ def _variant(job, M, N, nbatch, trans_b, K, dt, hooks, m_fastest, extra, cond, c
     # gated: the logical width 16 * cdiv(N, 8) of the interleaved products (gemm_hooks.cuh plus_gated_width)
     gx = f"{job.syms.rpn(N)},8,cdiv,16,*,{cfg.bn},cdiv" if gated else f"{job.syms.rpn(N)},{cfg.bn},cdiv"
     grid = (gx, f"{job.syms.rpn(M)},{cfg.bm},cdiv", f"{job.syms.rpn(nbatch)},{splitk * csplit},*")
-    kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
+    kernels = [("", ENTRY, (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
     if splitk > 1:
         total = job.syms.rpn(nbatch * M * N)
-        kernels.append(("", "plus_splitk_reduce", ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
+        kernels.append(("", SPLITK_ENTRY, ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
     return (choice.label, prefix, kernels + extra, cond)
 
 

@@ -9,26 +9,27 @@ from ...codegen.row import ROW_OPS
 from ..gemm import configs as gemm_configs, nbits, routes
 from ..gemm.hooks import hook_text
 from ..gemm.render import _nbits_operands, _operands, _problem, _variants
+from ....warehouse.families.gemm_gated import GatedRoles
 
 
 def render_gemm_gated(job):
-    """A gated MLP (warehouse/families/gemm_gated.py): the template's two products (PLUS_GATED) are the gate and
+    """A gated MLP (GatedRoles): the template's two products (PLUS_GATED) are the gate and
     up projections, two GEMMs of one A (weights in[kb0], in[kb1]) or the halves of one combined weight (B1 =
     B0 + N columns, or rows with transB). Both product tensors (`parts`) are bound to the sums acc0 / acc1 at the
     element (m, n) the epilogue is called for; the meet (act(g) * u) and everything after it are pushed forward
     from there to the stores, as the plain GEMM's epilogue is from its accumulator."""
     roles = job.roles
-    if not roles or "parts" not in roles:
-        raise RenderError(f"{job.node_name}: the gemm_gated template needs the roles its patterns find")
+    if not isinstance(roles, GatedRoles):
+        raise RenderError(f"{job.node_name}: the gated template needs the roles its family finds")
     if any(n.op_type in ROW_OPS for n in job.nodes):
         raise RenderError(f"{job.node_name}: a gated GEMM has no row normalisation")
     em = job.emitter()
-    nbs = roles.get("nbits")          # the members' MatMulNBits decoders, B0's and B1's (contrib/decoders.py)
+    nbs = roles.nbits                 # the members' MatMulNBits decoders, B0's and B1's (contrib/decoders.py)
     decode = ""
-    if roles["form"] == "pair":
+    if roles.pair:
         got = []
-        for m in roles["members"]:
-            seed = job.view.nodes[m["gemm"]]
+        for m in roles.members:
+            seed = job.view.nodes[m.gemm]
             a, b, dt = _nbits_operands(job, em, seed) if nbs else _operands(job, em, seed, m)
             got.append((seed, b, dt, _problem(em, seed, a, b)))
         keys = [(str(pr[0]), str(pr[1]), str(pr[2]), str(pr[3]), pr[4], pr[5]("b"), pr[6]("b"), dt)
@@ -42,28 +43,28 @@ def render_gemm_gated(job):
             nbits.check_pair(nbs, job.node_name)
             trans_b = True                   # the decoders read B as [N][K]; B0/B1 pointers are never read
             decode = nbits.chunk_hook(job, em, nbs[0]) + nbits.chunk_hook(job, em, nbs[1], fn="plus_b1_chunk")
-            kb = kb1 = job.inputs.index(roles["a"])
+            kb = kb1 = job.inputs.index(roles.a)
         else:
             kb, kb1 = job.inputs.index(got[0][1]), job.inputs.index(got[1][1])
         ldb = K if trans_b else N
         b1_ptr = f"  return (const plus_ab_t*)args.in[{kb1}] + {b_off('b')};\n"
         b1_aligned = True
-        parts = list(roles["parts"])
+        parts = list(roles.parts)
     else:
         if nbs:
             raise RenderError(f"{job.node_name}: a combined gate/up projection with a MatMulNBits weight is not "
                               "decoded by the gated template")
-        seed = job.view.nodes[roles["gemm"]]
-        a, b, dt = _operands(job, em, seed, roles)
+        seed = job.view.nodes[roles.combined.gemm]
+        a, b, dt = _operands(job, em, seed, roles.combined)
         batch, M, N2, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
         seeds = [seed, seed]
         parts = _ordered_halves(job, roles)
-        N, ldb = symdim.parse(roles["half"]), (K if trans_b else N2)
+        N, ldb = symdim.parse(roles.combined.half), (K if trans_b else N2)
         kb = job.inputs.index(b)
         step = f"{em.c(N)} * {em.c(K)}" if trans_b else em.c(N)
         b1_ptr = f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')} + {step};\n"
         b1_aligned = routes.gemm_rows_aligned(N, N, dt)       # B1 = B0 + N columns (or N rows of K)
-    ka = job.inputs.index(roles["a"])
+    ka = job.inputs.index(roles.a)
     nbatch = symdim.numel(batch)
     idx0 = c_index()
     em.emit("(void)args; (void)b;")
@@ -77,7 +78,7 @@ def render_gemm_gated(job):
                                   "before the products meet (a reshape or transpose before the gating)")
             return (acc, "float") if acc.startswith("acc") else (em.tmp(acc, "float"), "float")
         em.bound[t] = bound
-    meet = roles["meet"]
+    meet = roles.meet
     fwd = {}
     for src in parts + [meet]:       # side outputs on a product's chain, then the gated result
         fwd.update(forward_map(em, src, idx0))
@@ -97,7 +98,7 @@ def render_gemm_gated(job):
 def _ordered_halves(job, roles) -> list:
     """The combined projection's parts as (first half, second half): the role finder's order where it read
     constant bounds, else the values of the Slices' shape-computed starts (TorchScript's chunk(2))."""
-    parts, starts, half = list(roles["parts"]), list(roles["starts"]), roles["half"]
+    parts, starts, half = list(roles.parts), list(roles.combined.starts), roles.combined.half
     for k, t in enumerate(parts):
         if starts[k] is None:
             node = job.view.nodes[job.view.producer[t]]

@@ -11,17 +11,17 @@ from ..gemm.render import _bind_acc, _m_fastest, _operands, _problem, _variants
 
 
 def render_gemm_group(job):
-    """A horizontal group (warehouse/families/gemm_group.py): G sibling GEMMs with one A, equal M and K (N may
+    """A horizontal group (GemmGroupRoles): G sibling GEMMs with one A, equal M and K (N may
     differ: a ragged group, PLUS_HAS_GROUP_N), one dtype and B layout, as one launch whose batch is G x the
     members' batch. Batch index bg of the
     template is member g = bg / batch, batch b = bg % batch: plus_b_ptr and plus_epilogue switch on g,
     so every member keeps its own weights, bias and stores (a stored Kᵀ included)."""
-    parts = job.roles["members"]
+    parts = job.roles.members
     if any(n.op_type in ROW_OPS for n in job.nodes):
         raise RenderError(f"{job.node_name}: a gemm group has no row normalisation")
     first, bodies, kbs, kas, covered, m_fast, ns = None, [], [], [], set(), [], []
     for part in parts:
-        seed = job.view.nodes[part["gemm"]]
+        seed = job.view.nodes[part.gemm]
         em = job.emitter()
         a, b, dt = _operands(job, em, seed, part)
         batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)

@@ -35,6 +35,7 @@ from ..gemm import routes
 from ..gemm import sm90a_configs as sm90a
 from ...codegen.forward import emit_stores
 from ..gemm.hooks import frontier, gemm_hooks
+from ..gemm.render import ENTRY
 from ...codegen.pull import RenderError
 from ...codegen.row import RowProgram
 
@@ -90,7 +91,7 @@ def tile_variant(job, st, parts, cond, choice, extra) -> tuple:
     prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
     prefix += hooks + x_fn + tile + f'#include "{routes.gemm_header(cfg)}"\n'
     grid = (str(choice.cx), f"{job.syms.rpn(st.M)},{cfg.bm},cdiv", str(choice.csplit))
-    kernels = [("", "plus_gemm", (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
+    kernels = [("", ENTRY, (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
     return (choice.label, prefix, kernels + extra, cond)
 
 

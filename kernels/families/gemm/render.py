@@ -3,6 +3,8 @@ stores); the problem, accumulator and route variants the families rendering into
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 from ...codegen import dtypes, symdim
@@ -31,8 +33,28 @@ def _operands(job, em, seed, roles=None):
     return a, b, dta
 
 
-def _problem(em, seed, a, b):
-    """(batch dims, M, N, K, trans_b, A offset fn, B offset fn, C index fn)."""
+@dataclass(frozen=True)
+class GemmProblem:
+    """One GEMM node's problem: C [batch.., M, N] = A [.., M, K] · B [.., K, N] (B [N, K] with `trans_b`).
+    `a_off(bvar)` / `b_off(bvar)`: the C offset of batch `bvar`'s A / B matrix; `c_index()`: the index of C's
+    element (m, n) in the node's output."""
+    batch: list
+    M: object
+    N: object
+    K: object
+    trans_b: bool
+    a_off: Callable[[str], str]
+    b_off: Callable[[str], str]
+    c_index: Callable[[], list]
+
+    def key(self, with_n: bool = True) -> tuple:
+        """What the GEMMs of one launch share (a group's members may differ in N)."""
+        dims = (str(self.batch), str(self.M)) + ((str(self.N),) if with_n else ()) + (str(self.K),)
+        return dims + (self.trans_b, self.a_off("b"), self.b_off("b"))
+
+
+def _problem(em, seed, a, b) -> GemmProblem:
+    """The problem of GEMM node `seed` with operands `a` and `b`."""
     sa, sb, sc = em.shape(a), em.shape(b), em.shape(seed.output[0])
     if seed.op_type == "Gemm":
         if attr(seed, "transA", 0):
@@ -40,13 +62,14 @@ def _problem(em, seed, a, b):
         tb = bool(attr(seed, "transB", 0))
         M, K = sa
         N = sb[0] if tb else sb[1]
-        return [], M, N, K, tb, (lambda b_: "0"), (lambda b_: "0"), (lambda: ["m", "n"])
+        return GemmProblem([], M, N, K, tb, (lambda b_: "0"), (lambda b_: "0"), (lambda: ["m", "n"]))
     if len(sa) < 2 or len(sb) < 2:
         raise RenderError(f"{describe(seed)}: 1-D MatMul operands are not supported by the gemm template")
     K, N = sa[-1], sb[-1]
     if len(sb) == 2 or all(d == 1 for d in sb[:-2]):
         M = symdim.numel(sa[:-1])
-        return [], M, N, K, False, (lambda b_: "0"), (lambda b_: "0"), (lambda: em.delinear("m", sc[:-1]) + ["n"])
+        return GemmProblem([], M, N, K, False, (lambda b_: "0"), (lambda b_: "0"),
+                           (lambda: em.delinear("m", sc[:-1]) + ["n"]))
     M = sa[-2]
     batch = sc[:-2]
 
@@ -57,8 +80,8 @@ def _problem(em, seed, a, b):
             lin = em.linear(own, shape[:-2])
             return "0" if lin == "0" else f"({lin}) * {em.c(rows * cols)}"
         return f
-    return (batch, M, N, K, False, offset(sa, M, K), offset(sb, K, N),
-            lambda: em.delinear("b", batch) + ["m", "n"])
+    return GemmProblem(batch, M, N, K, False, offset(sa, M, K), offset(sb, K, N),
+                       lambda: em.delinear("b", batch) + ["m", "n"])
 
 
 def _setup(job):
@@ -70,24 +93,23 @@ def _setup(job):
     em = job.emitter()
     nb = job.roles.nbits if job.roles is not None else None    # B decoded from MatMulNBits' packed weights (nbits.py)
     a, b, dt = _nbits_operands(job, em, seed) if nb else _operands(job, em, seed)
-    batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
+    pr = _problem(em, seed, a, b)
     ka = job.inputs.index(a)
     kb = ka if nb else job.inputs.index(b)
-    if nb:
-        trans_b = True                       # the decoder reads B as [N][K]
-    nbatch = symdim.numel(batch)
+    trans_b = True if nb else pr.trans_b     # a decoder reads B as [N][K]
+    nbatch = symdim.numel(pr.batch)
     # ---- the accumulator and what follows it --------------------------------------------------
     cout = _bind_acc(em, seed)
     row_nodes = [n for n in job.nodes if n.op_type in ROW_OPS]
     em.emit("(void)args; (void)b;")
-    fwd = forward_map(em, cout, c_index(), barriers={id(n) for n in row_nodes})
+    fwd = forward_map(em, cout, pr.c_index(), barriers={id(n) for n in row_nodes})
     bind_forward(em, fwd, cout)
     dep_c = job.depends_on([cout])
     dep_row = job.depends_on([o for n in row_nodes for o in n.output])
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
-    return SimpleNamespace(seed=seed, em=em, dt=dt, M=M, N=N, K=K, trans_b=trans_b, a_off=a_off, b_off=b_off,
+    return SimpleNamespace(seed=seed, em=em, dt=dt, M=pr.M, N=pr.N, K=pr.K, trans_b=trans_b, a_off=pr.a_off, b_off=pr.b_off,
                            ka=ka, kb=kb, nbatch=nbatch, cout=cout, row_nodes=row_nodes, fwd=fwd, dep_c=dep_c,
                            dep_row=dep_row, epi=epi, row_out=row_out, side=side, nb=nb)
 

@@ -32,12 +32,12 @@ def render_gemm_gated(job):
             seed = job.view.nodes[m.gemm]
             a, b, dt = _nbits_operands(job, em, seed) if nbs else _operands(job, em, seed, m)
             got.append((seed, b, dt, _problem(em, seed, a, b)))
-        keys = [(str(pr[0]), str(pr[1]), str(pr[2]), str(pr[3]), pr[4], pr[5]("b"), pr[6]("b"), dt)
-                for _, _, dt, pr in got]
+        keys = [pr.key() + (dt,) for _, _, dt, pr in got]
         if keys[0] != keys[1]:
             raise RenderError(f"{describe(got[1][0])}: problem {keys[1]} differs from the gate's {keys[0]}")
         seeds = [g[0] for g in got]
-        batch, M, N, K, trans_b, a_off, b_off, c_index = got[0][3]
+        pr = got[0][3]
+        batch, M, N, K, trans_b, b_off, c_index = pr.batch, pr.M, pr.N, pr.K, pr.trans_b, pr.b_off, pr.c_index
         dt = got[0][2]
         if nbs:          # both weights decoded in the mainloop (nbits.py): B0 by plus_b_chunk, B1 by plus_b1_chunk
             nbits.check_pair(nbs, job.node_name)
@@ -56,7 +56,8 @@ def render_gemm_gated(job):
                               "decoded by the gated template")
         seed = job.view.nodes[roles.combined.gemm]
         a, b, dt = _operands(job, em, seed, roles.combined)
-        batch, M, N2, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
+        pr = _problem(em, seed, a, b)
+        batch, M, N2, K, trans_b, b_off, c_index = pr.batch, pr.M, pr.N, pr.K, pr.trans_b, pr.b_off, pr.c_index
         seeds = [seed, seed]
         parts = _ordered_halves(job, roles)
         N, ldb = symdim.parse(roles.combined.half), (K if trans_b else N2)
@@ -86,7 +87,7 @@ def render_gemm_gated(job):
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs}
     emit_stores(em, fwd, epi)
     hooks = hook_text(em, em.take(), M, N, K, em.c(nbatch), trans_b, dt, "b",
-                      f"  return (const plus_ab_t*)args.in[{ka}] + {a_off('b')};\n",
+                      f"  return (const plus_ab_t*)args.in[{ka}] + {pr.a_off('b')};\n",
                       f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')};\n", ldb=ldb, b1_ptr=b1_ptr)
     aligned = routes.gemm_rows_aligned(K, ldb, dt) and b1_aligned
     # decoded weights: gemm.cuh's menu on every arch (the wgmma template has no decoding loader), as render_gemm

@@ -24,17 +24,17 @@ def render_gemm_group(job):
         seed = job.view.nodes[part.gemm]
         em = job.emitter()
         a, b, dt = _operands(job, em, seed, part)
-        batch, M, N, K, trans_b, a_off, b_off, c_index = _problem(em, seed, a, b)
-        ns.append(symdim.parse(N))
-        key = (str(batch), str(M), str(K), trans_b, a_off("b"), b_off("b"), dt)   # N may differ (static)
+        pr = _problem(em, seed, a, b)
+        ns.append(symdim.parse(pr.N))
+        key = pr.key(with_n=False) + (dt,)       # N may differ (static)
         if first is None:
             first = key
-            ka, nbatch, em0 = job.inputs.index(a), symdim.numel(batch), em
-            shape = (M, N, K, trans_b, a_off, b_off, dt)
+            ka, nbatch, em0 = job.inputs.index(a), symdim.numel(pr.batch), em
+            shape = (pr.M, pr.N, pr.K, pr.trans_b, pr.a_off, pr.b_off, dt)
         elif key != first:
             raise RenderError(f"{describe(seed)}: problem {key} differs from the group's first member {first}")
         cout = _bind_acc(em, seed)
-        fwd = forward_map(em, cout, c_index())
+        fwd = forward_map(em, cout, pr.c_index())
         bind_forward(em, fwd, cout)
         dep = job.depends_on([cout])
         epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep}

@@ -1,7 +1,7 @@
 """Identification of the axis_softmax family: a softmax over a middle or leading axis becomes one axis_softmax
 subgraph with its element-wise neighbours; one over the last axis stays the row_reduce family's (the axis
 family's role finder refuses it, and says why); its kernel renders for a symbolic batch. The kernels
-themselves run on the interpreter in tests/emulated/test_axis_softmax.py."""
+themselves run on the interpreter in tests/emulated/test_axis_softmax_emulated.py."""
 from __future__ import annotations
 
 import onnx

@@ -1,59 +1,77 @@
-"""The horizontal step of identification: after the greedy vertical growth, sibling gemm subgraphs that read
-the same A tensor with equal K, dtype and B layout (a layer's Q, K and V projections, N may differ) merge into one
-subgraph of a horizontal warehouse pattern (warehouse/patterns/gemm_group.py) when the union matches it
-member by member, stays convex, fits one kernel's inputs and outputs and keeps the partition acyclic.
-``ident.groups`` records every group formed and every sibling refused, with the reason (`plus-ep explain`).
+"""The horizontal step of identification: after the greedy vertical growth, sibling subgraphs of one family
+that read the same tensor with one signature class (the family's `Joins`: a GEMM's A, equal K, dtype and B
+layout; a layer's Q, K and V projections, N may differ) merge into one subgraph of a horizontal warehouse
+pattern (its family's `Groups` names the member family) when the union matches it member by member, stays
+convex, fits one kernel's inputs and outputs and keeps the partition acyclic. ``ident.groups`` records every
+group formed and every sibling refused, with the reason (`plus-ep explain`).
 """
 from __future__ import annotations
 
-from onnx import TensorProto
-
-from . import match, ops
+from . import match
 from .partition import Subgraph, contract_units, order_units
 from ..limits import MAX_IN, MAX_OUT
 
 
 def group_horizontal(ident, subgraphs: list) -> list:
-    """Merge sibling gemm subgraphs reading the same A into the warehouse's horizontal patterns
-    (first pattern that accepts wins). Groups replace their members at the first member's place."""
+    """Merge sibling subgraphs reading the same tensor into the warehouse's horizontal patterns (first
+    pattern that accepts wins). Groups replace their members at the first member's place."""
     patterns = [p for p in ident.warehouse if p.horizontal]
     if not patterns:
         return subgraphs
-    by_a: dict = {}
+    subgraphs = _merge(ident, subgraphs, patterns, _by_operand)
+    return _merge(ident, subgraphs, patterns, _by_producer, batched=True)
+
+
+def _joins(sg, member):
+    """The `Joins` of subgraph `sg` when it is a subgraph of family `member` with roles, else None."""
+    family = sg.pattern.family
+    return member.joins if family is member and sg.roles is not None else None
+
+
+def _by_operand(ident, subgraphs, member) -> dict:
+    """First pass: subgraphs of family `member`, keyed by the tensor they share (a GEMM's A)."""
+    by: dict = {}
     for k, sg in enumerate(subgraphs):
-        if sg.pattern.template == "gemm" and sg.roles and "a" in sg.roles:
-            by_a.setdefault(sg.roles["a"], []).append(k)
-    subgraphs = _merge(ident, subgraphs, patterns, by_a)
-    return _merge(ident, subgraphs, patterns, _by_producer(ident, subgraphs), batched=True)
+        joins = _joins(sg, member)
+        if joins is not None:
+            by.setdefault(joins.operand(sg.roles), []).append(k)
+    return by
 
 
-def _by_producer(ident, subgraphs) -> dict:
-    """Second pass: gemm subgraphs whose A tensors differ but come out of one subgraph (a DeBERTa layer's
+def _by_producer(ident, subgraphs, member) -> dict:
+    """Second pass: subgraphs whose shared operands differ but come out of one subgraph (a DeBERTa layer's
     c2p = q·pos_keyᵀ and p2c = k·pos_queryᵀ, q and k both from the Q/K/V group), keyed by that subgraph;
-    same-shape GEMMs there run as one launch too (each member with its own A)."""
+    same-shape members there run as one launch too (each member with its own operand)."""
     home = {p: k for k, sg in enumerate(subgraphs) for p in sg.nodes}
     by: dict = {}
     for k, sg in enumerate(subgraphs):
-        if sg.pattern.template == "gemm" and sg.roles and "a" in sg.roles:
-            src = home.get(ident.view.producer.get(sg.roles["a"]))
+        joins = _joins(sg, member)
+        if joins is not None:
+            src = home.get(ident.view.producer.get(joins.operand(sg.roles)))
             if src is not None and src != k:
                 by.setdefault(f"outputs of {subgraphs[src].pattern.name} subgraph {src}", []).append(k)
-    return {key: ks for key, ks in by.items() if len({subgraphs[k].roles["a"] for k in ks}) > 1}
+    return {key: ks for key, ks in by.items()
+            if len({member.joins.operand(subgraphs[k].roles) for k in ks}) > 1}
 
 
-def _merge(ident, subgraphs, patterns, candidates, batched=False) -> list:
+def _merge(ident, subgraphs, patterns, candidates_of, batched=False) -> list:
     merged: dict = {}                # first member's index -> group Subgraph
     gone: set = set()
-    for a, ks in candidates.items():
-        if len(ks) < 2:
-            continue
-        for p in patterns:
-            ks = [k for k in ks if k not in gone]
-            # a gated MLP's products meet: only siblings one of which reads the other's result are candidates
-            cand = _meeting(ident, subgraphs, ks) if p.template == "gemm_gated" else ks
-            for group in _groups_of(ident, p, a, cand, subgraphs, merged, gone, batched):
-                merged[group[0]] = group[1]
-                gone.update(group[2])
+    members = list(dict.fromkeys(p.family.groups.member for p in patterns))
+    for member in members:
+        for a, ks in candidates_of(ident, subgraphs, member).items():
+            if len(ks) < 2:
+                continue
+            for p in patterns:
+                groups = p.family.groups
+                if groups.member is not member:
+                    continue
+                ks = [k for k in ks if k not in gone]
+                # e.g. a gated MLP's products meet: only siblings one of which reads the other's result
+                cand = groups.candidates(ident.view, subgraphs, ks) if groups.candidates is not None else ks
+                for group in _groups_of(ident, p, a, cand, subgraphs, merged, gone, batched):
+                    merged[group[0]] = group[1]
+                    gone.update(group[2])
     out = []
     for k, sg in enumerate(subgraphs):
         if k in merged:
@@ -63,61 +81,33 @@ def _merge(ident, subgraphs, patterns, candidates, batched=False) -> list:
     return out
 
 
-def _meeting(ident, subgraphs, ks) -> list:
-    """The subgraphs of `ks` that read a result of another one of `ks` or are read by one."""
-    outs = {k: set(subgraphs[k].outputs) for k in ks}
-    reads = {k: {t for p in subgraphs[k].nodes for t in ident.view.graph_index.reads[p]} for k in ks}
-    return [k for k in ks if any(j != k and (outs[j] & reads[k] or outs[k] & reads[j]) for j in ks)]
-
-
-def _signature(ident, sg, batched=False):
-    """(N, K, dtype, trans_b) of a gemm subgraph, or the reason it cannot join a group. `batched`: B may be a
-    batched operand ([.., K, N]); its batch dims and N then join K in the class key (one shape for all)."""
-    node = ident.view.nodes[sg.roles["gemm"]]
-    sb = ident.view.shape(sg.roles["b"])
-    if batched and sb is not None and len(sb) > 2 and node.op_type == "MatMul":
-        dts = {ident.view.dtypes.get(sg.roles["a"]), ident.view.dtypes.get(sg.roles["b"])}
-        dt = "/".join(sorted(TensorProto.DataType.Name(d) if d else "?" for d in dts))
-        sa = ident.view.shape(sg.roles["a"]) or []
-        return (str(sb[-1]), f"{sb[-2]} (A {sa}, B {sb})", dt, False)
-    if sb is None or len(sb) != 2:
-        return f"B '{sg.roles['b']}' is not a 2-D weight (shape {sb})"
-    tb = node.op_type == "Gemm" and bool(ops.attr(node, "transB", 0))
-    if node.op_type == "Gemm" and ops.attr(node, "transA", 0):
-        return "transA=1"
-    n, k = (sb[0], sb[1]) if tb else (sb[1], sb[0])
-    dts = {ident.view.dtypes.get(sg.roles["a"]), ident.view.dtypes.get(sg.roles["b"])}
-    dt = "/".join(sorted(TensorProto.DataType.Name(d) if d else "?" for d in dts))
-    return (str(n), str(k), dt, tb)
-
-
 def _groups_of(ident, p, a, ks, subgraphs, merged, gone, batched=False):
-    """Greedy groups of pattern `p` among subgraphs `ks` reading A (or, second pass, A's from one
-    subgraph); yields (first k, group, members)."""
-    label = lambda k: ident.view.node_label(subgraphs[k].roles["gemm"])   # noqa: E731
-    sigs = {k: _signature(ident, subgraphs[k], batched) for k in ks}
+    """Greedy groups of pattern `p` among subgraphs `ks` sharing operand `a` (or, second pass, operands from
+    one subgraph); yields (first k, group, members)."""
+    joins = p.family.groups.member.joins
+    label = lambda k: ident.view.node_label(joins.anchor(subgraphs[k].roles))   # noqa: E731
+    sigs = {k: joins.signature(ident.view, subgraphs[k].roles, batched) for k in ks}
     classes: dict = {}
     for k in ks:
         if isinstance(sigs[k], str):
             ident.groups.append({"pattern": p.name, "a": a, "members": [label(k)], "status": "refused",
                                 "reason": sigs[k]})
-        else:        # one class per K, dtype and B layout: members may differ in N (a GQA layer's Q and K/V)
-            classes.setdefault(sigs[k][1:], []).append(k)
+        else:        # one class per signature (K, dtype, B layout): members may differ in the free part (N)
+            classes.setdefault(sigs[k][1], []).append(k)
     if len(classes) > 1:
         for sig, members in classes.items():
             if len(members) == 1:
                 others = [s for s in classes if s != sig]
                 ident.groups.append({"pattern": p.name, "a": a, "members": [label(members[0])],
-                                    "status": "refused", "reason": "no sibling with the same K, dtype "
-                                    f"and B layout (K={sig[0]}, dtype {sig[1]}, trans_b {sig[2]}; "
-                                    f"others: {', '.join(f'K={o[0]} dtype {o[1]} trans_b {o[2]}' for o in others)})"})
+                                    "status": "refused", "reason": f"no sibling with the same {joins.what} "
+                                    f"({joins.describe(sig)}; others: {'; '.join(joins.describe(o) for o in others)})"})
     for members in classes.values():
         rest = list(members)
         while len(rest) >= 2:
             group, left = [rest[0]], []
             for k in rest[1:]:
                 why = _try_group(ident, p, [subgraphs[j] for j in group + [k]], subgraphs, merged, gone,
-                                      group + [k], MAX_IN, MAX_OUT)
+                                 group + [k], MAX_IN, MAX_OUT)
                 if why is None:
                     group.append(k)
                 else:

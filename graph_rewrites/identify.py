@@ -41,7 +41,7 @@ class Verdict:
     partial: list = field(default_factory=list)
     reasons: dict = field(default_factory=dict)   # pattern name -> why it refused
     raw: object = None                            # the +Graph before Primitive 4
-    roles: dict | None = None                     # the exact pattern's roles on these nodes
+    roles: object = None                          # the exact pattern's roles on these nodes (its family's Roles)
 
     @property
     def graph(self):
@@ -138,7 +138,11 @@ class Identifier:
                 verdict.exact = p
                 return
             got = p.roles(self.view, sorted(nodes))
-            if isinstance(got, dict):
+            if not isinstance(got, str):
+                want = p.family.roles if p.family is not None else None
+                if want is not None and not isinstance(got, want):
+                    raise TypeError(f"pattern {p.name!r}: its role finder returned a {type(got).__name__}, not "
+                                    f"its family's {want.__name__}")
                 verdict.exact, verdict.roles = p, got
                 return
             verdict.partial = [q for q in verdict.partial if q is not p]

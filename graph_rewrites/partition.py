@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from .family import PatternLike, Roles
 from .index import GraphIndex, has_subgraph, topological_order
 from .ir import PGraph
 
@@ -25,11 +26,11 @@ class Subgraph:
     """A fused subgraph as identification finds it (identify.py) and the horizontal step groups it
     (horizontal.py)."""
     nodes: tuple                         # indices into GraphView.nodes, topological order
-    pattern: object                      # warehouse Pattern
+    pattern: PatternLike                 # the warehouse Pattern it matched (its family renders it)
     pgraph: PGraph                       # canonical +Graph
     seed: int                            # the skeleton / root node it grew from
     outputs: list = field(default_factory=list)
-    roles: dict | None = None            # what the template reads where (the pattern's roles())
+    roles: Roles | None = None           # what the family's template reads where (the pattern's roles())
     parts: list = field(default_factory=list)   # a horizontal group's member Subgraphs (else empty)
 
 

@@ -7,7 +7,7 @@ holding only such a tail (a lone Relu, an Add + Relu of a residual block) cuts t
 Conv alone and PlusEP the tail, two kernels where ORT alone runs one, and a model like ResNet-18 gets
 slower than with the CUDA EP alone.
 
-Rule (`conv_tail_reason`): an element-wise subgraph (no template) made only of the tail ORT fuses into the
+Rule (`conv_tail_reason`): a point-wise subgraph (no family, or a `pointwise` one) made only of the tail ORT fuses into the
 Conv producing its first node's input (Relu; Add; Add then Relu), where that Conv's output (through an
 optional BatchNormalization) feeds nothing else, stays with ONNX Runtime. Identification applies it to
 every grown subgraph (identify.py) and `plus-ep explain` shows the reason.
@@ -36,7 +36,8 @@ def _conv_feeding(view, t):
 
 def conv_tail_reason(view, sg) -> str | None:
     """Why ONNX Runtime should keep element-wise subgraph `sg` (its Conv fuses it), else None."""
-    if sg.pattern.template not in (None, "elementwise"):
+    family = sg.pattern.family
+    if family is not None and not family.pointwise:
         return None
     nodes = [view.nodes[i] for i in sorted(sg.nodes)]
     ops_ = [n.op_type for n in nodes]

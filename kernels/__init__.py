@@ -8,12 +8,14 @@ them, and the formats and interpreter that check them. Installed as `plus_ep.ker
 Rooms, by job (docs/architecture.md maps them):
   render.py, routes.py, target.py, arch.py   one subgraph -> sources + plan; route-model base; what for; GPU table
   codegen/      the emitters every family shares (pull, forward, row, pointwise, cexpr, symdim, ...)
-  gemm/, attention/   a template family each: its renderer, config menu and shape routes (templates/<family>.cuh)
+  families/     a template family each (folder = family name): its renderer, config menu, shape routes and
+                CUDA templates (.cuh)
   compile/      NVRTC, the cubin reader, compile jobs, the content-keyed kernel cache, PTX for the interpreter,
                 the compile stage (build_kernels)
   wire/         the formats the C launcher reads: the plan (plan.py) and image packs (pack.py)
   ptx/          the PTX interpreter `plus-ep verify` runs kernels on
-  templates/    the CUDA templates and plus_abi.h, the ABI shared with plus_ep/native
+  templates/    the shared CUDA headers (plus_common.cuh, plus_ptx.cuh, plus_cluster.cuh) and plus_abi.h,
+                the ABI shared with plus_ep/native
 
 graph_rewrites and warehouse never import this package (tests/cpu/test_layout.py); the rewrite stage
 hands it fused subgraphs and embeds what it returns. The names below load their module on first use,
@@ -25,7 +27,7 @@ import importlib
 
 _PUBLIC = {
     "Target": ".target", "FP32_MATHS": ".target", "FP32_MATH_DEFAULT": ".target",
-    "Rendered": ".render", "Variant": ".render", "register_renderer": ".render",
+    "Rendered": ".render", "Variant": ".render", "KernelFamily": ".families", "kernel_half": ".families",
     "RenderError": ".codegen.pull",
     "build_kernels": ".compile.stage", "KernelBuild": ".compile.stage",
     "KernelCache": ".compile.cache", "CompileError": ".compile.nvrtc", "ResourceError": ".compile.jobs",

@@ -7,7 +7,7 @@
     est.modelled_us, est.waves, est.per_sm, est.floor_us, est.bound, est.terms_us
 
 One model for two readers: `plus-ep profile --emulate` (plus_ep/verification/profile.py) feeds it the PTX
-interpreter's counts of each launch, and the GEMM route model (kernels/gemm/routes.py) feeds it a config's
+interpreter's counts of each launch, and the GEMM route model (kernels/families/gemm/routes.py) feeds it a config's
 analytic counts to choose tiles and split-K. The SM count and the per-SM limits come from kernels/arch.py; the
 memory, clock and peak figures of the arch's reference part (`PARTS`) are datasheet or published
 measurements, each naming its source (`SOURCES`).

@@ -4,13 +4,15 @@
     rendered.plan.text()          # the node's `plus_plan` attribute
     rendered.variants             # [Variant(name, source, entries)], compiled per arch
 
-The subgraph's template (warehouse pattern) picks the schedule; the hooks are written from the
-subgraph's nodes by the element-expression emitter (pull.py, forward.py); everything a template does
-not compute (side outputs) runs as point-wise kernels in the same module.
+The template family of the subgraph's pattern renders it (its kernel half: kernels/families/, found
+through `Family.kernels`); the hooks are written from the subgraph's nodes by the element-expression
+emitter (pull.py, forward.py); everything a template does not compute (side outputs) runs as point-wise
+kernels in the same module.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import threading
 from collections import OrderedDict
@@ -20,17 +22,14 @@ import numpy as np
 import sympy
 
 from .codegen import pointwise, shapevals, symdim
-from . import routes
 from .compile import sources
-from .attention.render import render_attention
-from .gemm.render import render_gemm, render_gemm_gated, render_gemm_group
+from .families import NoKernelHalf, kernel_half
 from .target import Target
 from .wire.plan import Launch, Plan, Route, add_extents, check_bound, checked_composite_dims, input_tokens
 from ..limits import LITERAL_ELEMENTS, MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
 from .codegen.pull import Emitter, RenderError
-from .codegen.row import ROW_OPS, RowProgram
+from .codegen.row import RowProgram
 from ..graph_rewrites.ops import SHAPE_OPS
-from ..warehouse.registry import TEMPLATES
 
 HEADER = '#include "plus_common.cuh"\n'
 
@@ -50,7 +49,7 @@ class Rendered:
 
 
 class Job:
-    """Everything a template renderer needs about one subgraph."""
+    """Everything a family's renderer needs about one subgraph."""
 
     def __init__(self, view, sg, inputs, outputs, target: Target, node_name):
         self.view, self.sg, self.target, self.node_name = view, sg, target, node_name
@@ -167,43 +166,6 @@ class Job:
         return RowProgram(em, row_nodes).finish(stores)
 
 
-def _elementwise(job: Job):
-    kernels = job.side_kernels(job.outputs)
-    return [("pointwise", "", [(src, entry, launch) for src, entry, launch in kernels], routes.ALWAYS)]
-
-
-def _row(job: Job):
-    row_nodes = [n for n in job.nodes if n.op_type in ROW_OPS]
-    if not row_nodes:
-        raise RenderError(f"{job.node_name}: a row-reduce subgraph without a reduction")
-    dep = job.depends_on([o for n in row_nodes for o in n.output])
-    row_out = [t for t in job.outputs if t in dep]
-    side = [t for t in job.outputs if t not in dep]
-    src, entry, launch, _ = job.row_kernel(row_nodes, {t: job.out_ptr(t) for t in row_out})
-    kernels = [(src, entry, launch)] + job.side_kernels(side)
-    return [("row", "", kernels, routes.ALWAYS)]
-
-
-RENDERERS = {None: _elementwise}      # template name -> renderer (None: a pattern naming no template)
-
-
-def register_renderer(name: str, fn):
-    """The renderer of template `name`: one of the names the warehouse's pattern -> template
-    contract declares (warehouse.registry.TEMPLATES), each rendered exactly once."""
-    if name not in TEMPLATES:
-        raise ValueError(f"renderer for {name!r}: not a template the warehouse declares "
-                         f"({sorted(TEMPLATES)})")
-    if name in RENDERERS:
-        raise ValueError(f"template {name!r} already has a renderer")
-    RENDERERS[name] = fn
-
-
-for _name, _fn in (("elementwise", _elementwise), ("row_reduce", _row), ("reduce", _row),
-                   ("gemm", render_gemm), ("gemm_rownorm", render_gemm), ("flash_attention", render_attention),
-                   ("gemm_group", render_gemm_group), ("gemm_gated", render_gemm_gated)):
-    register_renderer(_name, _fn)
-
-
 # ---- the render cache -----------------------------------------------------------------------------
 # A subgraph renders to the same plan and sources whatever its tensors and nodes are called, except for the
 # node name in the plan and in each source's comment header (kernels/compile/sources.py). So renders are kept by
@@ -249,12 +211,15 @@ def render_key(view, sg, inputs, outputs, target: Target) -> str:
             return ("t", tid(x)) if (x in view.dtypes or x in ids) else x
         if isinstance(x, dict):
             return tuple((k, canon(v)) for k, v in sorted(x.items()))
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):        # a family's Roles
+            return (type(x).__name__,) + tuple((f.name, canon(getattr(x, f.name))) for f in dataclasses.fields(x))
         if isinstance(x, (list, tuple)):
             return tuple(canon(v) for v in x)
         return repr(x)
 
     pattern = sg.pattern
-    h.update(repr((pattern.name, pattern.template, target.arch, target.fp32_math, sorted(target.excluded))).encode())
+    h.update(repr((pattern.name, _family_name(pattern), target.arch, target.fp32_math,
+                   sorted(target.excluded))).encode())
     for t in inputs:
         shape_vals = None
         if shapevals.is_shape_tensor(view, t):
@@ -318,14 +283,28 @@ def clear_render_cache() -> None:
         _RENDERS.clear()
 
 
+def _family_name(pattern) -> str | None:
+    """The name of the family rendering `pattern`'s subgraphs (the `template` a source header names)."""
+    family = getattr(pattern, "family", None)
+    return family.name if family is not None else None
+
+
+def _renderer(sg, node_name):
+    """The renderer of subgraph `sg`: its pattern's family's kernel half."""
+    family = getattr(sg.pattern, "family", None)
+    if family is None:
+        raise RenderError(f"{node_name}: pattern {sg.pattern.name!r} names no template family")
+    try:
+        return kernel_half(family).render
+    except NoKernelHalf as e:
+        raise RenderError(f"{node_name}: pattern {sg.pattern.name!r}: {e}") from None
+
+
 def _render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Rendered:
+    render_variants = _renderer(sg, node_name)
     job = Job(view, sg, inputs, outputs, target, node_name)
-    template = sg.pattern.template
-    if template not in RENDERERS:
-        raise RenderError(f"{node_name}: pattern {sg.pattern.name!r} names template {template!r}, "
-                          f"which has no renderer (known: {sorted(t for t in RENDERERS if t)})")
     variants = []
-    for v, (name, prefix, kernels, cond) in enumerate(RENDERERS[template](job)):
+    for v, (name, prefix, kernels, cond) in enumerate(render_variants(job)):
         source = HEADER + prefix + "\n" + "\n".join(src for src, _, _ in kernels)
         variants.append(Variant(name, source, [e for _, e, _ in kernels]))
         route = Route(cond=cond, label=name)
@@ -339,7 +318,7 @@ def _render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Ren
                           f"({len(job.inputs)}/{len(job.outputs)}/{len(job.plan.syms)}; "
                           f"limits {MAX_IN}/{MAX_OUT}/{MAX_SYM})")
     _finish_sources(job, variants)
-    return Rendered(job.plan, variants, template or "pointwise")
+    return Rendered(job.plan, variants, _family_name(sg.pattern))
 
 
 def _finish_sources(job: Job, variants: list) -> None:
@@ -349,4 +328,4 @@ def _finish_sources(job: Job, variants: list) -> None:
     for v, variant in enumerate(variants):
         route = (v, len(variants), job.plan.routes[v].cond)
         variant.source = sources.finish(variant.source, job.plan.syms, job.node_name, job.sg.pattern.name,
-                                        job.sg.pattern.template, route, variant.name, pgraph)
+                                        _family_name(job.sg.pattern), route, variant.name, pgraph)

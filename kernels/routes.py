@@ -5,8 +5,8 @@ at SAMPLES, neighbouring samples with the same choice merged into one route `dim
 ALWAYS; a neighbour's choice within ROUTE_TOLERANCE is kept), LAUNCH_PREFERENCE (how much faster a plan of
 more launches must be modelled), the menu filter `_usable` (configs the target excludes or whose shared
 memory does not fit) with its error NoConfig, and the value helpers `_value`, `_static` and `sm_count`.
-Each family's routes live with the family: kernels/gemm/routes.py (GEMM, grouped and gated GEMM, GEMM + row
-normalisation), kernels/attention/routes.py (attention).
+Each family's routes live with the family: kernels/families/gemm/routes.py (GEMM, grouped and gated GEMM, GEMM + row
+normalisation), kernels/families/flash_attention/routes.py (attention).
 """
 from __future__ import annotations
 

@@ -196,8 +196,8 @@ def format_pattern_list(wh) -> str:
     for k, p in enumerate(wh):
         flags = [f for f, on in (("prologue", p.allow_prologue), ("epilogue", p.allow_epilogue)) if on]
         head = f"{k}. {p.name}  [{', '.join(flags) or 'no growth'}]"
-        if p.template:
-            head += f"  template={p.template}"
+        if p.family is not None:
+            head += f"  family={p.family.name}"
         if getattr(p, "horizontal", False):
             head += "  horizontal (groups sibling subgraphs after growth)"
         lines.append(head)

@@ -142,8 +142,8 @@ def _rewrite_detailed(model, warehouse, disable, archs, cache, progress, fp32_ma
     specs = []
     for k, sg in enumerate(subgraphs):
         attrs = {"pgraph": sg.pgraph.render(), "pgraph_hash": sg.pgraph.structural_hash()}
-        if sg.pattern.template:
-            attrs["template"] = sg.pattern.template
+        if sg.pattern.family is not None:      # the node attribute `template` (CONTRACT.md §5) names the family
+            attrs["template"] = sg.pattern.family.name
         if built is not None:
             attrs.update(kernel_attrs[k])
         order, host = kernel_inputs[k] if built is not None else (None, 0)

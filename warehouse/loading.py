@@ -1,4 +1,4 @@
-"""Loading a warehouse: the built-in patterns (warehouse/patterns/, registered on import), the
+"""Loading a warehouse: the built-in patterns (warehouse/families/, registered on import), the
 entry-point plugins (group ``plus_ep.warehouse``) and the pattern files of a folder
 (``PLUS_EP_WAREHOUSE``). Apart from registry.py so that the registry never imports the patterns
 that import it."""
@@ -9,7 +9,7 @@ import logging
 import pathlib
 
 from .. import config
-from . import patterns  # noqa: F401  (the built-in patterns register with the registry on import)
+from . import families  # noqa: F401  (the built-in families register their patterns on import)
 from .registry import _BUILTIN, _TARGET, Warehouse
 
 log = logging.getLogger("plus_ep.warehouse")
@@ -27,7 +27,7 @@ def default_warehouse() -> Warehouse:
 
 
 def load_warehouse(folder=None, plugins: bool = True) -> Warehouse:
-    """The built-in patterns (registered when this module imported patterns/), then entry-point
+    """The built-in patterns (registered when this module imported families/), then entry-point
     plugins, then the files of `folder`."""
     wh = Warehouse(_BUILTIN.patterns)
     if plugins:

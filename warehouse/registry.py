@@ -6,14 +6,15 @@ their own package (entry-point group ``plus_ep.warehouse``) or a folder (``PLUS_
 
     from plus_ep.warehouse import pattern
 
-    @pattern("gemm_softmax", allow_epilogue=True, template="gemm_rownorm")
+    @pattern("gemm_softmax", allow_epilogue=True, family="gemm_rownorm")
     def gemm_softmax(b):
         x, w = b.input("x", ["M", "K"]), b.input("w", ["K", "N"])
         return b.Softmax(b.MatMul(x, w), axis=-1)
 
-``template`` must name one of ``TEMPLATES`` (a pattern naming another is rejected when it is
-added); ``roles`` finds, on each exact match, the node and tensor of each template role or
-refuses the match with a reason (see roles.py).
+``family`` is the template family rendering the pattern's subgraphs (graph_rewrites/family.py): a
+`Family` object, or the name of one a loaded pattern declared (`FAMILIES`; another name is rejected
+when the pattern is added). ``roles`` finds, on each exact match, the node and tensor of each role of
+the family's template or refuses the match with a reason (default: the family's finder, see roles.py).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Callable
 import onnx
 from onnx import TensorProto, helper
 
+from ..graph_rewrites.family import Family
 
 
 class PatternBuilder:
@@ -70,11 +72,11 @@ class Pattern:
     define: Callable | None = None          # fn(PatternBuilder) -> output name(s)
     allow_prologue: bool = False
     allow_epilogue: bool = True
-    template: str | None = None             # the template rendering it: a name in TEMPLATES
+    family: Family | None = None            # the template family rendering it (None: DEFAULT_FAMILY's)
     any_parallel: bool = False              # wildcard: any nest of parallel loops, no key ops
     check: Callable | None = None           # fn(candidate +Graph) -> reason str | None
     doc: str = ""
-    roles: Callable | None = None           # fn(view, members) -> roles dict | refusal reason (roles.py)
+    roles: Callable | None = None           # fn(view, members) -> the family's Roles | refusal reason (roles.py)
     horizontal: bool = False                # groups sibling subgraphs after growth (identify.py), never grown
     _graph: object = field(default=None, repr=False)
     _match: object = field(default=None, repr=False)
@@ -97,21 +99,21 @@ class Pattern:
         return self._match
 
 
-# The pattern -> template contract: the templates a pattern may name, each rendered by the kernels
-# renderer registered under the same name (kernels/render.py; a test checks both sides agree).
-TEMPLATES = {
-    "elementwise": "point-wise kernels over the subgraph's outputs",
-    "row_reduce": "one block per row: softmax, LayerNorm, RMSNorm and their element-wise neighbours",
-    "reduce": "one block per row: plain reductions over trailing axes",
-    "gemm": "MatMul/Gemm with an element-wise epilogue (roles: gemm, a, b, epilogue_inputs)",
-    "gemm_rownorm": "GEMM whose epilogue feeds a row normalisation (roles as gemm)",
-    "gemm_group": "sibling GEMMs reading one A, one launch with the group index as an outer batch index "
-                  "(roles: a, members: [{gemm, a, b}])",
-    "gemm_gated": "a gated MLP's two products of one A in one GEMM, the epilogue gets both sums (roles: a, form, "
-                  "parts, meet; members: [{gemm, a, b}] or gemm, b, half)",
-    "flash_attention": "softmax(QKᵀ + mask)·V in the FlashAttention style (roles: q, k, v, mask, qk, "
-                       "softmax, pv, p_chain, nan_guard)",
-}
+FAMILIES: dict = {}     # family name -> Family, as the patterns added so far declare them (built-ins first)
+DEFAULT_FAMILY = "pointwise"    # the family of a pattern that names none: point-wise kernels over its outputs
+
+
+def family_named(name: str) -> Family:
+    """The declared family called `name` (a pattern names it by name from a user's pattern file)."""
+    if name not in FAMILIES:
+        raise ValueError(f"no template family {name!r} (known: {sorted(FAMILIES)})")
+    return FAMILIES[name]
+
+
+def _declare(family: Family, pattern_name: str) -> None:
+    known = FAMILIES.setdefault(family.name, family)
+    if known is not family:
+        raise ValueError(f"pattern {pattern_name!r} declares a second template family named {family.name!r}")
 
 
 class Warehouse:
@@ -120,19 +122,32 @@ class Warehouse:
     def __init__(self, patterns=()):
         self.patterns: list[Pattern] = list(patterns)
 
-    def add(self, p: Pattern, before: str | None = None):
+    def add(self, p: Pattern, before: str | Family | None = None):
+        """Add `p` last, or before the pattern named `before`, or before the first pattern of family `before`."""
         if any(q.name == p.name for q in self.patterns):
             raise ValueError(f"warehouse already has a pattern named {p.name!r}")
-        if p.template is not None and p.template not in TEMPLATES:
-            raise ValueError(f"pattern {p.name!r} names template {p.template!r}, which has no renderer "
-                             f"(known: {sorted(TEMPLATES)})")
+        if isinstance(p.family, str):
+            p.family = family_named(p.family)
+        elif p.family is None:
+            p.family = FAMILIES.get(DEFAULT_FAMILY)
+        if p.family is not None:
+            if not isinstance(p.family, Family):
+                raise ValueError(f"pattern {p.name!r}: family {p.family!r} is not a Family")
+            if p.horizontal and (p.family.groups is None or p.family.groups.member.joins is None):
+                raise ValueError(f"pattern {p.name!r} is horizontal, but family {p.family.name!r} declares no "
+                                 "groups of a family whose subgraphs join them")
+            _declare(p.family, p.name)
+            if p.roles is None:
+                p.roles = p.family.find_roles
         if before is None:
             self.patterns.append(p)
         else:
-            names = [q.name for q in self.patterns]
-            if before not in names:
-                raise ValueError(f"no pattern {before!r} to insert {p.name!r} before; have {names}")
-            self.patterns.insert(names.index(before), p)
+            at = [k for k, q in enumerate(self.patterns)
+                  if (q.family is before if isinstance(before, Family) else q.name == before)]
+            if not at:
+                raise ValueError(f"no pattern {before!r} to insert {p.name!r} before; "
+                                 f"have {[q.name for q in self.patterns]}")
+            self.patterns.insert(at[0], p)
         for fn in (p.define, p.check, p.roles):   # the source as loaded, not as a later edit leaves it
             _source_digest(fn)
         return p
@@ -169,7 +184,8 @@ class Warehouse:
 def pattern_digest(p) -> bytes:
     """What one pattern matches and renders with: its name and options, and the source digest of its
     definition, check and roles finder (Warehouse.digest; the render store's key, kernels/compile/render_store.py)."""
-    h = hashlib.sha256(repr((p.name, p.allow_prologue, p.allow_epilogue, p.template, p.any_parallel,
+    family = p.family.name if p.family is not None else None
+    h = hashlib.sha256(repr((p.name, p.allow_prologue, p.allow_epilogue, family, p.any_parallel,
                              p.horizontal)).encode())
     for fn in (p.define, p.check, p.roles):
         h.update(b"\0" + _source_digest(fn))
@@ -207,14 +223,15 @@ _BUILTIN = Warehouse()
 _TARGET = [_BUILTIN]          # where @pattern registers: built-ins, or the warehouse being loaded
 
 
-def pattern(name: str, *, allow_prologue=False, allow_epilogue=True, template=None,
+def pattern(name: str, *, allow_prologue=False, allow_epilogue=True, family: Family | str | None = None,
             any_parallel=False, check=None, roles=None, before=None, warehouse: Warehouse | None = None,
             horizontal=False):
     """Decorator registering a pattern definition (in the warehouse being loaded). ``horizontal``: the
     pattern is not grown from a seed; after growth it merges sibling subgraphs whose union matches it
-    (its definition lists two members; a group may hold more, each matching the first)."""
+    (its definition lists two members; a group may hold more, each matching the first; its family
+    declares the groups). ``before``: a pattern name, or a Family whose patterns this one precedes."""
     def deco(fn):
-        (warehouse or _TARGET[-1]).add(Pattern(name, fn, allow_prologue, allow_epilogue, template,
+        (warehouse or _TARGET[-1]).add(Pattern(name, fn, allow_prologue, allow_epilogue, family,
                                                any_parallel, check, (fn.__doc__ or "").strip(), roles,
                                                horizontal),
                                        before)

@@ -88,7 +88,7 @@ def forced_attention_config(name: str | None):
     if name is None:
         yield
         return
-    from plus_ep.kernels.attention import routes as ar
+    from plus_ep.kernels.families.flash_attention import routes as ar
     from plus_ep.kernels.render import clear_render_cache
     real = ar.attention_routes
 
@@ -213,7 +213,7 @@ def issue_table(dims, key_major: bool) -> dict:
     """Per f16/bf16 attention config of the menu at each head dim: the interpreter's warp instructions and MUFU
     operations per CTA at 2 and 4 key tiles (one CTA of a [1, 1, S, D] problem, S = tiles x the key tile),
     fitted as a + b x key tiles: what a route model by perfmodel needs to compare the tiles."""
-    from plus_ep.kernels.attention import configs as ac
+    from plus_ep.kernels.families.flash_attention import configs as ac
     out = {}
     for dim in dims:
         for cfg in ac.configs_for(ac.MATH_F16, dim):
@@ -235,8 +235,8 @@ def routing_evidence(table: dict, shapes) -> list[dict]:
     Q, K, V and O once from DRAM; beside the config today's attention route picks."""
     import math
 
-    from plus_ep.kernels.attention import configs as ac
-    from plus_ep.kernels.attention import routes as ar
+    from plus_ep.kernels.families.flash_attention import configs as ac
+    from plus_ep.kernels.families.flash_attention import routes as ar
     from plus_ep.kernels.codegen import symdim
     from plus_ep.kernels.target import Target
     out = []
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
                     help="a previous output: re-state its rows with the current model from its runs' model "
                          "inputs, without the interpreter")
     a = ap.parse_args(argv)
-    from plus_ep.kernels.attention import configs as ac
+    from plus_ep.kernels.families.flash_attention import configs as ac
     t0 = time.perf_counter()
     rows, runs = [], []
     if a.issue_table:

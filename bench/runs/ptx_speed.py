@@ -21,9 +21,9 @@ import numpy as np
 
 from bench import RESULTS
 from bench.harness.env_info import env_info
-from plus_ep.kernels.attention import configs as ac
-from plus_ep.kernels.gemm import configs as gc
-from plus_ep.kernels.gemm import sm90a_configs as gc90
+from plus_ep.kernels.families.flash_attention import configs as ac
+from plus_ep.kernels.families.gemm import configs as gc
+from plus_ep.kernels.families.gemm import sm90a_configs as gc90
 from tests.support import ptx_harness as H
 from tests.support.ptx_sources import gemm_source, wgmma_source
 from tests.support.gemm_variants import Variant

@@ -1,18 +1,18 @@
-"""Weight decoders into GEMM subgraphs: after identification, a GEMM subgraph whose B is the
-dequantisation chain of a MatMulNBits expansion (quant.py marks the chain's last node) takes that chain
-in (a gated MLP's GEMM both chains of its gate and up weights, decoded by plus_b_chunk /
-plus_b1_chunk), so its fused node reads the packed weights, scales and zero points, and its kernel decodes B in the
-mainloop (kernels/gemm/nbits.py) instead of reading a dequantised copy. The chain's nodes read only
-initializers (no data kernel of their own); the fused node's function body still computes the same
-thing from the same inputs."""
+"""Weight decoders into fused subgraphs: after identification, a subgraph whose family takes decoders
+(`Family.decodes`: the GEMM families) and one of whose weights is the dequantisation chain of a MatMulNBits
+expansion (quant.py marks the chain's last node) takes that chain in (a gated MLP's GEMM both chains of its
+gate and up weights), so its fused node reads the packed weights, scales and zero points, and its kernel
+decodes the weight in the mainloop instead of reading a dequantised copy. The chain's nodes read only
+initializers (no data kernel of their own); the fused node's function body still computes the same thing
+from the same inputs. A kernel decodes all of its weights or none: a group whose weights cannot all be
+decoded falls back to its members, each decoding its own."""
 from __future__ import annotations
 
 import json
 
 from .quant import DECODER
 
-GEMM_TEMPLATES = ("gemm", "gemm_rownorm")
-LAYOUT = ("K", "N", "bits", "block_size")      # what the two decoded weights of one gated GEMM share
+LAYOUT = ("K", "N", "bits", "block_size")      # what the decoded weights of one kernel share
 
 
 def decoder_of(view, t):
@@ -51,70 +51,53 @@ def movable(view, b, taken=frozenset()) -> set | None:
     return chain_of(view, b, taken) or None
 
 
-def gated_pair(view, bs):
-    """The decoders of a gated GEMM's two weights `bs` (B0's, B1's: its members' order), which one kernel decodes
-    in its mainloop: None when neither is a MatMulNBits weight, else [B0's, B1's] descriptions or the reason
-    one kernel cannot decode them (one weight quantised, layouts that differ, a decoded copy read elsewhere)."""
+def decoders_of(view, bs):
+    """The decoders of the weights `bs` one kernel decodes in its mainloop: None when none is a MatMulNBits
+    weight, else their descriptions in order, or the reason one kernel cannot decode them all (only some
+    quantised, layouts that differ, a decoded copy read elsewhere)."""
     metas = [decoder_of(view, b) for b in bs]
     if all(m is None for m in metas):
         return None
     if any(m is None for m in metas):
-        q = bs[0] if metas[0] is not None else bs[1]
-        return (f"only one weight ('{q}') is a MatMulNBits weight; the gated template decodes both weights "
-                "in its mainloop or neither")
+        quantised = [b for b, m in zip(bs, metas) if m is not None]
+        some = f"only one weight ('{quantised[0]}')" if len(quantised) == 1 else f"only the weights {quantised}"
+        return (f"{some} of {len(bs)} is a MatMulNBits weight; one kernel decodes all of its weights in its "
+                "mainloop or none")
     got = [tuple(m[k] for k in LAYOUT) for m in metas]
-    if got[0] != got[1]:
-        return (f"the MatMulNBits weights differ in layout ({', '.join(LAYOUT)} = {got[0]} vs {got[1]}); "
-                "the gated template decodes two weights of one layout")
+    if len(set(got)) > 1:
+        return (f"the MatMulNBits weights differ in layout ({', '.join(LAYOUT)} = {' vs '.join(map(str, got))}); "
+                "one kernel decodes weights of one layout")
     for b in bs:
         if movable(view, b) is None:
-            return (f"the dequantised weight '{b}' is also read elsewhere (or computed from data); the gated "
-                    "template decodes the packed weights in its mainloop")
+            return (f"the dequantised weight '{b}' is also read elsewhere (or computed from data); the kernel "
+                    "decodes the packed weights in its mainloop")
     return metas
 
 
-def _attach_one(view, sg, taken) -> None:
-    roles = sg.roles or {}
-    if "gemm" not in roles:
-        return
-    seed = view.nodes[roles["gemm"]]
-    b = roles.get("b")
-    meta = decoder_of(view, b) if seed.op_type == "MatMul" else None
-    chain = movable(view, b, taken) if meta is not None else None
-    if chain:
-        sg.nodes = tuple(sorted(set(sg.nodes) | chain))
-        sg.roles = dict(roles, nbits=meta)
-        taken |= chain
+def _attach(view, sg, taken) -> list:
+    """The subgraphs that replace `sg`: itself, with its weights' decoder chains moved in when its family
+    decodes them (its roles then carry the descriptions), else itself unchanged, or a group's members when
+    the group cannot decode all its weights (each member decoding its own). `taken`: nodes already placed."""
+    decodes = sg.pattern.family.decodes if sg.pattern.family is not None else None
+    bs = decodes.weights(view, sg.roles) if decodes is not None and sg.roles is not None else []
+    metas = decoders_of(view, bs) if bs else None
+    if metas is None:
+        return [sg]
+    chains = None if isinstance(metas, str) else [movable(view, b, taken) for b in bs]
+    if chains is None or not all(chains) or any(c & d for i, c in enumerate(chains) for d in chains[i + 1:]):
+        if not sg.parts:                  # never a kernel reading a dequantised copy of a weight it decodes
+            return [sg]
+        return [s for part in sg.parts for s in _attach(view, part, taken)]
+    for part in sg.parts:                 # the fallback members, built instead where the group's kernels fail
+        _attach(view, part, set(taken))
+    sg.nodes = tuple(sorted(set(sg.nodes).union(*chains)))
+    sg.roles = decodes.decoded(sg.roles, metas)
+    taken.update(*chains)
+    return [sg]
 
 
 def attach(view, subgraphs) -> list:
-    """Move each single-GEMM subgraph's weight decoder into it (roles["nbits"]: the description), and both
-    decoders of a gated pair (roles["nbits"]: [B0's, B1's], in its members' order; its parts, built instead where the gated
-    kernels fail, each take their own); returns the subgraphs (changed in place; a gated pair whose decoders
-    cannot both move in is replaced by its parts)."""
+    """Move each subgraph's weight decoders into it (`_attach`); returns the subgraphs (changed in place; a
+    group whose decoders cannot all move in is replaced by its members)."""
     taken = {i for sg in subgraphs for i in sg.nodes}
-    out = []
-    for sg in subgraphs:
-        roles = sg.roles or {}
-        template = getattr(sg.pattern, "template", None)
-        if template == "gemm_gated" and roles.get("form") == "pair":
-            bs = [m["b"] for m in roles["members"]]
-            metas = gated_pair(view, bs)
-            if metas is None:
-                out.append(sg)
-                continue
-            chains = [None, None] if isinstance(metas, str) else [movable(view, b, taken) for b in bs]
-            if not all(chains) or chains[0] & chains[1]:      # never a gated kernel reading a dequantised copy
-                for part in sg.parts:
-                    _attach_one(view, part, taken)
-                out.extend(sg.parts)
-                continue
-            for part in sg.parts:          # the fallback members, each decoding its own weight
-                _attach_one(view, part, set(taken))
-            sg.nodes = tuple(sorted(set(sg.nodes).union(*chains)))
-            sg.roles = dict(roles, nbits=metas)
-            taken.update(*chains)
-        elif not sg.parts and "gemm" in roles and template in GEMM_TEMPLATES:
-            _attach_one(view, sg, taken)
-        out.append(sg)
-    return out
+    return [s for sg in subgraphs for s in _attach(view, sg, taken)]

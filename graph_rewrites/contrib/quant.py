@@ -6,7 +6,7 @@ scales' type ([N, k_blocks]); element k of column n is ``(q[n,k] - zp[n, k // bl
 block]``. The expansion dequantises B with standard ops on the packed initializers (BitShift,
 BitwiseAnd / Sub, Cast, Sub, Mul, Reshape, Transpose): those nodes read no graph-input data, so
 identification sees a plain MatMul + bias whose B comes from memory, and the int4 GEMM pattern
-(warehouse/patterns/gemm_nbits.py) takes the packed weights into the kernel instead.
+(warehouse/families/gemm_nbits.py) takes the packed weights into the kernel instead.
 
 ORT's `accuracy_level` only allows its CPU kernel to compute with lower-precision activations (level 4:
 int8); the expansion computes at the activations' precision, which is the op's definition."""

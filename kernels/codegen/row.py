@@ -5,7 +5,7 @@ program order, each a strided pass over the row followed by a block reduction, t
 row-shaped outputs. Element values are pulled (pull.py), so any element-wise prologue and epilogue
 and any layout of the reduced axes work; reduction results are per-row scalars bound in the emitter.
 
-Tile mode (`tile_hook`, the sm_90a GEMM's PLUS_HAS_ROW_TILE hook, kernels/gemm/norm_render.py): the same
+Tile mode (`tile_hook`, the sm_90a GEMM's PLUS_HAS_ROW_TILE hook, kernels/families/gemm_rownorm/tile.py): the same
 program over a CTA's BM x BN slice of rows whose CTAs form a thread-block cluster along the row. A pass is
 a warp per row over the CTA's columns (warp reduction), the row's partial in a shared array, a cluster
 barrier, then one thread per row combines the partials of every rank in rank order (plus_cluster.cuh) and

@@ -37,7 +37,9 @@ log = logging.getLogger("plus_ep.kernels")
 ARCHS = arch_table.ARCHS                 # the one arch table: kernels/arch.py
 
 TEMPLATES_DIR = pathlib.Path(__file__).resolve().parents[1] / "templates"
-"""Folder of the CUDA templates (`plus_common.cuh`, ...): first on the include path, hashed into cache keys."""
+"""Folder of the shared CUDA headers (`plus_common.cuh`, `plus_abi.h`, ...): first on the include path."""
+FAMILIES_DIR = pathlib.Path(__file__).resolve().parents[1] / "families"
+"""Folder of the template families: the headers directly in each family's folder are on the include path too."""
 
 HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".inc")
 
@@ -108,9 +110,44 @@ def cuda_include_dir() -> str:
     return str(found)
 
 
+def family_template_dirs() -> list[pathlib.Path]:
+    """The family folders that hold CUDA headers (kernels/families/<family>/*.cuh), by name."""
+    if not FAMILIES_DIR.is_dir():
+        return []
+    return sorted(d for d in FAMILIES_DIR.iterdir()
+                  if d.is_dir() and any(f.suffix in HEADER_SUFFIXES for f in d.iterdir() if f.is_file()))
+
+
+def template_files() -> dict:
+    """{name a kernel #includes: path} of every PlusEP header: the shared templates folder and the headers
+    directly in each family's folder. One flat namespace: a name defined twice is an error (which one an
+    #include finds would depend on the include order)."""
+    found: dict = {}
+    roots = [(TEMPLATES_DIR, True)] + [(d, False) for d in family_template_dirs()]
+    for root, recursive in roots:
+        if not root.is_dir():
+            continue
+        for path in (root.rglob("*") if recursive else root.iterdir()):
+            if not path.is_file() or path.suffix not in HEADER_SUFFIXES:
+                continue
+            name = path.relative_to(root).as_posix()
+            if name in found:
+                raise RuntimeError(f"CUDA header {name} is defined twice: {found[name]} and {path}")
+            found[name] = path
+    return found
+
+
 def include_dirs() -> list[str]:
-    """Include path of every compile: the templates folder, then the CUDA headers."""
-    return [str(TEMPLATES_DIR), cuda_include_dir()]
+    """Include path of every compile: the templates folder, the family folders with headers, then the CUDA
+    headers."""
+    return [str(TEMPLATES_DIR)] + [str(d) for d in family_template_dirs()] + [cuda_include_dir()]
+
+
+def _hash_files(h, files: dict) -> None:
+    """Each header's name and content digest, in name order."""
+    for name in sorted(files):
+        h.update(name.encode() + b"\0")
+        h.update(hashlib.sha256(pathlib.Path(files[name]).read_bytes()).digest())
 
 
 def _hash_dir(h, root: pathlib.Path, suffixes=None) -> None:
@@ -133,12 +170,13 @@ def _cuda_headers_digest() -> str:
 
 
 def header_digest(extra_dirs=()) -> str:
-    """sha256 over every header a kernel can include: the templates (re-read on each call, they are
-    small and edited during development), the CUDA headers (hashed once per process) and the headers
-    in `extra_dirs` (an expert's own template folder passed with -I)."""
+    """sha256 over every header a kernel can include: PlusEP's templates (`template_files`, by name: where
+    a header lives does not change the key; re-read on each call, they are small and edited during
+    development), the CUDA headers (hashed once per process) and the headers in `extra_dirs` (an expert's
+    own template folder passed with -I)."""
     h = hashlib.sha256()
     h.update(b"templates\0")
-    _hash_dir(h, TEMPLATES_DIR, HEADER_SUFFIXES)
+    _hash_files(h, template_files())
     h.update(b"cuda\0" + _cuda_headers_digest().encode())
     for d in extra_dirs:
         h.update(b"extra\0")

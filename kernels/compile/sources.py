@@ -55,7 +55,7 @@ def header(node: str, pattern: str, template: str | None, route: tuple, variant:
     r, count, cond = route
     lines = ["PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR",
              f"node:    {node}",
-             f"pattern: {pattern} (template {template or 'pointwise'})",
+             f"pattern: {pattern}" + (f" (template {template})" if template else ""),
              f"route:   {r} of {count}, taken when `{cond}` is the first non-zero condition",
              f"variant: {variant}"]
     if syms:

@@ -72,7 +72,7 @@ def model_inputs(c: dict) -> dict:
     grid, block = list(c.get("grid", [1, 1, 1])), list(c.get("block", [1, 1, 1]))
     by_class = c.get("thread_instructions_by_class", {})
     # global load / store sectors, and distributed shared memory traffic counted like L2 traffic (the route
-    # model does the same, kernels/gemm/routes.py gemm_time)
+    # model does the same, kernels/families/gemm/routes.py gemm_time)
     l2 = (sum(c.get(k, {}).get("sectors", 0) for k in ("global_ld", "global_st")) * 32
           + sum(d.get("bytes", 0) for k, d in c.items() if k.startswith("dsmem") and isinstance(d, dict))) * s
     return {"ctas": _prod(grid), "threads": _prod(block),

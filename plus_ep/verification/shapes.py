@@ -3,8 +3,9 @@ with a ragged remainder, in every tiled dimension of every route the launcher ch
 
 The tiles come from the plans (CONTRACT.md §3): a grid dimension `X,T,cdiv` tiles X by T (GEMM rows
 M = batch * seq by BM and columns N by BN, attention queries by BQ, point-wise elements by the block), and
-an attention kernel's key tile (BKV) is recovered from its route's dynamic shared memory
-(kernels/attention_configs.attn_smem_bytes). Each candidate (batch, seq) is bound through the plan's
+a launch's tiles that no grid dimension shows come from the template family that defines its kernel
+(`KernelFamily.hidden_tiles`: an attention kernel's key tile, recovered from its route's dynamic shared
+memory). Each candidate (batch, seq) is bound through the plan's
 `in` records from the node inputs' shapes of a plain ORT run (cheap), the route condition is evaluated
 as the launcher does, and the first candidate that spans every tile wins. Dims fixed by the model
 (a GEMM's N set by its weights, marked "(fixed)"; a ViT's patch count) cannot be chosen: they are
@@ -92,31 +93,11 @@ def chosen_route(plan_text: str, arch: str, s: dict) -> tuple:
     return -1, []
 
 
-def _attention_key_tiles(kernel: list, head_dim: int | None, math: int | None = None) -> list:
-    """BKV candidates of an attention launch from its shared memory and query tile (None if unknown)."""
-    try:
-        from ..kernels.attention.configs import attn_smem_bytes
-    except ImportError:       # pragma: no cover - the renovation moves it
-        return []
-    grid_x, smem = kernel[4], kernel[-1]
-    if not smem.isdigit() or head_dim is None or not grid_x.endswith(",cdiv"):
-        return []
-    try:
-        bq = int(grid_x.split(",")[-2])
-    except ValueError:
-        return []
-    found = []
-    for m in ((0, 1, 2) if math is None else (math,)):
-        for bkv in range(16, 513, 16):
-            if attn_smem_bytes(m, head_dim, bq, bkv) == int(smem):
-                found.append(bkv)
-    return sorted(set(found))
-
-
 def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = None, math: str | None = None) -> list:
     """[(what, tile, extent)] of every tiled dimension of the route chosen for these input shapes.
-    math: the node's math mode (tolerances.node_math), which tells the attention template's path."""
-    path = {"exact": 0, "tf32": 1, "fp16": 2, "bf16": 2}.get(math)
+    head_dim, math: the node's head dimension and math mode (tolerances.node_math), which a family's hidden
+    tiles may depend on (the attention template's key tile)."""
+    from ..kernels.families import of_entry
     s = bind(plan_text, shapes)
     _, kernels = chosen_route(plan_text, arch, s)
     out = []
@@ -132,12 +113,9 @@ def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = Non
                 fixed = not any(x.startswith(("s", "v")) for x in items[:p - 1])
                 if extent is not None:
                     out.append((f"{entry} grid.{axis}{' (fixed)' if fixed else ''}", int(items[p - 1]), extent))
-        if entry == "plus_attention":
-            names = dict(_syms(plan_text))
-            seqs = [s[i] for i, nm in names.items() if "seq" in nm and i in s]
-            for bkv in _attention_key_tiles(k, head_dim, path):
-                if seqs:
-                    out.append((f"{entry} keys", bkv, min(seqs)))
+        family = of_entry(entry)
+        if family is not None and family.hidden_tiles is not None:
+            out += family.hidden_tiles(k, s, dict(_syms(plan_text)), head_dim, math)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Every attention menu entry (kernels/attention/configs.py: head dims 32, 64, 80, 96, 128, 256; SIMT fp32,
+"""Every attention menu entry (kernels/families/flash_attention/configs.py: head dims 32, 64, 80, 96, 128, 256; SIMT fp32,
 TF32 and f16/bf16 tensor cores) compiles with NVRTC for every arch of kernels/arch.py without register
 spills, without a stack frame, and within the arch's shared memory.
 
@@ -22,7 +22,7 @@ import itertools
 import pytest
 
 from plus_ep.kernels import arch as arch_table
-from plus_ep.kernels.attention import configs as ac
+from plus_ep.kernels.families.flash_attention import configs as ac
 from plus_ep.kernels.compile import nvrtc
 from plus_ep.kernels.compile.cache import KernelCache
 from tests.support.parallel import run_jobs

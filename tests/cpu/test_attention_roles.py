@@ -10,7 +10,6 @@ from plus_ep import warehouse
 from plus_ep.explain import explain, format_explanation
 from plus_ep.kernels import render as render_mod
 from plus_ep.rewrite import rewrite_detailed
-from plus_ep.warehouse import registry
 from plus_ep.kernels.target import Target
 from tests.support.attention_models import (DROPOUT_EVAL, DROPOUT_TRAIN, GUARD, NONE, SPELLED, WHERE_KEEP,
                                             attention_model)
@@ -39,10 +38,10 @@ def test_attention_roles_are_found_at_identification(variant, guard):
     (sg,) = r.subgraphs
     assert sg.pattern.name == "attention"
     nodes = r.view.nodes
-    assert (nodes[sg.roles["qk"]].op_type, nodes[sg.roles["softmax"]].op_type,
-            nodes[sg.roles["pv"]].op_type) == ("MatMul", "Softmax", "MatMul")
-    assert (sg.roles["q"], sg.roles["v"], sg.roles["mask"]) == ("q", "v", ["mask"])
-    assert sg.roles["nan_guard"] is guard
+    assert (nodes[sg.roles.qk].op_type, nodes[sg.roles.softmax].op_type,
+            nodes[sg.roles.pv].op_type) == ("MatMul", "Softmax", "MatMul")
+    assert (sg.roles.q, sg.roles.v, sg.roles.mask) == ("q", "v", ("mask",))
+    assert sg.roles.nan_guard is guard
 
 
 @pytest.mark.parametrize("variant,guard", [(GUARD, True), (NONE, False)])
@@ -100,28 +99,20 @@ def test_renderers_read_every_input_of_their_subgraph(variant):
                 f"{sg.pattern.name}: input {k} '{t}' is never read"
 
 
-def test_every_declared_template_has_a_renderer():
-    assert set(render_mod.RENDERERS) - {None} == set(registry.TEMPLATES)
-    with pytest.raises(ValueError, match="not a template the warehouse declares"):
-        render_mod.register_renderer("gemm_softmax", lambda job: [])
-    with pytest.raises(ValueError, match="already has a renderer"):
-        render_mod.register_renderer("gemm", lambda job: [])
-
-
-def test_pattern_naming_a_missing_template_is_rejected_when_the_warehouse_loads(tmp_path, caplog):
+def test_pattern_naming_a_missing_family_is_rejected_when_the_warehouse_loads(tmp_path, caplog):
     wh = warehouse.Warehouse()
-    with pytest.raises(ValueError, match="names template 'gemm_softmax', which has no renderer"):
-        wh.add(warehouse.Pattern("gemm_softmax", template="gemm_softmax"))
+    with pytest.raises(ValueError, match="no template family 'gemm_softmax'"):
+        wh.add(warehouse.Pattern("gemm_softmax", family="gemm_softmax"))
     (tmp_path / "mine.py").write_text(textwrap.dedent('''
         from plus_ep.warehouse import pattern
 
-        @pattern("gemm_softmax", before="gemm", template="gemm_softmax")
+        @pattern("gemm_softmax", before="gemm", family="gemm_softmax")
         def gemm_softmax(b):
             return b.Softmax(b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"])), axis=-1)
     '''))
     loaded = warehouse.load_warehouse(tmp_path, plugins=False)
     assert "gemm_softmax" not in [p.name for p in loaded]
-    assert "which has no renderer" in caplog.text
+    assert "no template family 'gemm_softmax'" in caplog.text
 
 
 def test_every_subgraph_of_the_demo_bert_reads_every_input():

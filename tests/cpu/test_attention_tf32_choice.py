@@ -8,8 +8,8 @@ import pytest
 
 from plus_ep.demo_model import build_bert
 from plus_ep.graph_rewrites.partition import boundary
-from plus_ep.kernels.attention import configs as ac
-from plus_ep.kernels.attention import routes
+from plus_ep.kernels.families.flash_attention import configs as ac
+from plus_ep.kernels.families.flash_attention import routes
 from plus_ep.kernels.render import render
 from plus_ep.rewrite import rewrite_detailed
 from plus_ep.kernels.target import Target

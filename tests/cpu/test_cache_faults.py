@@ -349,6 +349,7 @@ def session_cache(tmp_path, monkeypatch):
     """The session's cache under tmp, with the kernel folder shared with the test run (warm)."""
     from plus_ep import model_cache
     monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", pathlib.Path(kcache.__file__).parents[1] / "templates")
+    monkeypatch.setattr(nvrtc, "FAMILIES_DIR", pathlib.Path(kcache.__file__).parents[1] / "families")
     model_cache._warned.clear()
     return tmp_path / "plus_ep"
 

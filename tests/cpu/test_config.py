@@ -121,7 +121,7 @@ def _copy_sources(dst: pathlib.Path) -> dict:
 def test_source_digest_covers_every_source_kind():
     names = [n for n, _ in config.source_files(config.package_roots())]
     for want in ("plus_ep/config.py", "plus_ep.graph_rewrites/identify.py", "plus_ep.kernels/render.py",
-                 "plus_ep.warehouse/registry.py", "plus_ep.kernels/templates/gemm.cuh",
+                 "plus_ep.warehouse/registry.py", "plus_ep.kernels/families/gemm/gemm.cuh",
                  "plus_ep/native/plan.c", "plus_ep/native/plus_plan.h"):
         assert want in names
     assert not [n for n in names if "__pycache__" in n]

@@ -1,4 +1,4 @@
-"""Gated MLPs at identification and rendering (warehouse/patterns/gemm_gated.py, render_gemm_gated): separate
+"""Gated MLPs at identification and rendering (warehouse/families/gemm_gated.py, render_gemm_gated): separate
 gate/up projections merge in the horizontal step (either order, SwiGLU or GeGLU), one combined projection split
 by Slices (halves in either order) or a Split grows into one subgraph; the rendered epilogue applies the
 activation to the gate half whatever the graph's order; what is not a gated MLP is left to the other patterns
@@ -37,9 +37,9 @@ def test_separate_projections_are_one_gated_subgraph(act, up_first):
     r = plus_ep.rewrite_detailed(model)
     assert [s.pattern.name for s in r.subgraphs] == ["gemm_gated"]
     (sg,) = r.subgraphs
-    assert sg.roles["form"] == "pair" and sg.roles["meet"] == "t" + str(
+    assert sg.roles.pair and sg.roles.meet == "t" + str(
         next(k for k, n in enumerate(model.graph.node) if n.name == "gated/Mul"))
-    assert [r.view.nodes[m["gemm"]].name for m in sg.roles["members"]] == (
+    assert [r.view.nodes[m.gemm].name for m in sg.roles.members] == (
         ["up/MatMul", "gate/MatMul"] if up_first else ["gate/MatMul", "up/MatMul"])
     assert [e["status"] for e in r.identifier.groups] == ["grouped"]
     _same_on_ort(model, r)
@@ -51,7 +51,7 @@ def test_combined_projection_binds_the_first_half_to_the_gate(form, swap):
     r = plus_ep.rewrite_detailed(model)
     assert [s.pattern.name for s in r.subgraphs] in (["gemm_gated_slice"], ["gemm_gated_split"])
     (sg,) = r.subgraphs
-    assert sg.roles["form"] == "combined" and sg.roles["half"] == M.INTER
+    assert not sg.roles.pair and sg.roles.combined.half == M.INTER
     epi = _epilogue(r)
     # silu on acc0 (the first half, columns 0..I-1), multiplied by acc1 (B1 = B0 + I columns)
     assert "expf(-acc0)" in epi and "acc1" in epi and "expf(-acc1)" not in epi, epi
@@ -107,14 +107,14 @@ def test_combined_projection_with_three_parts_is_not_gated():
     g.op("Mul", g.op("Mul", q, g.op("Sigmoid", q)), g.op("Add", k, v), out="Y")
     g.output("Y", ["batch", "seq", 16])
     from plus_ep.warehouse import default_warehouse
-    from plus_ep.warehouse.patterns.gemm_gated import gated_roles
+    from plus_ep.warehouse.families.gemm_gated import gated_roles
     r = plus_ep.rewrite_detailed(g.model())
     assert not any(s.pattern.name.startswith("gemm_gated") for s in r.subgraphs)
     view = r.view
     members = [i for i, n in enumerate(view.nodes) if n.op_type in ("MatMul", "Split", "Sigmoid", "Mul", "Add")]
     why = gated_roles(view, members)
     assert isinstance(why, str) and "not split into exactly its two halves" in why, why
-    assert default_warehouse().get("gemm_gated_split").template == "gemm_gated"
+    assert default_warehouse().get("gemm_gated_split").family.name == "gemm_gated"
 
 
 def test_f16_pair_renders_for_wgmma():
@@ -137,7 +137,7 @@ def test_int4_pair_decodes_each_weight_with_its_own_fields():
     r = plus_ep.rewrite_detailed(M.gated_nbits_model(TensorProto.FLOAT16))
     (sg,) = r.subgraphs
     assert sg.pattern.name == "gemm_gated"
-    assert [nb["packed"] for nb in sg.roles["nbits"]] == ["gate_Q", "up_Q"]
+    assert [nb["packed"] for nb in sg.roles.nbits] == ["gate_Q", "up_Q"]
     ins, outs = r.view.graph_index.boundary(sg.nodes)
     assert {"gate_Q", "gate_scales", "gate_zp", "up_Q", "up_scales"} <= set(ins)
     src = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="g").variants[0].source
@@ -159,13 +159,13 @@ def test_int4_pair_of_other_layouts_stays_two_decoding_gemms(kw, why):
     assert "gemm_gated" not in [s.pattern.name for s in r.subgraphs]
     reasons = [e["reason"] for e in r.identifier.groups if e["pattern"] == "gemm_gated"]
     assert any(why in (x or "") for x in reasons), reasons
-    decoded = [s.roles["nbits"]["packed"] for s in r.subgraphs if "nbits" in (s.roles or {})]
+    decoded = [s.roles.nbits["packed"] for s in r.subgraphs if getattr(s.roles, "nbits", None)]
     assert decoded == (["gate_Q"] if kw.get("plain_up") else ["gate_Q", "up_Q"])
 
 
 def test_gated_renderer_refuses_two_layouts():
     from plus_ep.kernels.codegen.pull import RenderError
-    from plus_ep.kernels.gemm.nbits import check_pair
+    from plus_ep.kernels.families.gemm.nbits import check_pair
     nb = {"K": 64, "N": 32, "bits": 4, "block_size": 32, "packed": "q", "scales": "s", "zero_points": None}
     check_pair([nb, dict(nb, packed="q1", scales="s1", zero_points="z1")], "g")      # own fields: fine
     with pytest.raises(RenderError, match="differ in layout"):

@@ -1,12 +1,12 @@
 """The route side of the aligned GEMM path: PLUS_ALIGNED=1 is rendered only when the operands' rows are
-provably whole 16-byte chunks (kernels/gemm/routes.gemm_rows_aligned); otherwise the templates check at run time."""
+provably whole 16-byte chunks (kernels/families/gemm/routes.gemm_rows_aligned); otherwise the templates check at run time."""
 from __future__ import annotations
 
 import pytest
 from onnx import TensorProto
 
-from plus_ep.kernels.gemm import configs as gemm_configs, sm90a_configs as gemm_sm90a_configs
-from plus_ep.kernels.gemm import routes
+from plus_ep.kernels.families.gemm import configs as gemm_configs, sm90a_configs as gemm_sm90a_configs
+from plus_ep.kernels.families.gemm import routes
 
 
 @pytest.mark.parametrize("K,ldb,dtype,want", [

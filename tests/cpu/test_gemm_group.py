@@ -1,4 +1,4 @@
-"""Horizontal GEMM groups at identification (warehouse/patterns/gemm_group.py, Identifier.group_horizontal):
+"""Horizontal GEMM groups at identification (warehouse/families/gemm_group.py, Identifier.group_horizontal):
 Q/K/V siblings reading one A merge into one gemm_group subgraph, also when their N differ (GQA: a ragged
 group); a non-convex union, more outputs than a kernel has and a single sibling are refused with a reason
 that `plus-ep explain` prints."""
@@ -26,7 +26,7 @@ def test_qkv_siblings_form_one_group_keeping_each_epilogue():
     g = groups[0]
     ops = sorted(r.view.nodes[i].op_type for i in g.nodes)
     assert ops == sorted(["MatMul", "Add", "Reshape", "Transpose"] * 3)
-    assert [p["b"] for p in g.roles["members"]] == ["Wq", "Wk", "Wv"] and g.roles["a"] == "X"
+    assert [p.b for p in g.roles.members] == ["Wq", "Wk", "Wv"] and g.roles.a == "X"
     assert len(g.parts) == 3 and sorted(g.outputs) == ["K", "Q", "V"]
     assert [e["status"] for e in log] == ["grouped"]
     fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
@@ -43,7 +43,7 @@ def test_smaller_n_siblings_join_a_ragged_group():
     """GQA: Q is wider than K and V; all three are one group (PLUS_HAS_GROUP_N: each member its own N)."""
     model = qkv_model(projections=(("q", H, False), ("k", H // 2, True), ("v", H // 2, False)))
     r, groups, log = _groups(model)
-    assert len(groups) == 1 and [p["b"] for p in groups[0].roles["members"]] == ["Wq", "Wk", "Wv"]
+    assert len(groups) == 1 and [p.b for p in groups[0].roles.members] == ["Wq", "Wk", "Wv"]
     assert [s.pattern.name for s in r.subgraphs] == ["gemm_group"]
     assert [e["status"] for e in log] == ["grouped"]
     x = np.random.default_rng(1).standard_normal((2, 5, H)).astype(np.float32)
@@ -101,12 +101,14 @@ def test_explain_prints_groups_and_refusals(tmp_path):
 
 def test_group_whose_kernels_fail_falls_back_to_its_members(monkeypatch):
     """A group that cannot be rendered is not left unfused: its members are built as separate nodes."""
-    from plus_ep.kernels import render as render_mod
+    import dataclasses
+
     from plus_ep.kernels.codegen.pull import RenderError
+    from plus_ep.kernels.families import gemm_group as kernel_half
 
     def boom(job):
         raise RenderError(f"{job.node_name}: forced failure")
-    monkeypatch.setitem(render_mod.RENDERERS, "gemm_group", boom)
+    monkeypatch.setattr(kernel_half, "KERNEL", dataclasses.replace(kernel_half.KERNEL, render=boom))
     r = plus_ep.rewrite_detailed(qkv_model(), archs=["sm_80"], fp32_math="exact")
     assert [s.pattern.name for s in r.subgraphs] == ["gemm"] * 3 and not r.kernels.failures
     fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]

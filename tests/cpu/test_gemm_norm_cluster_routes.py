@@ -1,4 +1,4 @@
-"""Which GEMM + LayerNorm/RMSNorm subgraphs get the one-kernel sm_90a route (kernels/gemm/norm_render.py)
+"""Which GEMM + LayerNorm/RMSNorm subgraphs get the one-kernel sm_90a route (kernels/families/gemm_rownorm/tile.py)
 and which keep the two-kernel plan, and that every cluster tile compiles with NVRTC without spills."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 from onnx import TensorProto
 
-from plus_ep.kernels.gemm import sm90a_configs as sm90a
+from plus_ep.kernels.families.gemm import sm90a_configs as sm90a
 from plus_ep.kernels.compile import nvrtc
 from tests.support.gemm_norm_cases import norm_model, render_subgraph
 

@@ -25,8 +25,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def frozen_templates(tmp_path, monkeypatch):
-    """A private copy of kernels/templates: the key hashes every template, and the real folder may be
-    edited while the tests run (which would, correctly, change the keys under them)."""
+    """A private copy of kernels/templates (no family headers): the key hashes every template, and the
+    real folders may be edited while the tests run (which would, correctly, change the keys under them)."""
     return freeze_templates(tmp_path, monkeypatch)
 
 
@@ -161,6 +161,7 @@ _WORKER = textwrap.dedent("""
     from plus_ep.kernels.compile.cache import KernelCache
     from plus_ep.kernels.compile import nvrtc
     nvrtc.TEMPLATES_DIR = __import__("pathlib").Path(sys.argv[5])
+    nvrtc.FAMILIES_DIR = nvrtc.TEMPLATES_DIR / "families"      # tests/support/faults.py freeze_templates
     nvrtc.nvrtc_version(); nvrtc.header_digest()   # warm up before the start line
     go = sys.argv[3]
     while not os.path.exists(go):

@@ -20,7 +20,8 @@ BELOW_KERNELS = ("plus_ep.graph_rewrites", "plus_ep.warehouse")
 # the stages of a rewrite in the order they run (docs/architecture.md): a module may import its own stage
 # and earlier ones, never a later one. Every graph_rewrites module has a stage.
 STAGES = (
-    ("plus_ep.validate", "plus_ep.graph_rewrites.index", "plus_ep.graph_rewrites.ops"),    # read and check
+    ("plus_ep.validate", "plus_ep.graph_rewrites.index", "plus_ep.graph_rewrites.ops",
+     "plus_ep.graph_rewrites.family"),                                    # read and check; the family contract
     ("plus_ep.graph_rewrites.graph", "plus_ep.graph_rewrites.shape_fold", "plus_ep.graph_rewrites.shape_reads",
      "plus_ep.graph_rewrites.contrib"),                                                     # view
     ("plus_ep.graph_rewrites.lowering", "plus_ep.graph_rewrites.primitives", "plus_ep.graph_rewrites.ir",
@@ -139,8 +140,8 @@ def test_the_graph_sees_imports():
     assert "plus_ep.kernels.compile.stage" not in g["plus_ep.rewrite"]        # imported inside rewrite_detailed
     assert "plus_ep.kernels.compile.stage" in lazy["plus_ep.rewrite"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    call = ast.parse('importlib.import_module(".patterns", __package__)').body[0].value
-    assert _import_module_target("plus_ep.warehouse.registry", False, call) == "plus_ep.warehouse.patterns"
+    call = ast.parse('importlib.import_module(".families", __package__)').body[0].value
+    assert _import_module_target("plus_ep.warehouse.registry", False, call) == "plus_ep.warehouse.families"
 
 
 def test_no_test_module_imports_another():

@@ -72,7 +72,8 @@ def test_versions_and_paths():
     assert nvrtc.nvrtc_version() >= (12, 0)
     dirs = nvrtc.include_dirs()
     assert dirs[0] == str(nvrtc.TEMPLATES_DIR) and (nvrtc.TEMPLATES_DIR / "plus_common.cuh").is_file()
-    assert any(p.name == "cuda_fp16.h" for p in __import__("pathlib").Path(dirs[1]).iterdir())
+    assert any(p.name == "cuda_fp16.h" for p in __import__("pathlib").Path(dirs[-1]).iterdir())
+    assert str(nvrtc.FAMILIES_DIR / "gemm") in dirs and str(nvrtc.FAMILIES_DIR / "flash_attention") in dirs
     d = nvrtc.header_digest()
     assert len(d) == 64 and d == nvrtc.header_digest()
     opts = nvrtc.base_options("90a")
@@ -183,3 +184,26 @@ def test_static_shared_memory_over_48k_is_a_compile_error():
     with pytest.raises(CompileError, match="too much shared data") as info:
         nvrtc.compile_cubin(src, "sm_80", name="toobig.cu")
     assert "\0" not in info.value.log
+
+
+def test_template_headers_are_one_namespace(tmp_path, monkeypatch):
+    """The shared headers and the family folders' headers are keyed by name and content: moving a header
+    between them keeps every kernel cache key, editing one changes it, and a name defined twice is refused."""
+    import shutil
+    shared, families = tmp_path / "templates", tmp_path / "families"
+    shutil.copytree(nvrtc.TEMPLATES_DIR, shared)
+    (families / "mine").mkdir(parents=True)
+    (families / "mine" / "mine.cuh").write_text("// v1\n")
+    (families / "mine" / "render.py").write_text("# not a header\n")
+    monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", shared)
+    monkeypatch.setattr(nvrtc, "FAMILIES_DIR", families)
+    assert set(nvrtc.template_files()) == {p.name for p in shared.iterdir()} | {"mine.cuh"}
+    assert str(families / "mine") in nvrtc.include_dirs()
+    k = nvrtc.header_digest()
+    shutil.move(families / "mine" / "mine.cuh", shared / "mine.cuh")       # the same header, another folder
+    assert nvrtc.header_digest() == k
+    (shared / "mine.cuh").write_text("// v2\n")
+    assert nvrtc.header_digest() != k
+    (families / "mine" / "mine.cuh").write_text("// v2\n")
+    with pytest.raises(RuntimeError, match="mine.cuh is defined twice"):
+        nvrtc.header_digest()

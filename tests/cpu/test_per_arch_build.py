@@ -112,7 +112,7 @@ def test_spilling_variant_falls_back_to_a_smaller_config(monkeypatch):
 
 
 def test_every_config_spilling_leaves_the_subgraph_with_the_reason(monkeypatch):
-    from plus_ep.kernels.gemm import configs as gemm_configs
+    from plus_ep.kernels.families.gemm import configs as gemm_configs
     cfgs = {c.name for c in gemm_configs.configs(gemm_configs.MATH_F16)}
     res = _build(monkeypatch, _fp16_gemm(), ["sm_80"], FakeNvrtc(spill={(c, "sm_80") for c in cfgs}))
     assert res.kernels.failures
@@ -122,7 +122,7 @@ def test_every_config_spilling_leaves_the_subgraph_with_the_reason(monkeypatch):
 
 @pytest.mark.parametrize("head_dim", [32, 64, 80, 96, 128, 256])
 def test_attention_menus_exist_for_head_dims(head_dim):
-    from plus_ep.kernels.attention import routes
+    from plus_ep.kernels.families.flash_attention import routes
     from plus_ep.kernels.codegen import symdim
     from plus_ep.kernels.routes import ALWAYS
     for arch in ("sm_80", "sm_86", "sm_90a"):
@@ -136,8 +136,8 @@ def test_attention_menus_exist_for_head_dims(head_dim):
 def test_tensor_core_attention_falls_back_to_simt_when_every_config_spills():
     """Head dim 256 in f16 with every tensor-core config excluded (as the kernel build excludes a config that
     spilled or does not fit the arch): the route model picks the SIMT configs instead of losing the subgraph."""
-    from plus_ep.kernels.attention import configs as ac
-    from plus_ep.kernels.attention import routes
+    from plus_ep.kernels.families.flash_attention import configs as ac
+    from plus_ep.kernels.families.flash_attention import routes
     from plus_ep.kernels.codegen import symdim
     from plus_ep.kernels.routes import NoConfig
     tc = {c.name for c in ac.configs_for(2, 256)}

@@ -1,5 +1,5 @@
 """The wave-aware launch-time model (kernels/perfmodel.py) and the GEMM route model that uses it
-(kernels/gemm/routes.py): occupancy, waves, cluster placement, the SM-scaled roofline floor, and the routes it
+(kernels/families/gemm/routes.py): occupancy, waves, cluster placement, the SM-scaled roofline floor, and the routes it
 gives BERT-base's GEMMs at small and large M. Every number is MODELLED."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from onnx import TensorProto
 from plus_ep.kernels import arch as arch_table
 from plus_ep.kernels import perfmodel
 from plus_ep.kernels.codegen import symdim
-from plus_ep.kernels.gemm import routes
-from plus_ep.kernels.gemm import sm90a_configs as sm90a
+from plus_ep.kernels.families.gemm import routes
+from plus_ep.kernels.families.gemm import sm90a_configs as sm90a
 from plus_ep.kernels.routes import ALWAYS, LAUNCH_PREFERENCE, SAMPLES
 from plus_ep.kernels.target import Target
 
@@ -260,7 +260,7 @@ def test_time_is_never_below_the_roofline_floor():
 def test_gemm_route_model_charges_mma_sync_tiles_at_the_mma_sync_peak():
     """The route model feeds the same model: a compute-bound GEMM (4096^3) on an mma.sync tile is never modelled
     faster than 2 M N K at mma.sync's peak on an H100 (sm_90: no wgmma), nor at the A100's peak on sm_80."""
-    from plus_ep.kernels.gemm import configs as gc
+    from plus_ep.kernels.families.gemm import configs as gc
     cfg = gc.BY_NAME["f16_128x128x32_w64x64_s3"]
     f = 2.0 * 4096 ** 3
     assert routes.gemm_time(cfg, 4096, 4096, 4096, 1, "sm_90") >= f / H100_MMA * 1e6

@@ -1,4 +1,4 @@
-"""The GEMM route model (kernels/gemm/routes.py) chooses by shape: a symbolic M (batch x seq) gets several routes,
+"""The GEMM route model (kernels/families/gemm/routes.py) chooses by shape: a symbolic M (batch x seq) gets several routes,
 small M a smaller tile than large M (a 128-row tile on 8 rows computes 94 % padding; on sm_90a, where every
 wgmma tile is one wave at small M, the tie goes to the larger tile) and large M the menu's largest tile (most
 data reuse per loaded element). A model that ignored the shape (one config for every M) would
@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto
 
 from plus_ep.kernels.codegen import symdim
-from plus_ep.kernels.gemm import routes
+from plus_ep.kernels.families.gemm import routes
 from plus_ep.kernels.routes import ALWAYS
 from plus_ep.kernels.target import Target
 

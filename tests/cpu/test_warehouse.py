@@ -14,7 +14,7 @@ from tests.support.paper_models import model
 USER_PATTERN = '''
 from plus_ep.warehouse import pattern
 
-@pattern("gemm_softmax", before="gemm", template="gemm_rownorm")
+@pattern("gemm_softmax", before="gemm", family="gemm_rownorm")
 def gemm_softmax(b):
     """GEMM with a softmax over N in its epilogue (PluS Fig. 6)."""
     return b.Softmax(b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"])), axis=-1)
@@ -112,7 +112,7 @@ def _picky_roles(view, members):
     return "the picky finder wants a bias"
 
 
-@pattern("gemm_softmax_picky", before="gemm_softmax", template="gemm_rownorm", roles=_picky_roles)
+@pattern("gemm_softmax_picky", before="gemm_softmax", family="gemm_rownorm", roles=_picky_roles)
 def gemm_softmax_picky(b):
     """The same +Graph as gemm_softmax, ahead of it, with a role finder that refuses."""
     return b.Softmax(b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"])), axis=-1)

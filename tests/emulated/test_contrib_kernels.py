@@ -1,5 +1,5 @@
 """Contrib ops through PlusEP's kernels on the CPU PTX interpreter (emulated CUDA driver, real launcher):
-the int4 GEMM (MatMulNBits decoded in the gemm mainloop, kernels/gemm/nbits.py) against ORT CPU's own
+the int4 GEMM (MatMulNBits decoded in the gemm mainloop, kernels/families/gemm/nbits.py) against ORT CPU's own
 MatMulNBits kernel, and greedy generation of an onnxruntime-genai-form int4 decoder whose every
 GroupQueryAttention and MatMulNBits runs inside fused nodes with kernels, against ORT CPU."""
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_int4_gemm_kernel_matches_ort_matmulnbits(name, arch, math, tmp_path):
     assert not r.kernels.failures, r.kernels.failures
     (sg,) = r.subgraphs
     bits = next(a.i for a in case.node.attribute if a.name == "bits")
-    assert sg.roles["nbits"]["bits"] == bits
+    assert sg.roles.nbits["bits"] == bits
     (node,) = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
     assert "b" in node.input and "s" in node.input         # packed weights and scales, not a dequantised B
     path = tmp_path / "m.plus.onnx"
@@ -81,7 +81,7 @@ def test_int4_gemm_kernel_matches_ort_matmulnbits(name, arch, math, tmp_path):
 
 def test_int4_gemm_hook_reads_packed_fields():
     """The decoding hook the template calls reads the packed byte of element k and its block's scale."""
-    from plus_ep.kernels.gemm.nbits import chunk_hook
+    from plus_ep.kernels.families.gemm.nbits import chunk_hook
 
     class Job:
         inputs = ["a", "q", "s", "z"]
@@ -132,7 +132,7 @@ def test_gated_int4_mlp_kernel_matches_ort_and_float64(name, arch, math, kw, tmp
     r = rewrite_detailed(model, archs=[arch], fp32_math=math)
     assert not r.kernels.failures, r.kernels.failures
     (sg,) = r.subgraphs
-    assert sg.pattern.name == "gemm_gated" and [nb["packed"] for nb in sg.roles["nbits"]] == ["gate_Q", "up_Q"]
+    assert sg.pattern.name == "gemm_gated" and [nb["packed"] for nb in sg.roles.nbits] == ["gate_Q", "up_Q"]
     (node,) = r.model.graph.node
     assert {"gate_Q", "up_Q", "gate_scales", "up_scales"} <= set(node.input)    # the packed fields, no dequantised B
     path = tmp_path / "m.plus.onnx"
@@ -145,7 +145,7 @@ def test_gated_int4_mlp_kernel_matches_ort_and_float64(name, arch, math, kw, tmp
     got = np.load(tmp_path / "o.npz")["Y"]
     want = cc.run_ort(model, {"X": x})["Y"]                    # ORT CPU's MatMulNBits kernels
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    g, u = (x.astype(np.float64) @ _dequantised(inits, nb) for nb in sg.roles["nbits"])
+    g, u = (x.astype(np.float64) @ _dequantised(inits, nb) for nb in sg.roles.nbits)
     g = g + inits["gate_bias"] if "gate_bias" in inits else g
     ref = g / (1 + np.exp(-g)) * u
     tol = 1e-2 if dt == np.float16 else (5e-3 if math == "tf32" else 2e-5)
@@ -169,7 +169,7 @@ def test_genai_int4_every_gqa_and_matmulnbits_has_kernels(genai_kernels):
     assert rep["contrib_ops"]["GroupQueryAttention"] == {"expanded": 2, "fused": 2}
     assert rep["contrib_ops"]["MatMulNBits"] == {"expanded": 11, "fused": 11}
     # each decodes int4 in-kernel: 7 GEMMs one weight each, and per layer the gate/up pair in one gated GEMM
-    nbits = [sg.roles["nbits"] for sg in r.subgraphs if "nbits" in (sg.roles or {})]
+    nbits = [sg.roles.nbits for sg in r.subgraphs if getattr(sg.roles, "nbits", None)]
     assert sorted(len(nb) if isinstance(nb, list) else 1 for nb in nbits) == [1] * 7 + [2, 2]
     assert rep["patterns"]["gemm_gated"] == 2 and rep["data_kernels_after"] == 14
     assert not any(n.domain == "com.microsoft" for n in r.model.graph.node)

@@ -1,4 +1,4 @@
-"""One-kernel GEMM + residual + LayerNorm/RMSNorm on sm_90a (kernels/gemm/norm_render.py): the wgmma
+"""One-kernel GEMM + residual + LayerNorm/RMSNorm on sm_90a (kernels/families/gemm_rownorm/tile.py): the wgmma
 GEMM's CTAs along a row form a thread-block cluster and normalise whole rows through distributed shared
 memory. Each case renders a static-shape subgraph, runs its one launch on the CPU PTX interpreter
 (clusters interleaved, checkers on) and compares with float64 numpy per element within a bound
@@ -38,7 +38,7 @@ def _check(out, ref, dt):
 
 
 # clusters: (CTAs along a row = PLUS_CLUSTER_X, K splits inside the cluster, clusters run), as the route model
-# chooses them for the shape (kernels/gemm/routes.py gemm_norm_routes)
+# chooses them for the shape (kernels/families/gemm/routes.py gemm_norm_routes)
 @pytest.mark.parametrize("M,N,K,dt,kw,clusters", [
     (45, 200, 64, F16, {"sum_out": True}, (4, 1, 1)),                   # ragged N (BN 64) and M, S also stored
     (150, 768, 32, BF16, {"rms": True, "bias": False}, (6, 1, 3)),      # BERT's N, three row tiles of clusters

@@ -1,5 +1,5 @@
 """GEMM + residual + LayerNorm/RMSNorm in one launch without a cluster row (route kind "one",
-kernels/gemm/render.py, gemm_hooks.cuh plus_finish_rows): the GEMM epilogue stores the row input to fp32
+kernels/families/gemm_rownorm/render.py, gemm_hooks.cuh plus_finish_rows): the GEMM epilogue stores the row input to fp32
 scratch as in the two-kernel plan, and the last CTA of each row group to arrive on the group's arrival word
 runs the row program over those rows. Each case renders a static-shape subgraph, runs its one launch on the
 CPU PTX interpreter (checkers on, outputs and scratch poisoned, CTAs in a random order so the finishing CTA
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-import plus_ep.kernels.gemm.render as gemm_render
+import plus_ep.kernels.families.gemm_rownorm.render as rownorm_render
 from plus_ep.kernels.render import clear_render_cache
 from tests.support.gemm_norm_cases import (device_array, host_value, norm_model, reference_bound, render_subgraph,
                                            run_route)
@@ -67,7 +67,7 @@ def test_one_launch_equals_two_kernel_plan(monkeypatch):
     M, N, K = 21, 136, 1024
     one = _render(M, N, K, F32, "sm_80", sum_out=True)
     got_one, _ = _launch(*one, M, N, F32, "sm_80")
-    monkeypatch.setattr(gemm_render, "_finish_applies", lambda job, st: False)
+    monkeypatch.setattr(rownorm_render, "_finish_applies", lambda job, st: False)
     clear_render_cache()        # the same subgraph rendered again, now without the one-launch plan
     two = _render(M, N, K, F32, "sm_80", sum_out=True)
     assert [lc.entry for lc in two[0].plan.routes[0].launches] == ["plus_gemm", "plus_row"]

@@ -38,7 +38,7 @@ def demo_bert(hidden, ffn):
 @pytest.mark.parametrize("math,archs,hidden,ffn", [("exact", ["sm_80"], 80, 144), ("tf32", ["sm_80"], 80, 144),
                                                    ("fp16", ["sm_80", "sm_90a"], 160, 288)])
 def test_demo_bert_through_its_kernels(math, archs, hidden, ffn):
-    from plus_ep.kernels.attention import configs as ac
+    from plus_ep.kernels.families.flash_attention import configs as ac
     model, feeds = demo_bert(hidden, ffn)
     run = check_model_on_kernels(model, feeds, archs, math, fp32_math="tf32" if math == "tf32" else "exact")
     assert any(n.startswith("plus_ep/attention/") for n in run.fused), run.fused

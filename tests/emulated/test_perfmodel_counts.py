@@ -29,7 +29,7 @@ def _profiled(counters, entry, threads, smem, arch):
     ("sm_90", "f16_64x64x32_w32x32_s4", "mma.fp16", H100_MMA),
     ("sm_90a", "wg_64x128x64_w64x128_s4", "wgmma.fp16", H100_WGMMA)])
 def test_tensor_flops_are_counted_by_instruction_class_and_charged_at_its_peak(arch, cfg, unit, peak):
-    from plus_ep.kernels.gemm import configs as gc, sm90a_configs as gc90
+    from plus_ep.kernels.families.gemm import configs as gc, sm90a_configs as gc90
     g = (gc90 if cfg.startswith("wg_") else gc).BY_NAME[cfg]
     m, n, k = g.bm, g.bn, 64                  # one CTA, one tile: exactly M N K multiply-adds
     got, ref, bound, findings, r = run_gemm(arch, Variant(cfg, "half", 0, 1), 1, m, n, k)

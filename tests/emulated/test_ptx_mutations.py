@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plus_ep.kernels.attention import configs as ac
+from plus_ep.kernels.families.flash_attention import configs as ac
 from plus_ep.kernels.ptx import Module, PtxError
 from plus_ep.kernels.compile.ptx import compile_ptx
 from tests.support.ptx_attention_cases import run_attention

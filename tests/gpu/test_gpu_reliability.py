@@ -160,13 +160,16 @@ GPU_CHILD = textwrap.dedent(r"""
     import hashlib, json, os, shutil, sys, threading, time
     import numpy as np, onnx, onnxruntime as ort
     mode, work, cache = sys.argv[1], sys.argv[2], sys.argv[3]
-    from plus_ep.kernels import nvrtc
-    if mode == "broken":       # a copy of the templates whose attention.cuh NVRTC rejects
-        t = os.path.join(work, "templates")
-        shutil.copytree(nvrtc.TEMPLATES_DIR, t)
-        with open(os.path.join(t, "attention.cuh"), "a") as f:
+    from plus_ep.kernels.compile import nvrtc
+    if mode == "broken":       # a copy of the family headers whose attention.cuh NVRTC rejects
+        t = os.path.join(work, "families")
+        for name, path in nvrtc.template_files().items():
+            if path.parent.parent == nvrtc.FAMILIES_DIR:
+                os.makedirs(os.path.join(t, path.parent.name), exist_ok=True)
+                shutil.copy2(path, os.path.join(t, path.parent.name, name))
+        with open(os.path.join(t, "flash_attention", "attention.cuh"), "a") as f:
             f.write("\nint plus_injected_failure = ;\n")
-        nvrtc.TEMPLATES_DIR = __import__("pathlib").Path(t)
+        nvrtc.FAMILIES_DIR = __import__("pathlib").Path(t)
     from plus_ep import InferenceSession
     from plus_ep.demo_model import build_bert, sample_inputs
     model = build_bert(layers=2)                    # hidden 256, 4 heads of 64, max_pos 512, vocab 1000

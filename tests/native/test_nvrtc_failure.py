@@ -2,7 +2,7 @@
 the node, every other subgraph keeps its kernels, and the rewritten model computes what the original
 does (ORT CPU: function bodies; and with the launcher library registered but no driver). Two real
 NVRTC errors are injected into the demo BERT: a syntax error in a copy of the attention template
-(kernels/templates/attention.cuh), and an `#error` in the generated source of one GEMM subgraph.
+(kernels/families/flash_attention/attention.cuh), and an `#error` in the generated source of one GEMM subgraph.
 The CLI half: a kernel compile that fails outright (or is interrupted) leaves no output file."""
 from __future__ import annotations
 
@@ -62,9 +62,13 @@ def broken(tmp_path_factory):
     assert len(gemms) >= 2 and any("/attention/" in n for n in names), names
     bad_gemm = gemms[1]
 
-    templates = tmp_path_factory.mktemp("templates")
+    templates, families = tmp_path_factory.mktemp("templates"), tmp_path_factory.mktemp("families")
     shutil.copytree(nvrtc.TEMPLATES_DIR, templates, dirs_exist_ok=True)
-    with open(templates / "attention.cuh", "a") as f:
+    for name, path in nvrtc.template_files().items():      # the family headers, each in its family's folder
+        if path.parent.parent == nvrtc.FAMILIES_DIR:
+            (families / path.parent.name).mkdir(exist_ok=True)
+            shutil.copy2(path, families / path.parent.name / name)
+    with open(families / "flash_attention" / "attention.cuh", "a") as f:
         f.write("\nint plus_injected_failure = ;   // a syntax error NVRTC reports\n")
     real_render = kernel_build.render
 
@@ -79,6 +83,7 @@ def broken(tmp_path_factory):
     logger.addHandler(rec)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(nvrtc, "TEMPLATES_DIR", templates)
+        mp.setattr(nvrtc, "FAMILIES_DIR", families)
         mp.setattr(kernel_build, "render", render)
         res = rewrite_detailed(model, archs=["sm_90"], progress=False)
     logger.removeHandler(rec)

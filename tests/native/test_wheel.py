@@ -31,8 +31,8 @@ def test_only_plus_ep_at_the_top(wheel):
 
 def test_subpackages_templates_and_launcher_are_inside(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for want in ("plus_ep/kernels/compile/cache.py", "plus_ep/kernels/templates/gemm.cuh", "plus_ep/kernels/CONTRACT.md",
-                 "plus_ep/graph_rewrites/fuse.py", "plus_ep/warehouse/patterns/attention.py"):
+    for want in ("plus_ep/kernels/compile/cache.py", "plus_ep/kernels/families/gemm/gemm.cuh", "plus_ep/kernels/CONTRACT.md",
+                 "plus_ep/graph_rewrites/fuse.py", "plus_ep/warehouse/families/flash_attention.py"):
         assert want in names
     assert any(n.startswith("plus_ep/_launcher") and n.endswith(".so") for n in names)
     assert not any("golden" in n or n.startswith("tests/") for n in names)
@@ -54,7 +54,7 @@ def test_source_digest_reads_the_installed_layout(wheel, tmp_path):
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(Path(p).is_relative_to(site) for p in got["roots"].values()), got["roots"]
     assert len(got["files"]) == len(set(got["files"])) and len(got["digest"]) == 64
-    for want in ("plus_ep/config.py", "plus_ep.kernels/render.py", "plus_ep.kernels/templates/gemm.cuh",
+    for want in ("plus_ep/config.py", "plus_ep.kernels/render.py", "plus_ep.kernels/families/gemm/gemm.cuh",
                  "plus_ep.graph_rewrites/fuse.py", "plus_ep.warehouse/registry.py"):
         assert want in got["files"]
     assert not [f for f in got["files"] if f.startswith("plus_ep/kernels/")]   # counted under its own root

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plus_ep.kernels.attention import configs as ac
+from plus_ep.kernels.families.flash_attention import configs as ac
 from tests.support import ptx_harness as H
 from tests.support.ptx_attention_cases import _bound, reference, score_error
 

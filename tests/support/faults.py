@@ -20,14 +20,17 @@ def src(scale="2.0f"):
 
 
 def freeze_templates(tmp_path, monkeypatch):
-    """A private copy of kernels/templates/plus_common.cuh (and the plus_abi.h it includes): cache keys hash every template, and the real
-    folder may be edited while the tests run (which would, correctly, change the keys under them)."""
+    """A private copy of kernels/templates/plus_common.cuh (and the plus_abi.h it includes), and no family
+    headers (an empty `families` folder inside it): cache keys hash every template, and the real folders may
+    be edited while the tests run (which would, correctly, change the keys under them)."""
     from plus_ep.kernels.compile import nvrtc
     frozen = tmp_path / "frozen_templates"
     frozen.mkdir()
     for name in ("plus_common.cuh", "plus_abi.h"):         # plus_common.cuh includes plus_abi.h
         shutil.copy2(nvrtc.TEMPLATES_DIR / name, frozen / name)
+    (frozen / "families").mkdir()
     monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", frozen)
+    monkeypatch.setattr(nvrtc, "FAMILIES_DIR", frozen / "families")
     return frozen
 
 

@@ -1,4 +1,4 @@
-"""Gated-MLP and GQA-projection test models (warehouse/patterns/gemm_gated.py, ragged gemm_group): X [batch, seq,
+"""Gated-MLP and GQA-projection test models (warehouse/families/gemm_gated.py, ragged gemm_group): X [batch, seq,
 H] read by a gate and an up projection (two weights, or one combined weight split by Slice or Split) whose
 SwiGLU/GeGLU product is scaled and stored; the pair with MatMulNBits weights (int2/4/8, each with its own scales
 and zero points); Q/K/V projections of different widths with a long K (split-K routes). Random non-trivial

@@ -123,7 +123,7 @@ def reference_bound(values, dt, rms=False, bias=True, eps=1e-5):
 SOFTMAX_PATTERN = '''from plus_ep.warehouse import pattern
 
 
-@pattern("gemm_softmax", before="gemm", template="gemm_rownorm")
+@pattern("gemm_softmax", before="gemm", family="gemm_rownorm")
 def gemm_softmax(b):
     """GEMM with a softmax over N in its epilogue (the README's user pattern)."""
     return b.Softmax(b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"])), axis=-1)

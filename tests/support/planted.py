@@ -20,10 +20,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from plus_ep.kernels.compile import nvrtc
 from plus_ep.kernels.wire import pack
 from tests.support.emulated_models import packs_of, set_pack
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "kernels" / "templates"
 
 
 def zero_bias_bert() -> onnx.ModelProto:
@@ -75,7 +75,7 @@ def with_template(edit_template):
         m = re.search(r'#include "(attention|gemm)\.cuh"', text)
         if not m:
             return text
-        template = (TEMPLATES / f"{m.group(1)}.cuh").read_text()
+        template = nvrtc.template_files()[f"{m.group(1)}.cuh"].read_text()
         new = edit_template(template)
         assert new != template, "the template edit matched nothing"
         return text.replace(m.group(0), new)
@@ -89,7 +89,7 @@ def replace_once(old: str, new: str):
     return edit
 
 
-# --- the template edits (kernels/templates/attention.cuh, tensor-core path) ---
+# --- the template edits (kernels/families/flash_attention/attention.cuh, tensor-core path) ---
 SWAP_A_FRAGMENT = replace_once(
     "        for (int np = 0; np < NKT / 2; ++np) {\n          unsigned bf[4];",
     "        { const unsigned t_ = a[1]; a[1] = a[2]; a[2] = t_; }\n"

@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 import pytest
 
-from plus_ep.kernels.attention import configs as ac
+from plus_ep.kernels.families.flash_attention import configs as ac
 from plus_ep.verification.bounds import U_TF32
 from tests.support import ptx_harness as H
 from tests.support.ptx_sources import KEY_BIAS_HOOKS, _attn_hooks

@@ -9,8 +9,8 @@ import zlib
 
 import numpy as np
 
-from plus_ep.kernels.gemm import configs as gc
-from plus_ep.kernels.gemm import sm90a_configs as gc90
+from plus_ep.kernels.families.gemm import configs as gc
+from plus_ep.kernels.families.gemm import sm90a_configs as gc90
 from tests.support import ptx_harness as H
 from tests.support.ptx_sources import GATED_EXTRAS, GATED_WGMMA, RAGGED, RAGGED_WGMMA, gemm_source, wgmma_source
 

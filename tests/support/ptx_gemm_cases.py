@@ -9,8 +9,8 @@ import zlib
 import numpy as np
 import pytest
 
-from plus_ep.kernels.gemm import configs as gc
-from plus_ep.kernels.gemm import sm90a_configs as gc90
+from plus_ep.kernels.families.gemm import configs as gc
+from plus_ep.kernels.families.gemm import sm90a_configs as gc90
 from tests.support import ptx_harness as H
 from tests.support.ptx_sources import GEMM_EXTRAS, WGMMA_EXTRAS, gemm_combo, gemm_source, wgmma_combos, wgmma_source
 from tests.support.gemm_variants import Variant, round_up

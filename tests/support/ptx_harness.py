@@ -9,7 +9,7 @@ import re
 import numpy as np
 
 from plus_ep.kernels.compile.nvrtc import TEMPLATES_DIR
-from plus_ep.kernels.gemm.configs import reduce_grid
+from plus_ep.kernels.families.gemm.configs import reduce_grid
 from plus_ep.kernels.ptx import GlobalMemory, Module
 from plus_ep.kernels.compile.ptx import compile_ptx
 from plus_ep.verification.bounds import unit

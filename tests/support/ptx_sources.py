@@ -1,5 +1,5 @@
 """Every kernel source the PTX interpreter must cover, built with the project's own source builders
-(tests/support/gemm_variants.py, kernels/attention/configs.py, the golden sources), and compiled to PTX
+(tests/support/gemm_variants.py, kernels/families/flash_attention/configs.py, the golden sources), and compiled to PTX
 through the PTX cache (plus_ep.kernels.compile.ptx).
 
 The matrix: every GEMM config x dtype on sm_80, sm_90 and sm_90a (B layout and alignment rotate over the configs
@@ -14,9 +14,9 @@ import os
 import pathlib
 from concurrent.futures import ThreadPoolExecutor
 
-from plus_ep.kernels.attention import configs as ac
-from plus_ep.kernels.gemm import configs as gc
-from plus_ep.kernels.gemm import sm90a_configs as gc90
+from plus_ep.kernels.families.flash_attention import configs as ac
+from plus_ep.kernels.families.gemm import configs as gc
+from plus_ep.kernels.families.gemm import sm90a_configs as gc90
 from plus_ep.kernels.compile.ptx import compile_ptx
 from tests.support import gemm_variants
 from tests.support.gemm_variants import Variant
@@ -73,7 +73,7 @@ def wgmma_combos(j: int, d: int, bm: int):
     return [COMBOS[(j + 2 * d + k) % 4] for k in range(2)]
 
 
-# A key-padding mask as the renderer splits it off the score (kernels/attention/render.py): plus_key_bias reads
+# A key-padding mask as the renderer splits it off the score (kernels/families/flash_attention/render.py): plus_key_bias reads
 # an int64 [B, Skv] attention mask (in[3]) and gives (1 - m) * -10000; plus_attn_side stores that extended mask
 # as fp32 [B, Skv] to out[1] from the attention kernel's own threads (no launch of its own).
 KEY_BIAS_HOOKS = r"""

@@ -1,4 +1,4 @@
-"""The fused attention template (kernels/templates/attention.cuh) and its config menu.
+"""The fused attention template (kernels/families/flash_attention/attention.cuh) and its config menu.
 
 1. Every menu config of the tuned head dims (64, 80, 96, 128; SIMT fp32 and f16/bf16) compiles for sm_80
    and sm_90 with NVRTC, without register spills, within the arch's shared memory limit, and with
@@ -22,7 +22,7 @@ import os
 import numpy as np
 import pytest
 
-from plus_ep.kernels.attention import configs as ac
+from plus_ep.kernels.families.flash_attention import configs as ac
 from plus_ep.kernels.compile import nvrtc
 from tests.support.parallel import run_jobs
 

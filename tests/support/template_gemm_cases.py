@@ -1,4 +1,4 @@
-"""The GEMM template (kernels/templates/gemm.cuh) and its config menu (kernels/gemm/configs.py).
+"""The GEMM template (kernels/families/gemm/gemm.cuh) and its config menu (kernels/families/gemm/configs.py).
 
 Without a GPU: every menu config compiles for sm_80 (full matrix of dtype x B layout x alignment) and
 sm_90 (a sample) with zero register spills and shared memory within the arch's limit, the template's
@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
-from plus_ep.kernels.gemm import configs as gc
+from plus_ep.kernels.families.gemm import configs as gc
 from plus_ep.kernels.compile import nvrtc
 from tests.support import gemm_variants
 from tests.support.parallel import submit_selected

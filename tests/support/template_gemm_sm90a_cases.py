@@ -1,5 +1,5 @@
-"""The Hopper wgmma GEMM template (kernels/templates/gemm_sm90a.cuh) and its config menu
-(kernels/gemm/sm90a_configs.py).
+"""The Hopper wgmma GEMM template (kernels/families/gemm/gemm_sm90a.cuh) and its config menu
+(kernels/families/gemm/sm90a_configs.py).
 
 Without a GPU: every config x {half, bf16} x B layout x alignment compiles for sm_90a with zero register
 spills and shared memory within the limit, PLUS_THREADS / PLUS_SMEM_BYTES equal the Python mirrors
@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 
-from plus_ep.kernels.gemm import sm90a_configs as gc
+from plus_ep.kernels.families.gemm import sm90a_configs as gc
 from plus_ep.kernels.compile import nvrtc
 from tests.support import gemm_variants
 from tests.support.parallel import submit_selected

@@ -43,7 +43,7 @@ def zoo_sources():
                 for arch in ARCHS:
                     rd = render(r.view, sg, ins, outs, Target(arch, r.fp32_math), node_name="census")
                     templates[rd.template] += 1
-                    variants = rd.variants if rd.template in ("elementwise", "row_reduce", "pointwise") \
+                    variants = rd.variants if rd.template in ("pointwise", "row_reduce") \
                         else rd.variants[:1]
                     for v in variants:
                         key = (_body(v.source), arch)

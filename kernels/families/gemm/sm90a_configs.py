@@ -1,0 +1,100 @@
+"""Tile configurations of the Hopper wgmma GEMM template (`gemm_sm90a.cuh`, sm_90a only).
+
+f16/bf16 operands (PLUS_MATH 2), fp32 accumulation. A config is a CTA tile BM x BN x BK (BK is always 64:
+one 128-byte swizzled row of 16-bit elements), split over (BM/WM) x (BN/WN) consumer warpgroups of 128
+threads, each owning a WM x WN accumulator tile (WM 64 or 128 rows, WN 64..256 columns), and a ring of
+`stages` shared-memory stages filled by cp.async (STAGES-2 k-tiles in flight ahead of the tensor cores).
+
+`threads` and `smem_bytes` mirror the template's PLUS_THREADS and PLUS_SMEM_BYTES macros (same formulas;
+tests/cpu/test_template_gemm_sm90a_compile.py checks them with static_asserts in the compiled source). Every config
+needs more than 48 KB of dynamic shared memory, so the launcher must raise
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES before launching.
+
+`GemmConfig`, `grid` and `reduce_grid` are the sm80 menu's (kernels/families/gemm/configs.py); here WM x WN
+is a warpgroup's tile, not a warp's.
+"""
+
+from __future__ import annotations
+
+from .configs import MATH_F16, GemmConfig, grid, reduce_grid
+from .configs import defines as _defines
+
+WARPGROUP = 128
+BK = 64
+
+
+def gemm_threads(bm: int, bn: int, wm: int, wn: int) -> int:
+    """PLUS_THREADS: one warpgroup (128 threads) per WM x WN warpgroup tile."""
+    return (bm // wm) * (bn // wn) * WARPGROUP
+
+
+def gemm_smem_bytes(bm: int, bn: int, bk: int, stages: int) -> int:
+    """PLUS_SMEM_BYTES: the stage ring (A and B tiles of 2-byte elements, no padding: the 128-byte swizzle
+    avoids bank conflicts) plus 1 KB to realign the base to the 1024-byte swizzle-atom boundary."""
+    return stages * (bm + bn) * bk * 2 + 1024
+
+
+def _cfg(name: str, bm: int, bn: int, wm: int, wn: int, stages: int) -> GemmConfig:
+    return GemmConfig(name, MATH_F16, bm, bn, BK, wm, wn, stages, gemm_threads(bm, bn, wm, wn),
+                      gemm_smem_bytes(bm, bn, BK, stages))
+
+
+CONFIGS = (
+    # Big GEMMs: 2 warpgroups of 64 x 256 (128 accumulators/thread), 193 KB, one CTA per SM.
+    _cfg("wg_128x256x64_w64x256_s4", 128, 256, 64, 256, 4),
+    # Tall tiles for large M: 2 warpgroups of 128 x 128 (two m64 wgmmas each, 128 accumulators/thread).
+    _cfg("wg_256x128x64_w128x128_s4", 256, 128, 128, 128, 4),
+    # Mid-size GEMMs / N <= 128: 2 warpgroups of 64 x 128, 5 stages (161 KB).
+    _cfg("wg_128x128x64_w64x128_s5", 128, 128, 64, 128, 5),
+    # Small or skinny GEMMs (BERT-base M=2048, N=768: 192 CTAs): 1 warpgroup, 97 KB, two CTAs per SM.
+    _cfg("wg_64x128x64_w64x128_s4", 64, 128, 64, 128, 4),
+)
+
+# GEMM + LayerNorm/RMSNorm in one kernel (kernels/families/gemm_rownorm/tile.py): a thread-block cluster spans one row
+# of C = cdiv(N, BN) tiles, C <= CLUSTER_MAX (the portable cluster size), so BN follows N (cluster_bn) and
+# BM follows M. These tiles serve only that route; the plain GEMM menu above is unchanged.
+CLUSTER_MAX = 8
+CLUSTER_WIDTHS = (64, 128, 256, 512)
+CLUSTER_CONFIGS = (
+    _cfg("wg_64x64x64_w64x64_s4", 64, 64, 64, 64, 4),
+    _cfg("wg_128x64x64_w64x64_s4", 128, 64, 64, 64, 4),
+    _cfg("wg_64x256x64_w64x256_s4", 64, 256, 64, 256, 4),
+    # N up to 8 x 512 = 4096: two warpgroups side by side along N (64 x 256 each), 3 stages (218 KB).
+    _cfg("wg_64x512x64_w64x256_s3", 64, 512, 64, 256, 3),
+)
+
+
+# Small tiles for the plain GEMM menu too: at small M a weight-dominated GEMM (BERT's FFN at batch 1: M = 128)
+# spreads over more SMs with 64 x 64 tiles (the route model weighs them, kernels/families/gemm/routes.py).
+SMALL_CONFIGS = tuple(c for c in CLUSTER_CONFIGS if c.name == "wg_64x64x64_w64x64_s4")
+
+
+def cluster_bn(n: int) -> int | None:
+    """The tile width of the one-kernel GEMM + row normalisation for a static row length N: the narrowest
+    BN in 64, 128, 256, 512 with cdiv(N, BN) <= CLUSTER_MAX (most CTAs per row); None above 8 x 512 = 4096
+    (16-CTA clusters need the non-portable opt-in, cuFuncSetAttribute, which the launcher does not set)."""
+    for bn in CLUSTER_WIDTHS:
+        if -(-n // bn) <= CLUSTER_MAX:
+            return bn
+    return None
+
+
+def cluster_menu(bn: int) -> list:
+    """Every config (plain and cluster-only) of tile width `bn`."""
+    return [c for c in CONFIGS + CLUSTER_CONFIGS if c.bn == bn]
+
+
+BY_NAME = {c.name: c for c in CONFIGS}      # the plain menu (the tests enumerate it)
+
+
+def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1,
+            splitk_cluster: int = 1) -> dict[str, int]:
+    """The `#define`s of a variant (the sm80 menu's, restricted to PLUS_MATH 2)."""
+    if cfg.math != MATH_F16:
+        raise ValueError(f"{cfg.name}: the sm_90a wgmma template only does PLUS_MATH 2 (f16/bf16)")
+    return _defines(cfg, b_trans=b_trans, aligned=aligned, splitk=splitk, splitk_cluster=splitk_cluster)
+
+
+__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "MATH_F16",
+           "SMALL_CONFIGS", "WARPGROUP",
+           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "reduce_grid"]

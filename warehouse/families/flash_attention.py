@@ -1,0 +1,198 @@
+"""The flash_attention family's graph half. Attention: softmax(Q·Kᵀ·scale + mask)·V with the surrounding
+transposes/reshapes, rendered FlashAttention-style.
+
+The mask (key padding [B,1,1,T], causal [1,1,S,T], combined [B,1,S,T], a position bias, IsNaN/Where
+guards) only adds element-wise work to the score loop: one +Graph for every variant. GQA's shared
+K/V heads arrive through Expand/Reshape prologues, which fold into the loads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from onnx import TensorProto
+
+from ...graph_rewrites.family import Family, Roles
+from ...graph_rewrites.index import describe_node
+from ...graph_rewrites.ops import attr
+from ..registry import pattern
+from ..roles import ancestors, descendants, inside_producer
+
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
+
+
+def _constant_zero(view, t: str) -> bool:
+    v = view.const(t)
+    return v is not None and np.size(v) >= 1 and not np.any(np.asarray(v))
+
+
+def _dropout_training(view, node) -> str | None:
+    """Why this Dropout may be in training mode (None: it is the identity at inference)."""
+    if len(node.input) < 3 or not node.input[2]:
+        return None
+    v = view.const(node.input[2])
+    if v is not None and np.size(v) == 1 and not bool(np.asarray(v).reshape(-1)[0]):
+        return None
+    return (f"{describe_node(node)} has a training_mode input that is not a constant false: it may drop "
+            "elements at random, which the kernel would not")
+
+
+def _probability_chain(view, members: set, sm: int, pv: int):
+    """Walk back from the PV MatMul's left operand to the Softmax output. Returns (chain positions,
+    NaN guard found) or the reason the chain is not one the attention template implements."""
+    target = view.nodes[sm].output[0]
+    t, chain, guard = view.nodes[pv].input[0], [], False
+    while t != target:
+        p = inside_producer(view, members, t)
+        if p is None:
+            return f"the PV MatMul's left operand '{t}' does not come from the Softmax inside the subgraph"
+        node, label = view.nodes[p], describe_node(view.nodes[p])
+        op = node.op_type
+        if op == "Identity":
+            t = node.input[0]
+        elif op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten"):
+            # DeBERTa's [B, H, S, T] softmax viewed as [B*H, S, T] for a batched PV: only the leading (batch,
+            # head) axes may be merged or split, the query and key axes stay the last two
+            si, so = view.shape(node.input[0]) or [], view.shape(node.output[0]) or []
+            if len(si) < 2 or len(so) < 2 or [str(d) for d in si[-2:]] != [str(d) for d in so[-2:]]:
+                return (f"{label} between Softmax and the PV MatMul changes the query/key axes "
+                        f"({si} -> {so}): the attention template cannot apply it")
+            t = node.input[0]
+        elif op == "Dropout":
+            why = _dropout_training(view, node)
+            if why:
+                return why
+            t = node.input[0]
+        elif op == "Cast":
+            if attr(node, "to") not in _FLOATS:
+                return f"{label} casts the probabilities to a non-float type"
+            t = node.input[0]
+        elif op == "Where":
+            cond, zero, x = node.input[0], node.input[1], node.input[2]
+            q = inside_producer(view, members, cond)
+            if q is None or view.nodes[q].op_type != "IsNaN" or view.nodes[q].input[0] != x \
+                    or not _constant_zero(view, zero):
+                return (f"{label} between Softmax and the PV MatMul is not the NaN guard "
+                        "Where(IsNaN(p), 0, p): the attention template cannot apply it")
+            chain.append(q)
+            guard = True
+            t = x
+        else:
+            return (f"{label}: {op} between Softmax and the PV MatMul (only Identity, Cast, Dropout at "
+                    "inference, a reshape of the batch/head axes and the NaN guard Where(IsNaN(p), 0, p) may sit "
+                    "there)")
+        chain.append(p)
+    return chain, guard
+
+
+@dataclass(frozen=True)
+class AttentionRoles(Roles):
+    """Q, K (as the QKᵀ MatMul reads it) and V; the scores (QKᵀ), logits (the Softmax's input), probabilities
+    and output tensors; the QKᵀ, Softmax and PV nodes; the probability chain between Softmax and PV; whether
+    the graph guards fully masked rows (Where(IsNaN(p), 0, p): 0, else NaN); the mask inputs."""
+    q: str
+    k: str
+    v: str
+    scores: str
+    logits: str
+    probs: str
+    out: str
+    qk: int
+    softmax: int
+    pv: int
+    p_chain: tuple
+    nan_guard: bool
+    mask: tuple
+
+
+def attention_roles(view, members):
+    """Q, K (as the QKᵀ MatMul reads it), V, the mask inputs, the QK/Softmax/PV nodes, the probability
+    chain and whether the graph guards fully masked rows (NaN -> 0)."""
+    ms = set(members)
+    nodes = {p: view.nodes[p] for p in members}
+    mms = [p for p in members if nodes[p].op_type == "MatMul"]
+    sms = [p for p in members if nodes[p].op_type == "Softmax"]
+    if not sms and any(n.op_type == "Exp" for n in nodes.values()):
+        return ("the softmax is spelled out (Exp, ReduceSum, Div) instead of a Softmax node; the attention "
+                "template needs the Softmax node")
+    if len(mms) != 2 or len(sms) != 1:
+        return f"attention needs exactly two MatMul and one Softmax (found {len(mms)} and {len(sms)})"
+    desc = view.graph_index.descendants
+    sm = sms[0]
+    qk = next((p for p in mms if desc[p] >> sm & 1), None)
+    pv = next((p for p in mms if desc[sm] >> p & 1), None)
+    if qk is None or pv is None or qk == pv:
+        return "the MatMuls and the Softmax do not form QKᵀ -> softmax -> PV"
+    mm1, smn, mm2 = nodes[qk], nodes[sm], nodes[pv]
+    if any(p in ancestors(view, ms, [mm2.input[1]]) for p in (qk, sm)):
+        return f"{describe_node(mm2)}: V is computed from the scores"
+    rank = len(view.shape(mm1.output[0]) or [])
+    if rank not in (3, 4):
+        return f"{describe_node(mm1)}: scores of rank {rank} (the template takes 3 or 4)"
+    axis = attr(smn, "axis", -1)
+    if axis not in (-1, rank - 1):
+        return f"{describe_node(smn)}: softmax over axis {axis}, not the key axis"
+    got = _probability_chain(view, ms, sm, pv)
+    if isinstance(got, str):
+        return got
+    chain, guard = got
+    # what the renderer reads: the Q/K/V hooks, the score hook (QKᵀ bound), the output hook
+    # (pushed forward from O, operands pulled) and side outputs that do not depend on the scores
+    q, k, v = mm1.input[0], mm1.input[1], mm2.input[1]
+    consumed = {qk, sm, pv, *chain}
+    for p in chain:          # a reshape's target shape (TorchScript computes it from Shape nodes)
+        consumed |= ancestors(view, ms, [t for t in view.nodes[p].input[1:] if t])
+    consumed |= ancestors(view, ms, [q, k, v])
+    consumed |= ancestors(view, ms, [smn.input[0]], stop={qk})
+    after = descendants(view, ms, pv)
+    consumed |= after
+    for p in after:
+        consumed |= ancestors(view, ms, view.graph_index.reads[p], stop={pv})
+    scores = {qk} | descendants(view, ms, qk)
+    outputs = view.graph_index.outputs(members)
+    for t in outputs:
+        p = view.producer[t]
+        if p in scores and p not in after and p != pv:
+            return (f"{describe_node(view.nodes[p])}: its output '{t}' is read outside the subgraph, but the "
+                    "attention template only stores the attention output and what follows it")
+        if p not in scores:
+            consumed |= {p} | ancestors(view, ms, view.graph_index.reads[p])
+    left = sorted(ms - consumed)
+    if left:
+        return (f"{describe_node(view.nodes[left[0]])} is not read by the attention template "
+                f"({len(left)} node{'s' if len(left) > 1 else ''} of the subgraph would be ignored)")
+    inputs = view.graph_index.boundary(members)[0]
+    score_side = ancestors(view, ms, [smn.input[0]], stop={qk})
+    mask = [t for t in inputs if any(t in view.graph_index.reads[p] for p in score_side)
+            and t not in (q, k) and view.const(t) is None]
+    return AttentionRoles(q, k, v, mm1.output[0], smn.input[0], smn.output[0], mm2.output[0], qk, sm, pv,
+                          tuple(chain), guard, tuple(mask))
+
+
+
+def _attention(b, mask_dims):
+    q = b.input("q", ["B", "H", "S", "D"])
+    k = b.input("k", ["B", "H", "T", "D"])
+    v = b.input("v", ["B", "H", "T", "D"])
+    s = b.Mul(b.MatMul(q, b.Transpose(k, perm=[0, 1, 3, 2])), b.const(0.125, 1))
+    if mask_dims:
+        s = b.Add(s, b.input("mask", mask_dims))
+    o = b.MatMul(b.Softmax(s, axis=-1), v)
+    return b.Transpose(o, perm=[0, 2, 1, 3])
+
+
+def head_dim_known(g):
+    """Templates are specialised per head dimension: it must be a compile-time integer."""
+    dot = next(loop for _, loop in g.walk() if "dot" in loop.key_ops)
+    return None if isinstance(dot.size, int) else f"head dim {dot.size} is not a compile-time integer"
+
+
+FLASH_ATTENTION = Family("flash_attention", "softmax(QKᵀ + mask)·V in the FlashAttention style",
+                         roles=AttentionRoles, find_roles=attention_roles)
+
+
+@pattern("attention", allow_prologue=True, family=FLASH_ATTENTION, check=head_dim_known)
+def attention(b):
+    """QKᵀ, scale, mask, softmax, ·V, output transpose."""
+    return _attention(b, ["B", 1, 1, "T"])
+

@@ -1,2 +1,0 @@
-"""Built-in patterns. Import order is priority order: the first exact match wins."""
-from . import attention, gemm_norm, gemm_gated, gemm, gemm_group, row_reduce, reduce, elementwise  # noqa: F401

@@ -71,8 +71,7 @@ class Plan:
         if self.vals is not None:
             lines += [f"val {k} {e}" for k, e in enumerate(self.vals)]
         else:
-            bound = {tok for _, dims in self.inputs for tok in dims if tok.startswith("s")}
-            bound |= {f"s{k}" for k, _, _ in self.shapev}
+            bound = bound_symbols(self)
             lines += [f"val {k} s{k}" if f"s{k}" in bound else f"val {k} 0" for k in range(len(self.syms))]
         lines += [f"scratch {k} {e}" for k, e in enumerate(self.scratch)]
         for r, route in enumerate(self.routes):

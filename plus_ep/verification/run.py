@@ -306,7 +306,13 @@ def run(request: dict) -> dict:
     exposed, _ = _exposed(model, fused)
     exposed_bytes = exposed.SerializeToString()
     out_names = [o.name for o in model.graph.output]
-    ref_outputs = {} if profiling else _run_plain(model.SerializeToString(), feeds, out_names)
+    try:
+        ref_outputs = {} if profiling else _run_plain(model.SerializeToString(), feeds, out_names)
+    except Exception as e:  # noqa: BLE001 - the inputs do not fit the model: said in one line, not a crash
+        result["errors"].append(f"the model does not run on these inputs on ONNX Runtime CPU (without its kernels): "
+                                f"{' '.join(str(e).split())[:400]}; pass inputs that fit it (--inputs)")
+        result["inputs_refused"] = True
+        return result
     inits = _initializers(model)
     bodies = {n.name: _body(model, n) for n in fused}
 

@@ -150,7 +150,7 @@ def check_model_on_kernels(model, feeds, archs, math, fp32_math="exact"):
     launch and every output element; returns the KernelRun."""
     import onnxruntime as ort
 
-    from tests.support.bounds import UNIT, assert_within, element_bound, sensitivity
+    from plus_ep.verification.bounds import UNIT, assert_within, element_bound, sensitivity
     ref_model = round_weights_fp16(model) if math == "fp16" else model
     run_model = to_fp16(ref_model) if math == "fp16" else ref_model
     run = run_on_kernels(run_model, feeds, archs=archs, fp32_math=fp32_math)

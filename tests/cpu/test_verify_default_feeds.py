@@ -126,6 +126,14 @@ def test_decoder_defaults_fit_every_past_whatever_the_dims_are_called(naming, pa
     check_feeds(m, f, source="the default inputs")
     present, mask, _ = _runs(m, f)
     assert present.shape == (1, 2, past + 8, 4) and mask.shape == (1, past + 8)
-    f = sample_inputs(m, batch=2, seq=1, past=past)        # a decode step
-    assert f["attention_mask"].shape == (2, past + 1) and f["position_ids"].tolist() == [[past]] * 2
-    _runs(m, f)
+
+
+@pytest.mark.parametrize("naming", sorted(NAMINGS))
+def test_a_decode_step_whatever_the_dims_are_called(naming):
+    m = decoder_io(naming)
+    for past in (1, 20):
+        f = sample_inputs(m, batch=2, seq=1, past=past)
+        assert f["past_key_values.0.key"].shape == (2, 2, past, 4)
+        assert f["attention_mask"].shape == (2, past + 1) and f["position_ids"].tolist() == [[past]] * 2
+        check_feeds(m, f, source="the default inputs")
+        _runs(m, f)

@@ -220,3 +220,37 @@ def test_the_sweep_covers_the_vocabulary():
                       ("Mod", {"fmod"})):
         seen = {a for variants, *_ in GROUPS.values() for o, attrs, _ in variants if o == op for a in attrs}
         assert names <= seen, (op, names - seen)
+
+
+EPILOGUE = [("Softplus", {}), ("Sign", {}), ("Elu", {"alpha": 0.3}), ("HardSigmoid", {"alpha": 0.5, "beta": 0.25}),
+            ("Gelu", {"approximate": "tanh"}), ("Selu", {"alpha": 1.5, "gamma": 0.5})]
+
+
+def test_activations_in_a_gemm_epilogue_at_saturation():
+    """The same element expressions rendered into a GEMM's epilogue (another emitter context: the accumulator
+    bound to `acc`), on GEMM outputs reaching |x| ~ 150 (Softplus past exp's overflow, GELU saturated), with a
+    NaN row (Sign(NaN) is NaN)."""
+    rng = np.random.default_rng(12)
+    K, N = 16, 24
+    w = (rng.standard_normal((K, N)) * 4).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["X", "W"], ["p"])]
+    nodes += [helper.make_node(op, ["p"], [f"y{k}"], **attrs) for k, (op, attrs) in enumerate(EPILOGUE)]
+    g = helper.make_graph(nodes, "epilogue", [helper.make_tensor_value_info("X", F, [2, 9, K])],
+                          [helper.make_tensor_value_info(f"y{k}", F, [2, 9, N]) for k in range(len(EPILOGUE))],
+                          [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=10)
+    x = (rng.standard_normal((2, 9, K)) * 3).astype(np.float32)
+    x[1, 4, 3] = np.nan
+    r = rewrite_detailed(model, archs=None)
+    (sg,) = r.subgraphs
+    assert sg.pattern.name == "gemm", sg.pattern.name
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="epilogue")
+    got = run_rendered(rd, [x if t == "X" else w for t in ins], [np.zeros((2, 9, N), np.float32)] * len(outs),
+                       name="epilogue")
+    pre = x.astype(np.float64) @ w.astype(np.float64)
+    assert np.nanmax(np.abs(pre)) > 90, "the GEMM outputs do not reach saturation"
+    ev = evaluate(model.graph, [x], math="exact", opsets={"": OPSET})
+    for t, gk in zip(outs, got):
+        c = compare(gk, ev.outputs[int(t[1:])])
+        assert c["ok"], (EPILOGUE[int(t[1:])], c)

@@ -7,43 +7,17 @@ that swaps two grid dimensions, or passes the block where the grid goes, fails h
 tests assert the geometry the launcher computes, not what reaches the driver."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 
-import plus_ep
 from plus_ep.verification import shapes as vs
 from plus_ep.verification.bounds import compare, evaluate
-from tests.support.emulated_models import run_child
 from tests.support.graphs import Graph
+from tests.support.kernel_models import run_on_kernels
 
 B, H, S, D = 2, 5, 37, 40          # attention: query tiles x heads x batch, all > 1 and different
 BATCH, M, K, N = 5, 37, 24, 150    # batched GEMM: cdiv(N, BN) x cdiv(M, BM) x batch
-
-RUNNER = r"""
-import json, sys
-import numpy as np, onnx, onnxruntime as ort
-from plus_ep.verification.emulator import Emulator
-from plus_ep.library import get_library_path
-from tests.support.emulated_models import module_owners
-path, feeds_path, arch = sys.argv[1:4]
-emu = Emulator.get()
-emu.register_model(onnx.load(path))
-emu.set_arch(arch)
-so = ort.SessionOptions()
-so.register_custom_ops_library(get_library_path())
-so.log_severity_level = 3
-sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-feeds = dict(np.load(feeds_path))
-got = sess.run(None, feeds)
-np.savez(feeds_path + ".out.npz", **{o.name: g for o, g in zip(sess.get_outputs(), got)})
-owner = module_owners(emu)
-print(json.dumps([[owner.get(r.module, r.node), r.entry, list(r.grid), list(r.block), r.smem, r.error]
-                  for r in emu.records]))
-"""
 
 
 def geometry_model():
@@ -69,21 +43,16 @@ def _plan(node) -> str:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("geometry")
+def run():
     model = geometry_model()
-    r = plus_ep.rewrite_detailed(model, archs=["sm_80"], fp32_math="exact")
-    assert not r.kernels.failures and sorted(s.pattern.name for s in r.subgraphs) == ["attention", "gemm"]
-    path = tmp / "model.plus.onnx"
-    onnx.save(r.model, path)
     rng = np.random.default_rng(0)
-    feeds = {t: rng.standard_normal(tuple(d.dim_value for d in i.type.tensor_type.shape.dim)).astype(np.float32)
-             for t, i in ((i.name, i) for i in model.graph.input)}
+    feeds = {i.name: rng.standard_normal(tuple(d.dim_value for d in i.type.tensor_type.shape.dim)).astype(np.float32)
+             for i in model.graph.input}
     feeds["pad"][1, ..., -5:] = -1e4
-    np.savez(tmp / "feeds.npz", **feeds)
-    records = json.loads(run_child(RUNNER, [path, tmp / "feeds.npz", "sm_80"]))
-    out = dict(np.load(tmp / "feeds.npz.out.npz"))
-    return model, r.model, feeds, records, out
+    kr = run_on_kernels(model, feeds, archs=("sm_80",), fp32_math="exact")     # ORT + launcher + emulated driver
+    records = [[node, entry, grid, block, smem, error] for node, entry, grid, error, _, _, block, smem
+               in kr.launches["sm_80"]]
+    return model, kr.rewritten, feeds, records, kr.outputs["sm_80"]
 
 
 def test_the_driver_receives_the_grid_each_kernel_needs(run):

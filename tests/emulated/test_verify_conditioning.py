@@ -29,15 +29,9 @@ def gemm_gelu_model(approximate: str = "tanh"):
 
 
 def _rewrite(model, monkeypatch, dump=None, override=None):
-    for var, folder in (("PLUS_EP_DUMP_DIR", dump), ("PLUS_EP_OVERRIDE_DIR", override)):
-        if folder is None:
-            monkeypatch.delenv(var, raising=False)
-        else:
-            monkeypatch.setenv(var, str(folder))
-    r = plus_ep.rewrite_detailed(model, archs=["sm_80"], fp32_math="exact")
-    assert not r.kernels.failures and [s.pattern.name for s in r.subgraphs] == ["gemm"], r.subgraphs
-    assert [n.name for n in r.model.graph.node if n.domain == "ai.plus_ep"] == [NODE]
-    return r.model
+    m = planted.rewrite(model, monkeypatch, dump=dump, override=override, fp32_math="exact")
+    assert [n.name for n in m.graph.node if n.domain == "ai.plus_ep"] == [NODE]
+    return m
 
 
 @pytest.mark.parametrize("approximate", ["tanh", "none"])

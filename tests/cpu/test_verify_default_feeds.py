@@ -137,3 +137,23 @@ def test_a_decode_step_whatever_the_dims_are_called(naming):
         assert f["attention_mask"].shape == (2, past + 1) and f["position_ids"].tolist() == [[past]] * 2
         check_feeds(m, f, source="the default inputs")
         _runs(m, f)
+
+
+def test_an_input_dim_that_is_a_sum_of_symbols_renders():
+    """A fused node whose input has the dim `s1 + s2` (the mask of a dynamo-exported decoder: past + seq) renders
+    (the plan's extent records took `s1,s2,+` for a symbol) and binds from the plain dims."""
+    from plus_ep.kernels.render import render
+    from plus_ep.kernels.target import Target
+    from plus_ep.rewrite import rewrite_detailed
+    g = Graph("expr_dim")
+    g.input("Z", ["s0", "s1"])
+    g.input("P", ["s0", "s2"])
+    g.input("X", ["s0", "s1 + s2"])
+    g.op("Add", g.op("Concat", "Z", "P", axis=1), g.op("Relu", "X"), out="Y")
+    g.output("Y", ["s0", "s1 + s2"])
+    r = rewrite_detailed(g.model(), archs=None)
+    (sg,) = r.subgraphs
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="expr_dim")
+    text = rd.plan.text()
+    assert "in 2 1 2 s0 s1,s2,+" in text and "extent out 0" in text, text

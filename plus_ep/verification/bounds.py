@@ -364,6 +364,8 @@ def _apply(node, ins: list, math: str, opsets: dict) -> list:
         with np.errstate(all="ignore"):
             out = np.asarray(_run(node, vals, opsets)[0], np.float64)
         e = _corners(node, ins, opsets, out)
+        if op in ("Sin", "Cos"):       # 1-Lipschitz and bounded by 2: the corners miss a turn of the period
+            e = np.minimum(ins[0].e, 2.0) if ins[0].is_float else e
         c = C_EXACT if op in _EXACT_ELEMENTWISE else C_TRANSCENDENTAL
         formula = _FORMULAS.get(op) if node.domain in ("", "ai.onnx") else None
         if formula is not None:       # its own rounding follows the formula's conditioning (cancellation)

@@ -157,3 +157,23 @@ def test_an_input_dim_that_is_a_sum_of_symbols_renders():
     rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="expr_dim")
     text = rd.plan.text()
     assert "in 2 1 2 s0 s1,s2,+" in text and "extent out 0" in text, text
+
+
+def test_a_row_kernel_over_a_past_plus_seq_axis_renders():
+    """Softmax over a mask-like axis of length `seq + past` (Optimum's spelling), the symbols bound by two other
+    inputs: the plan binds them from those and records the extents without reading the sum as a symbol."""
+    from plus_ep.kernels.render import render
+    from plus_ep.kernels.target import Target
+    from plus_ep.rewrite import rewrite_detailed
+    g = Graph("row_expr_dim")
+    g.input("ids", ["batch", "seq"])
+    g.input("cache", ["batch", "past"])
+    g.input("scores", ["batch", "past + seq"])
+    full = g.op("Concat", "cache", "ids", axis=1)
+    g.op("Softmax", g.op("Add", "scores", full), axis=-1, out="Y")
+    g.output("Y", ["batch", "past + seq"])
+    r = rewrite_detailed(g.model(), archs=None)
+    for sg in r.subgraphs:
+        ins, outs = r.view.graph_index.boundary(sg.nodes)
+        rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="row_expr_dim")
+        assert any(line.startswith("in ") and "," in line for line in rd.plan.text().splitlines())

@@ -28,31 +28,23 @@ def _space(mo, stmt):
 
 
 def _generic_read(M, op, a, size, tids, nc):
-    """Generic addresses: the shared window (access.GENERIC_SHARED), the thread's local frame
-    (access.GENERIC_LOCAL) or global memory."""
-    sh, lo = C.generic_split(a), A.generic_local(a)
-    if not sh.any() and not lo.any():
+    """Generic addresses: the shared window (access.GENERIC_SHARED) or global memory."""
+    sh = C.generic_split(a)
+    if not sh.any():
         return A.global_read(M, op, a, size, tids, nc=nc)
     out = np.empty((len(tids), size), np.uint8)
-    if sh.any():
-        out[sh] = C.dsmem_read(M, op, a[sh] - np.uint64(C.GENERIC_SHARED), size, tids[sh])
-    if lo.any():
-        out[lo] = A.local_access(M, op, a[lo] - np.uint64(A.GENERIC_LOCAL), size, tids[lo])
-    gl = ~sh & ~lo
-    if gl.any():
-        out[gl] = A.global_read(M, op, a[gl], size, tids[gl], nc=nc)
+    out[sh] = C.dsmem_read(M, op, a[sh] - np.uint64(C.GENERIC_SHARED), size, tids[sh])
+    if (~sh).any():
+        out[~sh] = A.global_read(M, op, a[~sh], size, tids[~sh], nc=nc)
     return out
 
 
 def _generic_write(M, op, a, data, tids):
-    sh, lo = C.generic_split(a), A.generic_local(a)
+    sh = C.generic_split(a)
     if sh.any():
         C.dsmem_write(M, op, a[sh] - np.uint64(C.GENERIC_SHARED), data[sh], tids[sh])
-    if lo.any():
-        A.local_access(M, op, a[lo] - np.uint64(A.GENERIC_LOCAL), data.shape[1], tids[lo], data[lo])
-    gl = ~sh & ~lo
-    if gl.any():
-        A.global_write(M, op, a[gl], data[gl], tids[gl])
+    if (~sh).any():
+        A.global_write(M, op, a[~sh], data[~sh], tids[~sh])
 
 
 def _vec(mo):

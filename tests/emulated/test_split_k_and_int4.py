@@ -97,7 +97,7 @@ def test_nbits_gemm_with_the_default_zero_point(bits, block, K, N, math):
     model, packed, scales, a = _nbits_model(bits, block, K, N, dt)
     assert K % block != 0                                        # a partial last quantisation block
     r, sg, ins, rd, d = _one(model, math)
-    assert sg.roles["nbits"]["bits"] == bits and sg.roles["nbits"].get("zero_points") is None
+    assert sg.roles.nbits["bits"] == bits and sg.roles.nbits.get("zero_points") is None
     assert d.get("PLUS_B_NBITS") == 1
     arrays = {"a": a, "b": packed, "s": scales}
     inputs = [arrays[t] if t in arrays else np.asarray(r.view.const(t)) for t in ins]   # the expansion's constants

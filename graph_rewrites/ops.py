@@ -68,8 +68,8 @@ for _n, _fmt in (("Relu", "(({x}) < 0.0f ? 0.0f : ({x}))"), ("Sigmoid", "(1.0f /
                  ("Tanh", "tanhf({x})"), ("Erf", "erff({x})"), ("Exp", "expf({x})"), ("Log", "logf({x})"),
                  ("Sqrt", "sqrtf({x})"), ("Reciprocal", "(1.0f / {x})"), ("Abs", "fabsf({x})"),
                  ("Sin", "sinf({x})"), ("Cos", "cosf({x})"), ("Floor", "floorf({x})"), ("Ceil", "ceilf({x})"),
-                 ("Round", "rintf({x})"), ("Sign", "(float)(({x} > 0.0f) - ({x} < 0.0f))"),
-                 ("Softplus", "log1pf(expf({x}))"), ("Softsign", "({x} / (1.0f + fabsf({x})))"),
+                 ("Round", "rintf({x})"), ("Sign", "(isnan({x}) ? ({x}) : (float)(({x} > 0.0f) - ({x} < 0.0f)))"),
+                 ("Softplus", "(({x}) > 0.0f ? ({x}) + log1pf(expf(-({x}))) : log1pf(expf({x})))"), ("Softsign", "({x} / (1.0f + fabsf({x})))"),
                  ("Mish", "({x} * tanhf(log1pf(expf({x}))))")):
     _add(_n, "elementwise", c=f"f:{_fmt}")
 for _n in ("Pow", "Max", "Min", "Where", "Mod", "Clip", "Not", "Neg", "Gelu", "LeakyRelu", "Elu", "Selu",

@@ -20,7 +20,9 @@ timeout counts as caught (the default command would hang), and is marked so.
 
 The JSON records per mutant: the edit, the subsets and the number of tests run, the tests that failed (the
 catching ones), the time, and for survivors the written reason they are equivalent (`equivalent`) or the
-test added since; plus per family the distinct test functions that catch its mutants. The kernel cache is
+test added since; plus per family the distinct test functions that catch its mutants. With --zoo, a mutant
+that names a zoo model (`zoo`) is also judged by `plus-ep verify` with its defaults on that model rewritten in
+the scratch tree (`zoo_verify`; the unmutated tree's run first, `zoo_baseline`). The kernel cache is
 shared between the mutant runs (content-keyed: a mutated template or source never hits an unmutated entry).
 """
 from __future__ import annotations
@@ -106,6 +108,23 @@ SUBSETS: dict[str, list] = {
                  ("tests/emulated/test_emulated_driver.py", None),
                  ("tests/emulated/test_verify_kernels.py", "verify_passes or corrupted"),
                  ("tests/emulated/test_models_on_kernels.py", "exact")],
+    # issue 37: the classes of input the earlier subsets did not reach
+    "vocabulary": [("tests/emulated/test_op_vocabulary_sweep.py", None),
+                   ("tests/emulated/test_verify_conditioning.py", "saturation"),
+                   ("tests/emulated/test_nan_activations.py", None)],
+    "layouts": [("tests/emulated/test_rendered_layouts.py", None),
+                ("tests/emulated/test_launch_geometry.py", None),
+                ("tests/emulated/test_models_on_kernels.py", "exact")],
+    "attention_heads": [("tests/emulated/test_attention_head_dims.py", None),
+                        ("tests/emulated/test_launch_geometry.py", None),
+                        ("tests/emulated/test_attention_masked_rows.py", None)],
+    "splitk_nbits": [("tests/emulated/test_split_k_and_int4.py", None),
+                     ("tests/emulated/test_row_kernels_conditioning.py", "gemm"),
+                     ("tests/emulated/test_contrib_kernels.py", "int4_gemm_kernel")],
+    "geometry": [("tests/emulated/test_launch_geometry.py", None)],
+    "verify_feeds": [("tests/cpu/test_verify_default_feeds.py", None),
+                     ("tests/cpu/test_sample_inputs.py", None),
+                     ("tests/cpu/test_decoder_feeds.py", None)],
     "interpreter": [("tests/cpu/test_ptx_semantics.py", None),
                     ("tests/cpu/test_ptx_layouts.py", None),
                     ("tests/cpu/test_ptx_wgmma_layout.py", None),
@@ -124,14 +143,18 @@ class Mutant:
     subsets: list                # SUBSETS names run against it
     count: int = 1
     equivalent: str = ""         # for a survivor: why it cannot change a result (or what covers it)
+    zoo: tuple = ()              # (zoo model, rewrite arguments...): `plus-ep verify` with its defaults must fail
     c: bool = field(init=False, default=False)
 
     def __post_init__(self):
         self.c = self.path.endswith((".c", ".h"))
 
 
-def M(id, family, path, old, new, what, subsets, count=1, equivalent="", more=()):
-    return Mutant(id, family, path, [(old, new), *more], what, list(subsets), count, equivalent)
+def M(id, family, path, old, new, what, subsets, count=1, equivalent="", more=(), zoo=()):
+    return Mutant(id, family, path, [(old, new), *more], what, list(subsets), count, equivalent, tuple(zoo))
+
+
+GPT2 = ("zoo:gpt2", "--arch", "sm_80")      # TF32 GEMMs and attention with the causal + padding mask
 
 
 T = "kernels/templates/"
@@ -200,10 +223,6 @@ CATALOGUE = [
       "#if defined(PLUS_HAS_SCORE) || defined(PLUS_HAS_KEY_BIAS)\n  (void)t; (void)kv0; (void)r0; (void)rows;",
       "#if defined(PLUS_HAS_SCORE_NEVER) || defined(PLUS_HAS_KEY_BIAS)\n  (void)t; (void)kv0; (void)r0; (void)rows;",
       "the score hook (scale + mask) is applied on edge key tiles only, skipped on interior ones",
-      ["attention_simt", "attention_f16"]),
-    M("attn_causal_top_left", "attention_simt", ATTN_T + "attention.cuh",
-      "t.off = t.Skv - t.Sq;", "t.off = 0;",
-      "causal mask aligned top-left (j <= i) instead of bottom-right (j <= i + Skv - Sq)",
       ["attention_simt", "attention_f16"]),
     M("attn_row_max_half", "attention_simt", ATTN_T + "attention.cuh",
       "for (int o = 1; o < NXOR; o <<= 1) x = fmaxf(", "for (int o = 1; o < NXOR / 2; o <<= 1) x = fmaxf(",
@@ -307,6 +326,87 @@ CATALOGUE = [
     M("launcher_last_route", "launcher", "plus_ep/native/bind.c",
       "for (int r = first; r < end && b->group_route[g] < 0; r++) {", "for (int r = first; r < end; r++) {",
       "the last route whose condition holds is taken instead of the first", ["launcher"]),
+    # ---- issue 37: batched GEMMs, permutations, head dims, launches, split-K, int4, element ops, verify -----
+    M("render_gemm_b_batch_stride_of_a", "render", GEMM_T + "render.py",
+      "offset(sa, M, K), offset(sb, K, N)", "offset(sa, M, K), offset(sb, M, K)",
+      "batched GEMM: B's batch stride taken as A's (M K instead of K N; equal in QK^T-shaped problems)",
+      ["layouts", "gemm_simt"]),
+    M("render_gemm_ldb_m", "render", GEMM_T + "hooks.py",
+      "ldb = (K if trans_b else N) if ldb is None else ldb", "ldb = (K if trans_b else M) if ldb is None else ldb",
+      "GEMM hooks: B's row stride M instead of N for a [K][N] B (equal when M == N)", ["layouts", "gemm_simt"],
+      zoo=GPT2),
+    M("pull_transpose_inverse", "pointwise", "kernels/codegen/pull.py",
+      "                src_idx[p] = idx[i]\n", "                src_idx[i] = idx[p]\n",
+      "a value pulled through Transpose takes the inverse permutation (right for perms that are their own inverse)",
+      ["layouts", "pointwise"], zoo=GPT2),
+    M("forward_transpose_inverse", "render", "kernels/codegen/forward.py",
+      "fwd[node.output[0]] = ([in_idx[p] for p in perm], conds)",
+      "fwd[node.output[0]] = ([in_idx[perm.index(i)] for i in range(len(perm))], conds)",
+      "an epilogue stored through Transpose takes the inverse permutation", ["layouts", "render"], zoo=GPT2),
+    M("attn_out_guard_padded", "attention_f16", ATTN_T + "render.py",
+      '    em.emit(f"if (d >= {a.D}) return;")', '    em.emit(f"if (d >= {routes._padded(a.D)}) return;")',
+      "attention output hook guarded by the padded head dim: D = 24 stores columns 24..31 into the next row",
+      ["attention_heads", "attention_f16"]),
+    M("attn_score_mask_ij_swap", "attention_simt", ATTN_T + "render.py",
+      '    val, ct = em.value(score_t, em.broadcast(lead_l("b", "h") + ["i", "j"], em.shape(score_t), l_shape))',
+      '    val, ct = em.value(score_t, em.broadcast(lead_l("b", "h") + ["j", "i"], em.shape(score_t), l_shape))',
+      "the score hook indexes the logits' terms [.., j, i]: a causal mask becomes anti-causal",
+      ["attention_heads", "attention_simt"], zoo=GPT2),
+    M("launcher_launch_yz_swap", "launcher", "plus_ep/native/kernel.c",
+      "d->cuLaunchKernel(cc->fn[i], g.grid[0], g.grid[1], g.grid[2],",
+      "d->cuLaunchKernel(cc->fn[i], g.grid[0], g.grid[2], g.grid[1],",
+      "cuLaunchKernel gets grid y and z swapped (invisible where both are 1)", ["launcher", "geometry"], zoo=GPT2),
+    M("gemm_splitk_kend_unclamped", "gemm_simt", GEMM_T + "gemm.cuh",
+      "  blk.kend = min(K, blk.kbeg + per);", "  blk.kend = blk.kbeg + per;",
+      "split-K: the last split reads to its nominal end past K (equal ranges when K splits into whole tiles)",
+      ["splitk_nbits", "gemm_simt"]),
+    M("nbits_default_zero_point_int4", "render", GEMM_T + "nbits.py",
+      'z = f"{float(1 << (bits - 1))}f"', 'z = "8.0f"',
+      "MatMulNBits without zero points: int4's default 8 used for every bit width (2 bits: 2, 8 bits: 128)",
+      ["splitk_nbits"]),
+    M("cexpr_gelu_tanh_cubic", "elements", "kernels/codegen/cexpr.py",
+      "0.044715f * {x} * {x} * {x}", "0.04715f * {x} * {x} * {x}",
+      "Gelu(approximate=tanh) with a mistyped cubic coefficient (0.04715): within tolerance on N(0, 1) inputs",
+      ["vocabulary"]),
+    M("ops_softplus_overflow", "elements", "graph_rewrites/ops.py",
+      '("Softplus", "(({x}) > 0.0f ? ({x}) + log1pf(expf(-({x}))) : log1pf(expf({x})))"),',
+      '("Softplus", "log1pf(expf({x}))"),',
+      "Softplus as log1p(exp(x)): +inf for x >= 89 (ONNX, ORT: x)", ["vocabulary"]),
+    M("ops_sign_nan_zero", "elements", "graph_rewrites/ops.py",
+      '("Sign", "(isnan({x}) ? ({x}) : (float)(({x} > 0.0f) - ({x} < 0.0f)))"),',
+      '("Sign", "(float)(({x} > 0.0f) - ({x} < 0.0f))"),',
+      "Sign(NaN) = 0 (ONNX: NaN)", ["vocabulary"]),
+    M("cexpr_elu_alpha_default", "elements", "kernels/codegen/cexpr.py",
+      'x, al = _f(a[0], t[0]), lit(attr(node, "alpha", 1.0))\n    return f"({x} >= 0.0f ? {x} : {al} * (expf({x}) - 1.0f))", F',
+      'x, al = _f(a[0], t[0]), lit(1.0)\n    return f"({x} >= 0.0f ? {x} : {al} * (expf({x}) - 1.0f))", F',
+      "Elu ignores its alpha attribute (the default 1.0 always)", ["vocabulary"]),
+    M("cexpr_hardsigmoid_beta_from_alpha", "elements", "kernels/codegen/cexpr.py",
+      'lit(attr(node, "alpha", 0.2)), lit(attr(node, "beta", 0.5))',
+      'lit(attr(node, "alpha", 0.2)), lit(attr(node, "alpha", 0.5))',
+      "HardSigmoid reads beta from the alpha attribute (right only with both defaults)", ["vocabulary"]),
+    M("bounds_gelu_formula_dropped", "verify", "plus_ep/verification/bounds.py",
+      '    "Gelu": _gelu_bound,\n', "",
+      "verify's GELU bound back to C u |GELU(x)|: a correct kernel fails in saturation (-0.0 vs -4e-16)",
+      ["vocabulary"]),
+    M("feeds_index_limits_direct_only", "verify", "plus_ep/feeds.py",
+      '            if len(src) == 1 and node.output and node.output[0]:\n                tracked[node.output[0]] = src.pop()',
+      '            if False:\n                tracked[node.output[0]] = src.pop()',
+      "default ids stay inside a table only when the input is the Gather's index itself (a position table "
+      "reached through Reshape gets vocabulary ids: GPT-2's index 850 of 512)", ["verify_feeds"]),
+    M("feeds_cache_length_as_batch", "verify", "plus_ep/feeds.py",
+      "            out.setdefault(p, batch if ax == 0 else past)", "            out.setdefault(p, batch)",
+      "a KV cache's unnamed length symbol (the dynamo exporter's s2) sized as the batch, not the past",
+      ["verify_feeds"]),
+    M("plan_extents_sum_as_symbol", "launcher", "kernels/wire/plan.py",
+      'if re.fullmatch(r"s\\d+", tok)}',
+      'if tok.startswith("s")}',
+      "an input dim that is a sum of symbols (a decoder mask's past + seq) read as a bound symbol: no kernels",
+      ["verify_feeds"]),
+    M("interp_cvta_to_local_adds", "interpreter", "kernels/ptx/ops_alu.py",
+      "            if to:\n                return lambda m: put(get() - base, m)",
+      "            if to and space != \"local\":\n                return lambda m: put(get() - base, m)",
+      "cvta.to.local adds the generic window's base instead of removing it (sinf's stack lands out of its frame)",
+      ["vocabulary"]),
     # ---- the PTX interpreter --------------------------------------------------------------------------------
     M("interp_fma_zero_sign", "interpreter", "kernels/ptx/semantics.py",
       'z = np.where(same, np.copysign(0.0, c64), -0.0 if mode == "rm" else 0.0).astype(np.float32)',
@@ -433,6 +533,30 @@ def rebuild_launcher(tree: Path, env: dict) -> str:
     return "" if p.returncode == 0 else (p.stdout + p.stderr)[-2000:]
 
 
+def zoo_verify(tree: Path, env: dict, work: Path, spec: tuple, timeout: float) -> dict:
+    """`plus-ep rewrite MODEL ARGS` then `plus-ep verify` with its defaults, in the tree: caught when verify exits
+    non-zero (1: a mismatch, finding or node that did not run) or the rewrite fails."""
+    model, *rewrite_args = spec
+    out = work / "zoo.plus.onnx"
+    t0 = time.time()
+    res = {"model": model, "rewrite": list(rewrite_args)}
+    for step, cmd in (("rewrite", ["rewrite", model, "-o", str(out), *rewrite_args, "-q"]),
+                      ("verify", ["verify", str(out), "-q"])):
+        try:
+            p = subprocess.run([sys.executable, "-m", "plus_ep", *cmd], cwd=tree, env=env, capture_output=True,
+                               text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            res.update(caught=True, how=f"{step} timed out", seconds=round(time.time() - t0, 1))
+            return res
+        lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
+        res[step] = {"rc": p.returncode, "last": lines[-1][:300] if lines else ""}
+        if p.returncode != 0:
+            res.update(caught=True, how=f"{step} exit {p.returncode}", seconds=round(time.time() - t0, 1))
+            return res
+    res.update(caught=False, how="verify passed", seconds=round(time.time() - t0, 1))
+    return res
+
+
 def test_function(node_id: str) -> str:
     """file::function of a node id (parameters dropped): what counts as one independent test."""
     return re.sub(r"\[.*$", "", node_id)
@@ -447,6 +571,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/<date>-mutation.json)")
     ap.add_argument("--timeout", type=float, default=1500, help="seconds per mutant run (a hang counts as caught)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the subsets")
+    ap.add_argument("--zoo", action="store_true",
+                    help="also rewrite the zoo model a mutant names and run `plus-ep verify` with its defaults on it")
     args = ap.parse_args(argv)
     if args.list:
         for m in CATALOGUE:
@@ -486,6 +612,11 @@ def main(argv=None) -> int:
         baseline = run_tests(tree, env, every, work / "baseline.xml", args.timeout * 3)
         baseline_failed = set(baseline["failed"])
         print(f"baseline: {len(baseline_failed)} failed, {baseline['seconds']} s", flush=True)
+    zoo_baseline = {}
+    if args.zoo and not args.no_baseline:
+        for spec in sorted({m.zoo for m in chosen if m.zoo}):
+            zoo_baseline[" ".join(spec)] = zoo_verify(tree, env, work, spec, args.timeout * 3)
+            print(f"zoo baseline {' '.join(spec)}: {zoo_baseline[' '.join(spec)]['how']}", flush=True)
     from bench.harness.env_info import env_info
     doc = {"what": "mutation score of the default test command (python -m pytest): each mutant against the union "
                    "of its subsets (tests of the default command); see bench/quality/mutants.py",
@@ -495,6 +626,7 @@ def main(argv=None) -> int:
            "subset_sizes": {k: len(v) for k, v in ids_of.items()},
            "baseline": None if baseline is None else {"tests": baseline["ran"], "failed": sorted(baseline_failed),
                                                       "seconds": baseline["seconds"]},
+           "zoo_baseline": zoo_baseline,
            "mutants": []}
     for i, m in enumerate(chosen):
         ids = list(dict.fromkeys(x for s in m.subsets for x in ids_of[s]))
@@ -507,6 +639,8 @@ def main(argv=None) -> int:
                 res = {"failed": ["<launcher build failed>"], "seconds": 0, "timeout": False, "ran": 0, "tail": err}
             else:
                 res = run_tests(tree, env, ids, work / f"{m.id}.xml", args.timeout)
+            if args.zoo and m.zoo and not err:
+                rec["zoo_verify"] = zoo_verify(tree, env, work, m.zoo, args.timeout)
         finally:
             for p, text in originals.items():
                 (tree / p).write_text(text)
@@ -542,6 +676,7 @@ def _write(doc: dict, out: Path, t0: float) -> None:
                   "each_caught_by_two_functions": all(len(m["catching_functions"]) >= 2 for m in of)}
     doc["summary"] = {"mutants": len(ms), "caught": len(caught), "score": len(caught) / len(ms) if ms else 0.0,
                       "survivors": [m["id"] for m in ms if not m["caught"]], "families": fam,
+                      "zoo_verify": {m["id"]: m["zoo_verify"]["caught"] for m in ms if "zoo_verify" in m},
                       "minutes": round((time.time() - t0) / 60, 1)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -12,6 +12,10 @@ from .memory import _Oob, oob_error
 RANK_SHIFT = 24
 OFFSET_MASK = (1 << RANK_SHIFT) - 1
 GENERIC_SHARED = 0xFE00_0000_0000_0000
+# generic addresses of a thread's .local frame: the frame offset plus GENERIC_LOCAL (cvta.local and back). NVRTC's
+# stack for sinf/cosf's slow argument reduction takes that round trip and then uses ld/st.local; a generic load or
+# store inside the window is not implemented (it reads global memory: out of bounds, a loud error)
+GENERIC_LOCAL = 0xFD00_0000_0000_0000
 
 
 def _tids(M, m):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import semantics as S
-from .access import GENERIC_SHARED
+from .access import GENERIC_LOCAL, GENERIC_SHARED
 from .decode import Mods, Op, handler, unsupported
 
 INT_T = ("s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64")
@@ -202,8 +202,10 @@ def _div(stmt):
     ty = mo.type()
     mo.done()
     if ty == "f32":
+        if full and rnd is None:        # div.approx / div.full.f32 (libdevice's fmodf): semantics.div_approx_f32
+            return _simple(stmt, ty, 2, lambda a, b: S.div_approx_f32(a, b, full, ftz))
         if full or rnd is None:
-            raise unsupported(stmt, "only div.rn/rz/rm/rp.f32 are implemented")
+            raise unsupported(stmt, "div.f32 needs .rn/.rz/.rm/.rp, .approx or .full")
         return _simple(stmt, ty, 2, lambda a, b: S.div_f32(a, b, rnd, ftz))
     if ty == "f64":
         if rnd != "rn":
@@ -489,8 +491,9 @@ def _cvta(stmt):
             put, get = M.wr(ops[0], ty), M.rd(ops[1], ty)
             return lambda m: put(get(), m)
         return Op(stmt.line, stmt.opcode, "op", "move", factory)
-    if space in ("shared", "shared::cta") and ty == "u64":
-        base = np.uint64(GENERIC_SHARED)             # generic = the shared window + GENERIC_SHARED
+    if space in ("shared", "shared::cta", "local") and ty == "u64":
+        # generic = the shared window + GENERIC_SHARED, a thread's local frame + GENERIC_LOCAL
+        base = np.uint64(GENERIC_SHARED if space != "local" else GENERIC_LOCAL)
 
         def factory(M):
             put, get = M.wr(ops[0], ty), M.rd(ops[1], ty)
@@ -498,7 +501,7 @@ def _cvta(stmt):
                 return lambda m: put(get() - base, m)
             return lambda m: put(get() + base, m)
         return Op(stmt.line, stmt.opcode, "op", "move", factory)
-    raise unsupported(stmt, "only global and shared (.u64) <-> generic are implemented")
+    raise unsupported(stmt, "only global, shared and local (.u64) <-> generic are implemented")
 
 
 # ---------------------------------------------------------------------------------------- cvt

@@ -189,6 +189,17 @@ def div_f32(a, b, mode="rn", ftz=False):
     return canon_nan32(q)
 
 
+def div_approx_f32(a, b, mode: str, ftz: bool = False):
+    """div.approx.f32 / div.full.f32: within 2 ulp of a / b (here correctly rounded); .approx returns 0 (NaN
+    for an infinite a) for 2^126 < |b| < 2^128, as the ISA says its a * (1 / b) does."""
+    q = div_f32(a, b, "rn", ftz)
+    if mode == "approx":
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        big = (np.abs(b) > np.float32(2.0 ** 126)) & np.isfinite(b)
+        q = np.where(big, np.where(np.isinf(a), np.float32(np.nan), np.float32(0.0) * np.sign(a) * np.sign(b)), q)
+    return canon_nan32(np.asarray(q, np.float32))
+
+
 def sat_f32(x):
     """.sat: clamp to [0.0, 1.0]; NaN -> +0.0."""
     x = np.asarray(x, np.float32)

@@ -31,11 +31,11 @@ inner products", Higham & Mary 2019, for the reductions):
 * data movement (Reshape, Transpose, Gather, Slice, Concat, Where ...) moves bounds with the data;
 * every op's result is rounded to its storage type: + u(type) |v|, and may underflow: + eta (_ETA).
 
-This module is the one owner of these formulas and of the unit roundoffs (`unit`, U32, U_TF32): the test
-suite's node-level checks (LayerNorm/RMSNorm rows, tests/support/gemm_norm_cases.py and
-tests/emulated/test_row_kernels_conditioning.py) take their bounds from `layernorm` here, without MARGIN;
-tests/support/bounds.py keeps only what verify does not need (whole-model bounds measured against ONNX
-Runtime CPU, the poison-aware assertion).
+This module is the one owner of these formulas, of the unit roundoffs (`unit`, U32, U_TF32) and of the bounds
+the test suite checks kernels with: node-level checks take `matmul`, `layernorm`, `evaluate` and `compare`
+(without MARGIN where a test says so); whole-model runs take the measured bounds at the end of this module
+(`sensitivity`, `element_bound`, `assert_within`: the model re-run by ONNX Runtime CPU with every weight
+perturbed by one rounding, 10x that spread per element), which `plus-ep verify` does not use.
 
 A body op outside these rules raises Unsupported; verify then falls back to the flat tolerance of the
 math mode (plus_ep/verification/tolerances.py) and says so. The model here assumes kernels accumulate in fp32 and do
@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["Bounded", "Evaluation", "Unsupported", "compare", "evaluate", "layernorm", "matmul",
-           "softmax", "unit", "C_TRANSCENDENTAL", "LAMBDA", "MATHS", "U32", "U_TF32"]
+           "softmax", "unit", "C_TRANSCENDENTAL", "LAMBDA", "MATHS", "U32", "U_TF32", "UNIT", "FACTOR",
+           "POISON_BYTE", "unwritten", "sensitivity", "element_bound", "assert_within", "upcast_fp16"]
 
 MATHS = ("exact", "tf32", "fp16", "bf16")
 U32 = 2.0 ** -24
@@ -69,6 +70,8 @@ _TINY = {"float64": 2.2e-308, "float32": 1.18e-38, "float16": 6.1e-5, "bfloat16"
 # sigmoid overflows), plus half the spacing of the storage type's subnormals where it is narrower than fp32
 _ETA = {"float64": 1.18e-38, "float32": 1.18e-38, "float16": 1.18e-38 + 2.0 ** -25, "bfloat16": 1.18e-38}
 _ONNX_FLOAT = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
+# largest finite value per storage type: an exact result beyond it is infinite in that type
+_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 
 class Unsupported(ValueError):
@@ -113,8 +116,27 @@ class Bounded:
         op's underflow (_ETA): absolute, so it matters only for results near the bottom of the range."""
         if not self.is_float:
             return self
-        return Bounded(self.v, self.e + (c_ops * U32 + unit(self.dtype)) * np.abs(self.v) + _ETA[self.dtype],
-                       self.dtype)
+        e = self.e + (c_ops * U32 + unit(self.dtype)) * np.abs(self.v) + _ETA[self.dtype]
+        return _overflowed(Bounded(self.v, e, self.dtype), c_ops)
+
+
+def _overflowed(b: Bounded, c_ops: float = 0.0) -> Bounded:
+    """`b` with exact values beyond the storage type's range made what that type holds: a value past the
+    largest finite one by more than its rounding is infinite there (exp(100) is +inf in float32), and one
+    within that rounding of it may be either (its bound becomes infinite: not checked)."""
+    top = _MAX.get(b.dtype)
+    if top is None:
+        return b
+    with np.errstate(invalid="ignore", over="ignore"):
+        a = np.abs(b.v)
+        slack = top * (c_ops + 1.0) * U32 + b.e
+        over = np.isfinite(b.v) & (a - slack > top)
+        edge = np.isfinite(b.v) & ~over & (a + slack > top)
+    if not (over.any() or edge.any()):
+        return b
+    v = np.where(over, np.copysign(np.inf, b.v), b.v)
+    e = np.where(over, 0.0, np.where(edge, np.inf, b.e))
+    return Bounded(v, e, b.dtype)
 
 
 @dataclass
@@ -342,9 +364,89 @@ def _apply(node, ins: list, math: str, opsets: dict) -> list:
         with np.errstate(all="ignore"):
             out = np.asarray(_run(node, vals, opsets)[0], np.float64)
         e = _corners(node, ins, opsets, out)
+        if op in ("Sin", "Cos"):       # 1-Lipschitz and bounded by 2: the corners miss a turn of the period
+            e = np.minimum(ins[0].e, 2.0) if ins[0].is_float else e
         c = C_EXACT if op in _EXACT_ELEMENTWISE else C_TRANSCENDENTAL
+        formula = _FORMULAS.get(op) if node.domain in ("", "ai.onnx") else None
+        if formula is not None:       # its own rounding follows the formula's conditioning (cancellation)
+            e = e + formula(ins[0].v, node)
+            c = C_EXACT
+        if op in ("Sum", "Mean") and dtype0 in _MAX:
+            # a partial sum past the type's range is infinite in fp32 (ONNX Runtime's Mean(3e38, 3e38) is inf)
+            with np.errstate(all="ignore"):
+                total = sum(_finite_abs(b.v) for b in float_in)
+            e = np.where(total > _MAX[dtype0], np.inf, e)
         return [Bounded(out, np.broadcast_to(np.asarray(e, np.float64), out.shape) + 0.0, dtype0).rounded(c)]
     raise Unsupported(f"no error model for {node.domain + '::' if node.domain else ''}{op}")
+
+
+# ------------------------------------------------------------- the rounding of composite activations
+# An activation that ONNX defines as a formula over exp / erf / tanh (GELU, ELU, SELU, CELU) is computed in
+# fp32 by that formula, by ONNX Runtime and by the kernels alike, and the formula cancels: 1 + tanh(z) for
+# z -> -inf, exp(x) - 1 for x -> 0. Its rounding is bounded by a running error analysis of the formula in
+# float64 (each fp32 operation adds u |its result|, each library function C_TRANSCENDENTAL u |its result|,
+# errors propagate through the operations): in saturation GELU's bound is about 0.5 |x| C u, not C u |GELU(x)|,
+# which is what an fp32 evaluation can meet (-0.0 for an exact -4e-16). Everywhere else it stays a few ulps.
+class _Run:
+    """A value computed in fp32 and a bound of its error (float64 arrays)."""
+
+    def __init__(self, v, e=0.0):
+        self.v, self.e = np.asarray(v, np.float64), np.asarray(e, np.float64) + 0.0
+
+    @staticmethod
+    def const(c: float) -> _Run:
+        return _Run(c, U32 * abs(c))            # the literal rounded to fp32
+
+    def __add__(self, o):
+        o = o if isinstance(o, _Run) else _Run.const(o)
+        v = self.v + o.v
+        return _Run(v, self.e + o.e + U32 * np.abs(v))
+
+    def __sub__(self, o):
+        o = o if isinstance(o, _Run) else _Run.const(o)
+        v = self.v - o.v
+        return _Run(v, self.e + o.e + U32 * np.abs(v))
+
+    def __mul__(self, o):
+        o = o if isinstance(o, _Run) else _Run.const(o)
+        v = self.v * o.v
+        return _Run(v, np.abs(self.v) * o.e + np.abs(o.v) * self.e + self.e * o.e + U32 * np.abs(v))
+
+    def fn(self, f) -> _Run:
+        """A library function (C_TRANSCENDENTAL ulps), its argument's error through its steepest corner."""
+        v = f(self.v)
+        d = np.maximum(np.abs(f(self.v + self.e) - v), np.abs(f(self.v - self.e) - v))
+        return _Run(v, np.where(np.isfinite(d), d, 0.0) + C_TRANSCENDENTAL * U32 * np.abs(v))
+
+
+def _erf(v):
+    return np.vectorize(_math.erf, otypes=[np.float64])(v)
+
+
+def _gelu_bound(x, node):
+    x = _Run(np.where(np.isfinite(x), x, 0.0))
+    if _attr(node, "approximate", "none") in ("tanh", b"tanh"):
+        inner = (x + x * x * x * 0.044715) * _math.sqrt(2.0 / _math.pi)
+        y = x * 0.5 * (inner.fn(np.tanh) + 1.0)
+    else:
+        y = x * 0.5 * ((x * (1.0 / _math.sqrt(2.0))).fn(_erf) + 1.0)
+    return y.e
+
+
+def _expm1_bound(x, alpha: float, scale: float = 1.0):
+    """alpha (exp(x / scale) - 1) for x < 0 (ELU, SELU's inner term, CELU), 0 elsewhere."""
+    xn = _Run(np.where(np.isfinite(x) & (x < 0), x, 0.0))
+    y = ((xn * (1.0 / scale) if scale != 1.0 else xn).fn(np.exp) - 1.0) * alpha
+    return np.where(np.isfinite(x) & (x < 0), y.e, 0.0)
+
+
+_FORMULAS = {
+    "Gelu": _gelu_bound,
+    "Elu": lambda x, n: _expm1_bound(x, float(_attr(n, "alpha", 1.0))),
+    "Selu": lambda x, n: abs(float(_attr(n, "gamma", 1.05070102214813232421875))) *
+    _expm1_bound(x, float(_attr(n, "alpha", 1.67326319217681884765625))),
+    "Celu": lambda x, n: _expm1_bound(x, float(_attr(n, "alpha", 1.0)), float(_attr(n, "alpha", 1.0))),
+}
 
 
 def evaluate(body, inputs, math: str = "exact", opsets: dict | None = None) -> Evaluation:
@@ -397,6 +499,7 @@ def compare(kernel, ref: Bounded, extra: float = 0.0) -> dict:
     k64 = k.astype(np.float64)
     fin = np.isfinite(v)
     nonfinite_bad = ~fin & ~((k64 == v) | (np.isnan(k64) & np.isnan(v)))
+    nonfinite_bad |= unwritten(k)          # never written by a kernel (the emulated driver's poison), NaN or not
     bound = MARGIN * e + _TINY.get(ref.dtype, 1e-38) + extra
     checkable = fin & np.isfinite(bound)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -415,3 +518,146 @@ def compare(kernel, ref: Bounded, extra: float = 0.0) -> dict:
             "shape": list(k.shape), "worst": [int(i) for i in worst], "worst_kernel": float(k64[worst]),
             "worst_ref": float(v[worst]), "worst_bound": float(bound[worst]),
             "unchecked": int((fin & ~np.isfinite(bound)).sum()), "nonfinite_mismatches": int(nonfinite_bad.sum())}
+
+
+# ------------------------------------------------------------------------------ unwritten elements
+# The emulated CUDA driver fills every allocation with all-ones bytes (plus_ep/native/emucuda.c), as the test
+# harnesses fill output buffers (tests/support/poison.py): NaN in every float width with a payload the PTX
+# interpreter never produces (its arithmetic gives the canonical NaNs), -1 in every signed integer width. An
+# element still holding it was never written by a kernel.
+POISON_BYTE = 0xFF
+
+
+def unwritten(a) -> np.ndarray:
+    """Boolean mask (a's shape) of the elements whose bytes are all POISON_BYTE."""
+    a = np.ascontiguousarray(a)
+    if a.size == 0:
+        return np.zeros(a.shape, bool)
+    return np.all(a.view(np.uint8).reshape(a.size, a.dtype.itemsize) == POISON_BYTE, axis=1).reshape(a.shape)
+
+
+# -------------------------------------------------------------------------- whole-model bounds (tests)
+# A model's output differs from ONNX Runtime CPU by the rounding of the kernels' math (fp32 summation order,
+# TF32 / f16 / bf16 operands, f16 activations between kernels), amplified by the model's own conditioning (a
+# peaky softmax, a LayerNorm of a low-variance row). Each element gets a bound from its own sensitivity,
+# measured: the reference is re-run with every float weight and input scaled by (1 +- u) (random signs, u the
+# unit roundoff of the math) and the spread of each element over a few such runs says how much it moves under
+# rounding of that size.
+#
+#     spread = sensitivity(model, feeds, UNIT["fp16"])             # {output: array}
+#     bound = element_bound(ref, spread[name], "fp16")             # FACTOR x (spread + u |ref|) + u rms
+#     assert_within(got, ref, bound, "output y")                   # per element, poison and NaN aware
+#
+# Measured on the demo BERT and zoo exports through correct kernels, |kernel - reference| stays below about
+# 3.5x (spread + u |ref|) per element (the tests on the PTX interpreter); the bound takes FACTOR = 10x. A
+# planted bug of 1e-3 of the output scale is far outside it where the math is exact.
+UNIT = {"exact": C_TRANSCENDENTAL * U32, "tf32": U_TF32, "fp16": unit("float16"), "bf16": unit("bfloat16")}
+FACTOR = 10.0
+
+
+def _perturbed(model, u: float, rng):
+    import onnx
+    from onnx import TensorProto, numpy_helper
+    p = onnx.ModelProto()
+    p.CopyFrom(model)
+    for k, t in enumerate(p.graph.initializer):
+        if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16):
+            a = numpy_helper.to_array(t)
+            if a.size >= 16:
+                v = a.astype(np.float64) * (1 + u * rng.choice([-1.0, 1.0], a.shape))
+                p.graph.initializer[k].CopyFrom(numpy_helper.from_array(v.astype(a.dtype), t.name))
+    return p
+
+
+def sensitivity(model, feeds: dict, u: float, draws: int = 3, seed: int = 1, optimized: bool = True) -> dict:
+    """{output name: max over `draws` runs of |ref(perturbed) - ref|}, weights (>= 16 elements) and
+    float feeds scaled by (1 +- u) with random signs, on ONNX Runtime CPU (optimized=False: with its graph
+    optimizations off)."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if not optimized:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+
+    def run(m, f):
+        s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return dict(zip([o.name for o in s.get_outputs()], s.run(None, f)))
+    ref = run(model, feeds)
+    rng = np.random.default_rng(seed)
+    spread = {k: np.zeros(v.shape) for k, v in ref.items()}
+    for _ in range(draws):
+        f = {k: np.asarray(v * (1 + u * rng.choice([-1.0, 1.0], v.shape)), v.dtype) if v.dtype.kind == "f" else v
+             for k, v in feeds.items()}
+        got = run(_perturbed(model, u, rng), f)
+        for k in ref:
+            if ref[k].dtype.kind == "f":
+                d = np.abs(got[k].astype(np.float64) - ref[k].astype(np.float64))
+                spread[k] = np.maximum(spread[k], np.where(np.isfinite(d), d, 0.0))
+    return spread
+
+
+def element_bound(ref, spread, math: str) -> np.ndarray:
+    """Per-element bound on |kernel - ref|: FACTOR x (measured spread + u |ref|) plus u x the output's
+    rms (elements that cancel to ~0)."""
+    r = np.abs(np.asarray(ref, np.float64))
+    u = UNIT[math]
+    fin = np.isfinite(r)
+    rms = float(np.sqrt(np.mean(r[fin] ** 2))) if fin.any() else 0.0
+    return FACTOR * (np.asarray(spread, np.float64) + u * np.where(fin, r, 0.0)) + u * rms
+
+
+def assert_within(got, ref, bound, what: str) -> float:
+    """Every element written (no poison), non-finite values where the reference has them, and
+    |got - ref| <= bound elsewhere; raises AssertionError naming the worst element. Returns the worst ratio
+    error / bound."""
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape:
+        raise AssertionError(f"{what}: shape {got.shape} != {ref.shape}")
+    if got.dtype.kind in "iub":
+        if not np.array_equal(got, ref):
+            raise AssertionError(f"{what}: integer output differs")
+        return 0.0
+    bad = unwritten(got)
+    if bad.any():
+        raise AssertionError(f"{what}: {int(bad.sum())} elements never written (poison) first at {np.argwhere(bad)[0]}")
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    fin = np.isfinite(r)
+    same_nonfinite = (g == r) | (np.isnan(g) & np.isnan(r))
+    if not np.all(same_nonfinite[~fin]):
+        raise AssertionError(f"{what}: non-finite reference values differ")
+    err = np.where(fin, np.abs(g - r), 0.0)
+    err = np.where(np.isnan(err), np.inf, err)
+    ratio = err / np.maximum(bound, 1e-300)
+    worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    if not ratio[worst] <= 1.0:
+        raise AssertionError(f"{what}: {int((ratio > 1).sum())} of {ratio.size} elements outside their bound; worst "
+                             f"at {tuple(int(i) for i in worst)}: got {g[worst]:.7g}, want {r[worst]:.7g}, bound "
+                             f"{bound[worst]:.3g}")
+    return float(ratio[worst])
+
+
+def upcast_fp16(model):
+    """A copy of a float16 model computing in float32: every float16 input, output, value_info,
+    initializer, Constant and Cast target becomes float32 (the higher-precision reference of a float16
+    run; its Cast round trips through float16 then round nothing)."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT16:
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+
+    def tensor32(t):
+        return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name)
+    for k, t in enumerate(g.initializer):
+        if t.data_type == TensorProto.FLOAT16:
+            g.initializer[k].CopyFrom(tensor32(t))
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT16:
+                a.t.CopyFrom(tensor32(a.t))
+            elif n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT16:
+                a.i = TensorProto.FLOAT
+    return out

@@ -172,7 +172,7 @@ def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, s
         _check_cubins(result, proto, archs)
     _trust_status(result, proto)
     names = [n.name for n in fused]
-    for arch in ([] if result.get("tie_errors") else archs):
+    for arch in ([] if result.get("tie_errors") or result.get("inputs_refused") else archs):
         rows = {r["node"] for r in result["nodes"] if r["arch"] == arch}
         for nm in names:
             if nm not in rows:

@@ -256,7 +256,7 @@ def _stress_shapes(model, exposed_bytes: bytes, fused, archs, given: dict, seed:
             miss = {}
             for arch in archs:
                 for what, tile, extent in vs.tiles_of(_plan(node), arch, shapes, head, _node_math(node, arch)):
-                    if extent > tile and extent % tile:
+                    if vs.spanned(tile, extent):
                         continue
                     if what.endswith("(fixed)"):
                         fixed_missed.add(f"{what} tile {tile} over {extent}")
@@ -273,7 +273,8 @@ def _stress_shapes(model, exposed_bytes: bytes, fused, archs, given: dict, seed:
         if missed_at[k][node.name]:    # never all spanned: the first shape spanning what the largest does
             final = set(missed_at[-1][node.name])
             k = next(i for i in range(len(cands)) if set(missed_at[i][node.name]) <= final)
-            not_spanned |= {f"{w} tile {t} over {e}" for (_, w, t), e in missed_at[k][node.name].items()}
+            not_spanned |= {f"{w} tile {t} over {e}" if t > 1 else f"{w} (is {e})"
+                            for (_, w, t), e in missed_at[k][node.name].items()}
         chosen[node.name] = k
     groups = [(cands[k], [n.name for n in fused if chosen[n.name] == k]) for k in sorted(set(chosen.values()))]
     info = {"shapes": [{"label": _shape_label("", f).strip(), "nodes": len(nm)} for f, nm in groups],
@@ -306,7 +307,13 @@ def run(request: dict) -> dict:
     exposed, _ = _exposed(model, fused)
     exposed_bytes = exposed.SerializeToString()
     out_names = [o.name for o in model.graph.output]
-    ref_outputs = {} if profiling else _run_plain(model.SerializeToString(), feeds, out_names)
+    try:
+        ref_outputs = {} if profiling else _run_plain(model.SerializeToString(), feeds, out_names)
+    except Exception as e:  # noqa: BLE001 - the inputs do not fit the model: said in one line, not a crash
+        result["errors"].append(f"the model does not run on these inputs on ONNX Runtime CPU (without its kernels): "
+                                f"{' '.join(str(e).split())[:400]}; pass inputs that fit it (--inputs)")
+        result["inputs_refused"] = True
+        return result
     inits = _initializers(model)
     bodies = {n.name: _body(model, n) for n in fused}
 

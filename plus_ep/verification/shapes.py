@@ -1,5 +1,6 @@
 """Which shapes `plus-ep verify` runs by default: a small one, and one that spans more than one tile,
-with a ragged remainder, in every tiled dimension of every route the launcher chooses.
+with a ragged remainder, in every tiled dimension of every route the launcher chooses, and makes every grid
+dimension that depends on the shapes larger than 1.
 
 The tiles come from the plans (CONTRACT.md §3): a grid dimension `X,T,cdiv` tiles X by T (GEMM rows
 M = batch * seq by BM and columns N by BN, attention queries by BQ, point-wise elements by the block), and
@@ -94,9 +95,11 @@ def chosen_route(plan_text: str, arch: str, s: dict) -> tuple:
 
 
 def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = None, math: str | None = None) -> list:
-    """[(what, tile, extent)] of every tiled dimension of the route chosen for these input shapes.
-    head_dim, math: the node's head dimension and math mode (tolerances.node_math), which a family's hidden
-    tiles may depend on (the attention template's key tile)."""
+    """[(what, tile, extent)] of every tiled dimension of the route chosen for these input shapes, and of every
+    grid dimension that depends on the shapes as (what "... > 1", 1, its value): spanned (`spanned`) when a
+    tiled extent exceeds its tile with a ragged remainder, and when such a grid dimension exceeds 1 (so a
+    launch that swaps or drops a grid dimension shows). head_dim, math: the node's head dimension and math
+    mode (tolerances.node_math), which a family's hidden tiles may depend on (the attention key tile)."""
     from ..kernels.families import of_entry
     s = bind(plan_text, shapes)
     _, kernels = chosen_route(plan_text, arch, s)
@@ -105,6 +108,10 @@ def tiles_of(plan_text: str, arch: str, shapes: list, head_dim: int | None = Non
         entry, grid = k[3], k[4:7]
         for axis, g in zip("xyz", grid):
             items = g.split(",")
+            if any(x.startswith(("s", "v")) and x[1:].isdigit() for x in items):
+                value = rpn(g, s)
+                if value is not None:
+                    out.append((f"{entry} grid.{axis} > 1", 1, int(value)))
             # `X,T,cdiv` (possibly capped: `X,T,cdiv,C,min`): X tiled by T; X fixed by the model when it
             # has no symbol (a GEMM's N)
             p = items.index("cdiv") if "cdiv" in items else -1
@@ -123,6 +130,12 @@ def _syms(plan_text: str) -> list:
     return [(int(t[1]), t[2]) for t in (ln.split() for ln in plan_text.splitlines()) if len(t) == 3 and t[0] == "sym"]
 
 
+def spanned(tile: int, extent: int) -> bool:
+    """A tiled extent spans its tile more than once with a ragged remainder; a grid dimension (tile 1) is
+    more than 1."""
+    return extent > 1 if tile == 1 else extent > tile and extent % tile != 0
+
+
 def spans(tiles: list) -> bool:
-    """Every tile spanned more than once with a ragged remainder."""
-    return all(extent > tile and extent % tile for _, tile, extent in tiles)
+    """Every tile spanned (`spanned`)."""
+    return all(spanned(tile, extent) for _, tile, extent in tiles)

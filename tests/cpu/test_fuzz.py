@@ -87,12 +87,12 @@ class Float16Reference:
     which the measured spread follows element by element."""
 
     def __init__(self, model):
-        from tests.support.bounds import upcast_fp16
+        from plus_ep.verification.bounds import upcast_fp16
         self.model = upcast_fp16(model)
         self.sess = _session(self.model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
 
     def check(self, feeds, got: dict, what: str):
-        from tests.support.bounds import UNIT, assert_within, element_bound, sensitivity
+        from plus_ep.verification.bounds import UNIT, assert_within, element_bound, sensitivity
         f32 = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds.items()}
         ref = _run(self.sess, f32)
         spread = sensitivity(self.model, f32, UNIT["fp16"], optimized=False)

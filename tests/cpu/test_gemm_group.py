@@ -99,17 +99,26 @@ def test_explain_prints_groups_and_refusals(tmp_path):
     assert "refused (A 'X')" in out and "not convex" in out, out
 
 
-def test_group_whose_kernels_fail_falls_back_to_its_members(monkeypatch):
-    """A group that cannot be rendered is not left unfused: its members are built as separate nodes."""
+def test_group_whose_kernels_fail_falls_back_to_its_members(monkeypatch, tmp_path):
+    """A group that cannot be rendered is not left unfused: its members are built as separate nodes. The
+    failing renderer is really asked (an empty cache folder and render cache: no stored render of the group
+    stands in for it)."""
     import dataclasses
+    from collections import OrderedDict
 
+    from plus_ep.kernels import render as render_mod
     from plus_ep.kernels.codegen.pull import RenderError
     from plus_ep.kernels.families import gemm_group as kernel_half
+    calls = []
 
     def boom(job):
+        calls.append(job.node_name)
         raise RenderError(f"{job.node_name}: forced failure")
+    monkeypatch.setenv("PLUS_EP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(render_mod, "_RENDERS", OrderedDict())
     monkeypatch.setattr(kernel_half, "KERNEL", dataclasses.replace(kernel_half.KERNEL, render=boom))
     r = plus_ep.rewrite_detailed(qkv_model(), archs=["sm_80"], fp32_math="exact")
+    assert calls, "the group's renderer was never called"
     assert [s.pattern.name for s in r.subgraphs] == ["gemm"] * 3 and not r.kernels.failures
     fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
     assert len(fused) == 3 and all(any(a.name == "plus_images_sm_80" for a in n.attribute) for n in fused)

@@ -1,6 +1,6 @@
 """Whole models through their kernels on the CPU PTX interpreter (the real launcher in ONNX Runtime on the
 emulated CUDA driver) against ONNX Runtime CPU on the original graph, per element within bounds measured
-from the model's own sensitivity (tests/support/bounds.py):
+from the model's own sensitivity (plus_ep/verification/bounds.py):
 
 - the torch-free demo BERT (plus_ep/demo_model.py) with trained-looking weights (non-zero biases, norm
   scales != 1, peaky attention logits), at shapes that span more than one tile in every tiled dimension

@@ -4,7 +4,7 @@ ONNX Runtime on the emulated CUDA driver, against ONNX Runtime CPU on the origin
     model = realistic_weights(onnx.load(path))          # non-zero biases, norm weights != 1, peaky logits
     res = run_on_kernels(model, feeds, archs=["sm_80", "sm_90a"], fp32_math="exact")
     res.outputs["sm_80"][name]                          # an output through the kernels
-    res.launches["sm_80"]                               # [node, entry, grid, error, findings, seconds]
+    res.launches["sm_80"]                               # [node, entry, grid, error, findings, seconds, block, smem]
     check_model_on_kernels(model, feeds, ["sm_80"], "exact")   # all of it, against ORT CPU within bounds
 
 The launcher reads its driver once per process, so each arch runs in a child process (as `plus-ep verify`
@@ -88,7 +88,7 @@ np.savez(spec["out"], **dict(zip(names, got)))
 from tests.support.emulated_models import module_owners
 owner = module_owners(emu)
 launches = [[owner.get(r.module, r.node), r.entry, list(r.grid), r.error, [str(f) for f in r.findings][:3],
-             round(r.seconds, 3)] for r in emu.records]
+             round(r.seconds, 3), list(r.block), r.smem] for r in emu.records]
 print(json.dumps({"error": error, "launches": launches, "live_allocations": emu.live_allocations()}))
 """
 
@@ -96,7 +96,7 @@ print(json.dumps({"error": error, "launches": launches, "live_allocations": emu.
 @dataclass
 class KernelRun:
     outputs: dict = field(default_factory=dict)   # arch -> {output name: array} through the kernels
-    launches: dict = field(default_factory=dict)  # arch -> [[node, entry, grid, error, findings]]
+    launches: dict = field(default_factory=dict)  # arch -> [[node, entry, grid, error, findings, seconds, block, smem]]
     fused: list = field(default_factory=list)     # names of the Fused nodes
     rewritten: onnx.ModelProto | None = None
 
@@ -150,7 +150,7 @@ def check_model_on_kernels(model, feeds, archs, math, fp32_math="exact"):
     launch and every output element; returns the KernelRun."""
     import onnxruntime as ort
 
-    from tests.support.bounds import UNIT, assert_within, element_bound, sensitivity
+    from plus_ep.verification.bounds import UNIT, assert_within, element_bound, sensitivity
     ref_model = round_weights_fp16(model) if math == "fp16" else model
     run_model = to_fp16(ref_model) if math == "fp16" else ref_model
     run = run_on_kernels(run_model, feeds, archs=archs, fp32_math=fp32_math)

@@ -38,14 +38,15 @@ def zero_bias_bert() -> onnx.ModelProto:
     return m
 
 
-def rewrite(model, monkeypatch, dump: Path | None = None, override: Path | None = None) -> onnx.ModelProto:
+def rewrite(model, monkeypatch, dump: Path | None = None, override: Path | None = None,
+            fp32_math: str = "tf32") -> onnx.ModelProto:
     import plus_ep
     for var, folder in (("PLUS_EP_DUMP_DIR", dump), ("PLUS_EP_OVERRIDE_DIR", override)):
         if folder is None:
             monkeypatch.delenv(var, raising=False)
         else:
             monkeypatch.setenv(var, str(folder))
-    r = plus_ep.rewrite_detailed(model, archs=["sm_80"], fp32_math="tf32")
+    r = plus_ep.rewrite_detailed(model, archs=["sm_80"], fp32_math=fp32_math)
     assert not r.kernels.failures, r.kernels.failures
     return r.model
 

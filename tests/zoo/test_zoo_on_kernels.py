@@ -1,6 +1,6 @@
 """Small zoo exports through their kernels on the CPU PTX interpreter (the launcher in ONNX Runtime on the
 emulated CUDA driver) against ONNX Runtime CPU on the export, per element within bounds measured from the
-model's sensitivity (tests/support/bounds.py), with trained-looking weights (non-zero biases, norm scales
+model's sensitivity (plus_ep/verification/bounds.py), with trained-looking weights (non-zero biases, norm scales
 != 1, peaky attention logits) at batch 2 x seq 70, the second sequence padded (70 queries and keys span
 several attention tiles, M = 140 several GEMM row tiles; the zoo's hidden size 64 is one 64-wide tile):
 

@@ -28,9 +28,6 @@
 //   PLUS_WARPS      warps per block
 //   PLUS_MATH       0, 1 or 2 (above)
 //   PLUS_ATTN_Q_REGS  MATH 1/2: 1 keeps the Q fragments in registers, 0 reloads them per k-step (default above)
-//   PLUS_CAUSAL     1: key j is masked for query i when j > i + (Skv - Sq) (bottom-right aligned, as
-//                   torch's is_causal for Sq == Skv and the usual KV-cache decode); fully masked tiles are
-//                   skipped. The score hook is not called for masked pairs.
 //   PLUS_QKV_STRIDED / PLUS_Q_STRIDED / PLUS_K_STRIDED / PLUS_V_STRIDED
 //                   1: the MATH 1/2 paths read that operand straight from memory through the pointer hooks
 //                   (plus_q_ptr / plus_q_ld, ...) with cp.async instead of calling the element hook.
@@ -106,9 +103,6 @@
 #endif
 #ifndef PLUS_BKV
 #define PLUS_BKV 64
-#endif
-#ifndef PLUS_CAUSAL
-#define PLUS_CAUSAL 0
 #endif
 #ifndef PLUS_K_KEY_MAJOR
 #define PLUS_K_KEY_MAJOR 0  // MATH 1/2, element hooks: plus_k reads a tensor with the key index contiguous
@@ -282,7 +276,6 @@ struct Tile {
   int q0;         // first tile row of the block
   int Sq, Skv;
   int rows;       // tile rows of the problem: Sq * G
-  int off;        // Skv - Sq: query i sees keys j <= i + off under PLUS_CAUSAL
   int n_tiles;    // key/value tiles the block's query tile sees
   int kt0, kt1;   // the key tiles this block visits (its split's share of [0, n_tiles))
   int split, nsplit;
@@ -292,14 +285,12 @@ struct Tile {
 PLUS_DEV int row_i(int p) { return p / G; }
 PLUS_DEV long long row_h(const Tile& t, int p) { return G > 1 ? t.h + p % G : t.h; }
 
-// Logit of one (tile row p, key j) pair: -inf outside the problem or under the causal mask, otherwise the
-// score hook. The hook is only called for real pairs, so it may index inputs by i and j without guards.
+// Logit of one (tile row p, key j) pair: -inf outside the problem, otherwise the score hook (which applies
+// the model's masks, causal ones included). The hook is only called for real pairs, so it may index inputs by
+// i and j without guards.
 // `kb` is the key's term plus_key_bias (PLUS_HAS_KEY_BIAS), read from the block's key-tile copy; else 0.
 PLUS_DEV float logit(const PlusArgs& args, const Tile& t, int p, int j, float s, float kb = 0.0f) {
-  bool ok = p < t.rows && j < t.Skv;
-#if PLUS_CAUSAL
-  ok = ok && j <= row_i(p) + t.off;
-#endif
+  const bool ok = p < t.rows && j < t.Skv;
 #ifdef PLUS_HAS_KEY_BIAS
   return ok ? plus_score(args, t.b, row_h(t, p), row_i(p), j, s) + kb : -CUDART_INF_F;
 #else
@@ -326,12 +317,8 @@ PLUS_DEV bool tile_needs_mask(const Tile& t, int kv0, int r0, int rows) {
   (void)t; (void)kv0; (void)r0; (void)rows;
   return true;
 #else
-  bool edge = kv0 + BKV > t.Skv;
-#if PLUS_CAUSAL
-  edge = edge || kv0 + BKV - 1 > row_i(r0) + t.off;  // the tile's last key is hidden from the first row
-#endif
-  (void)rows;
-  return edge;
+  (void)r0; (void)rows;
+  return kv0 + BKV > t.Skv;
 #endif
 }
 
@@ -383,14 +370,7 @@ PLUS_DEV Tile make_tile(const PlusArgs& args) {
   t.Sq = (int)s.Sq;
   t.Skv = (int)s.Skv;
   t.rows = t.Sq * G;
-  t.off = t.Skv - t.Sq;
-  int kv_end = t.Skv;
-#if PLUS_CAUSAL
-  // The block's last real row min(q0 + BQ, rows) - 1 (query i = row / G) sees keys up to i + off.
-  kv_end = min(kv_end, row_i(min(t.q0 + BQ, t.rows) - 1) + 1 + t.off);
-  kv_end = max(kv_end, 0);
-#endif
-  t.n_tiles = (kv_end + BKV - 1) / BKV;
+  t.n_tiles = (t.Skv + BKV - 1) / BKV;
 #if PLUS_ATTN_SPLIT
   const int per = (t.n_tiles + t.nsplit - 1) / t.nsplit;
   t.kt0 = min(t.split * per, t.n_tiles);
@@ -400,7 +380,7 @@ PLUS_DEV Tile make_tile(const PlusArgs& args) {
   t.kt1 = t.n_tiles;
 #endif
 #if PLUS_ATTN_KV_CACHE
-  // the last query tile sees every key (bottom-right causal), and one head per group stores
+  // one query tile (the last) and one head per group store the rows every block reads
   t.writer = qt == qtiles - 1 && (G > 1 || t.h % group == 0);
 #else
   t.writer = false;

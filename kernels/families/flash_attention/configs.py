@@ -119,7 +119,7 @@ _MENU = {
 #   shared memory per k-step (attention.cuh, Q_REGS) and the key tiles are 16: with 32, a score hook (scale
 #   + mask) took the f16 path to 255 registers and 72-108 spilled bytes (tf32: 44-56) on sm_80 and sm_90.
 #   SIMT D = 256: o[RL][16] per lane, so few rows per lane (8 warps at q32); q64 does not fit 99 KB.
-#   SIMT D = 32: q32 with 2 warps (4 warps spilled 12 bytes on sm_80 under PLUS_CAUSAL at 72 registers).
+#   SIMT D = 32: q32 with 2 warps (4 warps spilled 12 bytes on sm_80 under a causal mask at 72 registers).
 #   SIMT D = 80: 8 warps at q64 and q32 (with 4 warps ptxas spilled 4-12 bytes at 72 or 128 registers on
 #   sm_80/86/89 or sm_90/90a with the hooks on; 2 warps at q32 too).
 #   TF32 D = 64, 80 at q16 (one warp): PLUS_ATTN_MIN_BLOCKS 12 (a 170-register budget); ptxas's own target
@@ -228,9 +228,10 @@ def source(cfg: AttnConfig, qkv_type: str, *, causal: bool = False, strided: boo
            hooks: str = "", extra_defines: dict[str, int] | None = None) -> str:
     """A complete generated source for `cfg` (the layout of CONTRACT §2): used by tests and benchmarks;
     the real codegen writes its own with the hooks of the fused subgraph. `qkv_type` is the C type of
-    Q/K/V ("float", "half" or "__nv_bfloat16")."""
+    Q/K/V ("float", "half" or "__nv_bfloat16"). `causal`: key j masked for query i when j > i + (Skv - Sq)
+    (bottom-right, as a decoder's mask), through the score hook as a model's causal mask reaches the
+    template (composed with a score hook in `hooks`: its logit, then the mask)."""
     defs = dict(defines(cfg))
-    defs["PLUS_CAUSAL"] = int(bool(causal))
     defs["PLUS_QKV_STRIDED"] = int(bool(strided))
     defs.update(extra_defines or {})
     lines = [f"// attention {cfg.name} {qkv_type} causal={int(bool(causal))} strided={int(bool(strided))}",
@@ -238,6 +239,15 @@ def source(cfg: AttnConfig, qkv_type: str, *, causal: bool = False, strided: boo
     lines += [f"#define {k} {v}" for k, v in defs.items()]
     lines.append(f"typedef {qkv_type} plus_qkv_t;")
     if hooks:
-        lines.append(hooks.rstrip("\n"))
+        lines.append(hooks.rstrip("\n") if not causal else hooks.replace("plus_score(", "plus_score_base(").rstrip("\n"))
+    if causal:
+        base = "plus_score_base(args, b, h, i, j, s)" if "PLUS_HAS_SCORE" in hooks else "s"
+        shape = "" if "PLUS_HAS_ATTN_SHAPE" in hooks else \
+            "PLUS_DEV PlusAttnShape plus_attn_shape(const PlusArgs& args);\n"
+        lines.append(("" if "PLUS_HAS_SCORE" in hooks else "#define PLUS_HAS_SCORE 1\n") + shape +
+                     "PLUS_DEV float plus_score(const PlusArgs& args, long long b, long long h, long long i, "
+                     "long long j, float s) {\n"
+                     "  const PlusAttnShape sh = plus_attn_shape(args);\n"
+                     f"  return j <= i + (sh.Skv - sh.Sq) ? {base} : -CUDART_INF_F;\n}}")
     lines.append('#include "attention.cuh"')
     return "\n".join(lines) + "\n"

@@ -171,6 +171,7 @@ val 0 s0,s1,*,96,*
 val 1 7
 route 0 1
 kernel 0 0 fake_fill 1 1 1 1 1 1 0
+extent in 0 3
 end
 """
     rc, out = host(twin, plan, _shape(2, 100, 96), X2)
@@ -235,7 +236,7 @@ def _ep_model(plan, path, wire_b=True, shape=None):
     """Y = FusedHost1(S, X2, B) with `plan` (+ an input 2 the stand-in kernel does not read); the function
     body reshapes X2 @ ones(32, 96) to S. wire_b=False: B wired "" (the body never reads it, so ORT
     loads the model and leaves the refusal to PlusEP)."""
-    plan = plan.replace("in 1 1 2 s0 32\n", "in 1 1 2 s0 32\nin 2 1 1 96\n")
+    plan = plan.replace("in 1 1 2 s0 32\n", "in 1 1 2 s0 32\nin 2 1 1 96\n").replace("\nend\n", "\nextent in 2 96\nend\n")
     node = fused_node(NODE, ["S", "X2", "B" if wire_b else ""], ["Y"], "k1", plan, {"sm_90": fake_pack("sm_90")},
                       op_type="FusedHost1")
     body = [helper.make_node("Constant", [], ["w"], value=helper.make_tensor("w", TensorProto.FLOAT, [32, 96],

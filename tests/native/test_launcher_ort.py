@@ -237,6 +237,9 @@ val 0 s0
 val 1 3
 route 0 1
 kernel 0 0 fake_scale s0,256,cdiv 1 1 256 1 1 0
+extent in 0 s0
+extent in 1 1
+extent out 0 s0
 end
 """
 

@@ -34,6 +34,7 @@ from ...graph_rewrites import ops
 from ...graph_rewrites.index import describe_node
 from ...limits import MAX_SYM
 from . import shapevals, symdim
+from .pull import RenderError
 
 VIEW_LIKE = ("Identity", "Dropout", "Transpose", "Unsqueeze", "Squeeze")
 BIG = 2**31          # a Slice bound at least this large means "to the end"
@@ -71,11 +72,11 @@ def analyse(view, nodes, inputs, outputs, shape) -> Assumed:
     for t in inputs:
         if shapevals.is_shape_tensor(view, t):
             tight_symbols |= {f for v in (shapevals.values(view, t) or []) for f in v.free_symbols}
+    eqs = equations(view, order, shape)
     try:
-        eqs = equations(view, order, shape)
         out = _broadcasts(view, order, inputs, outputs, shape, eqs, set(map(str, tight_symbols)))
-    except symdim.DimError:
-        return Assumed()
+    except (symdim.DimError, RenderError):     # a dim the analysis cannot read: every axis bound as declared
+        out = Assumed()
     for a, b, where in eqs:
         a2, b2 = sympy.simplify(a.subs(out.subs)), sympy.simplify(b.subs(out.subs))
         if sympy.simplify(a2 - b2) != 0:
@@ -313,7 +314,7 @@ def equations(view, order, shape) -> list:
     for node in order:
         try:
             pairs = _RULES[node.op_type](view, node, shape) if node.op_type in _RULES else []
-        except (symdim.DimError, TypeError, ValueError, IndexError, KeyError, AttributeError):
+        except (symdim.DimError, RenderError, TypeError, ValueError, IndexError, KeyError, AttributeError):
             continue
         where = " ".join(describe_node(node).split())
         for have, rule, what in pairs:

@@ -76,8 +76,7 @@ class Plan:
         if self.vals is not None:
             lines += [f"val {k} {e}" for k, e in enumerate(self.vals)]
         else:
-            bound = {tok for _, dims in self.inputs for tok in dims if tok.startswith("s")}
-            bound |= {f"s{k}" for k, _, _ in self.shapev}
+            bound = bound_symbols(self)
             lines += [f"val {k} s{k}" if f"s{k}" in bound else f"val {k} 0" for k in range(len(self.syms))]
         lines += [f"scratch {k} {e}" for k, e in enumerate(self.scratch)]
         for r, route in enumerate(self.routes):
@@ -88,6 +87,12 @@ class Plan:
                 lines.append(" ".join(["kernel", str(r), str(ln.image), ln.entry, *ln.grid, *ln.block, ln.smem]))
         lines.append("end")
         return "\n".join(lines) + "\n"
+
+
+def bound_symbols(plan: Plan) -> set:
+    """The `sK` tokens the launcher binds: `in` dims that are one symbol, and `shapev` lines."""
+    bound = {tok for _, dims in plan.inputs for tok in dims if re.fullmatch(r"s\d+", tok)}
+    return bound | {f"s{k}" for k, _, _ in plan.shapev}
 
 
 def max_expr(exprs) -> str:
@@ -243,8 +248,7 @@ def add_assumptions(plan: Plan, syms: symdim.Symbols, inputs, assumed) -> None:
     of an input (1, or the dim it meets), each pair of dims the rewrite took as equal. An equation over a
     symbol no input or shape tensor binds is left out (no kernel reads such a dim: check_bound). Numbering
     is unchanged."""
-    bound = {tok for _, dims in plan.inputs for tok in dims if tok.startswith("s")}
-    bound |= {f"s{k}" for k, _, _ in plan.shapev}
+    bound = bound_symbols(plan)
     names = {syms.names[int(t[1:])] for t in bound}
     plan.bcast = [(inputs.index(t), a, syms.rpn(meets)) for t, a, _, meets in assumed.bcast]
     plan.equal = []

@@ -113,3 +113,25 @@ def test_case_3_absent_wiring_is_refused_at_session_creation(tmp_path, rewritten
     # launcher's own check, for a runtime that would not, is in tests/native/test_launch_bounds.py)
     err = inp["custom_op"]["error"]
     assert err and f"Node ({NODE})" in err and "is absent, but not optional" in err and not inp["custom_op"]["launches"]
+
+
+def test_output_nobody_consumes_gets_a_temporary(tmp_path):
+    """A fused node's second output that the rewritten graph no longer reads (nor returns): the plugin EP's
+    fused node lacks it, so ONNX Runtime hands over no tensor for it; the launcher gives the kernels a
+    temporary of its size (never a NULL dereference) and the other output is ORT's answer."""
+    import plus_ep
+    from tests.support.broadcast_models import FEEDS, gemm_residual
+    original = gemm_residual()
+    original.graph.output.append(helper.make_tensor_value_info("biased", TensorProto.FLOAT, None))
+    r = plus_ep.rewrite_detailed(original, archs=["sm_80"], fp32_math="exact")
+    node = next(n for n in r.model.graph.node if n.domain == "ai.plus_ep")
+    assert "biased" in node.output and len(node.output) == 2, list(node.output)
+    for model in (r.model, original):
+        kept = [o for o in model.graph.output if o.name != "biased"]
+        del model.graph.output[:]
+        model.graph.output.extend(kept)
+    feeds = dict(FEEDS["gemm_residual"])["equal"]
+    row = run_cases(tmp_path, [(r.model, feeds)])[0]
+    want, _ = oracle(original, feeds)
+    for how in ("custom_op", "plugin_ep"):
+        _ran(row[how], want)

@@ -43,6 +43,23 @@ def concat_add():
     return g.model()
 
 
+def gemm_concat(k: int = 32):
+    """Y = X @ W + Concat(p, q, axis=1): X's t binds the GEMM's rows, the Concat's n + m is t only by the
+    rewrite's assumption (an `equal` record; without it the epilogue reads q past its end when t > n + m).
+    Where one side is 1 ONNX Runtime broadcasts a computed operand, which these kernels refuse."""
+    rng = _rng(3)
+    g = Graph("bc_gemm_concat")
+    g.input("X", ["b", "t", k])
+    g.input("p", ["b", "n", H])
+    g.input("q", ["b", "m", H])
+    g.init("W", (rng.standard_normal((k, H)) / np.sqrt(k)).astype(np.float32))
+    g.op("MatMul", "X", "W", out="mm")
+    g.op("Concat", "p", "q", out="c", axis=1)
+    g.op("Add", "mm", "c", out="Y")
+    g.output("Y")
+    return g.model()
+
+
 def gemm_residual(k: int = 32):
     """Y = Relu(X @ W + B + R): a GEMM epilogue whose residual R [b, s, 64] may broadcast."""
     rng = _rng(1)
@@ -84,7 +101,8 @@ def softmax_sum():
     return g.model()
 
 
-MODELS = {"add": add, "add_same": lambda: add(True), "concat_add": concat_add, "gemm_residual": gemm_residual,
+MODELS = {"add": add, "add_same": lambda: add(True), "concat_add": concat_add, "gemm_concat": gemm_concat,
+          "gemm_residual": gemm_residual,
           "layernorm_sum": layernorm_sum, "softmax_sum": softmax_sum}
 
 
@@ -109,6 +127,12 @@ FEEDS = {
         ("equal", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 8, H, seed=3)}),
         ("3 against 8", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 3, H, seed=3)}),
         ("9 against 8", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 9, H, seed=3)}),
+    ],
+    "gemm_concat": [
+        ("equal", {"X": _f(2, 8, 32, seed=1), "p": _f(2, 3, H, seed=2), "q": _f(2, 5, H, seed=3)}),
+        ("9 against 8", {"X": _f(2, 9, 32, seed=1), "p": _f(2, 3, H, seed=2), "q": _f(2, 5, H, seed=3)}),
+        ("7 against 8", {"X": _f(2, 7, 32, seed=1), "p": _f(2, 3, H, seed=2), "q": _f(2, 5, H, seed=3)}),
+        ("GEMM over 1 row (refused)", {"X": _f(2, 1, 32, seed=1), "p": _f(2, 3, H, seed=2), "q": _f(2, 5, H, seed=3)}),
     ],
     "gemm_residual": [
         ("R along s", {"X": _f(2, 8, 32, seed=1), "R": _f(2, 1, H, seed=2)}),

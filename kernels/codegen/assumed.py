@@ -10,10 +10,15 @@ dims, so this module returns what the plan must say about them (kernels/CONTRACT
     a.own        # {"z": [b, t_2, 64]}: inputs the kernels broadcast, each broadcast axis a symbol of its own
     a.bcast      # [("z", 1, t_2, n + m)]: the plan's `bcast in` records (that axis is 1 or the dim it meets)
     a.equal      # [(t, n + m, "Concat node 'cat' axis 1")]: the plan's `equal` records
+    a.shape_values   # {"shape": [batch, seq, 96]}: what each element of a shape-tensor input must be
 
 * **Equations.** For each node, the dims its ONNX shape rule gives from its inputs' dims beside the
   dims the rewrite has for its outputs, where the two differ symbolically (`t` against `n + m`): the
   launcher checks them before any launch, else a kernel indexing the Concat by `t` reads q past its end.
+* **Shape tensors.** Each element of a shape-tensor input the launcher reads (a `shapev` record binds one
+  of its elements: TorchScript's Concat(Shape(mask), [96]) for a Reshape) whose value the rewrite knows
+  as an expression of bound dims is checked too (`batch = batch_seq / seq`; wire/plan.add_assumptions):
+  else the kernels would give the Reshape's output the dims the rewrite assumed, not those it asks for.
 * **Run-time broadcasting.** An input axis whose dim is a plain symbol, read only through element-wise
   ops (and Transpose, Unsqueeze, Squeeze, Identity) until it meets another operand's axis of the same
   dim in a broadcasting op, may be 1 at run time while the other is N: ONNX broadcasts, so the kernels
@@ -46,6 +51,7 @@ class Assumed:
     own: dict = field(default_factory=dict)       # input tensor -> its dims, broadcast axes as own symbols
     bcast: list = field(default_factory=list)     # (input tensor, axis, own symbol, the dim it meets)
     equal: list = field(default_factory=list)     # (dim, dim, where): equal for every run the kernels serve
+    shape_values: dict = field(default_factory=dict)  # shape-tensor input -> its elements' values as the kernels use them
 
     def axes(self, t) -> set:
         """The broadcast axes of input `t` (empty when the kernels read it as declared)."""
@@ -55,6 +61,7 @@ class Assumed:
         """(`subs` followed by these substitutions, {input: (own dims, broadcast axes)}) for the Emitter."""
         out = {k: sympy.simplify(v.subs(self.subs)) for k, v in subs.items()}
         out.update(self.subs)
+        self.shape_values = {t: [sympy.simplify(e.subs(out)) for e in vals] for t, vals in self.shape_values.items()}
         return out, {t: (dims, self.axes(t)) for t, dims in self.own.items()}
 
 
@@ -68,15 +75,17 @@ def analyse(view, nodes, inputs, outputs, shape) -> Assumed:
     """The subgraph's assumptions (module docstring). `shape(t)`: a tensor's sympy dims as the kernels
     use them."""
     order = _topological(nodes)
-    tight_symbols = set()      # what shape tensors' values may bind (`shapev`): never broadcast axes
+    tight_symbols, values = set(), {}   # what shape tensors' values may bind (`shapev`): never broadcast axes
     for t in inputs:
-        if shapevals.is_shape_tensor(view, t):
-            tight_symbols |= {f for v in (shapevals.values(view, t) or []) for f in v.free_symbols}
+        if shapevals.is_shape_tensor(view, t) and shapevals.values(view, t) is not None:
+            values[t] = shapevals.values(view, t)
+            tight_symbols |= {f for v in values[t] for f in v.free_symbols}
     eqs = equations(view, order, shape)
     try:
         out = _broadcasts(view, order, inputs, outputs, shape, eqs, set(map(str, tight_symbols)))
     except (symdim.DimError, RenderError):     # a dim the analysis cannot read: every axis bound as declared
         out = Assumed()
+    out.shape_values = values
     for a, b, where in eqs:
         a2, b2 = sympy.simplify(a.subs(out.subs)), sympy.simplify(b.subs(out.subs))
         if sympy.simplify(a2 - b2) != 0:

@@ -18,6 +18,7 @@ import sympy
 
 from ..codegen import symdim
 from ..codegen.pull import RenderError
+from ...limits import MAX_SHAPEV, MAX_SYM
 
 VERSION = 1
 MAX_RECORDS = 32       # `bcast` and `equal` lines each (plan.c: PLUS_MAX_BCAST, PLUS_MAX_EQUAL)
@@ -245,18 +246,41 @@ def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape,
 
 def add_assumptions(plan: Plan, syms: symdim.Symbols, inputs, assumed) -> None:
     """The plan's `bcast` and `equal` records from a kernels/codegen/assumed.Assumed: each broadcast axis
-    of an input (1, or the dim it meets), each pair of dims the rewrite took as equal. An equation over a
-    symbol no input or shape tensor binds is left out (no kernel reads such a dim: check_bound). Numbering
-    is unchanged."""
+    of an input (1, or the dim it meets), each pair of dims the rewrite took as equal, and for a shape
+    tensor the launcher reads (`shapev`) every other element it knows: a `shapev` check against a bound
+    symbol, or a symbol of its own tied to its value (`equal s2 s0,s1,/`: GPT-2's Concat(Shape(mask),
+    [96]) element 0 is batch_seq / seq, or the Reshape gives other dims than the kernels). An equation
+    over a symbol no input or shape tensor binds is left out (no kernel reads such a dim: check_bound).
+    Symbols are only added, after those the inputs bind."""
     bound = bound_symbols(plan)
     names = {syms.names[int(t[1:])] for t in bound}
     plan.bcast = [(inputs.index(t), a, syms.rpn(meets)) for t, a, _, meets in assumed.bcast]
     plan.equal = []
+    read = {(i, j) for _, i, j in plan.shapev}
+    for t, vals in assumed.shape_values.items():    # every element of a shape tensor the launcher reads
+        i = inputs.index(t)
+        if not any(k == i for _, k, _ in plan.shapev):
+            continue             # none: its values never reach a kernel (the node stays `Fused`, no host copy)
+        for j, e in enumerate(vals):
+            if (i, j) in read or e.is_Integer or not {str(f) for f in e.free_symbols} <= names:
+                continue         # a constant of the graph, or a value no kernel reads
+            if len(plan.shapev) >= MAX_SHAPEV or (not e.is_Symbol and len(syms.names) >= MAX_SYM):
+                raise RenderError(f"{plan.node}: shape tensor '{t}' has more elements than the launcher can check")
+            if e.is_Symbol:      # a dim an input axis binds: the `shapev` line checks the element against it
+                plan.shapev.append((syms.index(e), i, j))
+                continue
+            name, n = f"shape{i}_{j}", 0
+            while name in syms.names:
+                n += 1
+                name = f"shape{i}_{j}_{n}"
+            k = syms.index(name)
+            plan.shapev.append((k, i, j))
+            plan.equal.append((f"s{k}", syms.rpn(e), f"element {j} of shape tensor {i}"))
     for a, b, where in assumed.equal:
         if not {str(f) for f in (a.free_symbols | b.free_symbols)} <= names:
             continue
         try:
-            plan.equal.append((syms.rpn(a), syms.rpn(b), " ".join(where.split()) or "-"))
+            plan.equal.append((syms.rpn(a), syms.rpn(b), " ".join(where.split()[:12])[:200] or "-"))
         except symdim.DimError:
             continue
     if len(plan.bcast) > MAX_RECORDS or len(plan.equal) > MAX_RECORDS:

@@ -3,7 +3,8 @@ kernel on the PTX interpreter, its bounds and race checkers on), many runs in on
 on the original graph is the oracle.
 
     results = run_cases(tmp_path, [(rewritten, feeds), ...])      # one child process for the batch
-    results[k]["custom_op"]  # {"outputs": [arrays] | None, "error": str | None, "launches": [[entry, error, findings]]}
+    results[k]["custom_op"]  # {"outputs": [arrays] | None, "error": str | None, "launches": [launch, ...]}
+                             # launch: [entry, interpreter error | None, checker findings, grid, node]
     want, why = oracle(original, feeds)                          # ORT CPU: ([arrays], None) or (None, its error)
 
 Front ends: "custom_op" (the custom-op library's CPU twin: host staging) and "plugin_ep" (the PlusEP
@@ -56,7 +57,7 @@ for model_path, feeds_path, fronts in spec["cases"]:
                     res["outputs"] = sess.run(None, feeds)
                 except Exception as e:
                     res["error"] = str(e)
-            res["launches"] = [[r.entry, r.error, len(r.findings)] for r in emu.records]
+            res["launches"] = [[r.entry, r.error, len(r.findings), list(r.grid), r.node] for r in emu.records]
             rows[k][how] = res
     out.append(rows)
 open(spec["result"], "wb").write(pickle.dumps(out))
@@ -99,7 +100,7 @@ def oracle(model, feeds):
 
 def clean_launches(res) -> bool:
     """Every launch of a run finished with no interpreter error and no checker finding."""
-    return all(err is None and findings == 0 for _, err, findings in res["launches"])
+    return all(ln[1] is None and ln[2] == 0 for ln in res["launches"])
 
 
 def matches(got, want, rtol=1e-4, atol=1e-4) -> str | None:

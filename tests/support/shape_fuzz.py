@@ -61,7 +61,8 @@ FAMILIES = {
              ("gemm_concat", broadcast_models.gemm_concat, 4096, 1e-4),
              ("tiny_ln_gemm", emulated_models.tiny_model, 4096, 1e-4)],
     "gated": [("gated_pair", gated_models.gated_pair_model, 2048, 1e-4)],
-    "grouped": [("qkv", qkv_models.qkv_model, 2048, 1e-4)],
+    "grouped": [("qkv", qkv_models.qkv_model, 2048, 1e-4),
+                ("gqa_long_k", gated_models.gqa_long_k_model, 16384, 1e-3)],     # split-K through scratch
     "nbits": [("gated_nbits", gated_models.gated_nbits_model, 2048, 2e-2)],
     "attention": [("kv_cache_gqa", decoder_graphs.kv_cache_attention, 8192, 1e-3)],
     "bert": [("bert_1layer", _bert, 2048, 1e-3)],

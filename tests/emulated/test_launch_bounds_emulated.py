@@ -54,6 +54,8 @@ def _rewired(rewritten, where):
         node.output[0] = ""
         del m.graph.output[:]
         m.graph.output.append(helper.make_tensor_value_info(node.input[0], TensorProto.INT64, [3]))
+    from plus_ep import trust      # trust binds the wiring: vouch for the rewired node, so the launcher's own
+    trust.record(trust.node_digest(node), "tests: a node rewired to \"\"")   # check is what answers
     return m
 
 

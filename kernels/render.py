@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from .codegen import pointwise, shapevals, symdim
+from .codegen import assumed, pointwise, shapevals, symdim
+from . import routes
 from .compile import sources
 from .families import NoKernelHalf, kernel_half
 from .target import Target
-from .wire.plan import Launch, Plan, Route, add_extents, check_bound, checked_composite_dims, input_tokens
+from .wire.plan import (Launch, Plan, Route, add_assumptions, add_extents, check_bound, checked_composite_dims,
+                        input_tokens)
 from ..limits import LITERAL_ELEMENTS, MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
 from .codegen.pull import Emitter, RenderError
 from .codegen.row import RowProgram
@@ -58,16 +60,19 @@ class Job:
         self.nodes = [view.nodes[i] for i in sg.nodes]
         self.syms = symdim.Symbols()
         self.plan = Plan(node=node_name)
-        self.subs = self._composite_dims()
+        self.subs, self.own = self._composite_dims(), {}
         self.roles = self._roles()
+        self.assumed = assumed.analyse(view, self.nodes, self.inputs, self.outputs, self.emitter().shape)
+        self.subs, self.own = self.assumed.apply(self.subs)
         em = self.emitter()
         for t in self.inputs:   # number the symbols the inputs bind first
-            self.plan.inputs.append((em.dtype(t), input_tokens(em.shape(t), self.syms)))
+            self.plan.inputs.append((em.dtype(t), input_tokens(em.input_shape(t), self.syms)))
         self._shape_values()
-        checked_composite_dims(self.plan, [em.shape(t) for t in self.inputs], self.syms)
+        checked_composite_dims(self.plan, [em.input_shape(t) for t in self.inputs], self.syms)
         for t in self.outputs:
             self.plan.outputs.append((em.dtype(t), [self.syms.rpn(d) for d in em.shape(t)]))
-        add_extents(self.plan, self.syms, self.inputs, self.outputs, self.nodes, em.shape)
+        add_extents(self.plan, self.syms, self.inputs, self.outputs, self.nodes, em.shape, em.input_shape, self.own)
+        add_assumptions(self.plan, self.syms, self.inputs, self.assumed)
 
     def _shape_values(self):
         """Symbols no input axis gives, bound from the values of input shape tensors (the plan's
@@ -93,7 +98,7 @@ class Job:
         return roles
 
     def emitter(self) -> Emitter:
-        return Emitter(self.view, self.nodes, self.inputs, self.syms, self.subs)
+        return Emitter(self.view, self.nodes, self.inputs, self.syms, self.subs, self.own)
 
     def _composite_dims(self) -> dict:
         """Input dims like `batch*seq` whose symbols no input gives alone become symbols of their own

@@ -52,9 +52,10 @@ class SubgraphProducers:
 
 
 class Emitter:
-    def __init__(self, view, nodes, inputs, syms: symdim.Symbols, subs=None):
+    def __init__(self, view, nodes, inputs, syms: symdim.Symbols, subs=None, own=None):
         self.view = view
         self.subs = subs or {}
+        self.own = own or {}     # input -> (its dims, the axes it broadcasts at run time): codegen/assumed.py
         self.nodes = list(nodes)
         self.producer = SubgraphProducers(view, self.nodes)
         self.inputs = list(inputs)
@@ -77,6 +78,10 @@ class Emitter:
             who = self.producer.get(t)
             where = describe(who) if who is not None else f"input '{t}'"
             raise RenderError(f"{where}: shape of '{t}' is not known ({exc})") from None
+
+    def input_shape(self, t) -> list:
+        """The dims of input `t` as the launcher binds them: its own symbol on an axis it broadcasts."""
+        return list(self.own[t][0]) if t in self.own else self.shape(t)
 
     def dtype(self, t) -> int:
         dt = self.view.dtypes.get(t)
@@ -220,6 +225,12 @@ class Emitter:
             raise RenderError(f"tensor '{t}' is neither a subgraph input nor produced inside it")
         k = self.inputs.index(t)
         lin = self.linear(idx, self.shape(t))
+        if t in self.own:        # size 1 at run time on a broadcast axis: stride 0 there (a uniform branch)
+            dims, axes = self.own[t]
+            shape = self.shape(t)
+            same = " && ".join(f"{self.c(dims[a])} == {self.c(shape[a])}" for a in sorted(axes))
+            idx = [f"({self.c(dims[a])} == 1LL ? 0LL : {i})" if a in axes and i != "0" else i for a, i in enumerate(idx)]
+            lin = f"({same}) ? {lin} : {self.linear(idx, dims)}"
         dt = self.dtype(t)
         return self.tmp(dtypes.load(dt, f"args.in[{k}]", lin), dtypes.compute(dt), "x"), dtypes.compute(dt)
 

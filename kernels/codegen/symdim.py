@@ -88,6 +88,13 @@ class Symbols:
         if isinstance(expr, sympy.floor) and expr.args[0].is_Mul:
             num, den = expr.args[0].as_numer_denom()
             return f"({self.c(num)} / {self.c(den)})"
+        if isinstance(expr, (sympy.Max, sympy.Min)):     # a run-time broadcast's size (codegen/assumed.py)
+            op = ">" if isinstance(expr, sympy.Max) else "<"
+            out = self.c(expr.args[0])
+            for a in expr.args[1:]:
+                b = self.c(a)
+                out = f"({out} {op} {b} ? {out} : {b})"
+            return out
         raise DimError(f"dimension expression {expr} has no integer C form")
 
     # ---- plan RPN ------------------------------------------------------------------------------
@@ -117,7 +124,13 @@ class Symbols:
             for _ in range(int(expr.exp) - 1):
                 out += self._rpn(expr.base) + ["*"]
             return out
-        if isinstance(expr, sympy.floor):
+        if isinstance(expr, (sympy.floor, sympy.ceiling)):
             num, den = expr.args[0].as_numer_denom()
-            return self._rpn(num) + self._rpn(den) + ["/"]
+            return self._rpn(num) + self._rpn(den) + ["/" if isinstance(expr, sympy.floor) else "cdiv"]
+        if isinstance(expr, (sympy.Max, sympy.Min)):
+            op = "max" if isinstance(expr, sympy.Max) else "min"
+            out = self._rpn(expr.args[0])
+            for a in expr.args[1:]:
+                out += self._rpn(a) + [op]
+            return out
         raise DimError(f"dimension expression {expr} has no integer plan form")

@@ -18,8 +18,10 @@ import sympy
 
 from ..codegen import symdim
 from ..codegen.pull import RenderError
+from ...limits import MAX_SHAPEV, MAX_SYM
 
 VERSION = 1
+MAX_RECORDS = 32       # `bcast` and `equal` lines each (plan.c: PLUS_MAX_BCAST, PLUS_MAX_EQUAL)
 
 
 @dataclass
@@ -53,6 +55,8 @@ class Plan:
     extents: list = field(default_factory=list)   # ("in"|"out", index, rpn): elements the kernels touch
     exact: list = field(default_factory=list)     # ("in"|"out", index, dim): a quotient dim that must divide
     optional: list = field(default_factory=list)  # ("in"|"out", index): may be wired ""
+    bcast: list = field(default_factory=list)     # (input, dim, rpn): that dim is 1 (read with stride 0) or rpn
+    equal: list = field(default_factory=list)     # (rpn, rpn, what): dims the rewrite took as equal
 
     def text(self) -> str:
         lines = [f"plusplan {VERSION}", f"node {self.node}"]
@@ -68,6 +72,8 @@ class Plan:
         lines += [f"extent {kind} {i} {e}" for kind, i, e in self.extents]
         lines += [f"exact {kind} {i} {d}" for kind, i, d in self.exact]
         lines += [f"optional {kind} {i}" for kind, i in self.optional]
+        lines += [f"bcast in {i} {d} {e}" for i, d, e in self.bcast]
+        lines += [f"equal {a} {b} {what}" for a, b, what in self.equal]
         if self.vals is not None:
             lines += [f"val {k} {e}" for k, e in enumerate(self.vals)]
         else:
@@ -82,6 +88,12 @@ class Plan:
                 lines.append(" ".join(["kernel", str(r), str(ln.image), ln.entry, *ln.grid, *ln.block, ln.smem]))
         lines.append("end")
         return "\n".join(lines) + "\n"
+
+
+def bound_symbols(plan: Plan) -> set:
+    """The `sK` tokens the launcher binds: `in` dims that are one symbol, and `shapev` lines."""
+    bound = {tok for _, dims in plan.inputs for tok in dims if re.fullmatch(r"s\d+", tok)}
+    return bound | {f"s{k}" for k, _, _ in plan.shapev}
 
 
 def max_expr(exprs) -> str:
@@ -159,7 +171,7 @@ def checked_composite_dims(plan: Plan, shapes, syms: symdim.Symbols) -> None:
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast")   # same elements, new shape
 
 
-def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape) -> None:
+def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape, input_shape=None, own=()) -> None:
     """The plan's bounds records (CONTRACT.md §3) from the shapes the kernels were rendered for:
     `extent in|out` = the element count of each input and output, and of each view (Reshape chain in
     `nodes`) the kernels index it through: an input's consumers' views, the tensor an output is a view
@@ -167,7 +179,11 @@ def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape)
     each dim the rewrite took as an exact quotient (batch = batch_seq/seq). `shape(t)` gives a tensor's
     sympy dims. E.g. Y = Reshape(X2 @ W + B, [batch, seq, 96]) with X2 [n, 32] gets `extent out 0
     96,s0,*` beside Y's own `96,s1,*,s2,*`, so the launcher refuses n != batch*seq instead of writing n
-    rows into batch*seq. Numbering is unchanged."""
+    rows into batch*seq. `input_shape(t)`: an input's dims as the launcher binds them (default `shape`);
+    inputs in `own` (broadcast at run time) get their own count only: their views carry the broadcast dims.
+    Raises RenderError for a tensor whose count cannot be written: the launcher refuses a plan without
+    an extent for every input and output. Numbering is unchanged."""
+    input_shape = input_shape or shape
     bound = bound_symbols(plan)
     bound_names = {syms.names[int(t[1:])] for t in bound}
     producer = {o: n for n in nodes for o in n.output if o}
@@ -176,9 +192,9 @@ def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape)
         if n.op_type in VIEW_OPS and n.input and n.input[0]:
             consumers.setdefault(n.input[0], []).append(n)
 
-    def count(t):
+    def count(t, dims_of=shape):
         try:
-            n = symdim.numel(shape(t))
+            n = symdim.numel(dims_of(t))
         except (symdim.DimError, RenderError, KeyError, TypeError):
             return None
         ok = {str(f) for f in n.free_symbols} <= bound_names and not n.has(sympy.floor)
@@ -198,26 +214,77 @@ def add_extents(plan: Plan, syms: symdim.Symbols, inputs, outputs, nodes, shape)
             yield t
 
     plan.extents, plan.exact = [], []
-    for kind, tensors, related in (("in", inputs, lambda t: views_of(t, {t})), ("out", outputs, sources_of)):
+    for kind, tensors, related in (("in", inputs, lambda t: () if t in own else views_of(t, {t})),
+                                   ("out", outputs, sources_of)):
+        dims_of = input_shape if kind == "in" else shape
         for i, t in enumerate(tensors):
             counts = []
             for u in (t, *related(t)):
-                n = count(u)
+                n = count(u, dims_of if u == t else shape)
                 if n is not None and not any(sympy.simplify(n - c) == 0 for c in counts):
                     counts.append(n)
+            written = 0
             for n in counts:
                 try:
                     plan.extents.append((kind, i, syms.rpn(n)))
+                    written += 1
                 except symdim.DimError:
                     pass
+            if not written:
+                raise RenderError(f"{plan.node}: the element count of {'input' if kind == 'in' else 'output'} {i} "
+                                  f"'{t}' is not an expression of the dims the launcher binds, so it could not prove "
+                                  "the kernels stay inside it")
             try:
-                dims = shape(t)
+                dims = dims_of(t)
             except (symdim.DimError, RenderError, KeyError, TypeError):
                 continue
             for d, e in enumerate(dims):
                 tok = (plan.outputs if kind == "out" else plan.inputs)[i][1][d]
                 if e.as_numer_denom()[1] != 1 and {str(f) for f in e.free_symbols} <= bound_names and tok.endswith(",/"):
                     plan.exact.append((kind, i, d))
+
+
+def add_assumptions(plan: Plan, syms: symdim.Symbols, inputs, assumed) -> None:
+    """The plan's `bcast` and `equal` records from a kernels/codegen/assumed.Assumed: each broadcast axis
+    of an input (1, or the dim it meets), each pair of dims the rewrite took as equal, and for a shape
+    tensor the launcher reads (`shapev`) every other element it knows: a `shapev` check against a bound
+    symbol, or a symbol of its own tied to its value (`equal s2 s0,s1,/`: GPT-2's Concat(Shape(mask),
+    [96]) element 0 is batch_seq / seq, or the Reshape gives other dims than the kernels). An equation
+    over a symbol no input or shape tensor binds is left out (no kernel reads such a dim: check_bound).
+    Symbols are only added, after those the inputs bind."""
+    bound = bound_symbols(plan)
+    names = {syms.names[int(t[1:])] for t in bound}
+    plan.bcast = [(inputs.index(t), a, syms.rpn(meets)) for t, a, _, meets in assumed.bcast]
+    plan.equal = []
+    read = {(i, j) for _, i, j in plan.shapev}
+    for t, vals in assumed.shape_values.items():    # every element of a shape tensor the launcher reads
+        i = inputs.index(t)
+        if not any(k == i for _, k, _ in plan.shapev):
+            continue             # none: its values never reach a kernel (the node stays `Fused`, no host copy)
+        for j, e in enumerate(vals):
+            if (i, j) in read or e.is_Integer or not {str(f) for f in e.free_symbols} <= names:
+                continue         # a constant of the graph, or a value no kernel reads
+            if len(plan.shapev) >= MAX_SHAPEV or (not e.is_Symbol and len(syms.names) >= MAX_SYM):
+                raise RenderError(f"{plan.node}: shape tensor '{t}' has more elements than the launcher can check")
+            if e.is_Symbol:      # a dim an input axis binds: the `shapev` line checks the element against it
+                plan.shapev.append((syms.index(e), i, j))
+                continue
+            name, n = f"shape{i}_{j}", 0
+            while name in syms.names:
+                n += 1
+                name = f"shape{i}_{j}_{n}"
+            k = syms.index(name)
+            plan.shapev.append((k, i, j))
+            plan.equal.append((f"s{k}", syms.rpn(e), f"element {j} of shape tensor {i}"))
+    for a, b, where in assumed.equal:
+        if not {str(f) for f in (a.free_symbols | b.free_symbols)} <= names:
+            continue
+        try:
+            plan.equal.append((syms.rpn(a), syms.rpn(b), " ".join(where.split()[:12])[:200] or "-"))
+        except symdim.DimError:
+            continue
+    if len(plan.bcast) > MAX_RECORDS or len(plan.equal) > MAX_RECORDS:
+        raise RenderError(f"{plan.node}: more than {MAX_RECORDS} broadcast axes or assumed dims (plan.c's limit)")
 
 
 def check_bound(plan: Plan, node_name: str, sources=()):
@@ -313,6 +380,14 @@ def parse(text: str) -> Plan:
                     plan.exact.append((tok[0], int(tok[1]), int(tok[2])))
                 else:
                     plan.optional.append((tok[0], int(tok[1])))
+            elif kind == "bcast":
+                need(4, "bcast in <i> <d> <expr>")
+                if tok[0] != "in":
+                    raise PlanSyntaxError(no, line, "expected `bcast in <i> <d> <expr>`")
+                plan.bcast.append((int(tok[1]), int(tok[2]), tok[3]))
+            elif kind == "equal":
+                need(3, "equal <expr> <expr> <what>")
+                plan.equal.append((tok[0], tok[1], " ".join(tok[2:])))
             elif kind == "arch":
                 need(1, "arch <arch> ...")
                 group = tuple(tok)

@@ -204,6 +204,52 @@ static int check_in_extents(const plus_plan* p, const plus_tensor_desc* inputs, 
     return 0;
 }
 
+/* `bcast` lines: an input dim the kernels broadcast is 1 or the size it meets (ONNX broadcasting). */
+static int check_bcast(const plus_plan* p, const plus_tensor_desc* inputs, const char* const* names,
+                       const plus_env* env, char* err, size_t errlen) {
+    for (int j = 0; j < p->n_bcast; j++) {
+        const plus_bcast* x = &p->bcast[j];
+        const plus_tensor_desc* t = &inputs[x->index];
+        if (!t->present) continue;
+        int64_t want, have = t->dims[x->dim];
+        if (plus_expr_eval(p, x->e, env, &want, err, errlen)) return -1;
+        if (have == 1 || have == want) continue;
+        sbuf s = {err, errlen, 0};
+        put(&s, "input %d", x->index);
+        if (names && names[x->index] && names[x->index][0]) put(&s, " '%s'", names[x->index]);
+        put(&s, " ");
+        put_dims(&s, t->dims, t->rank);
+        put(&s, ": dim %d is %" PRId64 " where the other operands give %" PRId64 ", neither equal nor 1 (plan line %d `%s`; ",
+            x->dim, have, want, x->line, plus_plan_line(p, x->line));
+        put_symbols(&s, p, env);
+        put(&s, "): ONNX broadcasting refuses these inputs, and ONNX Runtime too (\"Attempting to broadcast an axis by "
+            "a dimension other than 1\")");
+        return -1;
+    }
+    return 0;
+}
+
+/* `equal` lines: dims the rewrite took as equal are equal for this run. */
+static int check_equal(const plus_plan* p, const plus_env* env, char* err, size_t errlen) {
+    for (int j = 0; j < p->n_equal; j++) {
+        const plus_equal* x = &p->equal[j];
+        int64_t a, b;
+        if (plus_expr_eval(p, x->a, env, &a, err, errlen) || plus_expr_eval(p, x->b, env, &b, err, errlen)) return -1;
+        if (a == b) continue;
+        char at[256], bt[256];
+        plus_expr_text(p, x->a, at, sizeof at);
+        plus_expr_text(p, x->b, bt, sizeof bt);
+        sbuf s = {err, errlen, 0};
+        put(&s, "the kernels take (%s) = %" PRId64 " and (%s) = %" PRId64 " as one dim, and these inputs make them differ "
+            "(plan line %d `%s`; ", at, a, bt, b, x->line, plus_plan_line(p, x->line));
+        put_symbols(&s, p, env);
+        put(&s, "): the original graph's node refuses such shapes unless a dim of 1 broadcasts there; if ONNX Runtime "
+            "runs them, rewrite with `plus-ep rewrite IN -o OUT --disable <pattern>`");
+        return -1;
+    }
+    return 0;
+}
+
 /* `exact` lines, then `extent out` lines, once the output shapes are known. */
 static int check_out_extents(const plus_plan* p, const plus_binding* b, char* err, size_t errlen) {
     for (int j = 0; j < p->n_exact; j++) {
@@ -288,7 +334,8 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
             snprintf(why, sizeof why, "dim %d must be %" PRId64 " from the other dims", d, want);
             return input_error(p, i, names, &inputs[i], why, err, errlen);
         }
-    if (check_in_extents(p, inputs, names, &b->env, err, errlen)) return -1;
+    if (check_bcast(p, inputs, names, &b->env, err, errlen) || check_in_extents(p, inputs, names, &b->env, err, errlen))
+        return -1;
     for (int i = 0; i < p->n_val; i++)
         if (plus_expr_eval(p, p->val[i], &b->env, &b->env.v[p->val_slot[i]], err, errlen)) return -1;
     for (int o = 0; o < p->n_out; o++)
@@ -311,7 +358,7 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
         }
         b->empty &= b->out_elems[o] == 0;
     }
-    if (check_out_extents(p, b, err, errlen)) return -1;
+    if (check_out_extents(p, b, err, errlen) || check_equal(p, &b->env, err, errlen)) return -1;
     for (int k = 0; k < PLUS_MAX_SCRATCH; k++) {
         if (!p->has_scratch[k]) continue;
         if (plus_expr_eval(p, p->scratch[k], &b->env, &b->scratch_bytes[k], err, errlen)) return -1;

@@ -301,6 +301,40 @@ static int rec_optional(parser* ps) {
     return 0;
 }
 
+/* `bcast in <i> <d> <expr>`: dim d of input i, a symbol of its own, is 1 or expr (ONNX broadcasting;
+ * the kernels read that input with stride 0 along d where it is 1). Checked after binding. */
+static int rec_bcast(parser* ps) {
+    plus_plan* p = ps->plan;
+    int which;
+    int64_t i, d;
+    if (need(ps, 5) || io_tok(ps, &which, &i)) return -1;
+    if (which) return fail(ps, "only inputs broadcast (`bcast in <i> <d> <expr>`)");
+    if (p->n_bcast == PLUS_MAX_BCAST) return fail(ps, "more than %d bcast lines", PLUS_MAX_BCAST);
+    if (index_tok(ps, 3, 0, p->in[i].rank - 1, "dim", &d)) return -1;
+    if (p->in[i].kind[d] != PLUS_DIM_SYM)
+        return fail(ps, "dim %" PRId64 " of input %" PRId64 " is not a symbol (plan line %d)", d, i, p->in[i].line);
+    plus_bcast* x = &p->bcast[p->n_bcast];
+    if (expr_tok(ps, 4, p->n_sym, 0, &x->e)) return -1;
+    x->index = (int)i;
+    x->dim = (int)d;
+    x->line = ps->line;
+    p->n_bcast++;
+    return 0;
+}
+
+/* `equal <a> <b> <what...>`: two dims the rewrite took as equal; the rest of the line says where
+ * (the ONNX node), for the error. Checked after binding. */
+static int rec_equal(parser* ps) {
+    plus_plan* p = ps->plan;
+    if (ps->nt < 3) return fail(ps, "expected `equal <expr> <expr> <what>`");
+    if (p->n_equal == PLUS_MAX_EQUAL) return fail(ps, "more than %d equal lines", PLUS_MAX_EQUAL);
+    plus_equal* x = &p->equal[p->n_equal];
+    if (expr_tok(ps, 1, p->n_sym, 0, &x->a) || expr_tok(ps, 2, p->n_sym, 0, &x->b)) return -1;
+    x->line = ps->line;
+    p->n_equal++;
+    return 0;
+}
+
 /* `arch <a>...`: the routes that follow (up to the next `arch` record) serve the packs of these archs. */
 static int rec_arch(parser* ps) {
     plus_plan* p = ps->plan;
@@ -424,6 +458,8 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
         else if (!strcmp(kw, "extent")) rc = rec_extent(&ps);
         else if (!strcmp(kw, "exact")) rc = rec_exact(&ps);
         else if (!strcmp(kw, "optional")) rc = rec_optional(&ps);
+        else if (!strcmp(kw, "bcast")) rc = rec_bcast(&ps);
+        else if (!strcmp(kw, "equal")) rc = rec_equal(&ps);
         else if (!strcmp(kw, "end")) rc = need(&ps, 1), ended = 1;
         else rc = fail(&ps, "unknown record `%s`", kw);
     }
@@ -446,6 +482,15 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
                               plan->items[e->off + j].arg);
                 }
         }
+    for (int t = 0; t < plan->n_in + plan->n_out && !rc; t++) {   /* every tensor's extent: bounds before launch */
+        int out = t >= plan->n_in, i = out ? t - plan->n_in : t, seen = 0;
+        for (int j = 0; j < plan->n_extent && !seen; j++) seen = plan->extent[j].out == out && plan->extent[j].index == i;
+        if (seen) continue;
+        ps.line = out ? plan->out[i].line : plan->in[i].line;
+        rc = fail(&ps, "no `extent %s %d` record: the plan predates the launcher's bounds checks (kernels/CONTRACT.md "
+                  "§3), so nothing proves its launches stay inside that tensor; re-run `plus-ep rewrite` on the original "
+                  "model", out ? "out" : "in", i);
+    }
     if (!rc && plan->n_groups && plan->group_first[plan->n_groups - 1] == plan->n_routes)
         rc = (snprintf(err, errlen, "plus_plan: the last `arch` record has no routes"), -1);
     if (!rc && !plan->n_groups) plan->n_groups = 1;   /* one group of every route, serving every pack */

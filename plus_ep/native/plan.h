@@ -61,6 +61,16 @@ typedef struct { int out, index, dim, line; plus_expr num, den; } plus_exact;
 typedef struct { int out, index; plus_expr e; } plus_extent;
 #define PLUS_MAX_EXTENTS (2 * (PLUS_MAX_IN + PLUS_MAX_OUT))
 
+/* `bcast in <i> <d> <expr>`: dim d of input i (a symbol of its own) is 1 or expr (ONNX broadcasting:
+ * where it is 1 the kernels read that input with stride 0 along d). */
+typedef struct { int index, dim, line; plus_expr e; } plus_bcast;
+#define PLUS_MAX_BCAST PLUS_MAX_SYM
+
+/* `equal <a> <b> <what...>`: a dim the rewrite took as equal to another (a Concat's axis and the sum
+ * of its parts, a Slice's length and its clamped bounds): checked after binding, before any launch. */
+typedef struct { int line; plus_expr a, b; } plus_equal;
+#define PLUS_MAX_EQUAL 32
+
 typedef struct plus_plan {
     char node[PLUS_NAME_LEN];
     int n_in, n_out, n_sym, n_val, n_routes, n_kernels, n_archs, n_shapev;
@@ -90,6 +100,10 @@ typedef struct plus_plan {
     int n_exact;
     plus_exact exact[PLUS_MAX_EXACT];
     unsigned char in_optional[PLUS_MAX_IN], out_optional[PLUS_MAX_OUT];   /* may be wired "" */
+    int n_bcast;
+    plus_bcast bcast[PLUS_MAX_BCAST];             /* file order */
+    int n_equal;
+    plus_equal equal[PLUS_MAX_EQUAL];             /* file order */
     plus_item* items;                             /* all expressions' items */
     int n_items, cap_items;
     char* text;                                   /* copy of the plan, lines NUL-terminated */

@@ -53,6 +53,17 @@ def test_shapev_records_round_trip():
     assert P.parse(text).shapev == [(0, 0, 0)]
 
 
+def test_broadcast_and_equal_records_round_trip():
+    p = P.Plan(node="n", inputs=[(1, ["s0", "s1"]), (1, ["s2", "s3"])], outputs=[(1, ["s0", "s1,s3,max"])],
+               syms=["b", "n", "b_1", "t_1"], extents=[("in", 0, "s0,s1,*"), ("in", 1, "s2,s3,*")],
+               bcast=[(1, 1, "s1,s3,max")], equal=[("s0", "s2", "Add node 'add' dim 0")],
+               routes=[P.Route("1", [P.Launch(0, "k", ("1", "1", "1"), ("64", "1", "1"), "0")])])
+    text = p.text()
+    assert "\nbcast in 1 1 s1,s3,max\nequal s0 s2 Add node 'add' dim 0\nval 0 s0\n" in text
+    q = P.parse(text)
+    assert (q.bcast, q.equal) == (p.bcast, p.equal) and q.text() == text
+
+
 @pytest.mark.parametrize("text, where, why", [
     ("", 0, "must end with one newline"),
     ("node x\nend\n", 1, "first line must be `plusplan 1`"),

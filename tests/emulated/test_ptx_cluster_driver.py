@@ -41,6 +41,9 @@ out 0 1 1 s0
 val 0 s0
 route 0 1
 kernel 0 0 plus_cluster_add GRID 1 1 256 1 1 0
+extent in 0 s0
+extent in 1 s0
+extent out 0 s0
 end
 """
 

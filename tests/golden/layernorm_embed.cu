@@ -3,7 +3,7 @@
 // pattern: layernorm (template row_reduce)
 // route:   0 of 1, taken when `1` is the first non-zero condition
 // variant: row
-// symbols: batch = args.v[0], seq = args.v[1]
+// symbols: batch = args.v[0], seq = args.v[1], seq_4 = args.v[2]
 // +Graph:
 //   loop0 [batch, para] {x0,x1,x2,x3,x4,x15,x5,x6}:{x20}
 //     loop1 [seq, para, (add, sqrt)] {x0,x1,x2,x3,x4,x15,x5,x6}:{x20}
@@ -15,6 +15,7 @@
 extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
   const long long batch = args.v[0];
   const long long seq = args.v[1];
+  const long long seq_4 = args.v[2];
   __shared__ float red[33];
   const long long rows = (batch * seq);
   const long long L = 64LL;
@@ -34,7 +35,7 @@ extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
       const float x11 = plus_load<float>(args.in[2], (g10) * 64LL + j);
       const float t12 = g9 ? x11 : (float)0;
       const float t13 = (t6 + t12);
-      const float x14 = plus_load<float>(args.in[4], ((row) % seq) * 64LL + j);
+      const float x14 = plus_load<float>(args.in[4], (seq_4 == seq) ? ((row) % seq) * 64LL + j : ((seq_4 == 1LL ? 0LL : (row) % seq)) * 64LL + j);
       const float t15 = (t13 + x14);
       r0s_acc = r0s_acc + t15;
     }
@@ -55,7 +56,7 @@ extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
       const float x26 = plus_load<float>(args.in[2], (g25) * 64LL + j);
       const float t27 = g24 ? x26 : (float)0;
       const float t28 = (t21 + t27);
-      const float x29 = plus_load<float>(args.in[4], ((row) % seq) * 64LL + j);
+      const float x29 = plus_load<float>(args.in[4], (seq_4 == seq) ? ((row) % seq) * 64LL + j : ((seq_4 == 1LL ? 0LL : (row) % seq)) * 64LL + j);
       const float t30 = (t28 + x29);
       r0q_acc = r0q_acc + (t30 - mean0) * (t30 - mean0);
     }
@@ -75,7 +76,7 @@ extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
       const float x41 = plus_load<float>(args.in[2], (g40) * 64LL + j);
       const float t42 = g39 ? x41 : (float)0;
       const float t43 = (t36 + t42);
-      const float x44 = plus_load<float>(args.in[4], ((row) % seq) * 64LL + j);
+      const float x44 = plus_load<float>(args.in[4], (seq_4 == seq) ? ((row) % seq) * 64LL + j : ((seq_4 == 1LL ? 0LL : (row) % seq)) * 64LL + j);
       const float t45 = (t43 + x44);
       const float x46 = plus_load<float>(args.in[5], j);
       const float x47 = plus_load<float>(args.in[6], j);

@@ -54,6 +54,9 @@ val 0 s0,s1,*
 val 1 s1
 route 0 1
 kernel 0 0 fake_fill 1 1 1 1 1 1 0
+extent in 0 2
+extent in 1 s0
+extent out 0 s0,s1,*
 end
 """
 # the same node as the rewriter wrote it before FusedHost<n>: the shape tensor after the data

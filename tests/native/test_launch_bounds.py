@@ -171,6 +171,7 @@ val 0 s0,s1,*,96,*
 val 1 7
 route 0 1
 kernel 0 0 fake_fill 1 1 1 1 1 1 0
+extent in 0 3
 end
 """
     rc, out = host(twin, plan, _shape(2, 100, 96), X2)
@@ -199,6 +200,15 @@ def test_case_3_absent_input_refused_at_creation(host, twin):
     rc, out = host(twin, CHAIN, _shape(3, 2, 96), "absent")
     line = _error_line(out)
     assert rc == 1 and f"PlusEP node '{NODE}': input 1 is absent (wired \"\")" in line, line
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+def test_plan_without_extents_is_refused_at_creation(host, twin):
+    # a node rewritten before the bounds records: nothing proves its launches in bounds
+    rc, out = host(twin, CHAIN.replace("extent out 0 96,s0,*\n", ""), _shape(3, 2, 96), X2)
+    line = _error_line(out)
+    assert rc == 1 and f"PlusEP node '{NODE}'" in line and "no `extent out 0` record" in line, line
+    assert "re-run `plus-ep rewrite`" in line and "counts:" not in out, out
 
 
 def test_case_3_output_handed_over_as_null_is_never_dereferenced(host):
@@ -235,7 +245,7 @@ def _ep_model(plan, path, wire_b=True, shape=None):
     """Y = FusedHost1(S, X2, B) with `plan` (+ an input 2 the stand-in kernel does not read); the function
     body reshapes X2 @ ones(32, 96) to S. wire_b=False: B wired "" (the body never reads it, so ORT
     loads the model and leaves the refusal to PlusEP)."""
-    plan = plan.replace("in 1 1 2 s0 32\n", "in 1 1 2 s0 32\nin 2 1 1 96\n")
+    plan = plan.replace("in 1 1 2 s0 32\n", "in 1 1 2 s0 32\nin 2 1 1 96\n").replace("\nend\n", "\nextent in 2 96\nend\n")
     node = fused_node(NODE, ["S", "X2", "B" if wire_b else ""], ["Y"], "k1", plan, {"sm_90": fake_pack("sm_90")},
                       op_type="FusedHost1")
     body = [helper.make_node("Constant", [], ["w"], value=helper.make_tensor("w", TensorProto.FLOAT, [32, 96],
@@ -258,10 +268,12 @@ def _ep_model(plan, path, wire_b=True, shape=None):
     return path
 
 
-def _ep_run(fake_cuda, model, shape, rows=6):
+def _ep_run(fake_cuda, model, shape, rows=6, log=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))
            or k == "PLUS_EP_CACHE_DIR"}
     env.update({"PLUS_EP_CUDA_LIBRARY": str(fake_cuda), "PYTHONPATH": str(ROOT)})
+    if log is not None:
+        env["FAKE_CUDA_LOG"] = str(log)
     r = subprocess.run([sys.executable, "-c", RUNNER, json.dumps({"model": str(model), "shape": shape, "rows": rows})],
                        capture_output=True, text=True, env=env, timeout=300, cwd=str(ROOT))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -280,3 +292,15 @@ def test_plugin_ep_cases_1_to_3(tmp_path, fake_cuda):
         assert res == {"y": [shape, 7.0]} if ok else "cannot be reshaped" in res.get("error", ""), res
     res = _ep_run(fake_cuda, _ep_model(CHAIN, tmp_path / "absent.onnx", wire_b=False), [3, 2, 96])
     assert f"PlusEP node '{NODE}': input 2 is absent (wired \"\")" in res.get("error", ""), res
+
+
+def test_plugin_ep_zero_size_output_launches_nothing(tmp_path, fake_cuda):
+    # every output empty (0 rows): ORT's answer is an empty tensor, and no kernel is queued; the stand-in
+    # kernel would "run" on a grid of 1 whatever the sizes, so only the launcher's skip keeps the log clean
+    log = tmp_path / "cuda.log"
+    res = _ep_run(fake_cuda, _ep_model(CHAIN, tmp_path / "chain.onnx"), [0, 5, 96], rows=0, log=log)
+    assert res == {"y": [[0, 5, 96], None]}, res
+    lines = log.read_text().splitlines() if log.exists() else []
+    assert lines and not [ln for ln in lines if ln.startswith("launch")], lines   # the node ran, launching nothing
+    res = _ep_run(fake_cuda, _ep_model(CHAIN, tmp_path / "chain.onnx"), [3, 2, 96], log=log)
+    assert res == {"y": [[3, 2, 96], 7.0]} and [ln for ln in log.read_text().splitlines() if ln.startswith("launch")]

@@ -79,6 +79,9 @@ route 0 s0,1024,<=
 route 1 1
 kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1 0
 kernel 1 0 fake_add_marker s0,256,cdiv 1 1 256 1 1 0
+extent in 0 s0
+extent in 1 s0
+extent out 0 s0
 end
 """
 
@@ -105,6 +108,11 @@ route 1 1
 kernel 0 0 small v1,64,cdiv v0,16,cdiv 1 128 1 1 0
 kernel 1 1 big v1,128,cdiv v0,128,cdiv 1 256 1 1 v0,128,>=,98304,49152,?
 kernel 1 0 small 1 1 1 32 1 1 0
+extent in 0 s0,s1,*,768,*
+extent in 1 768,s2,*
+extent in 2 5
+extent out 0 s0,s1,*,s2,*
+extent out 1 1
 end
 """
 
@@ -154,7 +162,7 @@ MALFORMED = {
     "header version": (_edit(ADD_PLAN, "plusplan 1", "plusplan 2"), "the first line must be `plusplan 1`"),
     "header repeated": (_edit(ADD_PLAN, "node my add", "plusplan 1"), "line 2 `plusplan 1`: `plusplan` header repeated"),
     "no end": (ADD_PLAN.replace("end\n", ""), "missing `end` line"),
-    "after end": (ADD_PLAN + "val 1 2\n", "line 13 `val 1 2`: text after `end`"),
+    "after end": (ADD_PLAN + "val 1 2\n", "line 16 `val 1 2`: text after `end`"),
     "unknown record": (_edit(ADD_PLAN, "sym 0 n", "symbol 0 n"), "line 5 `symbol 0 n`: unknown record `symbol`"),
     "double space": (_edit(ADD_PLAN, "in 1 1 1 s0", "in 1 1  1 s0"), "empty field"),
     "trailing space": (_edit(ADD_PLAN, "val 0 s0", "val 0 s0 "), "empty field"),
@@ -280,6 +288,55 @@ def test_bind_output_shapes_values_scratch(h):
     assert "launch small grid=1,1,1 block=32,1,1 smem=0" in out
 
 
+def test_plan_without_extents_is_refused(h):
+    """A plan written before the bounds records (no `extent` for some input or output) proves nothing about
+    its launches: refused when read, with the fix."""
+    for line in ("extent in 1 s0\n", "extent out 0 s0\n"):
+        msg = h.err("parse", h.file(ADD_PLAN.replace(line, "")))
+        kind = line.split()[1] + " " + line.split()[2]
+        assert f"no `extent {kind}` record" in msg and "re-run `plus-ep rewrite`" in msg, msg
+        assert msg.count("\n") <= 1, msg
+
+
+# x [b, s] + z [b, t] as the renderer writes it when either may broadcast (kernels/codegen/assumed.py):
+# each input axis a symbol of its own, the output the largest, each axis 1 or the output's
+BCAST_PLAN = """plusplan 1
+node bcast add
+sym 0 b_0
+sym 1 s_0
+sym 2 b_1
+sym 3 s_1
+in 0 1 2 s0 s1
+in 1 1 2 s2 s3
+out 0 1 2 s0,s2,max s1,s3,max
+extent in 0 s0,s1,*
+extent in 1 s2,s3,*
+extent out 0 s0,s2,max,s1,s3,max,*
+bcast in 0 0 s0,s2,max
+bcast in 0 1 s1,s3,max
+bcast in 1 0 s0,s2,max
+bcast in 1 1 s1,s3,max
+equal s0,s1,+ s2,s3,+ Concat node 'cat' axis 0
+route 0 1
+kernel 0 0 k 1 1 1 1 1 1 0
+end
+"""
+
+
+def test_bind_checks_broadcast_and_equal_records(h):
+    plan = h.file(BCAST_PLAN.replace("equal s0,s1,+ s2,s3,+ Concat node 'cat' axis 0\n", ""))
+    assert "out0 float32 [2,8]" in h.ok("bind", plan, "1:2x8", "1:2x1")      # z broadcasts along dim 1
+    assert "out0 float32 [2,8]" in h.ok("bind", plan, "1:1x1", "1:2x8")      # x along both
+    assert "out0 float32 [3,5]" in h.ok("bind", plan, "1:3x5", "1:3x5")
+    msg = h.err("bind", plan, "1:2x8", "1:2x3")
+    assert "input 1 {2,3}: dim 1 is 3 where the other operands give 8, neither equal nor 1" in msg, msg
+    assert "Attempting to broadcast an axis by a dimension other than 1" in msg and msg.count("\n") <= 1, msg
+    plan = h.file(BCAST_PLAN)
+    assert "out0 float32 [4,4]" in h.ok("bind", plan, "1:1x4", "1:4x1")      # 1 + 4 == 4 + 1
+    msg = h.err("bind", plan, "1:2x4", "1:2x1")
+    assert "(s0,s1,+) = 6 and (s2,s3,+) = 3" in msg and "Concat node 'cat' axis 0" in msg, msg
+
+
 def test_bind_checks_extents_and_exact_quotients(h):
     """`extent` / `exact` records (CONTRACT.md §3): an input read through a view, an output that is a view
     of the kernels' result, a quotient dim; each mismatch is refused by plus_bind, before any launch."""
@@ -296,6 +353,7 @@ exact out 0 0
 val 0 s0
 route 0 1
 kernel 0 0 k 1 1 1 1 1 1 0
+extent in 1 s1
 end
 """)
     assert "out0 float32 [3,2]" in h.ok("bind", plan, "1:6x32", "7:2")
@@ -310,6 +368,8 @@ out 0 1 2 s0 s1
 extent in 0 32,s0,*,s1,*
 route 0 1
 kernel 0 0 k 1 1 1 1 1 1 0
+extent in 1 s0,s1,*
+extent out 0 s0,s1,*
 end
 """)
     assert "input 0 'X' {6,32} has 192 elements but the kernels read 256" in h.err("bind", viewed, "1:6x32", "1:2x4")
@@ -364,6 +424,9 @@ val 1 s1
 val 2 s2
 route 0 1
 kernel 0 0 fake_copy s0,768,*,256,cdiv 1 1 256 1 1 0
+extent in 0 s0,768,*
+extent in 1 3
+extent out 0 s1,s2,*,768,*
 end
 """
 
@@ -419,7 +482,8 @@ def test_more_than_32_inputs(h):
     """PlusArgs holds 64 input pointers (Llama's 33-input subgraphs); every one reaches the kernel."""
     n = 40
     lines = ["plusplan 1", "node wide"] + [f"in {i} 1 1 s0" for i in range(n)]
-    lines += ["out 0 1 1 s0", "val 0 s0", "route 0 1", "kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1 0", "end"]
+    lines += ["out 0 1 1 s0", "val 0 s0", "route 0 1", "kernel 0 0 fake_add s0,256,cdiv 1 1 256 1 1 0"]
+    lines += [f"extent in {i} s0" for i in range(n)] + ["extent out 0 s0", "end"]
     plan = h.file("\n".join(lines) + "\n")
     assert f"ok node=wide in={n} out=1" in h.ok("parse", plan)
     args = ["run", plan, "--pack", "sm_90=" + h.file(one_pack("sm_90"), ".bin")]
@@ -560,6 +624,8 @@ val 1 s0,4,*,3,+
 scratch 0 v1
 route 0 1
 kernel 0 0 fake_scratch 1 1 1 1 1 1 0
+extent in 0 s0
+extent out 0 s0
 end
 """
     packf = h.file(one_pack("sm_90"), ".bin")
@@ -631,6 +697,9 @@ kernel 1 0 fake_add_marker s0,256,cdiv 1 1 256 1 1 0
 arch sm_90a
 route 2 1
 kernel 2 1 fake_add s0,128,cdiv 1 1 128 1 1 0
+extent in 0 s0
+extent in 1 s0
+extent out 0 s0
 end
 """
 
@@ -745,6 +814,9 @@ val 0 s0
 val 1 s1
 route 0 1
 kernel 0 0 fake_copy s0,s1,*,16,*,4,* 1 1 1 1 1 0
+extent in 0 s0,s1,*,16,*
+extent in 1 s0,s1,*,16,*
+extent out 0 s0,s1,*,16,*
 end
 """
 

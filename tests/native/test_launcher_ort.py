@@ -194,7 +194,7 @@ def test_missing_arch(tmp_path, library, fake_cuda):
 @pytest.mark.parametrize("plan,packs,expected", [
     (PLAN.replace("val 1 7", "val 1 7,"), None,
      "PlusEP node 'fused_add': plus_plan line 8 `val 1 7,`: expression `7,`: empty item"),
-    (PLAN.replace("end\n", ""), None, "PlusEP node 'fused_add': plus_plan line 12"),
+    (PLAN.replace("end\n", ""), None, "PlusEP node 'fused_add': plus_plan line 15"),
     (PLAN.replace("node fused_add\n", "node fused_add\narchs sm_80\n"), None,
      "PlusEP node 'fused_add': the plan's `archs` line lists sm_80 but the node has no attribute plus_images_sm_80"),
     (PLAN, {"sm_90": b"garbage!"}, "PlusEP node 'fused_add': image pack for sm_90 does not start with PLUSIMG1"),
@@ -237,6 +237,9 @@ val 0 s0
 val 1 3
 route 0 1
 kernel 0 0 fake_scale s0,256,cdiv 1 1 256 1 1 0
+extent in 0 s0
+extent in 1 1
+extent out 0 s0
 end
 """
 

@@ -25,6 +25,9 @@ route 0 s0,1024,<=
 route 1 1
 kernel 0 0 fake_add_marker s0,256,cdiv 1 1 256 1 1 0
 kernel 1 0 fake_fill s0,256,cdiv 1 1 256 1 1 0
+extent in 0 s0
+extent in 1 s0
+extent out 0 s0
 end
 """
 
@@ -36,6 +39,8 @@ val 0 s0
 val 1 3
 route 0 1
 kernel 0 0 fake_scale s0,256,cdiv 1 1 256 1 1 0
+extent in 0 s0
+extent out 0 s0
 end
 """
 

@@ -1,0 +1,299 @@
+"""The shape-adversarial fuzzer (issue 34, item 3): fused nodes of every template family, run through both
+front ends on the emulated driver (every kernel on the PTX interpreter, its bounds and race checkers on)
+with random input shapes and shape-tensor values, inside and outside what each model admits. Every run
+must either give ORT CPU's answer on the original graph (shapes and values) or be refused naming a node
+(one line, ORT refusing too or the plan saying why the kernels cannot follow); a checker finding, an
+interpreter error, a crash, a wrong shape or value, an unnamed error, or a result where ORT refuses is a
+finding.
+
+    prepared = prepare(FAMILIES)                            # rewrite each family's models once (kernels cached)
+    stats = fuzz(tmp_dir, prepared, runs=40, seed=0)        # one child process per batch of runs
+    stats["findings"]                                       # [] when nothing went wrong
+
+Models come from the case libraries (tests/support/*_models.py, decoder_graphs.py, the demo BERT);
+their graph inputs' declared dims give the symbols. A run draws one value per symbol (small ones mostly,
+now and then one past a tile so a grid dimension exceeds 1), then, by its mode, keeps every input
+consistent (`admitted`), sets one symbolic axis of one input to 1 (`broadcast`) or one or two axes of
+any input to another size, 0 included (`outside`). Integer inputs that index a Gather get indices in range
+(now and then one past it); other integer inputs 0/1. Shape tensors (TorchScript's Shape -> Concat) take
+their values from the inputs they describe, so an inconsistent input is an inconsistent shape tensor.
+
+`python -m tests.support.shape_fuzz --seconds 3600 --out bench/results/2026-11-29-shape-fuzz.json` is
+the long run (the JSON is rewritten after every batch).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from tests.support import broadcast_models, decoder_graphs, emulated_models, gated_models, qkv_models, shapev_models
+from tests.support import t5_embedding_models
+from tests.support.emulated_runs import FRONT_ENDS, matches, oracle, run_cases
+
+SMALL = (1, 2, 3, 4, 5, 7, 8)
+PAST_TILE = (17, 33, 65, 129)         # one past a 16/32/64/128 tile: grid dimensions above 1
+NP = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.INT64: np.int64,
+      TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_}
+
+
+def _bert():
+    from plus_ep.demo_model import build_bert
+    return build_bert(layers=1, hidden=64, heads=2, intermediate=128, vocab=50, max_pos=40)
+
+
+# family -> [(model name, builder, max elements of one input, tolerance)]
+FAMILIES = {
+    "pointwise": [("add", broadcast_models.add, 4096, 1e-4), ("concat_add", broadcast_models.concat_add, 4096, 1e-4)],
+    "row": [("layernorm_sum", broadcast_models.layernorm_sum, 4096, 1e-4),
+            ("softmax_sum", broadcast_models.softmax_sum, 4096, 1e-4),
+            ("t5_rmsnorm", t5_embedding_models.t5_embedding_rmsnorm, 4096, 1e-4)],
+    "gemm": [("gemm_residual", broadcast_models.gemm_residual, 4096, 1e-4),
+             ("gemm_concat", broadcast_models.gemm_concat, 4096, 1e-4),
+             ("tiny_ln_gemm", emulated_models.tiny_model, 4096, 1e-4)],
+    "gated": [("gated_pair", gated_models.gated_pair_model, 2048, 1e-4)],
+    "grouped": [("qkv", qkv_models.qkv_model, 2048, 1e-4),
+                ("gqa_long_k", gated_models.gqa_long_k_model, 16384, 1e-3)],     # split-K through scratch
+    "nbits": [("gated_nbits", gated_models.gated_nbits_model, 2048, 2e-2)],
+    "attention": [("kv_cache_gqa", decoder_graphs.kv_cache_attention, 8192, 1e-3)],
+    "bert": [("bert_1layer", _bert, 2048, 1e-3)],
+    "fusedhost": [("gpt2_chain", shapev_models.gpt2_like, 4096, 1e-4),
+                  ("gpt2_rows", shapev_models.gpt2_like_rows, 4096, 1e-4)],
+}
+
+
+@dataclass
+class Prepared:
+    family: str
+    name: str
+    original: onnx.ModelProto
+    rewritten: bytes
+    nodes: list                     # (fused node name, pattern) of the rewritten model
+    cap: int
+    tol: float
+    inputs: list = field(default_factory=list)      # (name, elem type, declared dims)
+    gather_range: dict = field(default_factory=dict)  # int input -> number of rows it indexes
+
+
+def prepare(families=FAMILIES, archs=("sm_80",), only=None) -> list:
+    """Each family's models rewritten with kernels (compiled once; the kernel cache keeps them)."""
+    import plus_ep
+    out = []
+    for family, models in families.items():
+        for name, build, cap, tol in models:
+            if only and family not in only and name not in only:
+                continue
+            model = build()
+            r = plus_ep.rewrite_detailed(model, archs=list(archs), fp32_math="exact")
+            fused = [(n.name, n.name.split("/")[1] if n.name.count("/") >= 2 else n.op_type)
+                     for n in r.model.graph.node if n.domain == "ai.plus_ep"]
+            p = Prepared(family, name, model, r.model.SerializeToString(), fused, cap, tol)
+            inits = {t.name: t for t in model.graph.initializer}
+            for i in model.graph.input:
+                if i.name in inits:
+                    continue
+                tt = i.type.tensor_type
+                dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tt.shape.dim]
+                p.inputs.append((i.name, tt.elem_type, dims))
+            for n in model.graph.node:
+                if n.op_type == "Gather" and len(n.input) > 1 and n.input[0] in inits:
+                    axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+                    p.gather_range[n.input[1]] = int(inits[n.input[0]].dims[axis])
+            out.append(p)
+    return out
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _eval_dim(d, values: dict) -> int:
+    if isinstance(d, int):
+        return d
+    return int(eval(d, {"__builtins__": {}}, values))   # noqa: S307 - dims of our own case libraries
+
+
+def sample(p: Prepared, rng: np.random.Generator, mode: str | None = None) -> tuple:
+    """(feeds, mode, symbol values) for one run of `p` (module docstring)."""
+    mode = mode or rng.choice(["admitted", "admitted", "broadcast", "outside"])
+    names = sorted({s for _, _, dims in p.inputs for d in dims if isinstance(d, str) for s in _NAME.findall(d)})
+    shapes = None
+    for _ in range(20):   # symbol values whose inputs fit the cap
+        values = {s: int(rng.choice(PAST_TILE)) if rng.random() < 0.12 else int(rng.choice(SMALL)) for s in names}
+        shapes = [[_eval_dim(d, values) for d in dims] for _, _, dims in p.inputs]
+        if all(int(np.prod(s)) <= p.cap for s in shapes):
+            break
+        values = None
+    if values is None:
+        values = {s: 1 for s in names}
+        shapes = [[_eval_dim(d, values) for d in dims] for _, _, dims in p.inputs]
+    axes = [(k, a) for k, (_, _, dims) in enumerate(p.inputs) for a, d in enumerate(dims)]
+    symbolic = [(k, a) for k, a in axes if isinstance(p.inputs[k][2][a], str)]
+    if mode == "broadcast" and symbolic:
+        k, a = symbolic[rng.integers(len(symbolic))]
+        shapes[k][a] = 1
+    elif mode == "outside" and axes:
+        for _ in range(int(rng.integers(1, 3))):   # mostly symbolic axes: a static one ORT's own checks refuse
+            pool = symbolic if symbolic and rng.random() < 0.85 else axes
+            k, a = pool[rng.integers(len(pool))]
+            v = shapes[k][a]
+            shapes[k][a] = int(rng.choice([0, 1, v + 1, max(v - 1, 0), 2 * v, int(rng.integers(1, 10))]))
+    feeds = {}
+    for (name, et, _), shape in zip(p.inputs, shapes):
+        dt = NP[et]
+        if et in (TensorProto.INT64, TensorProto.INT32):
+            hi = p.gather_range.get(name)
+            if hi is not None:
+                top = hi + 2 if rng.random() < 0.05 else hi
+                arr = rng.integers(0, top, size=shape)
+            else:
+                arr = rng.integers(0, 2, size=shape)
+        elif et == TensorProto.BOOL:
+            arr = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            arr = rng.standard_normal(shape)
+        feeds[name] = np.asarray(arr).astype(dt)
+    return feeds, str(mode), values
+
+
+def _named(err: str | None) -> bool:
+    return bool(err) and "PlusEP node '" in err
+
+
+def classify(p: Prepared, feeds: dict, res: dict, want, why) -> tuple:
+    """(category, detail) of one front end's run (module docstring). Categories: match, refused_as_ort,
+    refused_by_ort_itself (ORT's own input checks, before any node), refused_where_ort_runs, finding."""
+    launches = res["launches"]
+    bad = [ln for ln in launches if ln[1] is not None or ln[2]]
+    if bad:
+        return "finding", f"checker/interpreter: {bad[0][0]}: {bad[0][1] or f'{bad[0][2]} findings'}"[:400]
+    err = res["error"]
+    if want is None:
+        if err is None:
+            return "finding", f"ran where ORT refuses ({why[:200]})"
+        if _named(err):
+            return "refused_as_ort", err[err.index("PlusEP node"):][:300]
+        if "Got invalid dimensions" in err or "Invalid rank" in err or why.split(":")[0] in err:
+            return "refused_by_ort_itself", err[:200]
+        return "finding", f"error without the node named: {err[:300]}"
+    if err is not None:
+        if _named(err):
+            tail = err[err.index("PlusEP node"):]
+            if "\n" in tail.strip():
+                return "finding", f"refusal of more than one line: {tail[:300]}"
+            return "refused_where_ort_runs", tail[:300]
+        return "finding", f"error without the node named where ORT runs: {err[:300]}"
+    diff = matches(res["outputs"], want, rtol=p.tol, atol=p.tol)
+    if diff:
+        return "finding", f"wrong result: {diff}"
+    return "match", ""
+
+
+def _new_stats() -> dict:
+    return {"runs": 0, "node_runs": 0, "launches": 0, "families": {}, "findings": [], "refusals_where_ort_runs": {},
+            "grid_above_1": {}}
+
+
+def _fam(stats, family):
+    return stats["families"].setdefault(family, {"runs": 0, "node_runs": 0, "match": 0, "refused_as_ort": 0,
+                                                 "refused_by_ort_itself": 0, "refused_where_ort_runs": 0,
+                                                 "finding": 0, "modes": {}})
+
+
+def fuzz(tmp_dir: Path, prepared: list, runs: int, seed: int, fronts=FRONT_ENDS, stats=None, modes=None) -> dict:
+    """`runs` runs of each prepared model (each on every front end in `fronts`) in one child process;
+    `modes`: the modes in turn (model k's run j takes modes[(k + j) % len]) instead of random ones."""
+    stats = stats if stats is not None else _new_stats()
+    rng = np.random.default_rng(seed)
+    cases, drawn = [], []
+    for m, p in enumerate(prepared):
+        feeds = [sample(p, rng, modes[(m + j) % len(modes)] if modes else None) for j in range(runs)]
+        cases.append((p.rewritten, [f for f, _, _ in feeds]))
+        drawn.append(feeds)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        results = run_cases(tmp_dir, cases, fronts=fronts, timeout=3600)
+    except Exception as e:   # noqa: BLE001 - a crash of the child is a finding, with the batch to replay it
+        stats["findings"].append({"family": "*", "what": f"child process failed: {str(e)[-600:]}", "seed": seed})
+        return stats
+    for p, feeds, rows in zip(prepared, drawn, results):
+        fam = _fam(stats, p.family)
+        for k, ((f, mode, values), row) in enumerate(zip(feeds, rows)):
+            want, why = oracle(p.original, f)
+            fam["modes"][mode] = fam["modes"].get(mode, 0) + 1
+            for how in fronts:
+                res = row[how]
+                cat, detail = classify(p, f, res, want, why)
+                stats["runs"] += 1
+                fam["runs"] += 1
+                nodes = {_node_of(ln) for ln in res["launches"]}
+                stats["launches"] += len(res["launches"])
+                reached = len({_node_of(ln) for ln in res["launches"]}) + (1 if _named(res["error"]) else 0)
+                stats["node_runs"] += reached
+                fam["node_runs"] += reached
+                fam[cat] += 1
+                for ln in res["launches"]:
+                    g = ln[3] if len(ln) > 3 else None
+                    if g and max(g) > 1:
+                        seen = stats["grid_above_1"].setdefault(p.family, [1, 1, 1])
+                        for a in range(3):
+                            seen[a] = max(seen[a], int(g[a]))
+                if cat == "refused_where_ort_runs":
+                    key = re.sub(r"\d+", "N", detail.split(": ", 1)[-1])[:160]
+                    stats["refusals_where_ort_runs"][key] = stats["refusals_where_ort_runs"].get(key, 0) + 1
+                if cat == "finding":
+                    stats["findings"].append({"family": p.family, "model": p.name, "front_end": how, "mode": mode,
+                                              "seed": seed, "run": k, "symbols": values,
+                                              "shapes": {n: list(v.shape) for n, v in f.items()}, "what": detail,
+                                              "nodes": sorted(nodes)})
+    return stats
+
+
+def _node_of(launch) -> str:
+    return launch[4] if len(launch) > 4 else launch[0]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="the shape-adversarial fuzzer's long run")
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--runs", type=int, default=6, help="runs per model per batch")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/plus_ep_shape_fuzz"))
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args(argv)
+    import onnxruntime as ort
+    t0 = time.time()
+    prepared = prepare(only=args.only)
+    stats = _new_stats()
+    stats.update({"what": "shape-adversarial fuzzer (tests/support/shape_fuzz.py): fused nodes of every template "
+                          "family through both front ends on the emulated driver, kernels on the PTX interpreter "
+                          "(bounds and race checkers on), against ORT CPU on the original graph",
+                  "command": "python -m tests.support.shape_fuzz " + " ".join(argv or sys.argv[1:]),
+                  "machine": f"{platform.processor() or platform.machine()}, shared 2-core box, nice 19",
+                  "versions": {"python": platform.python_version(), "onnxruntime": ort.__version__,
+                               "onnx": onnx.__version__},
+                  "models": {p.name: {"family": p.family, "fused_nodes": p.nodes} for p in prepared},
+                  "prepare_seconds": round(time.time() - t0, 1)})
+    batch = 0
+    while time.time() - t0 < args.seconds:
+        fuzz(args.work / f"b{batch}", prepared, args.runs, args.seed * 100003 + batch, stats=stats)
+        batch += 1
+        stats.update({"batches": batch, "seconds": round(time.time() - t0, 1)})
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+        print(f"batch {batch}: {stats['runs']} runs, {stats['node_runs']} node runs, "
+              f"{len(stats['findings'])} findings, {round(time.time() - t0)} s", flush=True)
+    return 1 if stats["findings"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -91,7 +91,9 @@ class Plan:
 
 
 def bound_symbols(plan: Plan) -> set:
-    """The `sK` tokens the launcher binds: `in` dims that are one symbol, and `shapev` lines."""
+    """The symbols (`s<k>`) the launcher binds: an input dim that is a bare symbol, or a shape
+    tensor's value (`shapev`). A composite dim (`s1,s2,+`, written by checked_composite_dims) binds
+    nothing: it is checked once the others are bound. E.g. inputs [["s0", "0,s1,*"]] bind {"s0"}."""
     bound = {tok for _, dims in plan.inputs for tok in dims if re.fullmatch(r"s\d+", tok)}
     return bound | {f"s{k}" for k, _, _ in plan.shapev}
 
@@ -137,14 +139,6 @@ def input_tokens(shape, syms: symdim.Symbols) -> list:
         else:
             out.append("*")
     return out
-
-
-def bound_symbols(plan: Plan) -> set:
-    """The symbols (`s<k>`) the launcher binds: an input dim that is a bare symbol, or a shape
-    tensor's value (`shapev`). A composite dim (`s1,s2,+`, written by checked_composite_dims) binds
-    nothing: it is checked once the others are bound. E.g. inputs [["s0", "0,s1,*"]] bind {"s0"}."""
-    bound = {tok for _, dims in plan.inputs for tok in dims if re.fullmatch(r"s\d+", tok)}
-    return bound | {f"s{k}" for k, _, _ in plan.shapev}
 
 
 def checked_composite_dims(plan: Plan, shapes, syms: symdim.Symbols) -> None:

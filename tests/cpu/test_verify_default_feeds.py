@@ -6,6 +6,8 @@ Each model here is checked by running it on ONNX Runtime CPU with the default in
 table fails there exactly as it failed inside verify."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -156,7 +158,8 @@ def test_an_input_dim_that_is_a_sum_of_symbols_renders():
     ins, outs = r.view.graph_index.boundary(sg.nodes)
     rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="expr_dim")
     text = rd.plan.text()
-    assert "in 2 1 2 s0 s1,s2,+" in text and "extent out 0" in text, text
+    # X's first axis may broadcast at run time (it meets Z's in the Add): its own symbol, checked by a bcast record
+    assert re.search(r"^in 2 1 2 s\d+ s1,s2,\+$", text, re.M) and "extent out 0" in text, text
 
 
 def test_a_row_kernel_over_a_past_plus_seq_axis_renders():
@@ -176,4 +179,4 @@ def test_a_row_kernel_over_a_past_plus_seq_axis_renders():
     for sg in r.subgraphs:
         ins, outs = r.view.graph_index.boundary(sg.nodes)
         rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="row_expr_dim")
-        assert any(line.startswith("in ") and "," in line for line in rd.plan.text().splitlines())
+        assert any("," in tok for _, dims in rd.plan.inputs for tok in dims), rd.plan.text()

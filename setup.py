@@ -56,7 +56,7 @@ launcher = Extension(
     sources=[str(NATIVE / s) for s in SOURCES],
     depends=[str(NATIVE / h) for h in HEADERS] + [str(ABI)],
     extra_compile_args=["-std=c11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra"],
-    extra_link_args=["-Wl,--no-undefined"],
+    extra_link_args=["-Wl,--no-undefined", f"-Wl,--version-script={NATIVE / 'exports.map'}"],   # plugin-EP exports only
     libraries=["dl", "pthread"],
 )
 

@@ -30,7 +30,6 @@ import warnings
 from . import options
 from .options import NAME
 
-MIN_ORT = (1, 25)
 log = logging.getLogger("plus_ep")
 
 _lock = threading.Lock()
@@ -41,32 +40,21 @@ _PLANNER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctyp
 _OPTION_CHECK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
 
 
-def ort_version() -> tuple[int, int]:
-    import onnxruntime as ort
-    parts = ort.__version__.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return (0, 0)
-
-
 def register() -> str:
     """Register the PlusEP library with ONNX Runtime under "PlusEP" and install the planner.
 
     Idempotent (also when the library was registered by other code in this process). Returns the
-    library path. Raises RuntimeError on ONNX Runtime < 1.25, where plugin EPs cannot be named in
-    `providers`."""
+    library path. Raises RuntimeError with one line naming the fix when the host ONNX Runtime cannot
+    host it (`plus_ep.library.host_problem`: older than 1.25, where plugin EPs cannot be named in
+    `providers`; two ONNX Runtime distributions installed into one folder)."""
     import onnxruntime as ort
     with _lock:
         if _state["path"]:
             return _state["path"]
-        if ort_version() < MIN_ORT:
-            raise RuntimeError(
-                f"PlusEP as an ONNX Runtime execution provider needs onnxruntime >= {MIN_ORT[0]}.{MIN_ORT[1]} "
-                f"(this is {ort.__version__}): older versions do not accept plugin EPs in providers=[...]. "
-                "Upgrade onnxruntime-gpu, or run rewritten models through the custom-op library "
-                "(SessionOptions.register_custom_ops_library(plus_ep.get_library_path())).")
-        from .library import get_library_path
+        from .library import get_library_path, host_problem
+        problem = host_problem(ort)
+        if problem:
+            raise RuntimeError(problem)
         path = get_library_path()
         if NAME not in ort.get_available_providers():
             try:
@@ -80,33 +68,47 @@ def register() -> str:
 
 
 def register_on_import() -> None:
-    """What `import plus_ep` does: register unless PLUS_EP_REGISTER=0; never raise (warn instead)."""
+    """What `import plus_ep` does: register unless PLUS_EP_REGISTER=0; never raise: a host ONNX Runtime
+    that cannot host PlusEP (or none) is one warning line naming the fix, and nothing is registered."""
     from . import config          # the owner of every PLUS_EP_* variable
     if config.get("PLUS_EP_REGISTER") == "0":
-        return
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
         return
     try:
         register()
     except FileNotFoundError as e:      # a source checkout without the built library
         log.info("PlusEP: not registered with ONNX Runtime: %s", e)
+    except ImportError:
+        from .library import host_problem
+        warnings.warn(host_problem(), RuntimeWarning, stacklevel=3)
     except Exception as e:  # noqa: BLE001
-        warnings.warn(f"PlusEP: not registered with ONNX Runtime: {e}", RuntimeWarning, stacklevel=3)
+        warnings.warn(str(e) if str(e).startswith("PlusEP") else f"PlusEP: not registered with ONNX Runtime: {e}",
+                      RuntimeWarning, stacklevel=3)
+
+
+def get_ep_devices() -> list:
+    """PlusEP's `onnxruntime.OrtEpDevice`s (registering first): one per NVIDIA GPU PlusEP can use (or the
+    emulated / stand-in driver's device), none without one. For `SessionOptions.add_provider_for_devices`
+    and ModelCompiler; `ep_metadata` holds plus_ep.mode, plus_ep.device_name, plus_ep.compute_capability,
+    plus_ep.memory_bytes, plus_ep.cuda_ordinal and ORT's "version" (PlusEP's)."""
+    import onnxruntime as ort
+    register()
+    return [d for d in ort.get_ep_devices() if d.ep_name == NAME]
 
 
 def devices() -> list[dict]:
-    """PlusEP's devices as ONNX Runtime lists them: mode ("gpu", "staging", "inert"), CUDA ordinal,
-    compute capability and, for an inert device, the reason."""
+    """PlusEP's devices as ONNX Runtime lists them (none without a usable GPU): mode ("gpu", "staging":
+    the emulated or stand-in driver through host staging, "inert": PLUS_EP_DISABLE on a GPU), CUDA
+    ordinal, device name, compute capability, memory in bytes, PlusEP's version and, for an inert
+    device, the reason."""
     import onnxruntime as ort
     out = []
     for d in ort.get_ep_devices():
         if d.ep_name == NAME:
             m = dict(d.ep_metadata)
             out.append({"mode": m.get("plus_ep.mode"), "ordinal": m.get("plus_ep.cuda_ordinal"),
-                        "compute_capability": m.get("plus_ep.compute_capability"),
-                        "reason": m.get("plus_ep.reason"), "device": d})
+                        "name": m.get("plus_ep.device_name"), "compute_capability": m.get("plus_ep.compute_capability"),
+                        "memory_bytes": int(m["plus_ep.memory_bytes"]) if m.get("plus_ep.memory_bytes") else None,
+                        "version": m.get("version"), "reason": m.get("plus_ep.reason"), "device": d})
     return out
 
 

@@ -935,7 +935,8 @@ OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessi
         plus_ep_install_run_hooks(ep);
         plus_ep_device_ref(ep->ordinal, +1);
     }
-    if (ep->mode == PLUS_MODE_INERT)
+    static atomic_int warned_inert;   /* once per process, through the session's logger (its severity) */
+    if (ep->mode == PLUS_MODE_INERT && !atomic_exchange(&warned_inert, 1))
         plus_ep_log(logger, ORT_LOG_WARNING, "PlusEP: no usable NVIDIA GPU (%s); ai.plus_ep::Fused nodes run their "
                     "original subgraphs on the next execution providers", ep->why[0] ? ep->why : "unknown reason");
     else if (ep->mode == PLUS_MODE_STAGING)

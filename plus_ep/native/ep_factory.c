@@ -171,6 +171,10 @@ typedef struct {
 
 static plus_factory g_factory;
 
+const OrtMemoryInfo* plus_ep_memory_info(int ordinal) {
+    return ordinal >= 0 && ordinal < PLUS_EP_MAX_DEVICES ? g_factory.mem[ordinal] : NULL;
+}
+
 static const char* f_name(const OrtEpFactory* f) { (void)f; return PLUS_EP_NAME; }
 static const char* f_vendor(const OrtEpFactory* f) { (void)f; return "PlusEP"; }
 static uint32_t f_vendor_id(const OrtEpFactory* f) { (void)f; return 0; }
@@ -273,11 +277,25 @@ static OrtStatus* virtual_gpu(plus_factory* f, int ordinal, OrtHardwareDevice** 
 
 /* The one line a process gets when PlusEP offers no device (through ORT's default logger, so every ORT
  * client shows it at its log severity: Python, onnxruntime-genai, C hosts). */
+static char g_no_device[512];   /* why the last device query found none ("" = it found some) */
+
+/* The reason PlusEP offers no device in this process, "" when it offers some (plus_ep/ep.py). */
+EXPORT const char* PlusEP_NoDeviceReason(void) { return g_no_device; }
+
+/* `import plus_ep` registers the library in every Python process, the CLI's included: there the line is
+ * INFO (its reason stays available: PlusEP_NoDeviceReason); a registration by anyone else (onnxruntime-genai,
+ * a C host, a second registration) gives the WARNING, once per process. */
+static atomic_int g_quiet;
+EXPORT void PlusEP_SetQuietRegistration(int quiet) { atomic_store(&g_quiet, quiet); }
+
 static void warn_no_device(plus_factory* f, const char* why) {
     static atomic_int warned;
-    if (atomic_exchange(&warned, 1)) return;
-    plus_ep_log(f->logger, ORT_LOG_WARNING, "PlusEP: no usable NVIDIA GPU (%s); PlusEP offers no device, so sessions "
-                "that list it run on their other execution providers", why && *why ? why : "unknown reason");
+    snprintf(g_no_device, sizeof g_no_device, "no usable NVIDIA GPU (%s)", why && *why ? why : "unknown reason");
+    int quiet = atomic_load(&g_quiet);
+    if (!quiet && atomic_exchange(&warned, 1)) return;
+    plus_ep_log(f->logger, quiet ? ORT_LOG_INFO : ORT_LOG_WARNING, "PlusEP: no usable NVIDIA GPU (%s); PlusEP offers "
+                "no device, so sessions that list it run on their other execution providers",
+                why && *why ? why : "unknown reason");
 }
 
 static OrtStatus* f_devices(OrtEpFactory* base, const OrtHardwareDevice* const* hw, size_t n_hw, OrtEpDevice** out,
@@ -286,6 +304,7 @@ static OrtStatus* f_devices(OrtEpFactory* base, const OrtHardwareDevice* const* 
     const OrtApi* api = plus_ep_api;
     OrtStatus* st = NULL;
     *n_out = 0;
+    g_no_device[0] = 0;
     const char* why = NULL;
     const plus_driver* d = NULL;
     int disabled = env_on("PLUS_EP_DISABLE");

@@ -32,8 +32,9 @@ pytestmark = pytest.mark.skipif(
     tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 25), reason="plugin EPs need onnxruntime >= 1.25")
 
 EXPECTED_EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "RegisterCustomOps", "PlusEP_SetPlanner",
-                    "PlusEP_PlanAddGroup", "PlusEP_PlanSetError", "PlusEP_SetOptionCheck", "PlusEP_NodeStats",
-                    "PlusEP_ResetNodeStats", "PlusEP_MemoryStats"}
+                    "PlusEP_PlanAddGroup", "PlusEP_PlanBeginGroup", "PlusEP_PlanAddPart", "PlusEP_PlanAddConstant",
+                    "PlusEP_PlanSetError", "PlusEP_SetOptionCheck", "PlusEP_NodeStats", "PlusEP_ResetNodeStats",
+                    "PlusEP_MemoryStats", "PlusEP_NoDeviceReason", "PlusEP_SetQuietRegistration"}
 
 
 def _dynamic_symbols(path: str) -> dict[str, str]:
@@ -51,7 +52,7 @@ def _dynamic_symbols(path: str) -> dict[str, str]:
 
 def test_library_exports_only_the_entry_points_and_links_no_ort(library):
     syms = _dynamic_symbols(library)
-    assert set(syms) == EXPECTED_EXPORTS | set(), sorted(set(syms) ^ EXPECTED_EXPORTS)
+    assert set(syms) == EXPECTED_EXPORTS, sorted(set(syms) ^ EXPECTED_EXPORTS)
     assert set(syms.values()) == {"PLUSEP_1.0"}, syms                 # every export carries the version node
     r = subprocess.run(["readelf", "-d", library], capture_output=True, text=True)
     needed = [ln for ln in r.stdout.splitlines() if "(NEEDED)" in ln]
@@ -224,7 +225,8 @@ import onnxruntime as ort
 if SEVERITY is not None:
     ort.set_default_logger_severity(SEVERITY)
 import plus_ep
-ort.register_execution_provider_library("PlusEP_again", plus_ep.get_library_path())   # a second registration
+for again in ("PlusEP_again", "PlusEP_again2"):       # clients' own registrations (onnxruntime-genai, ...)
+    ort.register_execution_provider_library(again, plus_ep.get_library_path())
 for _ in range(3):
     ort.InferenceSession(PATH, providers=["CPUExecutionProvider"])
 print("ok")
@@ -233,8 +235,9 @@ print("ok")
 
 @pytest.mark.parametrize("severity, shown", [(None, 1), (2, 1), (3, 0)])
 def test_no_gpu_warning_once_per_process_at_ort_log_severity(tmp_path, severity, shown):
-    """No device: one line through ORT's default logger (what onnxruntime-genai and C hosts see too),
-    however often the library is registered; ORT's log severity ERROR (3) silences it."""
+    """No device: one line through ORT's default logger when a client registers the library (as
+    onnxruntime-genai and C hosts do), however often; ORT's log severity ERROR (3) silences it. The
+    registration `import plus_ep` makes says it at INFO only (every Python process, the CLI's too)."""
     from onnx import TensorProto, helper
     path = tmp_path / "id.onnx"
     vi = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n"])
@@ -245,5 +248,17 @@ def test_no_gpu_warning_once_per_process_at_ort_log_severity(tmp_path, severity,
     r = _run(code, {"PLUS_EP_CUDA_LIBRARY": "/nonexistent/libcuda.so.1"})
     ours = [ln for ln in (r.stderr + r.stdout).splitlines() if "PlusEP: no usable NVIDIA GPU" in ln]
     assert len(ours) == shown, r.stderr[-2000:]
+    quiet = _run(code.replace("ort.register_execution_provider_library", "(lambda *a: None)"),
+                 {"PLUS_EP_CUDA_LIBRARY": "/nonexistent/libcuda.so.1"})
+    assert "PlusEP: no usable NVIDIA GPU" not in quiet.stderr + quiet.stdout, quiet.stderr[-2000:]
     if shown:
         assert "[W:onnxruntime" in ours[0] and "/nonexistent/libcuda.so.1" in ours[0], ours
+
+
+def test_stand_in_staging_device_is_gpu_typed_and_never_preferred_for_cpu(tmp_path, fake_cuda):
+    """The stand-in driver without PLUS_EP_VIRTUAL_GPU: the staging device (host memory) is GPU-typed too."""
+    res = _devices(tmp_path, {"PLUS_EP_CUDA_LIBRARY": str(fake_cuda)})
+    [d] = res["devices"]
+    assert d["type"] == "OrtHardwareDeviceType.GPU" and d["meta"]["plus_ep.mode"] == "staging", d
+    assert d["meta"]["plus_ep.device_name"] == "Fake CUDA device 0", d
+    assert res["picked"]["PREFER_CPU"] == ["CPUExecutionProvider"] == res["picked"]["DEFAULT"], res

@@ -55,11 +55,13 @@ if spec.get("stub_planner"):       # the planner's answer for the raw Add model,
     import plus_ep.ep as E
     from tests.support.launcher_models import PLAN, fake_pack
     E.plan_groups = lambda path, opts: [{"node": "planned_add", "members": ["Z"], "inputs": ["X", "Y"],
-        "outputs": ["Z"], "plan": PLAN, "packs": {"sm_90": fake_pack("sm_90")}}]
+        "outputs": ["Z"], "parts": [{"kind": "kernel", "node": "planned_add", "inputs": ["X", "Y"], "outputs": ["Z"],
+                                      "plan": PLAN, "packs": {"sm_90": fake_pack("sm_90")}}]}]
 import plus_ep
 so = ort.SessionOptions()
 so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-out = {"devices": [{k: v for k, v in d.items() if k != "device"} for d in plus_ep.ep.devices()]}
+out = {"devices": [{k: v for k, v in d.items() if k != "device"} for d in plus_ep.ep.devices()],
+       "reason": plus_ep.ep.no_device_reason()}
 try:
     if spec["how"] == "devices":
         devs = [d for d in ort.get_ep_devices() if d.ep_name == "PlusEP"]
@@ -139,8 +141,9 @@ def ep_warnings(stderr: str) -> list[str]:
 
 def test_no_gpu_no_device_one_warning_original_runs(demo_models):
     """No usable GPU: PlusEP offers no device (ORT's device policies never pick it); a session naming it
-    gets ORT's own fallback to the other providers and the original's outputs; PlusEP's one warning
-    (ORT's logger) names the reason, once in the process, however many sessions follow."""
+    gets ORT's own fallback to the other providers and the original's outputs; `import plus_ep` says why
+    at INFO only (a client's own registration warns: tests/native/test_packaging.py), the reason stays
+    available (plus_ep.ep.no_device_reason)."""
     raw, plus = demo_models
     for model in (plus, raw):
         res, err = child({"model": str(model), "how": "names", "feeds": "bert", "reference": str(raw), "sessions": 3})
@@ -149,8 +152,8 @@ def test_no_gpu_no_device_one_warning_original_runs(demo_models):
         assert res["maxdiff"] <= 1e-4, res
         assert "PlusEP" not in res["assigned"], res       # the original nodes / function bodies on the CPU EP
         ours = [ln for ln in err.splitlines() if "] PlusEP: " in ln]     # PlusEP's own lines (ORT's logger)
-        assert len(ours) == 1, err                        # the one warning, naming the reason
-        assert "no usable NVIDIA GPU" in ours[0] and "libcuda" in ours[0] and "[W:" in ours[0], err
+        assert ours == [], err
+        assert "no usable NVIDIA GPU" in res["reason"] and "libcuda" in res["reason"], res
 
 
 def test_import_registers_once_and_old_ort_is_a_clear_error(monkeypatch):
@@ -342,5 +345,5 @@ def test_installed_library_exports_both_paths(library):
     r = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True)
     if r.returncode:
         pytest.skip("no nm")
-    syms = {ln.split()[-1] for ln in r.stdout.splitlines() if " T " in ln}
+    syms = {ln.split()[-1].split("@")[0] for ln in r.stdout.splitlines() if " T " in ln}   # name@@VERSION
     assert {"RegisterCustomOps", "CreateEpFactories", "ReleaseEpFactory", "PlusEP_SetPlanner"} <= syms, syms

@@ -388,7 +388,8 @@ def _parts(rnodes, comp, kernels, hosts, made, types, outs, opsets) -> list | No
                           "inputs": list(f.input), "outputs": list(f.output), "op_type": f.op_type,
                           "attributes": [a.name for a in f.attribute],    # what the trust digest covers
                           "strings": {a.name: a.s for a in f.attribute
-                                      if a.type == onnx.AttributeProto.STRING and a.name != "plus_signature"}})
+                                      if a.type == onnx.AttributeProto.STRING
+                                      and a.name not in ("plus_signature", "plus_plan")}})
         group = [rnodes[p] for p in hosts if level[p] == lv]
         if group:
             parts.append({"kind": "host", "nodes": group})

@@ -251,8 +251,8 @@ def _fused_part(node: onnx.NodeProto, ins: list, outs: list) -> Part | None:
     return Part(node.name, plan.decode(), [f"#{ins.index(i)}" if i else "" for i in node.input],
                 [f"#{outs.index(o)}" if o else "" for o in node.output], trust.node_packs(node), sig,
                 op_type=node.op_type, attributes=[a.name for a in node.attribute],
-                strings={a.name: a.s for a in node.attribute
-                         if a.type == onnx.AttributeProto.STRING and a.name != trust.SIGNATURE_ATTR})
+                strings={a.name: a.s for a in node.attribute     # the plan travels as the part's plan
+                         if a.type == onnx.AttributeProto.STRING and a.name not in (trust.SIGNATURE_ATTR, "plus_plan")})
 
 
 def side_file_name(model_path: str, node: str) -> str:

@@ -312,9 +312,14 @@ static OrtStatus* check_trust(const plus_ep* ep, const plus_ctx_part* p) {
                           .n_in = p->n_inputs, .in_names = p->inputs, .n_out = p->n_outputs, .out_names = p->outputs,
                           .packs = p->packs, .n_packs = p->n_packs, .attr_names = p->attr_names,
                           .n_attr_names = p->n_attr_names};
-    for (size_t k = 0; k < p->n_strs; k++)
-        for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++)
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) {
+        if (!strcmp(plus_trust_strings[i], "plus_plan")) {   /* the plan that runs, never a copy beside it */
+            nd.str[i] = p->plan, nd.str_len[i] = p->plan ? strlen(p->plan) : 0;
+            continue;
+        }
+        for (size_t k = 0; k < p->n_strs; k++)
             if (!strcmp(p->str_names[k], plus_trust_strings[i])) nd.str[i] = p->str_values[k], nd.str_len[i] = p->str_lens[k];
+    }
     char warning[PLUS_ERR_LEN], err[PLUS_ERR_LEN];
     if (plus_trust_check(&nd, p->signature, &to, warning, sizeof warning, err, sizeof err) < 0)
         return plus_ep_status(ORT_FAIL, "%s", err);
@@ -352,7 +357,7 @@ static int image_attrs(const OrtNode* n, char names[][PLUS_NAME_LEN], const OrtO
 }
 
 /* Names of a node's inputs or outputs (pointers owned by ORT; "" for an absent optional one). */
-static OrtStatus* io_names(const OrtNode* n, int outputs, const char*** names, size_t* count) {
+OrtStatus* plus_ep_io_names(const OrtNode* n, int outputs, const char*** names, size_t* count) {
     const OrtApi* api = plus_ep_api;
     *names = NULL;
     OrtStatus* st = outputs ? ORT_CALL(api, Node_GetNumOutputs)(n, count) : ORT_CALL(api, Node_GetNumInputs)(n, count);
@@ -378,7 +383,7 @@ static OrtStatus* io_names(const OrtNode* n, int outputs, const char*** names, s
 static const char* first_output(const OrtNode* n) {
     const char** v = NULL;
     size_t c = 0;
-    OrtStatus* st = io_names(n, 1, &v, &c);
+    OrtStatus* st = plus_ep_io_names(n, 1, &v, &c);
     const char* s = !st && c ? v[0] : "";
     plus_ep_drop(st);
     free(v);
@@ -535,7 +540,7 @@ static void run_planner(plus_ep* ep, const OrtGraph* graph) {
 
 /* 1 when `actual` is one of the tab-separated names of a planned tensor ("name" or "name\tname ORT gives
  * it": the planner lists both for constants ONNX Runtime's basic optimizations replace, plus_ep/ep.py). */
-static int name_is(const char* planned, const char* actual) {
+int plus_ep_name_is(const char* planned, const char* actual) {
     size_t len = strlen(actual);
     for (const char* p = planned;;) {
         size_t k = strcspn(p, "\t");
@@ -560,7 +565,7 @@ static int same_boundary(const plus_ep_group* g, const OrtNode** members, size_t
     for (size_t m = 0; m < n && ok; m++) {   /* every member output */
         const char** v = NULL;
         size_t c = 0;
-        OrtStatus* st = io_names(members[m], 1, &v, &c);
+        OrtStatus* st = plus_ep_io_names(members[m], 1, &v, &c);
         const char** grown = st ? NULL : realloc(outs, (n_outs + c + 1) * sizeof *outs);
         if (!grown) ok = 0;
         else {
@@ -574,13 +579,13 @@ static int same_boundary(const plus_ep_group* g, const OrtNode** members, size_t
     for (size_t m = 0; m < n && ok; m++) {
         const char** v = NULL;
         size_t c = 0;
-        OrtStatus* st = io_names(members[m], 0, &v, &c);
+        OrtStatus* st = plus_ep_io_names(members[m], 0, &v, &c);
         if (st) ok = 0;
         for (size_t i = 0; i < c && ok; i++) {
             if (!v[i][0] || in_list(v[i], outs, n_outs)) continue;
             ok = 0;
             for (size_t j = 0; j < g->n_inputs && j < PLUS_MAX_IN; j++)
-                if (name_is(g->inputs[j], v[i])) ok = used[j] = 1;
+                if (plus_ep_name_is(g->inputs[j], v[i])) ok = used[j] = 1;
         }
         plus_ep_drop(st);
         free(v);
@@ -1009,7 +1014,7 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
             packs[0][n_packs++] = (plus_pack_src){.arch = archs[i], .data = data, .size = bytes};
         }
         size_t n_in = 0, n_out = 0;
-        if ((st = io_names(nodes[0], 0, &names[0], &n_in)) || (st = io_names(nodes[0], 1, &names[1], &n_out))) goto done;
+        if ((st = plus_ep_io_names(nodes[0], 0, &names[0], &n_in)) || (st = plus_ep_io_names(nodes[0], 1, &names[1], &n_out))) goto done;
         sig = attr_string(nodes[0], PLUS_TRUST_SIG_ATTR);
         if ((st = fields_of(nodes[0], node, &ff))) goto done;
         parts[0] = (plus_ctx_part){.kind = PLUS_PART_KERNEL, .node = node, .inputs = names[0], .n_inputs = n_in,
@@ -1017,7 +1022,7 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
                                    .n_packs = n_packs, .signature = sig, .op_type = ff.op_type,
                                    .attr_names = ff.attr_names, .n_attr_names = ff.n_attr_names};
         for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++)
-            if (ff.strs[i]) {
+            if (ff.strs[i] && strcmp(ff.str_names[i], "plus_plan")) {   /* the plan travels as the part's plan */
                 str_names[n_strs] = ff.str_names[i];
                 str_values[n_strs] = ff.strs[i];
                 str_lens[n_strs++] = ff.str_len[i];
@@ -1059,7 +1064,7 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
                                          .dims = g->consts[c].dims, .data = g->consts[c].data, .bytes = g->consts[c].bytes};
         n_consts = g->n_consts;
     }
-    if ((st = io_names(fused, 0, &fin, &n_fin)) || (st = io_names(fused, 1, &fout, &n_fout))) goto done;
+    if ((st = plus_ep_io_names(fused, 0, &fin, &n_fin)) || (st = plus_ep_io_names(fused, 1, &fout, &n_fout))) goto done;
     if ((st = plus_ep_chain_create(ep, node, parts, n_parts, consts, n_consts, fin, n_fin, fout, n_fout, out))) goto done;
     if (ctx_out && (st = plus_ep_chain_context_node(*out, &ep->ctx, graph, fused, ctx_out))) {
         plus_ep_chain_destroy(*out);   /* ep.context_enable=1: the EPContext node standing for it (ep_context.c) */

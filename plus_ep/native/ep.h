@@ -214,6 +214,11 @@ OrtStatus* plus_ep_node_stream(plus_ep* ep, OrtKernelContext* kctx, CUcontext* c
 /* The device memory of CUDA ordinal `ordinal` as ORT knows it (ep_factory.c). */
 const OrtMemoryInfo* plus_ep_memory_info(int ordinal);
 
+/* Names of a node's inputs or outputs: a malloc'ed array of pointers owned by ORT ("" for an absent one). */
+OrtStatus* plus_ep_io_names(const OrtNode* n, int outputs, const char*** names, size_t* count);
+/* 1 when `actual` is one of the tab-separated names of `planned` ("name" or "name\tname ORT gives it"). */
+int plus_ep_name_is(const char* planned, const char* actual);
+
 OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessionOptions* so,
                           const OrtLogger* logger, OrtEp** out);
 void plus_ep_destroy(OrtEp* ep);

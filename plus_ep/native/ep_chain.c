@@ -131,17 +131,6 @@ static const OrtMemoryInfo* cpu_info(void) {
 
 static OrtStatus* oom(void) { return plus_ep_status(ORT_FAIL, "PlusEP: out of memory"); }
 
-/* 1 when `actual` is one of the tab-separated names of `planned` ("name" or "name\tname ORT gives it"). */
-static int name_is(const char* planned, const char* actual) {
-    size_t len = strlen(actual);
-    for (const char* p = planned;;) {
-        size_t k = strcspn(p, "\t");
-        if (k == len && !strncmp(p, actual, len)) return 1;
-        if (!p[k]) return 0;
-        p += k + 1;
-    }
-}
-
 static int slot_named(plus_ep_chain* ch, const char* name) {
     for (size_t s = 0; s < ch->n_slots; s++)
         if (!strcmp(ch->slots[s].name, name)) return (int)s;
@@ -317,7 +306,7 @@ OrtStatus* plus_ep_chain_create(plus_ep* ep, const char* name, const plus_ctx_pa
             int sl = -1;
             if (nm[0] && (sl = slot_named(ch, nm)) < 0) {
                 for (size_t k = 0; k < n_fin && sl < 0; k++)
-                    if (name_is(nm, fin[k])) {
+                    if (plus_ep_name_is(nm, fin[k])) {
                         for (size_t t = 0; t < ch->n_slots && sl < 0; t++)
                             if (ch->slots[t].ctx_in == (int)k) sl = (int)t;
                         if (sl < 0 && (sl = add_slot(ch, fin[k], &cap)) >= 0) ch->slots[sl].ctx_in = (int)k;

@@ -378,7 +378,7 @@ int plus_ctx_decode(const uint8_t* data, size_t len, plus_ctx_payload* out, char
             if (l < 2 || !nl || nl > l - 2 || q->n_strs == PLUS_CTX_MAX_STRS) return BAD("part '%s': a bad attribute", q->node);
             size_t k = q->n_strs;
             const char* nm = keep_text(s, p + 2, nl);
-            if (!nm) return BAD("part '%s': a bad attribute name", q->node);
+            if (!nm || !strcmp(nm, "plus_plan")) return BAD("part '%s': a bad attribute name", q->node);
             s->str_names[out->n - 1][k] = nm;
             s->str_values[out->n - 1][k] = (const char*)(p + 2 + nl);   /* binary: its length beside it */
             s->str_lens[out->n - 1][k] = l - 2 - nl;
@@ -639,33 +639,13 @@ static OrtStatus* write_side_file(const plus_ctx_config* cfg, const OrtGraph* gr
     return NULL;
 }
 
-static OrtStatus* io_name_list(const OrtNode* n, int outputs, const char*** names, size_t* count) {
-    const OrtApi* api = plus_ep_api;
-    *names = NULL;
-    OrtStatus* st = outputs ? ORT_CALL(api, Node_GetNumOutputs)(n, count) : ORT_CALL(api, Node_GetNumInputs)(n, count);
-    if (st) return st;
-    const OrtValueInfo** vi = calloc(*count ? *count : 1, sizeof *vi);
-    const char** v = calloc(*count ? *count : 1, sizeof *v);
-    if (!vi || !v) return free(vi), free(v), plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
-    st = outputs ? ORT_CALL(api, Node_GetOutputs)(n, vi, *count) : ORT_CALL(api, Node_GetInputs)(n, vi, *count);
-    for (size_t i = 0; i < *count && !st; i++) {
-        v[i] = "";
-        if (vi[i]) st = ORT_CALL(api, GetValueInfoName)(vi[i], &v[i]);
-        if (!v[i]) v[i] = "";
-    }
-    free(vi);
-    if (st) return free(v), st;
-    *names = v;
-    return NULL;
-}
-
 OrtStatus* plus_ctx_names(const OrtNode* ctx_node, const plus_ctx_part* part, const char*** in, const char*** out) {
     const char** node_in = NULL;
     const char** node_out = NULL;
     size_t n_node_in = 0, n_node_out = 0;
     *in = *out = NULL;
-    OrtStatus* st = io_name_list(ctx_node, 0, &node_in, &n_node_in);
-    if (!st) st = io_name_list(ctx_node, 1, &node_out, &n_node_out);
+    OrtStatus* st = plus_ep_io_names(ctx_node, 0, &node_in, &n_node_in);
+    if (!st) st = plus_ep_io_names(ctx_node, 1, &node_out, &n_node_out);
     const char** a = st ? NULL : calloc(part->n_inputs + 1, sizeof *a);
     const char** b = st ? NULL : calloc(part->n_outputs + 1, sizeof *b);
     if (!st && (!a || !b)) st = plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
@@ -742,8 +722,8 @@ OrtStatus* plus_ctx_make_node(const plus_ctx_config* cfg, const OrtGraph* graph,
     char sdk[64];
     snprintf(sdk, sizeof sdk, "%s %s", PLUS_EP_NAME, PLUS_EP_VERSION);
     const char* ctx = cfg->embed ? value : ref;
-    if (!st) st = io_name_list(fused, 0, &ins, &n_ins);
-    if (!st) st = io_name_list(fused, 1, &outs, &n_outs);
+    if (!st) st = plus_ep_io_names(fused, 0, &ins, &n_ins);
+    if (!st) st = plus_ep_io_names(fused, 1, &outs, &n_outs);
     struct { const char* name; const void* data; int len; int type; } spec[7] = {
         {"main_context", &one, 1, ORT_OP_ATTR_INT},
         {"embed_mode", &embed, 1, ORT_OP_ATTR_INT},

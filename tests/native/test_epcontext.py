@@ -214,7 +214,7 @@ def test_compile_model_fails_in_one_line_where_it_cannot(add_path, tmp_path, fak
 
 
 def test_c_host_runs_epcontext_models_under_asan(add_path, tmp_path, fake_cuda):
-    from tests.native.test_plugin_ep import SANITIZE, build_host, run_host
+    from tests.support.plugin_host import SANITIZE, build_host, run_host
     host, lib, fake = build_host(tmp_path / "build", SANITIZE)
     for embed in (True, False):
         out = tmp_path / f"ctx{int(embed)}.onnx"
@@ -225,3 +225,27 @@ def test_c_host_runs_epcontext_models_under_asan(add_path, tmp_path, fake_cuda):
         (tmp_path / how).mkdir()
         r = run_host(host, lib, _damaged(tmp_path / how, how), 4, {"PLUS_EP_CUDA_LIBRARY": str(fake)})
         assert r.returncode == 1 and "PlusEP EPContext node 'fused_add'" in r.stdout, (how, r.stdout)
+
+
+def test_a_changed_payload_is_not_trusted(add_path, tmp_path, fake_cuda):
+    """The trust digest covers what runs: a payload whose plan changed (or that carries a second plan beside
+    its own) is refused, naming the node; trust=any admits the changed plan."""
+    out = tmp_path / "add_ctx.onnx"
+    assert _child(COMPILE, {"model": str(add_path), "out": str(out), "embed": True}, _env(fake_cuda)).get("ok")
+    m = onnx.load(str(out))
+    attr = next(a for a in _context_node(m).attribute if a.name == "ep_cache_context")
+    parts, consts = epcontext.decode_all(attr.s)
+    original = parts[0].plan
+    parts[0].plan = parts[0].plan.replace("node fused_add", "node fused_add_changed")
+    attr.s = epcontext.embedded(epcontext.encode(parts, consts))
+    changed = tmp_path / "changed_ctx.onnx"
+    onnx.save(m, changed)
+    res = _child(RUN, {"model": str(changed)}, _env(fake_cuda))
+    assert "PlusEP node 'fused_add'" in res.get("error", "") and "trust" in res["error"], res
+    assert _child(RUN, {"model": str(changed)}, _env(fake_cuda, {"PLUS_EP_TRUST": "any"}))["out"] == \
+        [1002.0, 1003.0, 1004.0, 1005.0]
+    parts[0].strings["plus_plan"] = original.encode()     # the trusted plan beside the one that would run
+    attr.s = epcontext.embedded(epcontext.encode(parts, consts))
+    onnx.save(m, changed)
+    res = _child(RUN, {"model": str(changed)}, _env(fake_cuda))
+    assert "a bad attribute name" in res.get("error", ""), res

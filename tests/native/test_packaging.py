@@ -25,16 +25,13 @@ ort = pytest.importorskip("onnxruntime")
 
 import plus_ep  # noqa: E402
 from plus_ep import library  # noqa: E402
+from tests.support.plugin_host import EXPECTED_EXPORTS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(
     tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 25), reason="plugin EPs need onnxruntime >= 1.25")
 
-EXPECTED_EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "RegisterCustomOps", "PlusEP_SetPlanner",
-                    "PlusEP_PlanAddGroup", "PlusEP_PlanBeginGroup", "PlusEP_PlanAddPart", "PlusEP_PlanAddConstant",
-                    "PlusEP_PlanSetError", "PlusEP_SetOptionCheck", "PlusEP_NodeStats", "PlusEP_ResetNodeStats",
-                    "PlusEP_MemoryStats", "PlusEP_NoDeviceReason", "PlusEP_SetQuietRegistration"}
 
 
 def _dynamic_symbols(path: str) -> dict[str, str]:

@@ -10,10 +10,8 @@ registers a plugin library once per process. Device modes (plus_ep/native/ep.h):
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,23 +23,10 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from tests.support.launcher_models import add_model  # noqa: E402
+from tests.support.plugin_host import SANITIZE, build_host, run_host  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-GCC = shutil.which("gcc") or shutil.which("cc")
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
-NATIVE = ROOT / "plus_ep" / "native"
 
-
-def _launcher_sources() -> list[str]:
-    """setup.py's SOURCES: the C files of the library (one list for the build and these sanitizer builds)."""
-    import ast
-    for node in ast.parse((ROOT / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SOURCES" for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise AssertionError("setup.py has no SOURCES list")
-
-
-SOURCES = _launcher_sources()
 
 pytestmark = pytest.mark.skipif(
     tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 25), reason="plugin EPs by name need onnxruntime >= 1.25")
@@ -259,39 +244,6 @@ def test_options_reach_the_ep_and_unknown_ones_are_named(tmp_path, fake_cuda):
 
 
 # ---------------------------------------------------------------- C host (no Python) and sanitizers
-
-
-def ort_c_library() -> str:
-    found = sorted(glob.glob(os.path.join(os.path.dirname(ort.__file__), "capi", "libonnxruntime.so.*")))
-    if not found:
-        pytest.skip("this onnxruntime wheel ships no libonnxruntime.so")
-    return found[0]
-
-
-def build_host(out: Path, flags: list[str]) -> tuple[Path, Path, Path]:
-    """(ep_host, PlusEP library, stand-in driver) built with `flags`."""
-    if GCC is None:
-        pytest.skip("needs a C compiler")
-    out.mkdir(parents=True, exist_ok=True)
-    common = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{NATIVE}", *flags]
-    host, lib, fake = out / "ep_host", out / "libplus_ep.so", out / "fake_cuda.so"
-    subprocess.run([GCC, *common, str(ROOT / "tests" / "native" / "ep_host.c"), "-o", str(host), "-ldl"], check=True)
-    subprocess.run([GCC, *common, "-fPIC", "-shared", "-fvisibility=hidden", *[str(NATIVE / s) for s in SOURCES],
-                    "-o", str(lib), "-ldl", "-lpthread"], check=True)
-    subprocess.run([GCC, *common, "-fPIC", "-shared", str(ROOT / "tests" / "native" / "fake_cuda.c"), "-o", str(fake),
-                    "-lpthread"], check=True)
-    return host, lib, fake
-
-
-def run_host(host, lib, model, n, env, *opts):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("FAKE_CUDA_", "PLUS_EP_")) or k == "PLUS_EP_CACHE_DIR"}   # its trust manifest
-    e.update({"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", **env})
-    r = subprocess.run([str(host), ort_c_library(), str(lib), str(model), str(n), *opts], capture_output=True,
-                       text=True, env=e, timeout=300)
-    assert "ERROR: AddressSanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr[-4000:]
-    assert "LeakSanitizer" not in r.stderr, r.stderr[-4000:]
-    return r
 
 
 @pytest.mark.parametrize("flags", [[], SANITIZE], ids=["plain", "asan-ubsan"])

@@ -44,10 +44,12 @@ if spec.get("stub"):
     E.plan_groups = lambda path, opts: [{
         "node": "chain", "members": ["T", "U", "Z"], "inputs": ["X", "Y", "three"], "outputs": ["Z"],
         "parts": [{"kind": "kernel", "node": "k_add", "inputs": ["X", "K"], "outputs": ["T"], "plan": PLAN,
-                   "packs": {"sm_90": fake_pack("sm_90")}},
+                   "packs": {"sm_90": fake_pack("sm_90")}, "op_type": "Fused",
+                   "attributes": ["plus_plan", "plus_images_sm_90"], "strings": {}},
                   {"kind": "host", "node": "h_add", "inputs": ["T", "Y"], "outputs": ["U"], "model": host},
                   {"kind": "kernel", "node": "k_scale", "inputs": ["U"], "outputs": ["Z"], "plan": SCALE_PLAN,
-                   "packs": {"sm_90": fake_pack("sm_90")}}],
+                   "packs": {"sm_90": fake_pack("sm_90")}, "op_type": "Fused",
+                   "attributes": ["plus_plan", "plus_images_sm_90"], "strings": {}}],
         "constants": {"K": numpy_helper.from_array(np.array(spec["K"], np.float32), "K")}}]
 import plus_ep
 so = ort.SessionOptions()
@@ -110,10 +112,10 @@ def test_three_parts_with_a_constant_and_a_host_part(tmp_path, fake_cuda, virtua
 
 
 def test_chain_as_an_epcontext_node_runs_without_the_planner(tmp_path, fake_cuda):
-    from plus_ep import trust
-    from tests.support.launcher_models import PLAN, SCALE_PLAN, fake_pack
-    for plan in (PLAN, SCALE_PLAN):     # what this installation's rewriter would have recorded when it built them
-        trust.record(trust.digest(plan, {"sm_90": fake_pack("sm_90")}), "tests: stand-in packs")
+    from tests.support.launcher_models import PLAN, SCALE_PLAN, fake_pack, fused_node
+    # what this installation's rewriter records when it builds them: the digests of the Fused nodes they were
+    fused_node("k_add", ["X", "K"], ["T"], "k", PLAN, {"sm_90": fake_pack("sm_90")})
+    fused_node("k_scale", ["U"], ["Z"], "k", SCALE_PLAN, {"sm_90": fake_pack("sm_90")})
     env = {"PLUS_EP_CUDA_LIBRARY": str(fake_cuda)}
     out = tmp_path / "m_ctx.onnx"
     assert _child({"model": str(_model(tmp_path / "m.onnx")), "stub": True, "compile": str(out)}, env).get("compiled")

@@ -77,17 +77,19 @@ def register() -> str:
 
 def register_on_import() -> None:
     """What `import plus_ep` does: register unless PLUS_EP_REGISTER=0; never raise: a host ONNX Runtime
-    that cannot host PlusEP (or none) is one warning line naming the fix, and nothing is registered."""
+    that cannot host PlusEP is one warning line naming the fix, and nothing is registered. Without any
+    ONNX Runtime (an optional dependency: rewriting needs none) there is nothing to register into."""
     from . import config          # the owner of every PLUS_EP_* variable
     if config.get("PLUS_EP_REGISTER") == "0":
+        return
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
         return
     try:
         register()
     except FileNotFoundError as e:      # a source checkout without the built library
         log.info("PlusEP: not registered with ONNX Runtime: %s", e)
-    except ImportError:
-        from .library import host_problem
-        warnings.warn(host_problem(), RuntimeWarning, stacklevel=3)
     except Exception as e:  # noqa: BLE001
         warnings.warn(str(e) if str(e).startswith("PlusEP") else f"PlusEP: not registered with ONNX Runtime: {e}",
                       RuntimeWarning, stacklevel=3)

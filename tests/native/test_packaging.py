@@ -140,6 +140,34 @@ def test_import_refuses_with_one_warning_and_registers_nothing(tmp_path):
     assert listed == "False" and raised == f"raised {problem}", r.stdout
 
 
+
+NO_ORT = "import sys\nsys.modules['onnxruntime'] = None\n"     # as if no ONNX Runtime were installed
+
+
+def test_import_without_any_ort_is_silent_and_registers_nothing():
+    """onnxruntime is an optional dependency (rewriting needs none): `import plus_ep` says nothing and
+    registers nothing; plus_ep.register() raises ImportError."""
+    code = NO_ORT + ("import warnings\n"
+                     "with warnings.catch_warnings(record=True) as w:\n"
+                     "    warnings.simplefilter('always')\n"
+                     "    import plus_ep\n"
+                     "print([str(x.message) for x in w])\n"
+                     "try:\n    plus_ep.register()\nexcept ImportError:\n    print('ImportError')\n")
+    r = _run(code, {})
+    assert r.stdout.strip().splitlines()[-2:] == ["[]", "ImportError"], r.stdout + r.stderr[-2000:]
+    assert "PlusEP" not in r.stderr, r.stderr
+
+
+def test_cli_without_any_ort_prints_no_registration_line(tmp_path):
+    """The CLI's first line of stderr is its own: no 'not registered' warning from `import plus_ep`."""
+    code = NO_ORT + "import sys\nsys.argv = ['plus-ep', '--help']\nfrom plus_ep.cli import main\nmain()\n"
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_"))}
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), e.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, env=e,
+                       timeout=300, cwd=str(ROOT))
+    assert "usage" in r.stdout and "Warning" not in r.stderr and "PlusEP" not in r.stderr, r.stdout + r.stderr
+
+
 # ---------------------------------------------------------------- devices
 
 

@@ -52,8 +52,7 @@ static void part_free(plus_ep_part* p) {
     free(p->plan);
     for (int i = 0; i < p->n_packs; i++) free(p->pack_arch[i]), free(p->pack_data[i]);
     free(p->model);
-    free_list(p->attr_names, p->n_attr_names);
-    for (size_t i = 0; i < p->n_strs; i++) free(p->str_names[i]), free(p->str_values[i]);
+    plus_ctx_fused_free(&p->fused);
     memset(p, 0, sizeof *p);
 }
 
@@ -150,9 +149,11 @@ EXPORT int PlusEP_PlanSetPartNode(void* request, const char* op_type, const char
     plus_ep_plan_request* r = request;
     if (!r || !r->n || !r->groups[r->n - 1].n_parts || !op_type) return -1;
     plus_ep_part* p = &r->groups[r->n - 1].parts[r->groups[r->n - 1].n_parts - 1];
-    snprintf(p->op_type, sizeof p->op_type, "%s", op_type);
-    free_list(p->attr_names, p->n_attr_names);
-    return split_lines(attr_names, &p->attr_names, &p->n_attr_names);
+    free(p->fused.op_type);
+    free_list(p->fused.attr_names, p->fused.n_attr_names);
+    p->fused.attr_names = NULL, p->fused.n_attr_names = 0;
+    if (!(p->fused.op_type = strdup(op_type))) return -1;
+    return split_lines(attr_names, &p->fused.attr_names, &p->fused.n_attr_names);
 }
 
 /* One STRING attribute of that Fused node (binary: `len` bytes). Returns 0 or -1. */
@@ -160,13 +161,7 @@ EXPORT int PlusEP_PlanAddPartString(void* request, const char* name, const uint8
     plus_ep_plan_request* r = request;
     if (!r || !r->n || !r->groups[r->n - 1].n_parts || !name) return -1;
     plus_ep_part* p = &r->groups[r->n - 1].parts[r->groups[r->n - 1].n_parts - 1];
-    if (p->n_strs == PLUS_CTX_MAX_STRS) return -1;
-    char* n = strdup(name);
-    char* v = malloc(len ? len : 1);
-    if (!n || !v) return free(n), free(v), -1;
-    if (len) memcpy(v, value, len);
-    p->str_names[p->n_strs] = n, p->str_values[p->n_strs] = v, p->str_lens[p->n_strs++] = len;
-    return 0;
+    return plus_ctx_fused_add_string(&p->fused, name, value, len);
 }
 
 /* A constant of the last group begun (a value a contrib op's expansion made): ONNX dtype, dims, data. */
@@ -1047,12 +1042,8 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
             parts[i] = (plus_ctx_part){.kind = p->kind, .node = p->node, .inputs = (const char* const*)p->inputs,
                                        .n_inputs = p->n_inputs, .outputs = (const char* const*)p->outputs,
                                        .n_outputs = p->n_outputs, .plan = p->plan, .packs = packs[i],
-                                       .n_packs = p->n_packs, .model = p->model, .model_size = p->model_size,
-                                       .op_type = p->op_type[0] ? p->op_type : NULL,
-                                       .attr_names = (const char* const*)p->attr_names,
-                                       .n_attr_names = p->n_attr_names, .str_names = (const char* const*)p->str_names,
-                                       .str_values = (const char* const*)p->str_values, .str_lens = p->str_lens,
-                                       .n_strs = p->n_strs};
+                                       .n_packs = p->n_packs, .model = p->model, .model_size = p->model_size};
+            plus_ctx_fused_view(&p->fused, &parts[i]);
         }
         n_parts = g->n_parts;
         if (g->n_consts && !(consts = calloc(g->n_consts, sizeof *consts))) {

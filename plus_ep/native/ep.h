@@ -70,14 +70,7 @@ typedef struct {
     size_t pack_size[PLUS_MAX_ARCHS];
     uint8_t* model;         /* host: a serialized ONNX model */
     size_t model_size;
-    /* kernel: the Fused node it was, as the trust digest covers it (an EPContext node carries it on) */
-    char op_type[PLUS_NAME_LEN];
-    char** attr_names;
-    size_t n_attr_names;
-    char* str_names[PLUS_CTX_MAX_STRS];
-    char* str_values[PLUS_CTX_MAX_STRS];
-    size_t str_lens[PLUS_CTX_MAX_STRS];
-    size_t n_strs;
+    plus_ctx_fused fused;   /* kernel: the Fused node it was, as the trust digest covers it (ep_context.h) */
 } plus_ep_part;
 
 typedef struct {            /* a constant a node carries */

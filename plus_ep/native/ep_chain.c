@@ -63,13 +63,7 @@ typedef struct {
     int n_packs;
     plus_pack_src packs[PLUS_MAX_ARCHS];
     char* signature;
-    char* op_type;
-    char** attr_names;
-    size_t n_attr_names;
-    char* str_names[PLUS_CTX_MAX_STRS];
-    char* str_values[PLUS_CTX_MAX_STRS];
-    size_t str_lens[PLUS_CTX_MAX_STRS];
-    size_t n_strs;
+    plus_ctx_fused fused;
     uint8_t* model;
     size_t model_size;
 } chain_part;
@@ -183,9 +177,7 @@ void plus_ep_chain_destroy(OrtNodeComputeInfo* info) {
         free(p->plan);
         for (int k = 0; k < p->n_packs; k++) free((void*)p->packs[k].arch), free((void*)p->packs[k].data);
         free(p->signature);
-        free(p->op_type);
-        free_names(p->attr_names, p->n_attr_names);
-        for (size_t k = 0; k < p->n_strs; k++) free(p->str_names[k]), free(p->str_values[k]);
+        plus_ctx_fused_free(&p->fused);
         free(p->model);
     }
     if (ch->has_host) env_release();
@@ -357,19 +349,7 @@ OrtStatus* plus_ep_chain_create(plus_ep* ep, const char* name, const plus_ctx_pa
         if (!st && p->kind == PLUS_PART_KERNEL && ep->ctx.enable) {   /* what the EPContext node will carry */
             p->plan = strdup(src->plan);
             p->signature = src->signature ? strdup(src->signature) : NULL;
-            p->op_type = src->op_type ? strdup(src->op_type) : NULL;
-            p->attr_names = copy_names(src->attr_names, src->n_attr_names);
-            p->n_attr_names = p->attr_names ? src->n_attr_names : 0;
-            if (!p->plan || (src->signature && !p->signature) || (src->op_type && !p->op_type) || !p->attr_names)
-                st = oom();
-            for (size_t k = 0; k < src->n_strs && k < PLUS_CTX_MAX_STRS && !st; k++) {
-                p->str_names[k] = strdup(src->str_names[k]);
-                p->str_values[k] = malloc(src->str_lens[k] ? src->str_lens[k] : 1);
-                p->str_lens[k] = src->str_lens[k];
-                p->n_strs = k + 1;
-                if (!p->str_names[k] || !p->str_values[k]) st = oom();
-                else if (src->str_lens[k]) memcpy(p->str_values[k], src->str_values[k], src->str_lens[k]);
-            }
+            if (!p->plan || (src->signature && !p->signature) || plus_ctx_fused_set(&p->fused, src)) st = oom();
             for (int k = 0; k < src->n_packs && !st; k++) {
                 char* a = strdup(src->packs[k].arch);
                 uint8_t* d = malloc(src->packs[k].size ? src->packs[k].size : 1);
@@ -656,13 +636,7 @@ OrtStatus* plus_ep_chain_context_node(const OrtNodeComputeInfo* info, const plus
         q->packs = p->packs;
         q->n_packs = p->n_packs;
         q->signature = p->signature;
-        q->op_type = p->op_type;
-        q->attr_names = (const char* const*)p->attr_names;
-        q->n_attr_names = p->n_attr_names;
-        q->str_names = (const char* const*)p->str_names;
-        q->str_values = (const char* const*)p->str_values;
-        q->str_lens = p->str_lens;
-        q->n_strs = p->n_strs;
+        plus_ctx_fused_view(&p->fused, q);
         q->model = p->model;
         q->model_size = p->model_size;
     }

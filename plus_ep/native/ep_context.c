@@ -273,6 +273,49 @@ void plus_ctx_payload_free(plus_ctx_payload* p) {
 
 #define BAD(...) (snprintf(err, errlen, __VA_ARGS__), plus_ctx_payload_free(out), -1)
 
+/* ---- the Fused node a kernel part was, owned ---- */
+
+void plus_ctx_fused_free(plus_ctx_fused* f) {
+    if (!f) return;
+    free(f->op_type);
+    for (size_t i = 0; f->attr_names && i < f->n_attr_names; i++) free(f->attr_names[i]);
+    free(f->attr_names);
+    for (size_t i = 0; i < f->n_strs; i++) free(f->str_names[i]), free(f->str_values[i]);
+    memset(f, 0, sizeof *f);
+}
+
+int plus_ctx_fused_add_string(plus_ctx_fused* f, const char* name, const uint8_t* value, size_t len) {
+    if (f->n_strs == PLUS_CTX_MAX_STRS || !name) return -1;
+    char* n = strdup(name);
+    char* v = malloc(len ? len : 1);
+    if (!n || !v) return free(n), free(v), -1;
+    if (len) memcpy(v, value, len);
+    f->str_names[f->n_strs] = n, f->str_values[f->n_strs] = v, f->str_lens[f->n_strs++] = len;
+    return 0;
+}
+
+int plus_ctx_fused_set(plus_ctx_fused* f, const plus_ctx_part* src) {
+    plus_ctx_fused_free(f);
+    int bad = src->op_type && !(f->op_type = strdup(src->op_type));
+    if (!bad && !(f->attr_names = calloc(src->n_attr_names ? src->n_attr_names : 1, sizeof *f->attr_names))) bad = 1;
+    if (!bad) f->n_attr_names = src->n_attr_names;
+    for (size_t i = 0; !bad && i < src->n_attr_names; i++) bad = !(f->attr_names[i] = strdup(src->attr_names[i]));
+    for (size_t i = 0; !bad && i < src->n_strs; i++)
+        bad = plus_ctx_fused_add_string(f, src->str_names[i], (const uint8_t*)src->str_values[i], src->str_lens[i]);
+    if (bad) plus_ctx_fused_free(f);
+    return bad ? -1 : 0;
+}
+
+void plus_ctx_fused_view(const plus_ctx_fused* f, plus_ctx_part* q) {
+    q->op_type = f->op_type;
+    q->attr_names = (const char* const*)f->attr_names;
+    q->n_attr_names = f->n_attr_names;
+    q->str_names = (const char* const*)f->str_names;
+    q->str_values = (const char* const*)f->str_values;
+    q->str_lens = f->str_lens;
+    q->n_strs = f->n_strs;
+}
+
 static const char* part_missing(const plus_ctx_part* q, int have_body, int have_in, int have_out) {
     if (!have_body) return q->kind == PLUS_PART_HOST ? "its model" : "its plan";
     if (!have_in || !have_out) return "its input or output names";

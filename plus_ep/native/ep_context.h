@@ -76,6 +76,26 @@ typedef struct {
     size_t model_size;
 } plus_ctx_part;
 
+/* What a kernel part keeps of the Fused node it was (the fields above from op_type to n_strs), owned: the
+ * planned group's part and the compiled chain's part hold one each for the EPContext node they may write. */
+typedef struct {
+    char* op_type;
+    char** attr_names;
+    size_t n_attr_names;
+    char* str_names[PLUS_CTX_MAX_STRS];
+    char* str_values[PLUS_CTX_MAX_STRS];
+    size_t str_lens[PLUS_CTX_MAX_STRS];
+    size_t n_strs;
+} plus_ctx_fused;
+
+/* Copy `src`'s fields into `f` (emptied first); 0, or -1 out of memory (f then empty). */
+int plus_ctx_fused_set(plus_ctx_fused* f, const plus_ctx_part* src);
+/* Add one STRING attribute (`len` bytes); 0, or -1 (full, out of memory). */
+int plus_ctx_fused_add_string(plus_ctx_fused* f, const char* name, const uint8_t* value, size_t len);
+/* Point `q`'s fields at `f`'s. */
+void plus_ctx_fused_view(const plus_ctx_fused* f, plus_ctx_part* q);
+void plus_ctx_fused_free(plus_ctx_fused* f);
+
 typedef struct {                       /* a constant a compiled node carries (a view) */
     const char* name;
     int dtype, rank;

@@ -78,6 +78,7 @@ class FusedSubgraph:
     inputs: tuple[str, ...] | None = None  # the boundary inputs in the node's order (None: boundary order)
     host_inputs: int = 0  # leading inputs the launcher takes in host memory (op type FusedHost<n>)
     name: str | None = None  # the node's name (None: node_name(pattern, its index in the list given to fuse))
+    body: tuple[onnx.NodeProto, ...] | None = None  # the function body's nodes (None: the subgraph's own nodes)
 
 
 # --------------------------------------------------------------------------- #
@@ -241,7 +242,10 @@ def build_functions(
             raise ValueError(
                 f"subgraph {s} ({sg.pattern!r}) produces no value used outside it (dead code)"
             )
-        body, f_in, f_out, canon = _build_body(index.nodes, pos, inputs, outputs)
+        if sg.body is not None:      # e.g. contrib nodes in place of their expansions (contrib.original_body)
+            body, f_in, f_out, canon = _build_body(list(sg.body), range(len(sg.body)), inputs, outputs)
+        else:
+            body, f_in, f_out, canon = _build_body(index.nodes, pos, inputs, outputs)
         sig = ";".join(_type_sig(types.get(v)) for v in inputs)
         sig += "->" + ";".join(_type_sig(types.get(v)) for v in outputs)
         digest = hashlib.sha256(canon + b"\n" + sig.encode()).hexdigest()

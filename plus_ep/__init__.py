@@ -35,8 +35,8 @@ if _ROOT is not None:
 import sys as _sys  # noqa: E402
 import types as _types  # noqa: E402
 
-from .library import get_library_path  # noqa: E402
-from .ep import register  # noqa: E402
+from .library import get_ep_name, get_ep_names, get_library_path  # noqa: E402
+from .ep import get_ep_devices, register  # noqa: E402
 from . import ep as _ep  # noqa: E402
 
 # The rewriter (onnx, sympy, the warehouse) and the session class load on first use, so that `import plus_ep`
@@ -89,5 +89,6 @@ def verify_text(report: dict) -> str:
 
 _ep.register_on_import()   # the "PlusEP" plugin EP for onnxruntime >= 1.25 (PLUS_EP_REGISTER=0: not)
 
-__all__ = ["InferenceSession", "RewriteResult", "get_library_path", "load_model", "rewrite",
+__all__ = ["InferenceSession", "RewriteResult", "get_ep_devices", "get_ep_name", "get_ep_names", "get_library_path",
+           "load_model", "rewrite",
            "rewrite_detailed", "register", "verify", "verify_text", "__version__"]

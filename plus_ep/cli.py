@@ -127,6 +127,10 @@ def _rewrite_command(sub, common) -> None:
                     help="sign every fused node and the whole model with this Ed25519 private key (`plus-ep keygen`; "
                          "needs the [sign] extra): machines whose PLUS_EP_TRUSTED_KEYS lists its public key run the "
                          "nodes, and `plus-ep trust MODEL` there checks the whole model (docs/guide/trust.md)")
+    rw.add_argument("--epcontext", choices=("embed", "file"),
+                    help="write ONNX Runtime's EPContext form (what onnxruntime.ModelCompiler with PlusEP writes): "
+                         "each fused node's kernels in an EPContext node, embedded ('embed') or in a file beside "
+                         "OUT ('file'); runs only through PlusEP on a GPU its kernels serve (docs/guide/epcontext.md)")
     rw.set_defaults(func=cmd_rewrite)
 
 
@@ -425,6 +429,11 @@ def cmd_rewrite(args) -> int:
     check_patterns(args.disable)
     if args.sign and not archs:
         raise UsageError("--sign needs kernels to sign (drop --arch none)")
+    if args.epcontext and not archs:
+        raise UsageError("--epcontext needs kernels (drop --arch none)")
+    if args.epcontext and args.sign:
+        raise UsageError("--epcontext with --sign: the whole-model signature would not cover the EPContext form; "
+                         "sign the rewritten model instead (or leave out --sign)")
     result = rewrite_detailed(args.input, disable=tuple(args.disable), archs=archs,
                               progress=None, fp32_math=args.fp32_math, warn=False)
     signed = 0
@@ -441,13 +450,19 @@ def cmd_rewrite(args) -> int:
         print(f"{args.input}: nothing to fuse; wrote the model unchanged to {args.output} "
               f"({rep['data_kernels_before']} data kernels, {result.seconds:.2f}s)")
     else:
-        external = save_model(result.model, out)
+        model = result.model
+        if args.epcontext:
+            from .epcontext import to_epcontext
+            model = to_epcontext(model, out, embed=args.epcontext == "embed")
+        external = save_model(model, out)
         print(f"{args.input} -> {args.output}: {len(result.subgraphs)} fused subgraphs "
               f"({rep['functions']} distinct), data kernels {rep['data_kernels_before']} -> "
               f"{rep['data_kernels_after']}, {result.seconds:.2f}s"
               + (f" (weights in {os.path.basename(external)})" if external else "")
               + (f", kernels for {','.join(archs)}" if archs else ", no kernels")
-              + (f", {signed} nodes and the whole model signed" if args.sign else ""))
+              + (f", {signed} nodes and the whole model signed" if args.sign else "")
+              + (f", as EPContext nodes ({'embedded' if args.epcontext == 'embed' else 'side files'})"
+                 if args.epcontext else ""))
     if args.report:
         print()
         print(format_rewrite_report(rep, args.input))

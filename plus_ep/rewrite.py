@@ -147,8 +147,11 @@ def _rewrite_detailed(model, warehouse, disable, archs, cache, progress, fp32_ma
         if built is not None:
             attrs.update(kernel_attrs[k])
         order, host = kernel_inputs[k] if built is not None else (None, 0)
-        specs.append(FusedSubgraph(tuple(view.index[i] for i in sg.nodes), sg.pattern.name, attrs, order, host,
-                                   names[k]))
+        idx = tuple(view.index[i] for i in sg.nodes)
+        gi = view.graph_index              # the body in topological order, as fuse() builds it
+        body = contrib.original_body(expanded, [gi.nodes[p] for p in gi.positions(idx)])   # ORT's own contrib ops
+        specs.append(FusedSubgraph(idx, sg.pattern.name, attrs, order, host, names[k],
+                                   tuple(body) if body is not None else None))
     # positions: what `plus-ep trust` needs to identify the inlined model again in the same order
     out = fuse(proto, specs, view.graph_index, record_positions=built is not None) if specs else proto
     if specs:

@@ -12,7 +12,9 @@ MatMul, FastGelu's bias + GELU) of a warehouse pattern.
 Where it happens: before identification, `expand_model` replaces every contrib node it can expand by
 its subgraph (graph level, not node level: one Attention node becomes two fused kernels, the Q/K/V
 group and the attention); after fusion `restore` puts back each contrib node none of whose nodes was
-fused, so what PlusEP does not take keeps ORT's own kernel. A node that does not expand (an
+fused, so what PlusEP does not take keeps ORT's own kernel, and a fused node's function body holds the
+contrib nodes whose whole expansion it fused (`original_body`), so the rewritten model run without PlusEP
+computes with ORT's own contrib kernels. A node that does not expand (an
 unsupported attribute or input) stays opaque with a one-line reason (`refused`, shown by
 ``plus-ep explain``).
 
@@ -23,8 +25,8 @@ unsupported attribute or input) stays opaque with a one-line reason (`refused`, 
 from __future__ import annotations
 
 from .emit import Facts, Refused
-from .model import Expanded, expand_model, restore, run_node
+from .model import Expanded, expand_model, original_body, restore, run_node
 from .table import CONTRIB, ContribOp, contrib_op, expand_node
 
 __all__ = ["CONTRIB", "ContribOp", "Expanded", "Facts", "Refused", "contrib_op", "expand_model", "expand_node",
-           "restore", "run_node"]
+           "original_body", "restore", "run_node"]

@@ -139,8 +139,13 @@ def group_query_attention(e: Emitter):
             raise Refused(f"input {i} ({what}) is given; it does not expand")
     if out(n, 3):
         raise Refused("its output_qk is used; it does not expand")
-    if attr(n, "smooth_softmax", 0):
+    if attr(n, "smooth_softmax", 0) == 1:     # ORT's kernels: only 1 is smooth; ORT writes its default -1
         raise Refused("smooth_softmax=1 does not expand")
+    for name in ("k_quant_type", "v_quant_type"):
+        if attr(n, name, b"NONE") not in (b"NONE", "NONE"):
+            raise Refused(f"{name}={attr(n, name).decode()!r} (a quantised KV cache) does not expand")
+    if attr(n, "causal", 1) != 1:
+        raise Refused("causal=0 does not expand (ORT's kernel requires causal=1)")
     if (pk is None) != (pv is None):
         raise Refused("past_key and past_value must both be given or both be absent")
     dt = e.need_float(q)

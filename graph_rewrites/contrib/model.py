@@ -34,6 +34,7 @@ class Expanded:
     model: onnx.ModelProto               # contrib nodes replaced by their expansions
     groups: list = field(default_factory=list)
     refused: dict = field(default_factory=dict)      # "Op node 'name'" -> why it stays opaque
+    contained: list | None = field(default=None, repr=False)   # per group: original_body may put it back
 
     def group_of_node(self, name: str):
         for g in self.groups:
@@ -150,6 +151,64 @@ def restore(model: onnx.ModelProto, ex: Expanded) -> onnx.ModelProto:
     if back:
         log.info("%d contrib node(s) kept as they were (nothing of them fused)", len(back))
     return out
+
+
+def original_body(ex: Expanded, nodes) -> list | None:
+    """The function body of a fused subgraph of ``ex.model`` (its `nodes`, in graph order) with every contrib
+    node whose whole expansion it holds back in place of that expansion, so that ONNX Runtime runs its own
+    kernel for it where the fused node is inlined (MatMulNBits keeps its accuracy_level numerics). A group
+    stays expanded when it reads a tensor another expansion made, when a tensor of its expansion other
+    than the contrib node's outputs is read outside it, or when an input of the contrib node does not reach
+    the body (a weight its expansion turned into a new constant). None when nothing is put back.
+
+    >>> original_body(expand_model(model), [ex_model.graph.node[i] for i in subgraph_indices])
+    """
+    if not ex.groups:
+        return None
+    names = {n.name for n in nodes}
+    if ex.contained is None:
+        readers: dict = {}
+        for n in ex.model.graph.node:
+            for t in list(n.input) + implicit_inputs(n):
+                readers.setdefault(t, set()).add(n.name)
+        outputs = {o.name for o in ex.model.graph.output}
+        by_name = {n.name: n for n in ex.model.graph.node}
+        contained = []
+        for g in ex.groups:
+            own = set(g.names)
+            made = {o for nm in g.names for o in by_name[nm].output if o} - set(g.node.output)
+            contained.append(not g.reads_shared and not (made & outputs)
+                             and all(readers.get(t, set()) <= own for t in made))
+        ex.contained = contained
+    produced = {o for n in nodes for o in n.output if o}
+    available = {t for n in nodes for t in list(n.input) + implicit_inputs(n) if t and t not in produced}
+    first = {}
+    drop = set()
+    for g, ok in zip(ex.groups, ex.contained):
+        if ok and set(g.names) <= names:
+            first[g.names[0]] = g.node
+            drop.update(g.names)
+    changed = True
+    while changed:      # every put-back node's inputs must reach the body (a weight its expansion re-typed does not)
+        changed = False
+        made = {o for n in nodes if n.name not in drop for o in n.output if o}
+        made |= {o for node in first.values() for o in node.output if o}
+        for g in [g for g in ex.groups if g.names[0] in first]:
+            if not {t for t in g.node.input if t} <= available | made:
+                del first[g.names[0]]
+                drop.difference_update(g.names)
+                changed = True
+    if not first:
+        return None
+    body = [first.get(n.name, n) for n in nodes if n.name not in drop or n.name in first]
+    made_by = {o: k for k, n in enumerate(body) for o in n.output if o}
+    done, order = set(), []
+    while len(order) < len(body):      # stable topological order (a put-back node may read a later node)
+        k = next(k for k in range(len(body)) if k not in done and all(
+            made_by.get(t, k) in done | {k} for t in list(body[k].input) + implicit_inputs(body[k])))
+        done.add(k)
+        order.append(body[k])
+    return order
 
 
 # ---- single-node reference run ----------------------------------------------------------------------

@@ -458,6 +458,16 @@ EXPORT CUresult cuDeviceGetAttribute(int* v, int attr, int dev) {
     else return E_INVALID_VALUE;
     return OK;
 }
+EXPORT CUresult cuDeviceGetName(char* name, int len, int dev) {   /* what get_ep_devices() shows */
+    if (dev != 0 || !name || len < 1) return E_INVALID_VALUE;
+    snprintf(name, (size_t)len, "PlusEP emulated GPU (PTX interpreter, sm_%d)", plus_emucuda_get_cc());
+    return OK;
+}
+EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, int dev) {    /* host memory backs it: a nominal size */
+    if (dev != 0 || !bytes) return E_INVALID_VALUE;
+    *bytes = (size_t)16 << 30;
+    return OK;
+}
 EXPORT CUresult cuDeviceGetPCIBusId(char* id, int len, int dev) {
     if (dev != 0 || len < 1) return E_INVALID_VALUE;
     snprintf(id, (size_t)len, "0000:00:00.0");

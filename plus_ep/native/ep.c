@@ -46,12 +46,24 @@ static int split_lines(const char* s, char*** out, size_t* n) {
     return 0;
 }
 
+static void part_free(plus_ep_part* p) {
+    free_list(p->inputs, p->n_inputs);
+    free_list(p->outputs, p->n_outputs);
+    free(p->plan);
+    for (int i = 0; i < p->n_packs; i++) free(p->pack_arch[i]), free(p->pack_data[i]);
+    free(p->model);
+    plus_ctx_fused_free(&p->fused);
+    memset(p, 0, sizeof *p);
+}
+
 static void group_free(plus_ep_group* g) {
     free_list(g->members, g->n_members);
     free_list(g->inputs, g->n_inputs);
     free_list(g->outputs, g->n_outputs);
-    free(g->plan);
-    for (int i = 0; i < g->n_packs; i++) free(g->pack_arch[i]), free(g->pack_data[i]);
+    for (size_t i = 0; i < g->n_parts; i++) part_free(&g->parts[i]);
+    free(g->parts);
+    for (size_t i = 0; i < g->n_consts; i++) free(g->consts[i].name), free(g->consts[i].data);
+    free(g->consts);
     memset(g, 0, sizeof *g);
 }
 
@@ -62,13 +74,13 @@ void plus_ep_groups_free(plus_ep_plan_request* r) {
     r->n = r->cap = 0;
 }
 
-/* Called by the planner during its call: one Fused node of the rewritten model. members, inputs and
- * outputs are '\n'-joined tensor names (members: each original node's first output). Returns 0 or -1. */
-EXPORT int PlusEP_PlanAddGroup(void* request, const char* node, const char* members, const char* inputs,
-                               const char* outputs, const char* plan, int n_packs, const char* const* archs,
-                               const uint8_t* const* data, const size_t* sizes) {
+/* Called by the planner during its call: a group of the model's nodes PlusEP claims. members, inputs and
+ * outputs are '\n'-joined tensor names (members: each original node's first output). Its parts and
+ * constants follow (PlusEP_PlanAddPart, PlusEP_PlanAddConstant). Returns 0 or -1. */
+EXPORT int PlusEP_PlanBeginGroup(void* request, const char* node, const char* members, const char* inputs,
+                                 const char* outputs) {
     plus_ep_plan_request* r = request;
-    if (!r || !plan || n_packs < 0 || n_packs > PLUS_MAX_ARCHS) return -1;
+    if (!r) return -1;
     if (r->n == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 16;
         plus_ep_group* g = realloc(r->groups, cap * sizeof *g);
@@ -79,21 +91,122 @@ EXPORT int PlusEP_PlanAddGroup(void* request, const char* node, const char* memb
     plus_ep_group* g = &r->groups[r->n];
     memset(g, 0, sizeof *g);
     snprintf(g->node, sizeof g->node, "%s", node ? node : "");
-    int bad = split_lines(members, &g->members, &g->n_members) || split_lines(inputs, &g->inputs, &g->n_inputs) ||
-              split_lines(outputs, &g->outputs, &g->n_outputs) || !(g->plan = strdup(plan)) || !g->n_members ||
-              !g->n_outputs;
-    for (int i = 0; i < n_packs && !bad; i++) {
-        g->pack_arch[i] = strdup(archs[i]);
-        g->pack_data[i] = malloc(sizes[i] ? sizes[i] : 1);
-        g->n_packs = i + 1;
-        if (!g->pack_arch[i] || !g->pack_data[i]) bad = 1;
-        else memcpy(g->pack_data[i], data[i], sizes[i]), g->pack_size[i] = sizes[i];
-    }
-    if (bad) {
+    if (split_lines(members, &g->members, &g->n_members) || split_lines(inputs, &g->inputs, &g->n_inputs) ||
+        split_lines(outputs, &g->outputs, &g->n_outputs) || !g->n_members || !g->n_outputs) {
         group_free(g);
         return -1;
     }
     r->n++;
+    return 0;
+}
+
+/* A part of the last group begun: kind PLUS_PART_KERNEL (plan, packs) or PLUS_PART_HOST (model). */
+EXPORT int PlusEP_PlanAddPart(void* request, int kind, const char* node, const char* inputs, const char* outputs,
+                              const char* plan, int n_packs, const char* const* archs, const uint8_t* const* data,
+                              const size_t* sizes, const uint8_t* model, size_t model_size) {
+    plus_ep_plan_request* r = request;
+    if (!r || !r->n || n_packs < 0 || n_packs > PLUS_MAX_ARCHS || (kind != PLUS_PART_KERNEL && kind != PLUS_PART_HOST))
+        return -1;
+    plus_ep_group* g = &r->groups[r->n - 1];
+    if (g->n_parts == PLUS_CTX_MAX_PARTS) return -1;
+    if (g->n_parts == g->cap_parts) {
+        size_t cap = g->cap_parts ? 2 * g->cap_parts : 4;
+        plus_ep_part* grown = realloc(g->parts, cap * sizeof *grown);
+        if (!grown) return -1;
+        g->parts = grown;
+        g->cap_parts = cap;
+    }
+    plus_ep_part* p = &g->parts[g->n_parts];
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    snprintf(p->node, sizeof p->node, "%s", node ? node : "");
+    int bad = split_lines(inputs, &p->inputs, &p->n_inputs) || split_lines(outputs, &p->outputs, &p->n_outputs) ||
+              !p->n_outputs;
+    if (!bad && kind == PLUS_PART_KERNEL) {
+        bad = !plan || !(p->plan = strdup(plan)) || !n_packs;
+        for (int i = 0; i < n_packs && !bad; i++) {
+            p->pack_arch[i] = strdup(archs[i]);
+            p->pack_data[i] = malloc(sizes[i] ? sizes[i] : 1);
+            p->n_packs = i + 1;
+            if (!p->pack_arch[i] || !p->pack_data[i]) bad = 1;
+            else memcpy(p->pack_data[i], data[i], sizes[i]), p->pack_size[i] = sizes[i];
+        }
+    } else if (!bad) {
+        bad = !model || !model_size || !(p->model = malloc(model_size));
+        if (!bad) memcpy(p->model, model, model_size), p->model_size = model_size;
+    }
+    if (bad) {
+        part_free(p);
+        return -1;
+    }
+    g->n_parts++;
+    return 0;
+}
+
+/* The Fused node the last kernel part was, as the trust digest covers it (an EPContext node written from
+ * the group carries it on): its op type and every attribute name ('\n'-joined). Returns 0 or -1. */
+EXPORT int PlusEP_PlanSetPartNode(void* request, const char* op_type, const char* attr_names) {
+    plus_ep_plan_request* r = request;
+    if (!r || !r->n || !r->groups[r->n - 1].n_parts || !op_type) return -1;
+    plus_ep_part* p = &r->groups[r->n - 1].parts[r->groups[r->n - 1].n_parts - 1];
+    free(p->fused.op_type);
+    free_list(p->fused.attr_names, p->fused.n_attr_names);
+    p->fused.attr_names = NULL, p->fused.n_attr_names = 0;
+    if (!(p->fused.op_type = strdup(op_type))) return -1;
+    return split_lines(attr_names, &p->fused.attr_names, &p->fused.n_attr_names);
+}
+
+/* One STRING attribute of that Fused node (binary: `len` bytes). Returns 0 or -1. */
+EXPORT int PlusEP_PlanAddPartString(void* request, const char* name, const uint8_t* value, size_t len) {
+    plus_ep_plan_request* r = request;
+    if (!r || !r->n || !r->groups[r->n - 1].n_parts || !name) return -1;
+    plus_ep_part* p = &r->groups[r->n - 1].parts[r->groups[r->n - 1].n_parts - 1];
+    return plus_ctx_fused_add_string(&p->fused, name, value, len);
+}
+
+/* A constant of the last group begun (a value a contrib op's expansion made): ONNX dtype, dims, data. */
+EXPORT int PlusEP_PlanAddConstant(void* request, const char* name, int dtype, int rank, const int64_t* dims,
+                                  const uint8_t* data, size_t bytes) {
+    plus_ep_plan_request* r = request;
+    if (!r || !r->n || !name || !*name || rank < 0 || rank > PLUS_MAX_RANK) return -1;
+    plus_ep_group* g = &r->groups[r->n - 1];
+    if (g->n_consts == g->cap_consts) {
+        size_t cap = g->cap_consts ? 2 * g->cap_consts : 8;
+        plus_ep_const* grown = realloc(g->consts, cap * sizeof *grown);
+        if (!grown) return -1;
+        g->consts = grown;
+        g->cap_consts = cap;
+    }
+    plus_ep_const* c = &g->consts[g->n_consts];
+    memset(c, 0, sizeof *c);
+    long long elems = 1;
+    for (int d = 0; d < rank; d++) {
+        c->dims[d] = dims[d];
+        if (dims[d] < 0 || __builtin_mul_overflow(elems, (long long)dims[d], &elems)) return -1;
+    }
+    long long want = plus_tensor_bytes(dtype, elems);
+    if (want < 0 || (size_t)want != bytes) return -1;
+    c->dtype = dtype;
+    c->rank = rank;
+    c->bytes = bytes;
+    if (!(c->name = strdup(name)) || !(c->data = malloc(bytes ? bytes : 1))) return free(c->name), -1;
+    if (bytes) memcpy(c->data, data, bytes);
+    g->n_consts++;
+    return 0;
+}
+
+/* One group computed by one kernel node whose inputs and outputs are the group's (a Fused node of the
+ * rewrite replacing exactly its original nodes). Returns 0 or -1. */
+EXPORT int PlusEP_PlanAddGroup(void* request, const char* node, const char* members, const char* inputs,
+                               const char* outputs, const char* plan, int n_packs, const char* const* archs,
+                               const uint8_t* const* data, const size_t* sizes) {
+    plus_ep_plan_request* r = request;
+    if (PlusEP_PlanBeginGroup(request, node, members, inputs, outputs)) return -1;
+    if (PlusEP_PlanAddPart(request, PLUS_PART_KERNEL, node, inputs, outputs, plan, n_packs, archs, data, sizes, NULL,
+                           0)) {
+        group_free(&r->groups[--r->n]);
+        return -1;
+    }
     return 0;
 }
 
@@ -141,37 +254,72 @@ static char* attr_string_len(const OrtNode* n, const char* name, size_t* out_len
 
 static char* attr_string(const OrtNode* n, const char* name) { return attr_string_len(n, name, NULL); }
 
-/* The trust policy (trust.h) for a Fused node of a rewritten model, before anything of it is loaded: the
- * whole node as the graph holds it (op type, name, wiring, every attribute and pack). */
-static int check_trust(const plus_ep* ep, const OrtNode* n, const char* node, const plus_pack_src* packs,
-                       int n_packs, const char* const* ins, size_t n_in, const char* const* outs, size_t n_out,
-                       char* warning, size_t wlen, char* err, size_t errlen) {
-    plus_trust_opts to = {.any = !strcmp(ep->opts.trust, "any"), .any_source = "provider option trust=any",
-                          .cache_dir = ep->opts.cache_dir};
-    plus_trust_node nd = {.domain = NODE_STR(n, Node_GetDomain), .op_type = NODE_STR(n, Node_GetOperatorType),
-                          .name = node, .n_in = n_in, .in_names = ins, .n_out = n_out, .out_names = outs,
-                          .packs = packs, .n_packs = n_packs};
+/* What the trust digest covers of a kernel part (trust.h: the whole Fused node as the graph held it) and the
+ * attribute lists it is built from; filled from a Fused node by fused_fields (free with fields_free). */
+typedef struct {
+    const char* op_type;
     char* strs[PLUS_TRUST_N_STRINGS];
-    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++)
-        nd.str[i] = strs[i] = attr_string_len(n, plus_trust_strings[i], &nd.str_len[i]);
+    size_t str_len[PLUS_TRUST_N_STRINGS];
+    const char* str_names[PLUS_TRUST_N_STRINGS];
+    const char** attr_names;
+    size_t n_attr_names;
+    const OrtOpAttr** all;
+} fused_fields;
+
+static void fields_free(fused_fields* f) {
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) free(f->strs[i]);
+    free(f->attr_names);
+    free(f->all);
+    memset(f, 0, sizeof *f);
+}
+
+static OrtStatus* fields_of(const OrtNode* n, const char* node, fused_fields* f) {
+    memset(f, 0, sizeof *f);
+    f->op_type = NODE_STR(n, Node_GetOperatorType);
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) {
+        f->strs[i] = attr_string_len(n, plus_trust_strings[i], &f->str_len[i]);
+        f->str_names[i] = plus_trust_strings[i];
+    }
     size_t count = 0;
     OrtStatus* st = ORT_CALL(plus_ep_api, Node_GetNumAttributes)(n, &count);
-    const OrtOpAttr** all = st ? NULL : calloc(count ? count : 1, sizeof *all);
-    const char** names = all ? calloc(count ? count : 1, sizeof *names) : NULL;
-    if (names && !(st = ORT_CALL(plus_ep_api, Node_GetAttributes)(n, all, count)))
-        for (size_t i = 0; i < count && !st; i++) st = ORT_CALL(plus_ep_api, OpAttr_GetName)(all[i], &names[i]);
-    nd.attr_names = names, nd.n_attr_names = count;
-    char* sig = attr_string(n, PLUS_TRUST_SIG_ATTR);
-    int rc = -1;
-    if (st || !names) snprintf(err, errlen, "PlusEP node '%s': cannot list its attributes: %s", node,
-                               st ? ORT_CALL(plus_ep_api, GetErrorMessage)(st) : "out of memory");
-    else rc = plus_trust_check(&nd, sig, &to, warning, wlen, err, errlen);
-    plus_ep_drop(st);
-    free(sig);
-    free(names);
-    free(all);
-    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) free(strs[i]);
-    return rc;
+    f->all = st ? NULL : calloc(count ? count : 1, sizeof *f->all);
+    f->attr_names = f->all ? calloc(count ? count : 1, sizeof *f->attr_names) : NULL;
+    if (f->attr_names && !(st = ORT_CALL(plus_ep_api, Node_GetAttributes)(n, f->all, count)))
+        for (size_t i = 0; i < count && !st; i++) st = ORT_CALL(plus_ep_api, OpAttr_GetName)(f->all[i], &f->attr_names[i]);
+    f->n_attr_names = count;
+    if (st || !f->attr_names) {
+        OrtStatus* w = plus_ep_status(ORT_FAIL, "PlusEP node '%s': cannot list its attributes: %s", node,
+                                      st ? ORT_CALL(plus_ep_api, GetErrorMessage)(st) : "out of memory");
+        plus_ep_drop(st);
+        fields_free(f);
+        return w;
+    }
+    return NULL;
+}
+
+/* The trust policy (trust.h) for a kernel part from a model file (a Fused node of a rewritten model, a
+ * part of an EPContext payload), before anything of it is loaded: the whole Fused node it was (op type,
+ * name, wiring, every attribute and pack). */
+static OrtStatus* check_trust(const plus_ep* ep, const plus_ctx_part* p) {
+    plus_trust_opts to = {.any = !strcmp(ep->opts.trust, "any"), .any_source = "provider option trust=any",
+                          .cache_dir = ep->opts.cache_dir};
+    plus_trust_node nd = {.domain = "ai.plus_ep", .op_type = p->op_type ? p->op_type : "", .name = p->node,
+                          .n_in = p->n_inputs, .in_names = p->inputs, .n_out = p->n_outputs, .out_names = p->outputs,
+                          .packs = p->packs, .n_packs = p->n_packs, .attr_names = p->attr_names,
+                          .n_attr_names = p->n_attr_names};
+    for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++) {
+        if (!strcmp(plus_trust_strings[i], "plus_plan")) {   /* the plan that runs, never a copy beside it */
+            nd.str[i] = p->plan, nd.str_len[i] = p->plan ? strlen(p->plan) : 0;
+            continue;
+        }
+        for (size_t k = 0; k < p->n_strs; k++)
+            if (!strcmp(p->str_names[k], plus_trust_strings[i])) nd.str[i] = p->str_values[k], nd.str_len[i] = p->str_lens[k];
+    }
+    char warning[PLUS_ERR_LEN], err[PLUS_ERR_LEN];
+    if (plus_trust_check(&nd, p->signature, &to, warning, sizeof warning, err, sizeof err) < 0)
+        return plus_ep_status(ORT_FAIL, "%s", err);
+    if (warning[0]) plus_ep_log(ep->logger, ORT_LOG_WARNING, "%s", warning);
+    return NULL;
 }
 
 /* The node's attributes named plus_images_<arch>: the archs (into names) and the attributes. -1 when
@@ -204,7 +352,7 @@ static int image_attrs(const OrtNode* n, char names[][PLUS_NAME_LEN], const OrtO
 }
 
 /* Names of a node's inputs or outputs (pointers owned by ORT; "" for an absent optional one). */
-static OrtStatus* io_names(const OrtNode* n, int outputs, const char*** names, size_t* count) {
+OrtStatus* plus_ep_io_names(const OrtNode* n, int outputs, const char*** names, size_t* count) {
     const OrtApi* api = plus_ep_api;
     *names = NULL;
     OrtStatus* st = outputs ? ORT_CALL(api, Node_GetNumOutputs)(n, count) : ORT_CALL(api, Node_GetNumInputs)(n, count);
@@ -230,7 +378,7 @@ static OrtStatus* io_names(const OrtNode* n, int outputs, const char*** names, s
 static const char* first_output(const OrtNode* n) {
     const char** v = NULL;
     size_t c = 0;
-    OrtStatus* st = io_names(n, 1, &v, &c);
+    OrtStatus* st = plus_ep_io_names(n, 1, &v, &c);
     const char* s = !st && c ? v[0] : "";
     plus_ep_drop(st);
     free(v);
@@ -296,15 +444,24 @@ static int ptx_pack_fits(const OrtOpAttr* const* attrs, char names[][PLUS_NAME_L
     return fits;
 }
 
-static int ptx_group_fits(const plus_ep_group* g, int major, int minor) {
-    plus_pack packs[PLUS_MAX_ARCHS];
-    int n = 0;
-    char err[PLUS_ERR_LEN];
-    for (int i = 0; i < g->n_packs; i++) {
-        snprintf(packs[n].arch, sizeof packs[n].arch, "%.127s", g->pack_arch[i]);
-        if (!plus_pack_parse(g->pack_data[i], g->pack_size[i], &packs[n], err, sizeof err)) n++;
+/* Every kernel part of a planned group has a pack the device loads (a cubin of its arch, or PTX the driver
+ * can JIT); else why not, into err. */
+static int group_fits(const plus_ep_group* g, int major, int minor, char* err, size_t errlen) {
+    for (size_t k = 0; k < g->n_parts; k++) {
+        const plus_ep_part* p = &g->parts[k];
+        if (p->kind != PLUS_PART_KERNEL) continue;
+        plus_pack packs[PLUS_MAX_ARCHS];
+        for (int i = 0; i < p->n_packs; i++) snprintf(packs[i].arch, sizeof packs[i].arch, "%.127s", p->pack_arch[i]);
+        if (plus_pack_select(packs, p->n_packs, major, minor, err, errlen) >= 0) continue;
+        int n = 0;
+        char e2[PLUS_ERR_LEN];
+        for (int i = 0; i < p->n_packs; i++) {
+            snprintf(packs[n].arch, sizeof packs[n].arch, "%.127s", p->pack_arch[i]);
+            if (!plus_pack_parse(p->pack_data[i], p->pack_size[i], &packs[n], e2, sizeof e2)) n++;
+        }
+        if (!n || plus_pack_select_ptx(packs, n, major, minor) < 0) return 0;
     }
-    return n && plus_pack_select_ptx(packs, n, major, minor) >= 0;
+    return 1;
 }
 
 /* 0 = PlusEP can run it here; else why not (into why). */
@@ -368,16 +525,17 @@ static void run_planner(plus_ep* ep, const OrtGraph* graph) {
              "\"verify\": \"%d\"}",
              ep->opts.arch, ep->cc_major, ep->cc_minor, cache, disable, ep->opts.fp32_math, ep->opts.verify);
     int rc = planner(path, opts, &ep->plan);
-    if (rc || ep->plan.error[0]) {
-        plus_ep_log(ep->logger, ORT_LOG_WARNING, "PlusEP: the planner failed for %s (%s); the model runs unfused on "
-                    "the next providers", path, ep->plan.error[0] ? ep->plan.error : "no message");
+    if (rc || ep->plan.error[0]) {   /* compiling an EPContext model: an error (it would hold no PlusEP node) */
+        plus_ep_log(ep->logger, ep->ctx.enable ? ORT_LOG_ERROR : ORT_LOG_WARNING, "PlusEP: the planner failed for %s "
+                    "(%s); the model runs unfused on the next providers", path,
+                    ep->plan.error[0] ? ep->plan.error : "no message");
         plus_ep_groups_free(&ep->plan);
     }
 }
 
 /* 1 when `actual` is one of the tab-separated names of a planned tensor ("name" or "name\tname ORT gives
  * it": the planner lists both for constants ONNX Runtime's basic optimizations replace, plus_ep/ep.py). */
-static int name_is(const char* planned, const char* actual) {
+int plus_ep_name_is(const char* planned, const char* actual) {
     size_t len = strlen(actual);
     for (const char* p = planned;;) {
         size_t k = strcspn(p, "\t");
@@ -402,7 +560,7 @@ static int same_boundary(const plus_ep_group* g, const OrtNode** members, size_t
     for (size_t m = 0; m < n && ok; m++) {   /* every member output */
         const char** v = NULL;
         size_t c = 0;
-        OrtStatus* st = io_names(members[m], 1, &v, &c);
+        OrtStatus* st = plus_ep_io_names(members[m], 1, &v, &c);
         const char** grown = st ? NULL : realloc(outs, (n_outs + c + 1) * sizeof *outs);
         if (!grown) ok = 0;
         else {
@@ -416,13 +574,13 @@ static int same_boundary(const plus_ep_group* g, const OrtNode** members, size_t
     for (size_t m = 0; m < n && ok; m++) {
         const char** v = NULL;
         size_t c = 0;
-        OrtStatus* st = io_names(members[m], 0, &v, &c);
+        OrtStatus* st = plus_ep_io_names(members[m], 0, &v, &c);
         if (st) ok = 0;
         for (size_t i = 0; i < c && ok; i++) {
             if (!v[i][0] || in_list(v[i], outs, n_outs)) continue;
             ok = 0;
             for (size_t j = 0; j < g->n_inputs && j < PLUS_MAX_IN; j++)
-                if (name_is(g->inputs[j], v[i])) ok = used[j] = 1;
+                if (plus_ep_name_is(g->inputs[j], v[i])) ok = used[j] = 1;
         }
         plus_ep_drop(st);
         free(v);
@@ -459,11 +617,9 @@ static int claim_groups(plus_ep* ep, const OrtNode** nodes, size_t n, OrtEpGraph
                         "the graph ONNX Runtime optimized and free", grp->node, found, grp->n_members);
             continue;
         }
-        plus_pack packs[PLUS_MAX_ARCHS];
-        char err[PLUS_ERR_LEN];
-        for (int i = 0; i < grp->n_packs; i++) snprintf(packs[i].arch, sizeof packs[i].arch, "%.127s", grp->pack_arch[i]);
-        if (plus_pack_select(packs, grp->n_packs, ep->cc_major, ep->cc_minor, err, sizeof err) < 0 &&
-            !ptx_group_fits(grp, ep->cc_major, ep->cc_minor)) {
+        char err[PLUS_ERR_LEN] = "";
+        if (!grp->n_parts) continue;
+        if (!group_fits(grp, ep->cc_major, ep->cc_minor, err, sizeof err)) {
             plus_ep_log(ep->logger, ORT_LOG_WARNING, "PlusEP: planned group %s not claimed: %s", grp->node, err);
             continue;
         }
@@ -497,11 +653,12 @@ static OrtStatus* get_capability(OrtEp* base, const OrtGraph* graph, OrtEpGraphS
     size_t n_fused = 0, n_skipped = 0;
     char first_why[PLUS_ERR_LEN] = "", first_node[PLUS_NAME_LEN] = "";
     for (size_t i = 0; i < n && !st; i++) {
-        if (!is_fused(nodes[i])) continue;
+        int context = !is_fused(nodes[i]) && plus_ctx_is_node(nodes[i]);   /* an EPContext model (ep_context.c) */
+        if (!context && !is_fused(nodes[i])) continue;
         n_fused++;
         if (!unassigned(nodes[i])) continue;
         char why[PLUS_ERR_LEN];
-        if (unclaimable(ep, nodes[i], why, sizeof why)) {
+        if (!context && unclaimable(ep, nodes[i], why, sizeof why)) {
             if (!n_skipped++) {
                 snprintf(first_why, sizeof first_why, "%s", why);
                 snprintf(first_node, sizeof first_node, "%s", NODE_STR(nodes[i], Node_GetName));
@@ -530,25 +687,18 @@ static OrtStatus* get_capability(OrtEp* base, const OrtGraph* graph, OrtEpGraphS
 
 /* ---- Compile / Compute ---- */
 
-typedef struct {
-    OrtNodeComputeInfo base;   /* first */
+/* A kernel part of a compiled node (ep_chain.c runs the parts). */
+struct plus_ep_node {
     plus_ep* ep;
     plus_kernel* k;
     int n_in, n_out;           /* the plan's */
-    int in_map[PLUS_MAX_IN];   /* plan input -> kernel-context input (-1: absent) */
-    int out_map[PLUS_MAX_OUT]; /* plan output -> kernel-context output (-1: not used outside: temporary) */
+    int in_map[PLUS_MAX_IN];   /* plan input -> the run's value (ep_chain.c; -1: absent) */
+    int out_map[PLUS_MAX_OUT]; /* plan output -> the run's value (-1: not used outside: temporary) */
     int warned_host_input;     /* gpu: the one warning about an input ORT left in host memory */
     int have_shapes;           /* gpu: shape_cache holds the last run's shape-tensor values (CUDA graphs) */
     plus_ep_stat* stat;        /* runs and device times (ep_stream.c) */
     plus_host_values shape_cache;
-} plus_ep_node;
-
-static OrtStatus* create_state(OrtNodeComputeInfo* self, OrtNodeComputeContext* ctx, void** state) {
-    (void)ctx;
-    *state = self;
-    return NULL;
-}
-static void release_state(OrtNodeComputeInfo* self, void* state) { (void)self, (void)state; }
+};
 
 static OrtStatus* node_fail(const plus_ep_node* nd, int code, const char* what, OrtStatus* st) {
     OrtStatus* out = plus_ep_status(code, "PlusEP node '%s': %s%s%s", plus_kernel_node(nd->k), what, st ? ": " : "",
@@ -564,7 +714,19 @@ typedef struct {
     CUdeviceptr staged[PLUS_MAX_IN];   /* gpu: device copies of inputs ORT left in host memory */
     plus_host_values hv;
     plus_ep_timing* timing;
+    plus_ep_run* chain;                /* the compiled node's run (ep_chain.c): the part's values */
 } ep_run;
+
+OrtStatus* plus_ep_node_stream(plus_ep* ep, OrtKernelContext* kctx, CUcontext* ctx, void** stream, int* foreign) {
+    char err[PLUS_ERR_LEN];
+    OrtStatus* st = ORT_CALL(plus_ep_api, KernelContext_GetGPUComputeStream)(kctx, stream);
+    if (st) plus_ep_drop(st), *stream = NULL;
+    *foreign = *stream != NULL;
+    if (!(*ctx = plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err)))
+        return plus_ep_status(ORT_EP_FAIL, "%s", err);
+    if (!*stream) *stream = plus_ep_device_stream(ep->drv, ep->ordinal, err, sizeof err);
+    return NULL;
+}
 
 /* GPU mode: every input the kernels read must be device memory. ONNX Runtime normally sees to it (our
  * Memcpy kernels, ep_memory.c); an input it still leaves in host memory (another ORT version's planner,
@@ -620,11 +782,7 @@ static OrtStatus* ep_prepare(plus_run* r) {
     OrtStatus* st;
     if (ep->mode == PLUS_MODE_GPU) {
         void* stream = NULL;
-        if ((st = ORT_CALL(plus_ep_api, KernelContext_GetGPUComputeStream)(r->kctx, &stream))) plus_ep_drop(st), stream = NULL;
-        run->foreign = stream != NULL;
-        if (!(r->ctx = plus_ep_primary_ctx(ep->drv, ep->ordinal, err, sizeof err)))
-            return plus_ep_status(ORT_EP_FAIL, "%s", err);
-        if (!stream) stream = plus_ep_device_stream(ep->drv, ep->ordinal, err, sizeof err);
+        if ((st = plus_ep_node_stream(ep, r->kctx, &r->ctx, &stream, &run->foreign))) return st;
         r->stream = (CUstream)stream;
         if (ep->capturing && run->foreign)
             return plus_ep_status(ORT_EP_FAIL, "PlusEP node '%s': cuda_graph=1 needs PlusEP's own stream, but ONNX "
@@ -696,27 +854,80 @@ static void ep_finish(plus_run* r, int ok) {
         if (run->staged[i]) plus_ep_temp_free(ep->drv, ep->ordinal, r->ctx, r->stream, run->foreign, run->staged[i]);
 }
 
+static OrtStatus* ep_get_input(plus_run* r, int i, const OrtValue** v) {
+    ep_run* run = (ep_run*)r;
+    *v = plus_ep_run_input(run->chain, run->nd->in_map[i]);
+    return NULL;
+}
+
+static OrtStatus* ep_get_output(plus_run* r, int o, int dtype, const int64_t* dims, int rank, OrtValue** v) {
+    ep_run* run = (ep_run*)r;
+    return plus_ep_run_output(run->chain, run->nd->out_map[o], dtype, dims, rank, v);
+}
+
 static const plus_run_hooks EP_HOOKS = {.prepare = ep_prepare, .temp_alloc = ep_temp_alloc, .temp_free = ep_temp_free,
                                         .check_output = ep_check_output, .launch_begin = ep_launch_begin,
-                                        .finish = ep_finish};
+                                        .finish = ep_finish, .get_input = ep_get_input, .get_output = ep_get_output};
 
-static OrtStatus* compute(OrtNodeComputeInfo* self, void* state, OrtKernelContext* kctx) {
-    (void)state;
-    plus_ep_node* nd = (plus_ep_node*)self;
+OrtStatus* plus_ep_kernel_run(plus_ep_node* nd, plus_ep_run* chain) {
     ep_run run;
     memset(run.staged, 0, sizeof run.staged);
     run.nd = nd;
     run.foreign = 0;
     run.timing = NULL;
-    run.r = (plus_run){.api = plus_ep_api, .kctx = kctx, .k = nd->k, .drv = nd->ep->drv, .in_map = nd->in_map,
-                       .out_map = nd->out_map, .staged = nd->ep->mode == PLUS_MODE_STAGING, .hooks = &EP_HOOKS};
+    run.chain = chain;
+    run.r = (plus_run){.api = plus_ep_api, .kctx = plus_ep_run_context(chain), .k = nd->k, .drv = nd->ep->drv,
+                       .in_map = nd->in_map, .out_map = nd->out_map, .staged = nd->ep->mode == PLUS_MODE_STAGING,
+                       .hooks = &EP_HOOKS};
     return plus_run_node(&run.r);
 }
 
-static void node_destroy(plus_ep_node* nd) {
+void plus_ep_kernel_destroy(plus_ep_node* nd) {
     if (!nd) return;
     plus_kernel_destroy(nd->k);
     free(nd);
+}
+
+void plus_ep_kernel_set_slots(plus_ep_node* nd, const int* in_slot, const int* out_slot) {
+    for (int i = 0; i < nd->n_in; i++) nd->in_map[i] = in_slot[i];
+    for (int o = 0; o < nd->n_out; o++) nd->out_map[o] = out_slot[o];
+}
+
+OrtStatus* plus_ep_kernel_create(plus_ep* ep, const char* node, const char* plan, const plus_pack_src* packs,
+                                 int n_packs, const char* const* input_names, size_t n_inputs,
+                                 const char* const* output_names, size_t n_outputs, plus_ep_node** out) {
+    char err[PLUS_ERR_LEN];
+    *out = NULL;
+    plus_ep_node* nd = calloc(1, sizeof *nd);
+    if (!nd) return plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
+    if (plus_kernel_create(node, plan, packs, n_packs, input_names, n_inputs, &nd->k, err, sizeof err)) {
+        free(nd);
+        return plus_ep_status(ORT_FAIL, "%s", err);
+    }
+    const plus_plan* pl = plus_kernel_plan(nd->k);
+    OrtStatus* st = NULL;
+    if ((size_t)pl->n_in != n_inputs || (size_t)pl->n_out != n_outputs)
+        st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': the node has %zu inputs and %zu outputs, its plan declares %d "
+                            "and %d", node, n_inputs, n_outputs, pl->n_in, pl->n_out);
+    if (!st) {   /* wired "": refused unless the plan marks it optional (an output ORT dropped gets a temporary) */
+        int in_present[PLUS_MAX_IN], out_present[PLUS_MAX_OUT];
+        for (size_t i = 0; i < n_inputs && i < PLUS_MAX_IN; i++) in_present[i] = input_names[i][0] != 0;
+        for (size_t o = 0; o < n_outputs && o < PLUS_MAX_OUT; o++) out_present[o] = output_names[o][0] != 0;
+        if (plus_kernel_check_wiring(nd->k, in_present, n_inputs, out_present, n_outputs, err, sizeof err))
+            st = plus_ep_status(ORT_FAIL, "%s", err);
+    }
+    if (st) {
+        plus_ep_kernel_destroy(nd);
+        return st;
+    }
+    nd->ep = ep;
+    nd->stat = plus_ep_stat_for(node);
+    nd->n_in = pl->n_in;
+    nd->n_out = pl->n_out;
+    for (int i = 0; i < PLUS_MAX_IN; i++) nd->in_map[i] = -1;
+    for (int o = 0; o < PLUS_MAX_OUT; o++) nd->out_map[o] = -1;
+    *out = nd;
+    return NULL;
 }
 
 static const plus_ep_group* find_group(const plus_ep* ep, const char* key) {
@@ -726,48 +937,58 @@ static const plus_ep_group* find_group(const plus_ep* ep, const char* key) {
     return NULL;
 }
 
-/* Map each of the plan's tensor names to its position among the fused node's (-1 for "" or, for
- * outputs, when ORT dropped an output nobody reads). */
-static int map_names(const char* const* want, size_t n_want, const char* const* have, size_t n_have, int* map,
-                     int inputs, char* missing, size_t mn) {
-    for (size_t i = 0; i < n_want; i++) {
-        map[i] = -1;
-        if (!want[i][0]) continue;
-        for (size_t j = 0; j < n_have && map[i] < 0; j++)
-            if (name_is(want[i], have[j])) map[i] = (int)j;
-        if (map[i] < 0 && inputs) return snprintf(missing, mn, "%s", want[i]), -1;
-    }
-    return 0;
-}
+#define MAX_VIEW_PARTS PLUS_CTX_MAX_PARTS
 
-static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode* fused, plus_ep_node** out) {
+static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode* fused, OrtNodeComputeInfo** out,
+                              OrtNode** ctx_out) {
     const OrtNode** nodes = NULL;
     size_t n = 0;
     *out = NULL;
     OrtStatus* st = graph_nodes(graph, &nodes, &n);
     if (st) return st;
-    char node[PLUS_NAME_LEN], err[PLUS_ERR_LEN], missing[PLUS_NAME_LEN];
+    char node[PLUS_NAME_LEN];
     char* plan_owned = NULL;
-    const char* plan = NULL;
-    const char** orig_in = NULL;
-    const char** orig_out = NULL;
-    size_t n_orig_in = 0, n_orig_out = 0;
+    const char** names[2 * MAX_VIEW_PARTS] = {0};   /* per part: input and output names, malloc'ed */
     const char** fin = NULL;
     const char** fout = NULL;
     size_t n_fin = 0, n_fout = 0;
-    plus_pack_src packs[PLUS_MAX_ARCHS];
+    plus_pack_src packs[MAX_VIEW_PARTS][PLUS_MAX_ARCHS];
     OrtValue* values[PLUS_MAX_ARCHS] = {0};
     char archs[PLUS_MAX_ARCHS][PLUS_NAME_LEN];
-    int n_packs = 0;
-    plus_ep_node* nd = NULL;
-    if (n == 1 && is_fused(nodes[0])) {   /* a Fused node of a rewritten model */
+    plus_ctx_part parts[MAX_VIEW_PARTS];
+    plus_ctx_const* consts = NULL;
+    size_t n_parts = 0, n_consts = 0;
+    char* sig = NULL;
+    plus_ctx_payload payload = {.n = 0};
+    fused_fields ff = {0};
+    const char* str_names[PLUS_TRUST_N_STRINGS];
+    const char* str_values[PLUS_TRUST_N_STRINGS];
+    size_t str_lens[PLUS_TRUST_N_STRINGS], n_strs = 0;
+    memset(parts, 0, sizeof parts);
+    if (n == 1 && !is_fused(nodes[0]) && plus_ctx_is_node(nodes[0])) {   /* an EPContext node (ep_context.c) */
+        if ((st = plus_ctx_load(graph, nodes[0], &payload))) goto done;
         snprintf(node, sizeof node, "%s", NODE_STR(nodes[0], Node_GetName));
-        if (!(plan = plan_owned = attr_string(nodes[0], "plus_plan"))) {
+        for (size_t i = 0; i < payload.n && !st; i++) {
+            parts[i] = payload.parts[i];
+            if ((st = plus_ctx_names(nodes[0], &payload.parts[i], &names[2 * i], &names[2 * i + 1]))) break;
+            parts[i].inputs = names[2 * i];      /* "#k" refs -> the node's tensors as ORT holds them */
+            parts[i].outputs = names[2 * i + 1];
+            /* a model file's kernels: trusted exactly as a Fused node's (the node the payload says it was) */
+            if (parts[i].kind == PLUS_PART_KERNEL) st = check_trust(ep, &parts[i]);
+        }
+        n_parts = payload.n;
+        consts = payload.consts;
+        n_consts = payload.n_consts;
+        if (st) goto done;
+    } else if (n == 1 && is_fused(nodes[0])) {   /* a Fused node of a rewritten model */
+        snprintf(node, sizeof node, "%s", NODE_STR(nodes[0], Node_GetName));
+        const char* plan = plan_owned = attr_string(nodes[0], "plus_plan");
+        if (!plan) {
             st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': no plus_plan attribute", node);
             goto done;
         }
         const OrtOpAttr* attrs[PLUS_MAX_ARCHS];
-        int k = image_attrs(nodes[0], archs, attrs, PLUS_MAX_ARCHS);
+        int k = image_attrs(nodes[0], archs, attrs, PLUS_MAX_ARCHS), n_packs = 0;
         if (k < 0) {
             st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': more than %d plus_images_<arch> attributes, or an arch "
                                 "name of %d bytes or more", node, PLUS_MAX_ARCHS, PLUS_NAME_LEN);
@@ -785,87 +1006,70 @@ static OrtStatus* compile_one(plus_ep* ep, const OrtGraph* graph, const OrtNode*
                 st = w;
                 goto done;
             }
-            packs[n_packs++] = (plus_pack_src){.arch = archs[i], .data = data, .size = bytes};
+            packs[0][n_packs++] = (plus_pack_src){.arch = archs[i], .data = data, .size = bytes};
         }
-        if ((st = io_names(nodes[0], 0, &orig_in, &n_orig_in)) || (st = io_names(nodes[0], 1, &orig_out, &n_orig_out)))
-            goto done;
+        size_t n_in = 0, n_out = 0;
+        if ((st = plus_ep_io_names(nodes[0], 0, &names[0], &n_in)) || (st = plus_ep_io_names(nodes[0], 1, &names[1], &n_out))) goto done;
+        sig = attr_string(nodes[0], PLUS_TRUST_SIG_ATTR);
+        if ((st = fields_of(nodes[0], node, &ff))) goto done;
+        parts[0] = (plus_ctx_part){.kind = PLUS_PART_KERNEL, .node = node, .inputs = names[0], .n_inputs = n_in,
+                                   .outputs = names[1], .n_outputs = n_out, .plan = plan, .packs = packs[0],
+                                   .n_packs = n_packs, .signature = sig, .op_type = ff.op_type,
+                                   .attr_names = ff.attr_names, .n_attr_names = ff.n_attr_names};
+        for (int i = 0; i < PLUS_TRUST_N_STRINGS; i++)
+            if (ff.strs[i] && strcmp(ff.str_names[i], "plus_plan")) {   /* the plan travels as the part's plan */
+                str_names[n_strs] = ff.str_names[i];
+                str_values[n_strs] = ff.strs[i];
+                str_lens[n_strs++] = ff.str_len[i];
+            }
+        parts[0].str_names = str_names, parts[0].str_values = str_values, parts[0].str_lens = str_lens;
+        parts[0].n_strs = n_strs;
         /* The trust policy (trust.h) before anything of the node is loaded. Planned groups (below) come
          * from this process's own rewriter (its model cache verified by plus_ep/model_cache.py). */
-        char warning[PLUS_ERR_LEN];
-        if (check_trust(ep, nodes[0], node, packs, n_packs, orig_in, n_orig_in, orig_out, n_orig_out, warning,
-                        sizeof warning, err, sizeof err) < 0) {
-            st = plus_ep_status(ORT_FAIL, "%s", err);
-            goto done;
-        }
-        if (warning[0]) plus_ep_log(ep->logger, ORT_LOG_WARNING, "%s", warning);
+        if ((st = check_trust(ep, &parts[0]))) goto done;
+        n_parts = 1;
     } else {   /* a planned group of original nodes */
         const plus_ep_group* g = n ? find_group(ep, first_output(nodes[0])) : NULL;
-        if (!g) {
+        if (!g || g->n_parts > MAX_VIEW_PARTS) {
             st = plus_ep_status(ORT_FAIL, "PlusEP: Compile got a node group (%zu nodes) it did not claim", n);
             goto done;
         }
         snprintf(node, sizeof node, "%s", g->node);
-        plan = g->plan;
-        for (int i = 0; i < g->n_packs; i++)
-            packs[n_packs++] = (plus_pack_src){.arch = g->pack_arch[i], .data = g->pack_data[i], .size = g->pack_size[i]};
-        orig_in = calloc(g->n_inputs ? g->n_inputs : 1, sizeof *orig_in);
-        orig_out = calloc(g->n_outputs, sizeof *orig_out);
-        if (!orig_in || !orig_out) {
+        for (size_t i = 0; i < g->n_parts; i++) {
+            const plus_ep_part* p = &g->parts[i];
+            for (int a = 0; a < p->n_packs; a++)
+                packs[i][a] = (plus_pack_src){.arch = p->pack_arch[a], .data = p->pack_data[a], .size = p->pack_size[a]};
+            parts[i] = (plus_ctx_part){.kind = p->kind, .node = p->node, .inputs = (const char* const*)p->inputs,
+                                       .n_inputs = p->n_inputs, .outputs = (const char* const*)p->outputs,
+                                       .n_outputs = p->n_outputs, .plan = p->plan, .packs = packs[i],
+                                       .n_packs = p->n_packs, .model = p->model, .model_size = p->model_size};
+            plus_ctx_fused_view(&p->fused, &parts[i]);
+        }
+        n_parts = g->n_parts;
+        if (g->n_consts && !(consts = calloc(g->n_consts, sizeof *consts))) {
             st = plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
             goto done;
         }
-        for (size_t i = 0; i < g->n_inputs; i++) orig_in[i] = g->inputs[i];
-        for (size_t i = 0; i < g->n_outputs; i++) orig_out[i] = g->outputs[i];
-        n_orig_in = g->n_inputs;
-        n_orig_out = g->n_outputs;
+        for (size_t c = 0; c < g->n_consts; c++)
+            consts[c] = (plus_ctx_const){.name = g->consts[c].name, .dtype = g->consts[c].dtype, .rank = g->consts[c].rank,
+                                         .dims = g->consts[c].dims, .data = g->consts[c].data, .bytes = g->consts[c].bytes};
+        n_consts = g->n_consts;
     }
-    if ((st = io_names(fused, 0, &fin, &n_fin)) || (st = io_names(fused, 1, &fout, &n_fout))) goto done;
-    if (!(nd = calloc(1, sizeof *nd))) {
-        st = plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
-        goto done;
+    if ((st = plus_ep_io_names(fused, 0, &fin, &n_fin)) || (st = plus_ep_io_names(fused, 1, &fout, &n_fout))) goto done;
+    if ((st = plus_ep_chain_create(ep, node, parts, n_parts, consts, n_consts, fin, n_fin, fout, n_fout, out))) goto done;
+    if (ctx_out && (st = plus_ep_chain_context_node(*out, &ep->ctx, graph, fused, ctx_out))) {
+        plus_ep_chain_destroy(*out);   /* ep.context_enable=1: the EPContext node standing for it (ep_context.c) */
+        *out = NULL;
     }
-    if (plus_kernel_create(node, plan, packs, n_packs, orig_in, n_orig_in, &nd->k, err, sizeof err)) {
-        st = plus_ep_status(ORT_FAIL, "%s", err);
-        goto done;
-    }
-    const plus_plan* pl = plus_kernel_plan(nd->k);
-    if ((size_t)pl->n_in != n_orig_in || (size_t)pl->n_out != n_orig_out) {
-        st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': the node has %zu inputs and %zu outputs, its plan declares %d and %d",
-                            node, n_orig_in, n_orig_out, pl->n_in, pl->n_out);
-        goto done;
-    }
-    if (map_names(orig_in, n_orig_in, fin, n_fin, nd->in_map, 1, missing, sizeof missing)) {
-        st = plus_ep_status(ORT_FAIL, "PlusEP node '%s': input '%s' is not an input of the node ONNX Runtime fused",
-                            node, missing);
-        goto done;
-    }
-    map_names(orig_out, n_orig_out, fout, n_fout, nd->out_map, 0, missing, sizeof missing);
-    {   /* wired "": refused unless the plan marks it optional (an output ORT dropped gets a temporary) */
-        int in_present[PLUS_MAX_IN], out_present[PLUS_MAX_OUT];
-        for (size_t i = 0; i < n_orig_in; i++) in_present[i] = orig_in[i][0] != 0;
-        for (size_t o = 0; o < n_orig_out; o++) out_present[o] = orig_out[o][0] != 0;
-        if (plus_kernel_check_wiring(nd->k, in_present, n_orig_in, out_present, n_orig_out, err, sizeof err)) {
-            st = plus_ep_status(ORT_FAIL, "%s", err);
-            goto done;
-        }
-    }
-    nd->ep = ep;
-    nd->stat = plus_ep_stat_for(node);
-    nd->n_in = pl->n_in;
-    nd->n_out = pl->n_out;
-    nd->base.ort_version_supported = plus_ep_version;
-    nd->base.CreateState = create_state;
-    nd->base.Compute = compute;
-    nd->base.ReleaseState = release_state;
-    *out = nd;
-    nd = NULL;
 done:
     for (int i = 0; i < PLUS_MAX_ARCHS; i++)
         if (values[i]) ORT_CALL(plus_ep_api, ReleaseValue)(values[i]);
-    node_destroy(nd);
+    for (size_t i = 0; i < 2 * MAX_VIEW_PARTS; i++) free(names[i]);
+    if (consts != payload.consts) free(consts);
+    plus_ctx_payload_free(&payload);
+    fields_free(&ff);
+    free(sig);
     free(plan_owned);
-    free(orig_in);
-    free(orig_out);
     free(fin);
     free(fout);
     free(nodes);
@@ -883,20 +1087,18 @@ static OrtStatus* compile(OrtEp* base, const OrtGraph** graphs, const OrtNode** 
     for (size_t i = 0; i < count; i++) infos[i] = NULL;
     for (size_t i = 0; i < count; i++) {
         if (ctx_nodes) ctx_nodes[i] = NULL;
-        plus_ep_node* nd = NULL;
-        OrtStatus* st = compile_one(ep, graphs[i], fused[i], &nd);
+        OrtStatus* st = compile_one(ep, graphs[i], fused[i], &infos[i], ep->ctx.enable && ctx_nodes ? &ctx_nodes[i] : NULL);
         if (st) {
-            for (size_t j = 0; j < i; j++) node_destroy((plus_ep_node*)infos[j]), infos[j] = NULL;
-            return st;
+            for (size_t j = 0; j < i; j++) plus_ep_chain_destroy(infos[j]), infos[j] = NULL;
+            return st;   /* EPContext nodes made so far: ORT releases what the array holds */
         }
-        infos[i] = &nd->base;
     }
     return NULL;
 }
 
 static void release_infos(OrtEp* base, OrtNodeComputeInfo** infos, size_t n) {
     (void)base;
-    for (size_t i = 0; i < n; i++) node_destroy((plus_ep_node*)infos[i]);
+    for (size_t i = 0; i < n; i++) plus_ep_chain_destroy(infos[i]);
 }
 
 /* ---- the EP object ---- */
@@ -907,6 +1109,7 @@ OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessi
     plus_ep* ep = calloc(1, sizeof *ep);
     if (!ep) return plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
     OrtStatus* st = plus_ep_read_options(so, &ep->opts);
+    if (!st) st = plus_ctx_read_config(so, &ep->ctx);
     if (st) return free(ep), st;
     ep->base.ort_version_supported = plus_ep_version;
     ep->base.GetName = ep_name;
@@ -935,7 +1138,8 @@ OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessi
         plus_ep_install_run_hooks(ep);
         plus_ep_device_ref(ep->ordinal, +1);
     }
-    if (ep->mode == PLUS_MODE_INERT)
+    static atomic_int warned_inert;   /* once per process, through the session's logger (its severity) */
+    if (ep->mode == PLUS_MODE_INERT && !atomic_exchange(&warned_inert, 1))
         plus_ep_log(logger, ORT_LOG_WARNING, "PlusEP: no usable NVIDIA GPU (%s); ai.plus_ep::Fused nodes run their "
                     "original subgraphs on the next execution providers", ep->why[0] ? ep->why : "unknown reason");
     else if (ep->mode == PLUS_MODE_STAGING)

@@ -17,6 +17,7 @@
 
 #include "driver.h"
 #include "ep_abi.h"
+#include "ep_context.h"
 #include "kernel.h"
 
 #define PLUS_EP_NAME "PlusEP"
@@ -49,21 +50,50 @@ typedef struct {
 /* Read and check the options; an unknown ep.plusep.* key is an error naming it. */
 OrtStatus* plus_ep_read_options(const OrtSessionOptions* so, plus_ep_options* out);
 
+/* What a compiled node runs (ep_chain.c): parts in order, each a kernel node (plan + image packs, the
+ * launcher's) or a host part (an ONNX model ONNX Runtime runs on the CPU: the shape computations of a
+ * contrib op's expansion that no kernel holds), reading the node's inputs, constants the node carries
+ * (values a contrib op's expansion made) and earlier parts' outputs, by tensor name. */
+enum { PLUS_PART_KERNEL = 0, PLUS_PART_HOST = 1 };
+typedef struct {
+    int kind;               /* PLUS_PART_* */
+    char node[PLUS_NAME_LEN];
+    char** inputs;          /* tensor names in plan order ("" = absent; "a\tb": a or b, the names ONNX Runtime's
+                               basic optimizations give a shared constant) */
+    size_t n_inputs;
+    char** outputs;         /* "" = not used */
+    size_t n_outputs;
+    char* plan;             /* kernel */
+    int n_packs;
+    char* pack_arch[PLUS_MAX_ARCHS];
+    uint8_t* pack_data[PLUS_MAX_ARCHS];
+    size_t pack_size[PLUS_MAX_ARCHS];
+    uint8_t* model;         /* host: a serialized ONNX model */
+    size_t model_size;
+    plus_ctx_fused fused;   /* kernel: the Fused node it was, as the trust digest covers it (ep_context.h) */
+} plus_ep_part;
+
+typedef struct {            /* a constant a node carries */
+    char* name;
+    int dtype, rank;
+    int64_t dims[PLUS_MAX_RANK];
+    uint8_t* data;
+    size_t bytes;
+} plus_ep_const;
+
 /* One planned node group (from the Python planner, for models without Fused nodes). */
 typedef struct {
     char node[PLUS_NAME_LEN];
     char** members;       /* first output name of each original node of the group */
     size_t n_members;
-    char** inputs;        /* the Fused node's inputs in plan order ("" = absent; "a\tb": a or b, the name
-                             ONNX Runtime's basic optimizations give a shared constant) */
+    char** inputs;        /* the group's inputs in the graph ("a\tb" as above) */
     size_t n_inputs;
     char** outputs;
     size_t n_outputs;
-    char* plan;
-    int n_packs;
-    char* pack_arch[PLUS_MAX_ARCHS];
-    uint8_t* pack_data[PLUS_MAX_ARCHS];
-    size_t pack_size[PLUS_MAX_ARCHS];
+    plus_ep_part* parts;  /* what runs it, in order */
+    size_t n_parts, cap_parts;
+    plus_ep_const* consts;
+    size_t n_consts, cap_consts;
 } plus_ep_group;
 
 typedef struct {
@@ -127,6 +157,7 @@ typedef struct plus_ep {
     const plus_driver* drv;
     const OrtLogger* logger;    /* the session's, valid while the session lives */
     plus_ep_options opts;
+    plus_ctx_config ctx;        /* EPContext models: write them (ep.context_*), ep_context.c */
     int planned;                /* the planner ran for this EP */
     int saw_fused;              /* a GetCapability call saw Fused nodes (a rewritten model) */
     int warned_unclaimed;       /* the one warning about Fused nodes left to their bodies */
@@ -143,6 +174,43 @@ typedef struct plus_ep {
     plus_ep_timing* pending;    /* event pairs recorded this run, read at OnRunEnd */
     plus_ep_timing* spare;
 } plus_ep;
+
+/* ---- compiled nodes (ep_chain.c) and their kernel parts (ep.c) ---- */
+
+typedef struct plus_ep_run plus_ep_run;       /* one Compute of a compiled node */
+typedef struct plus_ep_node plus_ep_node;     /* a kernel part */
+
+/* Build the compiled node for ORT's fused node (its input and output names fin/fout). */
+OrtStatus* plus_ep_chain_create(plus_ep* ep, const char* name, const plus_ctx_part* parts, size_t n_parts,
+                                const plus_ctx_const* consts, size_t n_consts, const char* const* fin,
+                                size_t n_fin, const char* const* fout, size_t n_fout, OrtNodeComputeInfo** out);
+void plus_ep_chain_destroy(OrtNodeComputeInfo* info);
+/* The EPContext node standing for a compiled node (ep_context.c writes it). */
+OrtStatus* plus_ep_chain_context_node(const OrtNodeComputeInfo* info, const plus_ctx_config* cfg,
+                                      const OrtGraph* graph, const OrtNode* fused, OrtNode** out);
+
+/* ep.c: a kernel part (plan, packs; the trust check is the caller's) and its run. in_slot / out_slot:
+ * where each plan input comes from and each output goes (the run's values, -1: absent / not used). */
+OrtStatus* plus_ep_kernel_create(plus_ep* ep, const char* node, const char* plan, const plus_pack_src* packs,
+                                 int n_packs, const char* const* input_names, size_t n_inputs,
+                                 const char* const* output_names, size_t n_outputs, plus_ep_node** out);
+void plus_ep_kernel_set_slots(plus_ep_node* nd, const int* in_slot, const int* out_slot);
+void plus_ep_kernel_destroy(plus_ep_node* nd);
+OrtStatus* plus_ep_kernel_run(plus_ep_node* nd, plus_ep_run* r);
+/* ep_chain.c, during a run: a slot's value (NULL: absent), and the value an output goes to (NULL: a
+ * temporary of the kernel run: the slot is not used), allocated as ORT's output or an intermediate. */
+const OrtValue* plus_ep_run_input(plus_ep_run* r, int slot);
+OrtStatus* plus_ep_run_output(plus_ep_run* r, int slot, int dtype, const int64_t* dims, int rank, OrtValue** v);
+OrtKernelContext* plus_ep_run_context(plus_ep_run* r);
+/* gpu: the node's context and stream (ORT's, foreign = 1, else PlusEP's own of the device). */
+OrtStatus* plus_ep_node_stream(plus_ep* ep, OrtKernelContext* kctx, CUcontext* ctx, void** stream, int* foreign);
+/* The device memory of CUDA ordinal `ordinal` as ORT knows it (ep_factory.c). */
+const OrtMemoryInfo* plus_ep_memory_info(int ordinal);
+
+/* Names of a node's inputs or outputs: a malloc'ed array of pointers owned by ORT ("" for an absent one). */
+OrtStatus* plus_ep_io_names(const OrtNode* n, int outputs, const char*** names, size_t* count);
+/* 1 when `actual` is one of the tab-separated names of `planned` ("name" or "name\tname ORT gives it"). */
+int plus_ep_name_is(const char* planned, const char* actual);
 
 OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessionOptions* so,
                           const OrtLogger* logger, OrtEp** out);

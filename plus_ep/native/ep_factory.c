@@ -2,6 +2,7 @@
  * and the provider options. See ep.h for the three device modes and shared/reference/ort-plugin-ep.md
  * for the facts this follows (version negotiation §2.1, devices and memory §2.7, options §1.2). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -165,9 +166,14 @@ typedef struct {
     OrtMemoryInfo* mem[PLUS_EP_MAX_DEVICES];       /* per CUDA ordinal, created with its EP device */
     OrtHardwareDevice* virt[PLUS_EP_MAX_DEVICES];  /* devices we had to describe ourselves */
     int n_virt;
+    const OrtLogger* logger;                       /* ORT's default logger (CreateEpFactories) */
 } plus_factory;
 
 static plus_factory g_factory;
+
+const OrtMemoryInfo* plus_ep_memory_info(int ordinal) {
+    return ordinal >= 0 && ordinal < PLUS_EP_MAX_DEVICES ? g_factory.mem[ordinal] : NULL;
+}
 
 static const char* f_name(const OrtEpFactory* f) { (void)f; return PLUS_EP_NAME; }
 static const char* f_vendor(const OrtEpFactory* f) { (void)f; return "PlusEP"; }
@@ -191,6 +197,33 @@ static void card_pci_address(const char* card_idx, char* buf, size_t n) {
         if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
 }
 
+/* The driver's device name and memory (cuDeviceGetName, cuDeviceTotalMem_v2: not in the launcher's
+ * table, looked up in the same library); "" / 0 when the driver lacks them. */
+static void device_facts(const plus_driver* d, int ordinal, char* name, size_t n, size_t* bytes) {
+    static CUresult (*get_name)(char*, int, CUdevice);
+    static CUresult (*total_mem)(size_t*, CUdevice);
+    static atomic_int looked;
+    name[0] = 0;
+    *bytes = 0;
+    if (!atomic_exchange(&looked, 1)) {
+        const char* path = getenv("PLUS_EP_CUDA_LIBRARY");
+        void* h = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);   /* one more reference */
+        if (h) {
+            *(void**)&get_name = dlsym(h, "cuDeviceGetName");
+            *(void**)&total_mem = dlsym(h, "cuDeviceTotalMem_v2");
+        }
+    }
+    CUdevice dev;
+    if (!d || d->cuDeviceGet(&dev, ordinal)) return;
+    if (get_name && get_name(name, (int)n, dev)) name[0] = 0;
+    name[n - 1] = 0;
+    if (total_mem && total_mem(bytes, dev)) *bytes = 0;
+}
+
+/* One EP device on `hw` (ORT's or one we described). Metadata (ORT adds "version", PlusEP's, and
+ * "library_path"): plus_ep.mode, plus_ep.cuda_ordinal, plus_ep.device_name, plus_ep.compute_capability,
+ * plus_ep.memory_bytes; plus_ep.reason for an inert device. Device memory (an allocator) only in gpu
+ * mode: a staging or inert device leaves tensors in host memory. */
 static OrtStatus* add_device(plus_factory* f, const OrtHardwareDevice* hw, int mode, int ordinal, const char* why,
                              OrtEpDevice** out) {
     const OrtApi* api = plus_ep_api;
@@ -200,16 +233,23 @@ static OrtStatus* add_device(plus_factory* f, const OrtHardwareDevice* hw, int m
     snprintf(ord, sizeof ord, "%d", ordinal);
     ORT_CALL(api, CreateKeyValuePairs)(&meta);
     ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.mode", MODES[mode]);
-    if (mode != PLUS_MODE_INERT) {
-        const plus_driver* d = plus_driver_get(NULL);
+    const plus_driver* d = plus_driver_get(NULL);
+    if (d && ordinal < d->device_count) {
         CUdevice dev;
         int major = 0, minor = 0;
-        char cc[16];
+        char cc[16], name[256], mem[32];
+        size_t bytes = 0;
         ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.cuda_ordinal", ord);
-        if (d && !d->cuDeviceGet(&dev, ordinal) && !d->cuDeviceGetAttribute(&major, PLUS_CU_ATTR_CC_MAJOR, dev) &&
+        if (!d->cuDeviceGet(&dev, ordinal) && !d->cuDeviceGetAttribute(&major, PLUS_CU_ATTR_CC_MAJOR, dev) &&
             !d->cuDeviceGetAttribute(&minor, PLUS_CU_ATTR_CC_MINOR, dev)) {
             snprintf(cc, sizeof cc, "%d.%d", major, minor);
             ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.compute_capability", cc);
+        }
+        device_facts(d, ordinal, name, sizeof name, &bytes);
+        if (name[0]) ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.device_name", name);
+        if (bytes) {
+            snprintf(mem, sizeof mem, "%zu", bytes);
+            ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.memory_bytes", mem);
         }
     }
     if (why && *why) ORT_CALL(api, AddKeyValuePair)(meta, "plus_ep.reason", why);
@@ -225,15 +265,50 @@ static OrtStatus* add_device(plus_factory* f, const OrtHardwareDevice* hw, int m
     return st;
 }
 
+/* A GPU-typed hardware device PlusEP describes itself (the driver has devices ORT did not discover). */
+static OrtStatus* virtual_gpu(plus_factory* f, int ordinal, OrtHardwareDevice** out) {
+    *out = NULL;
+    if (f->n_virt >= PLUS_EP_MAX_DEVICES) return plus_ep_status(ORT_FAIL, "PlusEP: too many devices");
+    OrtStatus* st = EP_CALL(plus_ep_epapi, CreateHardwareDevice)(ORT_HW_GPU, PLUS_NVIDIA_VENDOR_ID, (uint32_t)ordinal,
+                                                                 "NVIDIA", NULL, out);
+    if (!st) f->virt[f->n_virt++] = *out;
+    return st;
+}
+
+/* The one line a process gets when PlusEP offers no device (through ORT's default logger, so every ORT
+ * client shows it at its log severity: Python, onnxruntime-genai, C hosts). */
+static char g_no_device[512];   /* why the last device query found none ("" = it found some) */
+
+/* The reason PlusEP offers no device in this process, "" when it offers some (plus_ep/ep.py). */
+EXPORT const char* PlusEP_NoDeviceReason(void) { return g_no_device; }
+
+/* `import plus_ep` registers the library in every Python process, the CLI's included: there the line is
+ * INFO (its reason stays available: PlusEP_NoDeviceReason); a registration by anyone else (onnxruntime-genai,
+ * a C host, a second registration) gives the WARNING, once per process. */
+static atomic_int g_quiet;
+EXPORT void PlusEP_SetQuietRegistration(int quiet) { atomic_store(&g_quiet, quiet); }
+
+static void warn_no_device(plus_factory* f, const char* why) {
+    static atomic_int warned;
+    snprintf(g_no_device, sizeof g_no_device, "no usable NVIDIA GPU (%s)", why && *why ? why : "unknown reason");
+    int quiet = atomic_load(&g_quiet);
+    if (!quiet && atomic_exchange(&warned, 1)) return;
+    plus_ep_log(f->logger, quiet ? ORT_LOG_INFO : ORT_LOG_WARNING, "PlusEP: no usable NVIDIA GPU (%s); PlusEP offers "
+                "no device, so sessions that list it run on their other execution providers",
+                why && *why ? why : "unknown reason");
+}
+
 static OrtStatus* f_devices(OrtEpFactory* base, const OrtHardwareDevice* const* hw, size_t n_hw, OrtEpDevice** out,
                             size_t max, size_t* n_out) {
     plus_factory* f = (plus_factory*)base;
     const OrtApi* api = plus_ep_api;
     OrtStatus* st = NULL;
     *n_out = 0;
+    g_no_device[0] = 0;
     const char* why = NULL;
     const plus_driver* d = NULL;
-    if (env_on("PLUS_EP_DISABLE")) why = "PLUS_EP_DISABLE is set";
+    int disabled = env_on("PLUS_EP_DISABLE");
+    if (disabled) why = "PLUS_EP_DISABLE is set";
     else d = plus_driver_get(&why);
     int n_cuda = d ? d->device_count : 0;
     if (n_cuda > PLUS_EP_MAX_DEVICES) n_cuda = PLUS_EP_MAX_DEVICES;
@@ -262,35 +337,36 @@ static OrtStatus* f_devices(OrtEpFactory* base, const OrtHardwareDevice* const* 
     for (int i = 0; i < n_nv && *n_out < max && !st; i++)
         if (nv_ord[i] >= 0 && !(st = add_device(f, nv[i], PLUS_MODE_GPU, nv_ord[i], NULL, &out[*n_out]))) ++*n_out;
     if (st) return st;
+    if (disabled) {
+        /* PLUS_EP_DISABLE with NVIDIA GPUs: inert GPU devices keep the name "PlusEP" valid (claiming nothing),
+         * so providers=["PlusEP", "CUDAExecutionProvider", ...] keeps the CUDA EP. */
+        for (int i = 0; i < n_nv && *n_out < max && !st; i++)
+            if (!(st = add_device(f, nv[i], PLUS_MODE_INERT, 0, why, &out[*n_out]))) ++*n_out;
+        if (!*n_out) warn_no_device(f, why);
+        return st;
+    }
 
     /* ORT found no NVIDIA GPU. With the system driver (libcuda.so.1) and devices, ORT's discovery missed
      * them (it reads /sys/class/drm, which needs nvidia-drm): describe them ourselves. The same on request
      * (PLUS_EP_VIRTUAL_GPU=1, tests of the GPU path with a stand-in driver). Otherwise a driver named by
-     * PLUS_EP_CUDA_LIBRARY (the emulated driver, the stand-in) runs through the CPU device. */
+     * PLUS_EP_CUDA_LIBRARY (the emulated driver, the stand-in) runs through host staging: a GPU-typed
+     * device without device memory. Never a CPU-typed device: ORT's PREFER_CPU/DEFAULT policies must not
+     * pick PlusEP. */
     const char* lib = getenv("PLUS_EP_CUDA_LIBRARY");
     int system_driver = !lib || !*lib;
-    if (!*n_out && n_nv == 0 && n_cuda > 0 && (env_on("PLUS_EP_VIRTUAL_GPU") || system_driver)) {
-        for (int o = 0; o < n_cuda && *n_out < max && !st && f->n_virt < PLUS_EP_MAX_DEVICES; o++) {
+    if (!*n_out && n_nv == 0 && n_cuda > 0) {
+        int mode = env_on("PLUS_EP_VIRTUAL_GPU") || system_driver ? PLUS_MODE_GPU : PLUS_MODE_STAGING;
+        int count = mode == PLUS_MODE_GPU ? n_cuda : 1;   /* staging runs on CUDA device 0 */
+        for (int o = 0; o < count && *n_out < max && !st; o++) {
             OrtHardwareDevice* v = NULL;
-            st = EP_CALL(plus_ep_epapi, CreateHardwareDevice)(ORT_HW_GPU, PLUS_NVIDIA_VENDOR_ID, 0, "NVIDIA", NULL, &v);
-            if (st) break;
-            f->virt[f->n_virt++] = v;
-            if (!(st = add_device(f, v, PLUS_MODE_GPU, o, NULL, &out[*n_out]))) ++*n_out;
+            if (!(st = virtual_gpu(f, o, &v)) && !(st = add_device(f, v, mode, o, NULL, &out[*n_out]))) ++*n_out;
         }
         if (st) return st;
     }
-    if (*n_out) return NULL;
-
-    /* No usable GPU: the CPU device keeps the name valid (staging with a driver, inert without). */
-    char reason[256] = "";
-    if (!d) snprintf(reason, sizeof reason, "%s", why ? why : "no CUDA driver");
-    else if (n_nv) snprintf(reason, sizeof reason, "no CUDA device matches the NVIDIA GPUs ONNX Runtime found");
-    for (size_t i = 0; i < n_hw && !*n_out && max; i++)
-        if (ORT_CALL(api, HardwareDevice_Type)(hw[i]) == ORT_HW_CPU) {
-            int mode = d && !n_nv ? PLUS_MODE_STAGING : PLUS_MODE_INERT;
-            if ((st = add_device(f, hw[i], mode, 0, reason, &out[0]))) return st;
-            *n_out = 1;
-        }
+    if (!*n_out)
+        warn_no_device(f, !d ? (why ? why : "no CUDA driver")
+                              : n_nv ? "no CUDA device matches the NVIDIA GPUs ONNX Runtime found"
+                                     : "the CUDA driver reports no device");
     return NULL;
 }
 
@@ -371,7 +447,7 @@ static uint32_t negotiate(const OrtApiBase* base, char* ort_version, size_t n) {
 
 EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* base, const OrtLogger* logger,
                                     OrtEpFactory** factories, size_t max_factories, size_t* num_factories) {
-    (void)registered_name, (void)logger;
+    (void)registered_name;
     *num_factories = 0;
     char version[64];
     uint32_t want = negotiate(base, version, sizeof version);
@@ -406,6 +482,7 @@ EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBas
         f->base.IsStreamAware = f_stream_aware;
         f->base.CreateSyncStreamForDevice = f_create_stream;
     }
+    if (logger) f->logger = logger;   /* the latest registration's (one ORT environment per process) */
     factories[0] = &f->base;
     *num_factories = 1;
     return NULL;

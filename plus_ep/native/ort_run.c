@@ -45,7 +45,7 @@ static OrtStatus* gather(plus_run* r) {
     size_t n_in = 0, n_out = 0;
     r->n_in = plan->n_in;
     r->n_out = plan->n_out;
-    if (!r->in_map || !r->out_map) {   /* plan index == context index: the counts must agree */
+    if ((!r->in_map || !r->out_map) && !r->hooks->get_input) {   /* plan index == context index: the counts agree */
         st = ORT_CALL(r->api, KernelContext_GetInputCount)(r->kctx, &n_in);
         if (!st) st = ORT_CALL(r->api, KernelContext_GetOutputCount)(r->kctx, &n_out);
         if (st) return wrap(r, st, "reading the input/output count");
@@ -56,8 +56,11 @@ static OrtStatus* gather(plus_run* r) {
     for (int i = 0; i < r->n_in; i++) {
         const OrtValue* v = NULL;
         int idx = r->in_map ? r->in_map[i] : i;
-        if (idx >= 0 && (st = ORT_CALL(r->api, KernelContext_GetInput)(r->kctx, (size_t)idx, &v)))
+        if (r->hooks->get_input) {
+            if ((st = r->hooks->get_input(r, i, &v))) return st;
+        } else if (idx >= 0 && (st = ORT_CALL(r->api, KernelContext_GetInput)(r->kctx, (size_t)idx, &v))) {
             return wrap(r, st, "KernelContext_GetInput");
+        }
         plus_tensor_desc* d = &r->desc[i];
         *d = (plus_tensor_desc){.present = v != NULL, .dims = r->dims[i]};
         r->data[i] = NULL;
@@ -83,7 +86,10 @@ static OrtStatus* outputs(plus_run* r, const plus_binding* b, void** data, size_
         bytes[o] = (size_t)n;
         int idx = r->out_map ? r->out_map[o] : o;
         OrtValue* v = NULL;
-        if (idx >= 0) {
+        if (r->hooks->get_output) {
+            OrtStatus* st = r->hooks->get_output(r, o, plan->out[o].dtype, b->out_dims[o], plan->out[o].rank, &v);
+            if (st) return wrap(r, st, "allocating an output");
+        } else if (idx >= 0) {
             OrtStatus* st = ORT_CALL(r->api, KernelContext_GetOutput)(r->kctx, (size_t)idx, b->out_dims[o],
                                                                      (size_t)plan->out[o].rank, &v);
             if (st) return wrap(r, st, "allocating an output (KernelContext_GetOutput)");

@@ -28,6 +28,11 @@ typedef struct {
     void (*launch_begin)(plus_run* r);
     /* Called once at the end of every run that reached prepare (NULL: nothing), ok = 1 on success. */
     void (*finish)(plus_run* r, int ok);
+    /* Where plan input i comes from and output o goes when the node is one part of several (the plugin
+     * EP's ep_chain.c); NULL: the kernel context through in_map/out_map. get_output's *v = NULL: a
+     * temporary of this run. */
+    OrtStatus* (*get_input)(plus_run* r, int i, const OrtValue** v);
+    OrtStatus* (*get_output)(plus_run* r, int o, int dtype, const int64_t* dims, int rank, OrtValue** v);
 } plus_run_hooks;
 
 struct plus_run {

@@ -261,10 +261,11 @@ BAD = [({"bogus": "1"}, "unknown PlusEP provider option 'bogus'"),
 
 @pytest.mark.parametrize("opts, needle", BAD)
 def test_bad_options_same_text_python_and_c(opts, needle, tmp_path):
-    """options.check, the session wrapper and the plugin EP's factory (no GPU: its inert device still reads
-    the options) refuse a bad option with the same line. Through SessionOptions.add_provider_for_devices the
-    factory's refusal does not raise: onnxruntime's Python wrapper prints its "EP Error" banner with the line
-    and falls back to the CPU EP (its behaviour for any EP that fails; docs/guide/integrations.md)."""
+    """options.check, the session wrapper and the plugin EP's factory (on the emulated driver's device, which
+    reads the options before any kernel) refuse a bad option with the same line. Through
+    SessionOptions.add_provider_for_devices the factory's refusal does not raise: onnxruntime's Python
+    wrapper prints its "EP Error" banner with the line and falls back to the CPU EP (its behaviour for any
+    EP that fails; docs/guide/integrations.md)."""
     with pytest.raises(ValueError, match=re.escape(needle)):
         options.check(opts)
     with pytest.raises(ValueError, match=re.escape(needle)):
@@ -278,7 +279,8 @@ def test_bad_options_same_text_python_and_c(opts, needle, tmp_path):
             "try:\n    s = ort.InferenceSession(sys.argv[1], sess_options=so)\n    print('session', s.get_providers())\n"
             "except Exception as e:\n    print('raised', str(e))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLUS_EP_") or k == "PLUS_EP_CACHE_DIR"}
-    env.update(PLUS_EP_CUDA_LIBRARY="/nonexistent/libcuda.so.1",
+    from plus_ep.verification.emulator import library_path
+    env.update(PLUS_EP_CUDA_LIBRARY=library_path(),
                PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-c", code, str(model), json.dumps(opts)], capture_output=True, text=True,
                        env=env, timeout=120)

@@ -94,7 +94,11 @@ int main(int argc, char** argv) {
             printf("PlusEP device %zu: mode %s\n", n_mine, mode ? mode : "?");
             mine[n_mine++] = all[i];
         }
-    if (!n_mine) return printf("error: no PlusEP device\n"), 1;
+    if (!n_mine) {
+        printf("error: no PlusEP device\n");
+        CALL(ReleaseEnv)(env);
+        return 1;
+    }
 
     const char* keys[16];
     const char* values[16];

@@ -127,6 +127,16 @@ CUresult cuDeviceGetAttribute(int* v, int attr, int dev) {
     else return E_INVALID_VALUE;
     return OK;
 }
+CUresult cuDeviceGetName(char* name, int len, int dev) {
+    if (dev < 0 || dev >= g_ndev || len < 1) return E_INVALID_VALUE;
+    snprintf(name, (size_t)len, "Fake CUDA device %d", dev);
+    return OK;
+}
+CUresult cuDeviceTotalMem_v2(size_t* bytes, int dev) {
+    if (dev < 0 || dev >= g_ndev) return E_INVALID_VALUE;
+    *bytes = (size_t)(dev + 1) << 30;
+    return OK;
+}
 CUresult cuDevicePrimaryCtxRetain(fake_ctx** c, int dev) {
     if (dev < 0 || dev >= g_ndev) return E_INVALID_VALUE;
     *c = &g_ctx[dev];

@@ -138,7 +138,7 @@ def options_page() -> str:
 
 # ------------------------------------------------------------------------------------------ API
 API = ("rewrite", "rewrite_detailed", "RewriteResult", "load_model", "InferenceSession", "verify", "verify_text",
-       "get_library_path", "register")
+       "get_library_path", "get_ep_names", "get_ep_name", "get_ep_devices", "register")
 
 
 def _signature(obj) -> str:

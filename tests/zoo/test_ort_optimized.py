@@ -109,27 +109,35 @@ def test_genai_form_matches_the_real_builder(tmp_path):
     assert sig(ours) == sig(real)
 
 
-def test_plugin_ep_planner_claims_only_groups_of_model_nodes():
-    """The plugin EP claims groups of the model's own nodes: a fused node reading or writing values of an
-    expansion (the Q/K/V group and the attention of an Attention node; FastGelu's constants) is not a group
-    of the model's nodes, so ORT keeps those contrib nodes (they were claimed with wrong members before);
-    MatMul + SkipLayerNormalization (a LayerNormalization node at opset 17: no new constant) is claimed."""
-    from plus_ep.ep import partition
-    model = onnx.load(str(ortopt.bert_optimized("O3", layers=LAYERS)))
-    r = rewrite_detailed(model)
+@pytest.mark.parametrize("which", ["O2", "O3", "genai-float16", "genai-float32"])
+def test_plugin_ep_planner_claims_the_contrib_graph(which):
+    """The plugin EP's planner claims every kernel the offline rewrite builds, contrib nodes included: an
+    Attention's Q/K/V projections and attention (and the mask reduction its expansion shares with the next
+    layer) become one group of several parts, a GroupQueryAttention's shape computations host parts;
+    groups are disjoint sets of the model's own nodes (as ONNX Runtime holds it), and every com.microsoft
+    node is in one."""
+    from plus_ep.ep import ort_basic_graph, partition
+    path = (ortopt.bert_optimized(which, layers=LAYERS) if which.startswith("O")
+            else ortopt.genai_llama(layers=LAYERS, dtype=which.split("-")[1]))
+    model = ort_basic_graph(str(path))
+    r = rewrite_detailed(model, archs=[])
     for n in r.model.graph.node:          # partition() reads the launch plan's presence only
         if n.domain == "ai.plus_ep":
             n.attribute.append(onnx.helper.make_attribute("plus_plan", "plan"))
+    fused = [n.name for n in r.model.graph.node if n.domain == "ai.plus_ep"]
     groups = partition(model, r.model)
-    ops = {n.output[0]: n.op_type for n in model.graph.node}
-    claimed = [sorted(ops[m] for m in g["members"]) for g in groups]
-    assert claimed.count(["MatMul", "SkipLayerNormalization"]) == 2 * LAYERS
+    kernels = [p["node"] for g in groups for p in g["parts"] if p["kind"] == "kernel"]
+    assert sorted(kernels) == sorted(fused), (kernels, fused)               # the offline rewrite's kernels, all
     members = [m for g in groups for m in g["members"]]
-    assert len(members) == len(set(members))                     # disjoint
-    assert not any("Attention" in c or "FastGelu" in c for c in claimed)
-    for g in groups:                                             # each group computes its fused node's outputs
-        assert set(g["outputs"]) <= set(g["members"]) | {o for n in model.graph.node for o in n.output
-                                                        if n.output[0] in g["members"]}
+    assert len(members) == len(set(members))                                 # disjoint
+    ops = {n.output[0]: n for n in model.graph.node}
+    contrib = {n.output[0] for n in model.graph.node if n.domain == "com.microsoft"}
+    assert contrib and contrib <= set(members), sorted(contrib - set(members))
+    claimed_ops = {ops[m].op_type for m in members}
+    assert ({"Attention", "SkipLayerNormalization"} if which.startswith("O") else
+            {"GroupQueryAttention", "SkipSimplifiedLayerNormalization", "MatMulNBits"}) <= claimed_ops, claimed_ops
+    if not which.startswith("O"):
+        assert any(p["kind"] == "host" for g in groups for p in g["parts"])   # the GQA's shape computations
 
 
 def test_explain_says_what_each_contrib_op_became():

@@ -170,3 +170,12 @@ def test_kernels_public_face():
     rooms = {name.split(".")[2] for name in modules() if name.startswith("plus_ep.kernels.")}
     assert not set(k.__all__) & rooms
     assert all(getattr(k, name) is not None for name in k.__all__)
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest imports test modules by basename (no __init__.py in tests/): two folders holding
+    test_x.py stop the whole collection, so the default test command runs nothing."""
+    seen: dict = {}
+    for f in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(f.name, []).append(str(f.relative_to(ROOT)))
+    assert {k: v for k, v in seen.items() if len(v) > 1} == {}

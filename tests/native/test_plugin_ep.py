@@ -127,7 +127,7 @@ def ep_warnings(stderr: str) -> list[str]:
 def test_no_gpu_no_device_one_warning_original_runs(demo_models):
     """No usable GPU: PlusEP offers no device (ORT's device policies never pick it); a session naming it
     gets ORT's own fallback to the other providers and the original's outputs; `import plus_ep` says why
-    at INFO only (a client's own registration warns: tests/native/test_packaging.py), the reason stays
+    at INFO only (a client's own registration warns: tests/native/test_plugin_ep_packaging.py), the reason stays
     available (plus_ep.ep.no_device_reason)."""
     raw, plus = demo_models
     for model in (plus, raw):

@@ -62,7 +62,9 @@ def test_optimum_causal_lm_generate_with_past(models):
     res = _run("generate", models)
     assert res["tokens"] == res["want"], res
     assert all(len(row) == 6 + 8 for row in res["tokens"])
-    assert res["launches"] >= 9 * len(res["nodes"]), res     # prefill + 8 decode steps, each through the kernels
+    # each of the 8 decode steps runs through every node's kernels (the prefill may skip a launch over an empty
+    # past: zero-size tensors launch nothing)
+    assert all(n >= 8 for n in res["per_node"].values()), res["per_node"]
 
 
 def test_onnxruntime_genai_append_provider(models):

@@ -13,6 +13,7 @@ ONNX Runtime and registers its packs with the emulator.
 from __future__ import annotations
 
 import json
+from collections import Counter
 import os
 import sys
 
@@ -37,6 +38,7 @@ def _kernels() -> dict:
     return {"launches": len(emu.records), "errors": [r.error or r.findings[0] for r in emu.records
                                                      if r.error or r.findings][:5],
             "nodes": sorted({r.node for r in emu.records}), "maths": maths,
+            "per_node": dict(Counter(r.node for r in emu.records)),
             "tol": max(tolerance(m, np.dtype(np.float32), kind="model") for m in maths)}
 
 

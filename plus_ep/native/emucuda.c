@@ -9,6 +9,11 @@
  * - Modules, functions and launches are Python's: plus_emucuda_attach() registers callbacks (ctypes
  *   callbacks take the GIL, which serialises the interpreter across the launcher's threads). The
  *   loaded image is handed over with its size: an ELF cubin's size from its headers, PTX's strlen + 1.
+ *   Every call of a callback holds a use of the attached set (cb_enter/cb_leave); plus_emucuda_attach
+ *   (NULLs: detach) returns only once no other thread is inside a callback of the old set, so Python may
+ *   free the old callbacks after it returns. emulator.py detaches at interpreter exit, before module
+ *   teardown: a session destroyed after that unloads its modules without calling into Python, and a
+ *   launch or load then fails with CUDA_ERROR_NOT_INITIALIZED naming the detached interpreter.
  * - The device reports what plus_emucuda_set_device sets: compute capability, SM count and opt-in shared
  *   memory per block, which plus_ep/verification/emulator.py (Emulator.set_arch) takes from kernels/arch.py's row of
  *   the arch under test (its reference part: A100 108 SMs for sm_80, ..., H100 SXM5 132 for sm_90a), so
@@ -70,10 +75,16 @@ typedef int (*launch_cb)(long long function, const unsigned* dims, unsigned smem
 typedef void (*unload_cb)(long long module);
 
 typedef struct { unsigned magic; int dev; } emu_ctx;
-typedef struct { unsigned magic; emu_ctx* ctx; long long handle; } emu_mod;
-typedef struct { unsigned magic; emu_mod* mod; long long handle; int max_dyn_smem; } emu_fn;
+typedef struct emu_fn emu_fn;
+typedef struct { unsigned magic; emu_ctx* ctx; long long handle; emu_fn* fns; } emu_mod;
+struct emu_fn { unsigned magic; emu_mod* mod; long long handle; int max_dyn_smem; emu_fn* next; };   /* next: the module's */
 
-static struct { load_cb load; getfn_cb getfn; pack_cb pack; launch_cb launch; unload_cb unload; } g_cb;
+typedef struct { load_cb load; getfn_cb getfn; pack_cb pack; launch_cb launch; unload_cb unload; } emu_callbacks;
+static emu_callbacks g_cb;
+static int g_cb_users;                                  /* callback calls in flight (g_lock) */
+static long g_live_fns;                                 /* emu_fn structs not freed yet (g_lock) */
+static pthread_cond_t g_cb_idle = PTHREAD_COND_INITIALIZER;
+static __thread int t_cb_depth;                         /* this thread's callback calls in flight */
 static emu_ctx g_ctx = {CTX_MAGIC, 0};
 static int g_cc = 90, g_sms = 132, g_smem_optin = 232448, g_inited;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -127,11 +138,39 @@ static int alloc_remove(uintptr_t base) {
 }
 
 /* ---- exported for plus_ep/verification/emulator.py ---- */
+/* Replace the callbacks (all NULL: detach) and wait until no other thread is inside one of the old set
+ * (a thread that attaches from inside a callback does not wait for itself). Python calls it through ctypes,
+ * which releases the GIL for the call, so a callback that needs the GIL to finish can. */
 EXPORT void plus_emucuda_attach(load_cb l, getfn_cb g, pack_cb p, launch_cb la, unload_cb u) {
     pthread_mutex_lock(&g_lock);
-    g_cb.load = l, g_cb.getfn = g, g_cb.pack = p, g_cb.launch = la, g_cb.unload = u;
+    g_cb = (emu_callbacks){l, g, p, la, u};
+    while (g_cb_users > t_cb_depth) pthread_cond_wait(&g_cb_idle, &g_lock);
     pthread_mutex_unlock(&g_lock);
 }
+EXPORT int plus_emucuda_attached(void) {
+    pthread_mutex_lock(&g_lock);
+    int on = g_cb.load != NULL;
+    pthread_mutex_unlock(&g_lock);
+    return on;
+}
+/* The callbacks as attached now, held until cb_leave: a detach waits for the holders. */
+static emu_callbacks cb_enter(void) {
+    pthread_mutex_lock(&g_lock);
+    emu_callbacks c = g_cb;
+    g_cb_users++;
+    t_cb_depth++;
+    pthread_mutex_unlock(&g_lock);
+    return c;
+}
+static void cb_leave(void) {
+    pthread_mutex_lock(&g_lock);
+    g_cb_users--;
+    t_cb_depth--;
+    pthread_cond_broadcast(&g_cb_idle);
+    pthread_mutex_unlock(&g_lock);
+}
+#define DETACHED "no PTX interpreter is attached to the emulated CUDA driver (detached at interpreter exit, " \
+                 "or never attached: use plus_ep.verification.emulator.Emulator, e.g. through `plus-ep verify`)"
 EXPORT void plus_emucuda_set_device(int major, int minor, int sms, int smem_optin) {
     g_cc = major * 10 + minor, g_sms = sms, g_smem_optin = smem_optin;
 }
@@ -151,6 +190,12 @@ EXPORT int plus_emucuda_lookup(uintptr_t p, uintptr_t* base, size_t* size) {
     }
     pthread_mutex_unlock(&g_lock);
     return found;
+}
+EXPORT long plus_emucuda_live_functions(void) {   /* cuModuleGetFunction handles whose module is loaded */
+    pthread_mutex_lock(&g_lock);
+    long n = g_live_fns;
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
 EXPORT long plus_emucuda_live_allocations(void) {
     pthread_mutex_lock(&g_lock);
@@ -220,10 +265,12 @@ typedef struct emu_stream {
     emu_graph* capture;       /* capturing into this graph */
     int capture_mode, invalidated;
     pthread_t capture_thread;
+    int busy;                 /* run_streams is running its work (g_qlock): cuStreamDestroy waits */
     struct emu_stream* next;  /* every live stream */
 } emu_stream;
 
 static pthread_mutex_t g_qlock = PTHREAD_MUTEX_INITIALIZER;     /* queues, stream list, captures */
+static pthread_cond_t g_qidle = PTHREAD_COND_INITIALIZER;       /* a stream stopped being busy */
 static pthread_mutex_t g_exec = PTHREAD_MUTEX_INITIALIZER;      /* one stream's work runs at a time */
 static emu_stream* g_streams;
 static int g_captures;                                          /* streams capturing now */
@@ -252,15 +299,27 @@ static emu_op* op_clone(const emu_op* o) {
 }
 
 static int is_legacy(void* s) { return !s || s == (void*)1; }   /* NULL or CU_STREAM_LEGACY */
+/* A live stream of this driver, found by its handle in the list (a destroyed or foreign handle is never
+ * dereferenced: an event may outlive the stream it was recorded on). */
 static emu_stream* as_stream(void* s) {
-    emu_stream* st = s;
-    return !is_legacy(s) && st->magic == STREAM_MAGIC ? st : NULL;
+    if (is_legacy(s)) return NULL;
+    emu_stream* found = NULL;
+    pthread_mutex_lock(&g_qlock);
+    for (emu_stream* st = g_streams; st && !found; st = st->next)
+        if (st == s && st->magic == STREAM_MAGIC) found = st;
+    pthread_mutex_unlock(&g_qlock);
+    return found;
 }
 
 /* Run one op now (the exec lock held). */
 static CUresult op_run(const emu_op* o) {
     switch (o->kind) {
-    case OP_LAUNCH: return g_cb.launch ? g_cb.launch(o->fn, o->dims, o->smem, o->bytes, o->n) : E_NOT_INITIALIZED;
+    case OP_LAUNCH: {
+        emu_callbacks cb = cb_enter();
+        CUresult r = cb.launch ? cb.launch(o->fn, o->dims, o->smem, o->bytes, o->n) : fail(E_NOT_INITIALIZED, DETACHED);
+        cb_leave();
+        return r;
+    }
     case OP_COPY:
         memmove((void*)o->dst, o->bytes ? (const void*)o->bytes : (const void*)o->src, o->n);
         return OK;
@@ -320,12 +379,35 @@ static CUresult run_streams(int all) {
         pthread_mutex_lock(&g_qlock);
         for (emu_stream* s = g_streams; s && !pick; s = s->next)
             if (s->head && (all || !s->nonblocking)) pick = s;
+        if (pick) pick->busy++;   /* cuStreamDestroy on another thread waits until we are done with it */
         pthread_mutex_unlock(&g_qlock);
         if (!pick) break;
         CUresult r = stream_run(pick);
+        pthread_mutex_lock(&g_qlock);
+        pick->busy--;
+        pthread_cond_broadcast(&g_qidle);
+        pthread_mutex_unlock(&g_qlock);
         if (r && !first) first = r;
     }
     return first;
+}
+
+/* Run the queued work of the live stream `h` (0 when it was destroyed meanwhile: cuStreamDestroy ran it),
+ * holding it busy so a concurrent cuStreamDestroy waits instead of freeing it under us. */
+static CUresult stream_run_live(void* h) {
+    emu_stream* s = NULL;
+    pthread_mutex_lock(&g_qlock);
+    for (emu_stream* st = g_streams; st && !s; st = st->next)
+        if (st == h) s = st;
+    if (s) s->busy++;
+    pthread_mutex_unlock(&g_qlock);
+    if (!s) return OK;
+    CUresult r = stream_run(s);
+    pthread_mutex_lock(&g_qlock);
+    s->busy--;
+    pthread_cond_broadcast(&g_qidle);
+    pthread_mutex_unlock(&g_qlock);
+    return r;
 }
 
 /* Before work on the legacy stream: it waits for the blocking streams, which must not be capturing. */
@@ -518,7 +600,7 @@ EXPORT CUresult cuStreamSynchronize(void* stream) {
         return fail(E_CAPTURE_UNSUPPORTED, "cuStreamSynchronize of a stream that is capturing (the capture is "
                                            "invalidated)");
     }
-    return stream_run(s);
+    return stream_run_live(s);
 }
 EXPORT CUresult cuStreamCreate(void** out, unsigned flags) {
     if (!current()) return E_INVALID_CONTEXT;
@@ -538,14 +620,15 @@ EXPORT CUresult cuStreamDestroy_v2(void* stream) {
     emu_stream* s = as_stream(stream);
     if (!s) return E_INVALID_HANDLE;
     if (s->capture) return fail(E_CAPTURE_UNSUPPORTED, "cuStreamDestroy of a stream that is capturing");
-    CUresult r = stream_run(s);   /* CUDA finishes the queued work of a destroyed stream */
-    pthread_mutex_lock(&g_qlock);
+    pthread_mutex_lock(&g_qlock);   /* out of the list first: no run_streams picks it after this */
     for (emu_stream** p = &g_streams; *p; p = &(*p)->next)
         if (*p == s) {
             *p = s->next;
             break;
         }
+    while (s->busy) pthread_cond_wait(&g_qidle, &g_qlock);
     pthread_mutex_unlock(&g_qlock);
+    CUresult r = stream_run(s);   /* CUDA finishes the queued work of a destroyed stream */
     s->magic = 0;
     free(s);
     return r;
@@ -588,8 +671,7 @@ EXPORT CUresult cuEventQuery(emu_event* e) {
 EXPORT CUresult cuEventSynchronize(emu_event* e) {
     if (!e || e->magic != EVENT_MAGIC) return E_INVALID_HANDLE;
     if (e->done) return OK;
-    emu_stream* s = as_stream(e->stream);
-    CUresult r = s ? stream_run(s) : run_streams(0);
+    CUresult r = is_legacy(e->stream) ? run_streams(0) : stream_run_live(e->stream);
     return r ? r : e->done ? OK : E_NOT_READY;
 }
 EXPORT CUresult cuEventElapsedTime_v2(float* ms, emu_event* a, emu_event* b) {
@@ -722,19 +804,18 @@ static size_t elf_size(const unsigned char* d) {
 EXPORT CUresult cuModuleLoadData(emu_mod** out, const void* image) {
     if (!current()) return E_INVALID_CONTEXT;
     if (!image || !out) return E_INVALID_VALUE;
-    if (!g_cb.load)
-        return fail(E_NOT_INITIALIZED, "no PTX interpreter is attached to the emulated CUDA driver "
-                                       "(use plus_ep.verification.emulator.Emulator, e.g. through `plus-ep verify`)");
     const unsigned char* d = image;
     int is_ptx = memcmp(d, "\x7f" "ELF", 4) != 0;
     size_t size = is_ptx ? strlen(image) + 1 : elf_size(d);
     if (!size) return fail(E_INVALID_IMAGE, "the image is a 32-bit ELF");
     long long h = 0;
-    CUresult r = g_cb.load(image, size, is_ptx, &h);
+    emu_callbacks cb = cb_enter();
+    CUresult r = cb.load ? cb.load(image, size, is_ptx, &h) : fail(E_NOT_INITIALIZED, DETACHED);
+    cb_leave();
     if (r) return r;
     emu_mod* m = calloc(1, sizeof *m);
     if (!m) return E_OUT_OF_MEMORY;
-    *m = (emu_mod){MOD_MAGIC, current(), h};
+    *m = (emu_mod){MOD_MAGIC, current(), h, NULL};
     *out = m;
     return OK;
 }
@@ -746,11 +827,17 @@ EXPORT CUresult cuModuleGetFunction(emu_fn** f, emu_mod* m, const char* name) {
     if (!m || m->magic != MOD_MAGIC) return E_INVALID_HANDLE;
     if (current() != m->ctx) return E_INVALID_CONTEXT;
     long long h = 0;
-    CUresult r = g_cb.getfn(m->handle, name, &h);
+    emu_callbacks cb = cb_enter();
+    CUresult r = cb.getfn ? cb.getfn(m->handle, name, &h) : fail(E_NOT_INITIALIZED, DETACHED);
+    cb_leave();
     if (r) return r;
     emu_fn* fn = calloc(1, sizeof *fn);
     if (!fn) return E_OUT_OF_MEMORY;
-    *fn = (emu_fn){FN_MAGIC, m, h, 48 * 1024};
+    *fn = (emu_fn){FN_MAGIC, m, h, 48 * 1024, m->fns};
+    m->fns = fn;
+    pthread_mutex_lock(&g_lock);
+    g_live_fns++;
+    pthread_mutex_unlock(&g_lock);
     *f = fn;
     return OK;
 }
@@ -758,8 +845,18 @@ EXPORT CUresult cuModuleUnload(emu_mod* m) {
     if (!m || m->magic != MOD_MAGIC) return E_INVALID_HANDLE;
     if (current() != m->ctx) return E_INVALID_CONTEXT;
     m->magic = 0;
-    if (g_cb.unload) g_cb.unload(m->handle);
-    free(m);   /* its functions are freed with it by contract (the launcher never uses them after) */
+    emu_callbacks cb = cb_enter();
+    if (cb.unload) cb.unload(m->handle);   /* detached: Python's module table is gone with the interpreter */
+    cb_leave();
+    for (emu_fn *fn = m->fns, *next; fn; fn = next) {   /* its functions go with it, as in CUDA */
+        next = fn->next;
+        fn->magic = 0;
+        free(fn);
+        pthread_mutex_lock(&g_lock);
+        g_live_fns--;
+        pthread_mutex_unlock(&g_lock);
+    }
+    free(m);
     return OK;
 }
 EXPORT CUresult cuFuncSetAttribute(emu_fn* f, int attr, int value) {
@@ -786,7 +883,9 @@ EXPORT CUresult cuLaunchKernel(emu_fn* f, unsigned gx, unsigned gy, unsigned gz,
     if (!is_legacy(stream) && !as_stream(stream)) return fail(E_INVALID_HANDLE, "cuLaunchKernel: not a stream of this driver");
     emu_op* o = calloc(1, sizeof *o);
     if (!o || !(o->bytes = malloc(PARAM_CAP))) return free(o), E_OUT_OF_MEMORY;
-    CUresult r = g_cb.pack ? g_cb.pack(f->handle, params, o->bytes, PARAM_CAP, &o->n) : E_NOT_INITIALIZED;
+    emu_callbacks cb = cb_enter();
+    CUresult r = cb.pack ? cb.pack(f->handle, params, o->bytes, PARAM_CAP, &o->n) : fail(E_NOT_INITIALIZED, DETACHED);
+    cb_leave();
     if (r) return op_free(o), r;   /* the parameters are checked when the launch is made, as its error */
     o->kind = OP_LAUNCH, o->fn = f->handle, o->smem = smem;
     unsigned dims[6] = {gx, gy, gz, bx, by, bz};

@@ -28,6 +28,7 @@ stream order, native/emucuda.c); their failures report at that wait, with the no
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import logging
@@ -43,7 +44,7 @@ from ..kernels.compile import nvrtc
 from ..kernels.wire.pack import parse as parse_pack
 from ..kernels.ptx import GlobalMemory, Module, PtxError
 
-__all__ = ["Emulator", "LaunchRecord", "TieError", "launcher_loaded", "library_path"]
+__all__ = ["Emulator", "LaunchRecord", "TieError", "driver_path", "launcher_loaded", "library_path"]
 
 log = logging.getLogger("plus_ep")
 _HERE = Path(__file__).resolve().parents[1]   # plus_ep/, where the native libraries are built
@@ -58,6 +59,15 @@ _PACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_uint), ctypes.c_uint,
                            ctypes.c_void_p, ctypes.c_size_t)
 _UNLOAD = ctypes.CFUNCTYPE(None, ctypes.c_longlong)
+
+
+def driver_path() -> str:
+    """The emulated driver this process's launcher loads: the library PLUS_EP_CUDA_LIBRARY names when its
+    file name says it is one (``*emucuda*.so``, e.g. a sanitizer build of plus_ep/native/emucuda.c), else
+    `library_path()`. The interpreter must attach to that same library object."""
+    from .. import config
+    named = config.get("PLUS_EP_CUDA_LIBRARY") or ""
+    return named if "emucuda" in os.path.basename(named) and os.path.isfile(named) else library_path()
 
 
 def library_path() -> str:
@@ -145,12 +155,13 @@ class Emulator:
             return cls._instance
 
     def __init__(self):
-        self.path = library_path()
+        self.path = driver_path()
         self.lib = ctypes.CDLL(self.path)
         self.lib.plus_emucuda_set_error.argtypes = [ctypes.c_int, ctypes.c_char_p]
         self.lib.plus_emucuda_lookup.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
                                                  ctypes.POINTER(ctypes.c_size_t)]
         self.lib.plus_emucuda_live_allocations.restype = ctypes.c_long
+        self.lib.plus_emucuda_live_functions.restype = ctypes.c_long
         self.lib.plus_emucuda_pending.restype = ctypes.c_long
         self.lib.plus_emucuda_host_mapped.argtypes = [ctypes.c_size_t]
         self._lock = threading.RLock()
@@ -167,10 +178,14 @@ class Emulator:
         self.fail_on_findings = True
         self.progress = None                          # callable(record) after each launch
         self.set_arch("sm_90a")
-        # keep the callbacks alive as long as the library can call them
         self._cbs = (_LOAD(self._cb_load), _GETFN(self._cb_getfn), _PACK(self._cb_pack), _LAUNCH(self._cb_launch),
                      _UNLOAD(self._cb_unload))
         self.lib.plus_emucuda_attach(*self._cbs)
+        # Detach before the interpreter tears itself down: sessions still alive then are destroyed during
+        # finalization (module teardown, the last garbage collection), when this object and its callbacks
+        # may already be gone. atexit keeps the callbacks alive until the detach, which waits for any
+        # callback in flight on another thread.
+        atexit.register(_detach, self.lib, self._cbs)
 
     # ------------------------------------------------------------------------------ setup
     def environment(self) -> dict:
@@ -253,6 +268,14 @@ class Emulator:
 
     def live_allocations(self) -> int:
         return int(self.lib.plus_emucuda_live_allocations())
+
+    def live_functions(self) -> int:
+        """Function handles (cuModuleGetFunction) of modules not unloaded yet: 0 once every session is gone."""
+        return int(self.lib.plus_emucuda_live_functions())
+
+    def attached(self) -> bool:
+        """Whether the driver calls this interpreter (False after the detach at interpreter exit)."""
+        return bool(self.lib.plus_emucuda_attached())
 
     def pending(self) -> int:
         """Operations queued on streams and not yet run (stream-ordered work nobody waited for)."""
@@ -426,6 +449,13 @@ class Emulator:
                 self.progress(rec)
             except Exception:
                 log.debug("emulator progress callback failed", exc_info=True)
+
+
+def _detach(lib, callbacks) -> None:
+    """Stop the driver calling into Python (at interpreter exit): later unloads only free, later loads and
+    launches fail naming the detached interpreter. `callbacks` stay referenced until this has returned."""
+    lib.plus_emucuda_attach(None, None, None, None, None)
+    del callbacks
 
 
 def _node(info) -> str:

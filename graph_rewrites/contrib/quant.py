@@ -1,4 +1,12 @@
-"""MatMulNBits: a weight-only quantised GEMM (onnxruntime-genai's int4 weights, ORT's MatMulNBitsQuantizer).
+"""Quantized ops as standard ONNX: MatMulNBits, DynamicQuantizeLinear, QLinearMatMul and the contrib ops ORT's
+quantizer and graph optimizer write for transformers (MatMulIntegerToFloat, DynamicQuantizeMatMul).
+
+Integer and float8 semantics stay in QuantizeLinear, DequantizeLinear and MatMulInteger, which lowering
+and the codegen take as ops of the vocabulary (graph_rewrites/ops.py): round half to even, saturation, zero
+points and per-axis or blocked scales are theirs, so an expansion writes the rest with plain ops (Reduce*,
+Min/Max, Div, Cast, Mul, Add).
+
+MatMulNBits: a weight-only quantised GEMM (onnxruntime-genai's int4 weights, ORT's MatMulNBitsQuantizer).
 
 B is uint8 [N, k_blocks, blob] (each byte holds 8/bits values, the low bits first), scales [N, k_blocks]
 (or flat), zero_points either packed like B ([N, ceil(k_blocks·bits/8)], default 2^(bits-1)) or in the
@@ -94,3 +102,106 @@ def matmul_nbits(e: Emitter):
     e.op("MatMul", a, w, out=None if bias else out(n, 0))
     if bias:
         e.op("Add", e.nodes[-1].output[0], bias, out=out(n, 0))
+
+
+# ---- 8-bit quantization ----------------------------------------------------------------------------------
+def _all_axes(e: Emitter, x):
+    rank = e.facts.rank(x)
+    if rank is None:
+        raise Refused(f"the rank of '{x}' is not known")
+    return list(range(rank))
+
+
+def _dynamic_params(e: Emitter, x, scale_out=None, zp_out=None):
+    """The uint8 scale and zero point onnxruntime's DynamicQuantizeLinear takes for float32 `x`: lo = min(0, min x),
+    hi = max(0, max x), scale = (hi - lo) / 255 (1 when hi == lo), zero point = round(clip(0 - lo / scale, 0, 255))."""
+    if e.need_float(x) != TensorProto.FLOAT:
+        raise Refused(f"'{x}' is not float32 (dynamic quantization expands for float32)")
+    axes = _all_axes(e, x)
+    f = TensorProto.FLOAT
+    zero = e.scalar(0.0, f)
+    lo = e.op("Min", e.reduce("ReduceMin", x, axes, keepdims=0), zero)
+    hi = e.op("Max", e.reduce("ReduceMax", x, axes, keepdims=0), zero)
+    span = e.op("Sub", hi, lo)
+    scale = e.op("Where", e.op("Equal", span, zero), e.scalar(1.0, f), e.op("Div", span, e.scalar(255.0, f)),
+                 out=scale_out)
+    zpf = e.op("Round", e.op("Clip", e.op("Sub", zero, e.op("Div", lo, scale)), zero, e.scalar(255.0, f)))
+    return scale, e.op("Cast", zpf, to=TensorProto.UINT8, out=zp_out)
+
+
+def dynamic_quantize_linear(e: Emitter):
+    """ONNX DynamicQuantizeLinear (uint8) as onnxruntime computes it: _dynamic_params, then QuantizeLinear."""
+    n = e.node
+    x = inp(n, 0)
+    scale, zp = _dynamic_params(e, x, out(n, 1), out(n, 2))
+    e.op("QuantizeLinear", x, scale, zp, out=out(n, 0))
+
+
+def _int_product(e: Emitter, a, b, za, zb):
+    """MatMulInteger(a, b, za, zb) as float32 (int32 sums, then the one rounding of Cast)."""
+    for t, role in ((a, "A"), (b, "B")):
+        if e.facts.dtype.get(t) not in (TensorProto.INT8, TensorProto.UINT8):
+            raise Refused(f"{role} '{t}' is not int8 or uint8")
+    return e.cast(e.op("MatMulInteger", a, b, za, zb), TensorProto.FLOAT)
+
+
+def _per_tensor(e: Emitter, s):
+    r = e.facts.rank(s)       # None: a scale this expansion computed (a scalar)
+    if r is not None and (r > 1 or (r == 1 and e.facts.dim(s, 0) != 1)):
+        raise Refused(f"A's scale '{s}' is not per tensor (a per-row A scale does not expand)")
+
+
+def _column_scale(e: Emitter, s):
+    """A per-tensor ([] or [1]) or per-column ([N]) scale, as MatMul's output broadcasts it."""
+    r = e.facts.rank(s)
+    if r is None or r > 1:
+        raise Refused(f"scale '{s}' is neither a scalar nor a 1-D per-column vector")
+    return s
+
+
+def qlinear_matmul(e: Emitter):
+    """ONNX QLinearMatMul: y = saturate(round(sum (a - za)(b - zb) · (sa · sb / sy)) + zy), the int32 sums
+    requantized with one float multiplier per column as onnxruntime does."""
+    n = e.node
+    a, sa, za, b, sb, zb, sy, zy = (inp(n, k) for k in range(8))
+    for t in (sa, sb, sy):
+        if e.facts.dtype.get(t) != TensorProto.FLOAT:
+            raise Refused(f"scale '{t}' is not float32")
+    _per_tensor(e, sa)
+    acc = _int_product(e, a, b, za, zb)
+    mult = e.op("Div", e.op("Mul", sa, _column_scale(e, sb)), sy)
+    y = e.op("Mul", acc, mult)
+    one = e.scalar(1.0, TensorProto.FLOAT)
+    e.op("QuantizeLinear", y, one, zy, out=out(n, 0))
+
+
+def matmul_integer_to_float(e: Emitter):
+    """com.microsoft MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zp, b_zp, bias) =
+    float(MatMulInteger(A, B, a_zp, b_zp)) · (a_scale · b_scale) + bias."""
+    n = e.node
+    a, b, sa, sb, za, zb, bias = (inp(n, k) for k in range(7))
+    dt = e.need_float(sa)
+    if dt != TensorProto.FLOAT:
+        raise Refused("scales other than float32 do not expand")
+    _matmul_scaled(e, a, b, za, zb, sa, sb, bias)
+
+
+def _matmul_scaled(e, a, b, za, zb, sa, sb, bias):
+    n = e.node
+    _per_tensor(e, sa)
+    acc = _int_product(e, a, b, za, zb)
+    scale = e.op("Mul", sa, _column_scale(e, sb))
+    e.op("Mul", acc, scale, out=None if bias else out(n, 0))
+    if bias:
+        e.op("Add", e.nodes[-1].output[0], bias, out=out(n, 0))
+
+
+def dynamic_quantize_matmul(e: Emitter):
+    """com.microsoft DynamicQuantizeMatMul(A, B, b_scale, b_zp, bias): A quantized as DynamicQuantizeLinear does
+    (uint8), then MatMulIntegerToFloat."""
+    n = e.node
+    a, b, sb, zb, bias = (inp(n, k) for k in range(5))
+    if e.facts.dtype.get(sb) != TensorProto.FLOAT:
+        raise Refused("scales other than float32 do not expand")
+    sa, za = _dynamic_params(e, a)
+    _matmul_scaled(e, e.op("QuantizeLinear", a, sa, za), b, za, zb, sa, sb, bias)

@@ -39,6 +39,14 @@ _TABLE = [
     ContribOp("BiasAdd", (MS_DOMAIN,), activations.bias_add, "two adds"),
     ContribOp("MatMulNBits", (MS_DOMAIN,), quant.matmul_nbits,
               "dequantisation of the packed weights (no data kernel) and a MatMul (+ bias)"),
+    ContribOp("DynamicQuantizeLinear", ("", "ai.onnx"), quant.dynamic_quantize_linear,
+              "min/max reductions, the uint8 scale and zero point, and a QuantizeLinear"),
+    ContribOp("QLinearMatMul", ("", "ai.onnx"), quant.qlinear_matmul,
+              "MatMulInteger, one float multiplier per column and a QuantizeLinear (requantization)"),
+    ContribOp("MatMulIntegerToFloat", (MS_DOMAIN,), quant.matmul_integer_to_float,
+              "MatMulInteger, Cast and the scales' product (+ bias)"),
+    ContribOp("DynamicQuantizeMatMul", (MS_DOMAIN,), quant.dynamic_quantize_matmul,
+              "DynamicQuantizeLinear of A, MatMulInteger, Cast and the scales' product (+ bias)"),
 ]
 CONTRIB: dict = {(d, op.name): op for op in _TABLE for d in op.domains}
 

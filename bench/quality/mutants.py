@@ -125,6 +125,8 @@ SUBSETS: dict[str, list] = {
     "verify_feeds": [("tests/cpu/test_verify_default_feeds.py", None),
                      ("tests/cpu/test_sample_inputs.py", None),
                      ("tests/cpu/test_decoder_feeds.py", None)],
+    "quant": [("tests/cpu/test_quant_codegen.py", None),
+              ("tests/emulated/test_quant_kernels.py", None)],
     "interpreter": [("tests/cpu/test_ptx_semantics.py", None),
                     ("tests/cpu/test_ptx_layouts.py", None),
                     ("tests/cpu/test_ptx_wgmma_layout.py", None),
@@ -432,6 +434,19 @@ CATALOGUE = [
       "& self._ordered(wt, self.w_wep[idx], t)\n        if race.any():",
       "the shared-memory race checker flags reads ordered by a warp barrier and misses unordered ones",
       ["interpreter"]),
+    # ---- QuantizeLinear / DequantizeLinear (cexpr.py, pull.py, plus_quant.cuh) ------------------------------
+    M("quant_zero_point_ignored", "quant", "kernels/codegen/cexpr.py",
+      'return f"((float)(({a[0]}) - ({a[2]})) * {s})", F', 'return f"((float)({a[0]}) * {s})", F',
+      "DequantizeLinear of integers ignores the zero point", ["quant"]),
+    M("quant_scale_per_tensor", "quant", "kernels/codegen/pull.py",
+      "            at = [idx[axis]]\n", '            at = ["0"]\n',
+      "a per-axis scale and zero point read at channel 0: per tensor instead of per channel", ["quant"]),
+    M("quant_saturation_dropped", "quant", T + "plus_quant.cuh",
+      "  return (long long)(v >= lo ? (v <= hi ? v : hi) : lo);", "  return (long long)v;",
+      "QuantizeLinear to integers without saturation (out-of-range values wrap in the store)", ["quant"]),
+    M("quant_fp8_truncates", "quant", T + "plus_quant.cuh",
+      "    a = rintf(a * up) * down;", "    a = truncf(a * up) * down;",
+      "float8 rounding truncates instead of rounding to nearest even", ["quant"]),
 ]
 
 FAMILIES = ("gemm_mma", "gemm_wgmma", "gemm_norm_cluster", "attention_f16", "attention_tf32", "attention_simt",

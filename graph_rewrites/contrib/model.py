@@ -11,6 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..index import GraphIndex, describe_node, implicit_inputs
+from .quant import redundant_fake_quant
 from .table import contrib_op, expand_node
 from .emit import Facts, Refused
 
@@ -75,7 +76,10 @@ def default_opset(model) -> int:
 
 def expand_model(model: onnx.ModelProto) -> Expanded:
     """Replace every contrib node that expands by its standard-op subgraph (same outputs, new internal
-    names under ``<node>/plus_ep/``). A model without contrib nodes comes back as it is."""
+    names under ``<node>/plus_ep/``). A model without contrib nodes comes back as it is, but for the exact
+    identities quant.redundant_fake_quant drops (QuantizeLinear -> DequantizeLinear pairs re-quantizing values
+    already on their grid)."""
+    model, _ = redundant_fake_quant(model)
     if not any(contrib_op(n) is not None for n in model.graph.node):
         return Expanded(model, model)
     label = describe_node

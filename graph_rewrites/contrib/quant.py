@@ -205,3 +205,96 @@ def dynamic_quantize_matmul(e: Emitter):
         raise Refused("scales other than float32 do not expand")
     sa, za = _dynamic_params(e, a)
     _matmul_scaled(e, e.op("QuantizeLinear", a, sa, za), b, za, zb, sa, sb, bias)
+
+
+# ---- redundant fake quantization ---------------------------------------------------------------------------
+_VALUE_VIEWS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
+
+
+def _same_param(a, b, consts) -> bool:
+    """Two scale (or zero point) inputs that hold the same value: one tensor, or equal constants of one type."""
+    if a == b:
+        return True
+    va, vb = consts.get(a), consts.get(b)
+    return va is not None and vb is not None and va.dtype == vb.dtype and va.size == vb.size == 1 and \
+        np.array_equal(va.reshape(-1), vb.reshape(-1))
+
+
+def _params(node):
+    return [node.input[k] if len(node.input) > k else "" for k in (1, 2)]
+
+
+def redundant_fake_quant(model):
+    """Drop each QuantizeLinear -> DequantizeLinear pair that re-quantizes values already on its grid: the
+    QuantizeLinear reads, through value-preserving views only (Reshape, Transpose, Squeeze, Unsqueeze, Flatten,
+    Identity), the output of a DequantizeLinear with the same per-tensor scale and zero point (ORT's quantizer
+    writes such pairs after every Reshape and Transpose). q = rint(s (k - z) / s) + z gives back k exactly for the
+    8- and 16-bit ranges (the product's relative error 2^-24 stays far below half a step), and float8 codes come
+    back likewise, so each DequantizeLinear of the pair returns its input bit for bit: the pair is an identity.
+
+        x8 -> DQ(s, z) -> Transpose -> Q(s, z) -> DQ(s, z) -> MatMul   becomes   x8 -> DQ(s, z) -> Transpose -> MatMul
+
+    Returns (model, number of pairs dropped); the model is a copy when anything changed."""
+    from onnx import numpy_helper
+    graph = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer if int(np.prod(t.dims)) <= 1}
+    for n in graph.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            for a in n.attribute:
+                if a.name == "value" and int(np.prod(a.t.dims)) <= 1:
+                    consts[n.output[0]] = numpy_helper.to_array(a.t)
+    producer = {o: n for n in graph.node for o in n.output if o}
+    readers: dict = {}
+    for n in graph.node:
+        for t in n.input:
+            if t:
+                readers.setdefault(t, []).append(n)
+    outputs = {o.name for o in graph.output}
+    std = ("", "ai.onnx")
+    drop, rename = set(), {}
+    for q in graph.node:
+        if q.op_type != "QuantizeLinear" or q.domain not in std or attr(q, "block_size", 0):
+            continue
+        s, z = _params(q)
+        if consts.get(s) is None or consts[s].size != 1 or (z and consts.get(z) is None):
+            continue
+        t, src = q.input[0], None
+        while t in producer:
+            p = producer[t]
+            if p.domain in std and p.op_type in _VALUE_VIEWS:
+                t = p.input[0]
+                continue
+            if p.domain in std and p.op_type == "DequantizeLinear":
+                src = p
+            break
+        if src is None:
+            continue
+        s1, z1 = _params(src)
+        if not _same_param(s, s1, consts) or bool(z) != bool(z1) or (z and not _same_param(z, z1, consts)):
+            continue
+        dqs = readers.get(q.output[0], [])
+        if not dqs or q.output[0] in outputs or any(
+                d.op_type != "DequantizeLinear" or d.domain not in std or d.output[0] in outputs
+                or not _same_param(_params(d)[0], s, consts) or bool(_params(d)[1]) != bool(z)
+                or (z and not _same_param(_params(d)[1], z, consts)) or attr(d, "output_dtype", 0)
+                for d in dqs):
+            continue
+        drop.add(id(q))
+        for d in dqs:
+            drop.add(id(d))
+            rename[d.output[0]] = q.input[0]
+    if not drop:
+        return model, 0
+    import onnx
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    gone = {k for k, n in enumerate(model.graph.node) if id(n) in drop}
+    kept = [n for k, n in enumerate(out.graph.node) if k not in gone]
+    for n in kept:
+        for k, t in enumerate(n.input):
+            while t in rename:
+                t = rename[t]
+            n.input[k] = t
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    return out, sum(1 for n in model.graph.node if id(n) in drop and n.op_type == "QuantizeLinear")

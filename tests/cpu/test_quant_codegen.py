@@ -258,3 +258,49 @@ def test_bounds_of_exact_integer_inputs_are_exact():
     off = want.astype(np.int32)
     off[1, 2] += 1
     assert bounds.compare(want.astype(np.int32), y)["ok"] and not bounds.compare(off, y)["ok"]
+
+
+# ---- redundant fake quantization (graph_rewrites/contrib/quant.py) -----------------------------------------
+def _fq_model(second_scale=0.05, second_zp=-3, per_axis=False):
+    from onnx import TensorProto
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             helper.make_tensor("z", TensorProto.INT8, [], [-3]),
+             numpy_helper.from_array(np.array(second_scale, np.float32), "s2"),
+             helper.make_tensor("z2", TensorProto.INT8, [], [second_zp]),
+             numpy_helper.from_array(np.full(4, 0.05, np.float32), "sa"),
+             helper.make_tensor("za", TensorProto.INT8, [4], [-3] * 4),
+             numpy_helper.from_array(np.array([2, 12], np.int64), "shape")]
+    q2 = ["sa", "za"] if per_axis else ["s2", "z2"]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
+             helper.make_node("Transpose", ["d1"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("Reshape", ["t", "shape"], ["r"]),
+             helper.make_node("QuantizeLinear", ["t"] + q2, ["q2"], axis=2),
+             helper.make_node("DequantizeLinear", ["q2"] + q2, ["d2"], axis=2),
+             helper.make_node("Relu", ["d2"], ["y"]),
+             helper.make_node("Neg", ["r"], ["y2"])]
+    g = helper.make_graph(nodes, "fq", [helper.make_tensor_value_info("x", T.FLOAT, [3, 2, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None),
+                           helper.make_tensor_value_info("y2", T.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+
+
+def test_redundant_fake_quant_pairs_are_dropped_exactly():
+    import onnxruntime as ort
+    from plus_ep.graph_rewrites.contrib.quant import redundant_fake_quant
+    m = _fq_model()
+    out, n = redundant_fake_quant(m)
+    assert n == 1 and [x.op_type for x in out.graph.node].count("QuantizeLinear") == 1
+    assert len(m.graph.node) == 8                             # the input model is left as it was
+    x = np.random.default_rng(0).standard_normal((3, 2, 4)).astype(np.float32) * 10
+    x.reshape(-1)[:6] = [0.025, -0.075, np.nan, np.inf, -1e9, 6.4]
+    run = lambda mm: ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(  # noqa: E731
+        None, {"x": x})
+    for a, b in zip(run(m), run(out)):
+        assert a.tobytes() == b.tobytes()                     # bit for bit, NaN included
+
+
+@pytest.mark.parametrize("kw", [dict(second_scale=0.1), dict(second_zp=0), dict(per_axis=True)])
+def test_fake_quant_pairs_with_other_parameters_stay(kw):
+    from plus_ep.graph_rewrites.contrib.quant import redundant_fake_quant
+    assert redundant_fake_quant(_fq_model(**kw))[1] == 0

@@ -37,6 +37,7 @@ class Facts:
     shared: dict = field(default_factory=dict)     # memo key -> tensor name (made by an earlier expansion)
     shared_nodes: dict = field(default_factory=dict)   # tensor name -> the Emitter group that made it
     declared: dict = field(default_factory=dict)   # graph input/output -> its shape as the model declares it
+    producer: dict = field(default_factory=dict)   # tensor -> the model node writing it (what a fold looks through)
 
     def rank(self, t):
         s = self.shape.get(t)

@@ -11,8 +11,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..index import GraphIndex, describe_node, implicit_inputs
+from . import quant
 from .quant import redundant_fake_quant
-from .table import contrib_op, expand_node
+from .table import contrib_op, expand_node, fold_op
 from .emit import Facts, Refused
 
 log = logging.getLogger("plus_ep.contrib")
@@ -80,7 +81,10 @@ def expand_model(model: onnx.ModelProto) -> Expanded:
     identities quant.redundant_fake_quant drops (QuantizeLinear -> DequantizeLinear pairs re-quantizing values
     already on their grid)."""
     model, _ = redundant_fake_quant(model)
-    if not any(contrib_op(n) is not None for n in model.graph.node):
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    probe = Facts(producer=producer)
+    if not any(contrib_op(n) is not None or (n.op_type in ("MatMul", "MatMulInteger") and quant.folds(n, probe))
+               for n in model.graph.node):
         return Expanded(model, model)
     label = describe_node
     opset = default_opset(model)
@@ -96,15 +100,19 @@ def expand_model(model: onnx.ModelProto) -> Expanded:
             declared[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                                  for d in vi.type.tensor_type.shape.dim]
     facts = Facts(dtype=dict(view.dtypes), shape=dict(view.shapes), const=_Initializers(model, view.consts),
-                  opset=opset, declared=declared)
+                  opset=opset, declared=declared, producer=producer)
     nodes, inits, groups, refused = [], [], [], {}
     for node in model.graph.node:
-        if contrib_op(node) is None:
+        fold = contrib_op(node) is None and fold_op(node, facts) is not None
+        if contrib_op(node) is None and not fold:
             nodes.append(node)
             continue
         try:
             e = expand_node(node, facts)
         except Refused as why:
+            if fold:                # a standard op that does not fold is simply itself
+                nodes.append(node)
+                continue
             refused[label(node)] = str(why)
             log.info("%s stays opaque: %s", label(node), why)
             nodes.append(node)
@@ -135,7 +143,8 @@ def restore(model: onnx.ModelProto, ex: Expanded) -> onnx.ModelProto:
     outputs = {o.name for o in model.graph.output}
     while True:                                   # dead expansion nodes (shared ones others stopped using)
         read = {t for n in nodes for t in list(n.input) + implicit_inputs(n)} | outputs
-        dead = {id(n) for n in nodes if n.name in expansion and not any(o in read for o in n.output if o)}
+        dead = {id(n) for n in nodes if (n.name in expansion or n.op_type == "DequantizeLinear")
+                and not any(o in read for o in n.output if o)}
         if not dead:
             break
         nodes = [n for n in nodes if id(n) not in dead]

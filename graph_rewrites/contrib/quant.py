@@ -298,3 +298,90 @@ def redundant_fake_quant(model):
     del out.graph.node[:]
     out.graph.node.extend(kept)
     return out, sum(1 for n in model.graph.node if id(n) in drop and n.op_type == "QuantizeLinear")
+
+
+# ---- quantized MatMuls as 8-bit GEMMs ----------------------------------------------------------------------
+def _dq_parts(node):
+    return node.input[0], node.input[1], (node.input[2] if len(node.input) > 2 and node.input[2] else None)
+
+
+def _const(e: Emitter, t):
+    return None if t is None else e.facts.const.get(t)
+
+
+def quantized_weight(e: Emitter, dq):
+    """(w_q, per-column scale as float32 [N] or scalar) of a DequantizeLinear of a constant 2-D int8/uint8 weight
+    [K, N] with a per-tensor or per-column (axis 1) scale and a zero point of 0, else Refused."""
+    w, s, z = _dq_parts(dq)
+    wv, sv = _const(e, w), _const(e, s)
+    if wv is None or sv is None or wv.ndim != 2 or wv.dtype not in (np.int8, np.uint8):
+        raise Refused("B is not the DequantizeLinear of a constant 2-D int8/uint8 weight")
+    if attr(dq, "block_size", 0) or attr(dq, "output_dtype", 0) or sv.dtype != np.float32:
+        raise Refused("the weight's DequantizeLinear is blocked, or its scale is not float32")
+    if sv.size != 1 and not (sv.ndim == 1 and attr(dq, "axis", 1) % 2 == 1 and sv.size == wv.shape[1]):
+        raise Refused("the weight's scale is neither per tensor nor per output column")
+    zv = _const(e, z)
+    if z is not None and (zv is None or np.any(zv)):
+        raise Refused("the weight has non-zero zero points (asymmetric weights are multiplied in float)")
+    return w, wv, sv.reshape(-1) if sv.size != 1 else sv.reshape(())
+
+
+def qdq_matmul(e: Emitter):
+    """MatMul(DequantizeLinear(a8), DequantizeLinear(w8)) -- ORT's QDQ form of a quantized linear layer, a8 data with
+    a per-tensor scale sa and zero point za, w8 a constant [K, N] weight with per-tensor or per-column scales sw and
+    zero point 0 -- as the 8-bit GEMM and a float epilogue:
+
+        y = Cast(MatMulInteger(a8, w8)) * (sa sw[n]) + c[n],   c[n] = -(sa sw[n]) za sum_k w8[k, n]
+
+    The integer sums are exact (s32); the float epilogue rounds a few times where the original sums K rounded
+    products (kernels/families/gemm/int8.py multiplies a8 and w8 on the tensor cores)."""
+    n = e.node
+    xa, xb = inp(n, 0), inp(n, 1)
+    da, db = e.facts.producer.get(xa), e.facts.producer.get(xb)
+    if da is None or db is None or da.op_type != "DequantizeLinear" or db.op_type != "DequantizeLinear":
+        raise Refused("the operands are not both DequantizeLinear outputs")
+    a, s, z = _dq_parts(da)
+    if e.facts.dtype.get(a) not in (TensorProto.INT8, TensorProto.UINT8) or (e.facts.rank(a) or 0) < 2:
+        raise Refused("A is not an int8/uint8 matrix")
+    sa, za = _const(e, s), _const(e, z)
+    if sa is None or sa.size != 1 or sa.dtype != np.float32 or (z is not None and (za is None or za.size != 1)):
+        raise Refused("A's scale and zero point are not per-tensor constants")
+    w, wv, sw = quantized_weight(e, db)
+    scale = (np.float32(sa.reshape(-1)[0]) * sw).astype(np.float32)
+    acc = e.cast(e.op("MatMulInteger", a, w), TensorProto.FLOAT)
+    zero = 0 if za is None else int(za.reshape(-1)[0])
+    e.op("Mul", acc, e.const(scale), out=None if zero else out(n, 0))
+    if zero:
+        colsum = wv.astype(np.int64).sum(axis=0)
+        corr = (-(scale.astype(np.float64) * zero * colsum)).astype(np.float32)
+        e.op("Add", e.nodes[-1].output[0], e.const(corr), out=out(n, 0))
+
+
+def matmul_integer_zero_point(e: Emitter):
+    """MatMulInteger(a, w, za) with a constant weight w [K, N] (its zero point absent or 0) and any zero point za of
+    A (DynamicQuantizeLinear's, computed per run): sum (a - za) w = MatMulInteger(a, w) - za sum_k w[k, n], exact
+    in int32 (ONNX's modular s32 arithmetic both ways), so the 8-bit GEMM multiplies the stored integers."""
+    n = e.node
+    a, w, za, zw = (inp(n, k) for k in range(4))
+    wv = _const(e, w)
+    if za is None or wv is None or wv.ndim != 2:
+        raise Refused("no A zero point, or B is not a constant matrix")
+    zv = _const(e, zw)
+    if zw is not None and (zv is None or np.any(zv)):
+        raise Refused("B has non-zero zero points")
+    if (e.facts.rank(za) or 0) > 1 or (e.facts.rank(za) == 1 and e.facts.dim(za, 0) != 1):
+        raise Refused("A's zero point is per row")
+    colsum = e.const(wv.astype(np.int64).sum(axis=0).astype(np.int32))
+    corr = e.op("Mul", e.cast(za, TensorProto.INT32), colsum)
+    e.op("Sub", e.op("MatMulInteger", a, w), corr, out=out(n, 0))
+
+
+def folds(node, facts) -> bool:
+    """Whether `node` is a standard op this module rewrites into the 8-bit GEMM's form (qdq_matmul,
+    matmul_integer_zero_point), tried as an expansion (graph_rewrites/contrib/model.py)."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type == "MatMul":
+        ps = [facts.producer.get(t) for t in node.input[:2]]
+        return all(p is not None and p.op_type == "DequantizeLinear" for p in ps)
+    return node.op_type == "MatMulInteger" and len(node.input) > 2 and bool(node.input[2])

@@ -22,6 +22,7 @@ _TYPES = {
 }
 FLOATS = {T.FLOAT, T.FLOAT16, T.BFLOAT16}
 PACKED = {T.INT4, T.UINT4}
+INT8 = {T.INT8, T.UINT8}
 
 
 class UnsupportedDtype(ValueError):

@@ -297,6 +297,10 @@ def _attr(node, name, default=None):
 def _apply(node, ins: list, math: str, opsets: dict) -> list:
     """Bounded outputs of one body node."""
     op = node.op_type
+    if any(b is not None and b.dtype == "quant" for b in ins) and op not in ("QuantizeLinear", "DequantizeLinear"):
+        # an integer result held as float64 ("quant") meets other integers (MatMulInteger - za * colsum): all exact
+        # float64 integers, the op evaluated on them
+        ins = [b if b is None or b.is_float else Bounded(np.asarray(b.v, np.float64), b.e, "quant") for b in ins]
     vals = [b.v if b is not None else None for b in ins]
     float_in = [b for b in ins if b is not None and b.is_float]
     dtype0 = float_in[0].dtype if float_in else "int"
@@ -309,6 +313,10 @@ def _apply(node, ins: list, math: str, opsets: dict) -> list:
             return [Bounded.exact(x.v.astype(np.float64), to)]
         with np.errstate(invalid="ignore"):
             out = _run(node, [x.v], opsets)[0]
+        if x.is_float and np.any(x.e) and np.asarray(out).dtype.kind in "iu":
+            # an integer from an inexact float (a dynamic zero point rounded from min / scale): every integer
+            # within the input's bound
+            return [Bounded(np.asarray(out, np.float64), np.ceil(np.nan_to_num(x.e, nan=np.inf)), "quant")]
         return [Bounded.exact(out)]
     if op in ("Constant", "ConstantOfShape"):
         outs = _run(node, vals, opsets)
@@ -469,29 +477,30 @@ def _quant_param(node, b, x_shape):
     return np.repeat(p, block, axis=axis).take(range(x_shape[axis]), axis=axis)
 
 
-def _quantize(node, x32, s32, z, qtype):
-    """ONNX QuantizeLinear of float32 x: integers saturate(rint(x / s) + z) (NaN to the lower bound), float8
-    the nearest value of x / s (ties to even) with the node's saturate rule; float64 results."""
+def _quantize(node, y, z, qtype):
+    """ONNX QuantizeLinear of the quotient y = x / scale: integers saturate(rint(y) + z) (NaN to the lower bound),
+    float8 the nearest value of y (ties to even) with the node's saturate rule; float64 results."""
     from onnx import TensorProto, helper
     from ..graph_rewrites.ops import FLOAT8, INT_RANGES
     with np.errstate(all="ignore"):
-        y = (x32 / s32).astype(np.float32)
         if qtype in FLOAT8:
             np_t = helper.tensor_dtype_to_np_dtype(qtype)
+            y = np.asarray(y, np.float32)
             if _attr(node, "saturate", 1):
                 from onnx.numpy_helper import saturate_cast
                 return saturate_cast(y, np_t).astype(np.float64)
             return y.astype(np_t).astype(np.float64)
         lo, hi = INT_RANGES.get(qtype, INT_RANGES[TensorProto.INT8])
-        q = np.rint(y.astype(np.float64)) + z
+        q = np.rint(np.asarray(y, np.float64)) + z
         return np.where(np.isnan(q), lo, np.clip(q, lo, hi))
 
 
 def _quant(node, ins: list, opsets: dict) -> Bounded:
     """QuantizeLinear, DequantizeLinear, MatMulInteger with exact integer semantics. An integer result is exact
-    from exact inputs; an input's bound widens it to every value its interval reaches (Q is monotonic: the
-    quantized ends of [x - e, x + e], widened by the fp32 division's rounding), in the "quant" storage type
-    (no rounding of its own). DequantizeLinear adds one fp32 rounding (the product)."""
+    from exact inputs; the bounds of x, the scale and the zero point widen it to every value their intervals reach
+    (Q is monotonic in x / scale and in the zero point: the quantized ends of the quotient's interval, widened by
+    the fp32 division's rounding), in the "quant" storage type (no rounding of its own). DequantizeLinear adds one
+    fp32 rounding (the product)."""
     op = node.op_type
     if op == "MatMulInteger":
         a, b = ins[0], ins[1]
@@ -504,21 +513,27 @@ def _quant(node, ins: list, opsets: dict) -> Bounded:
     x = ins[0]
     xv = np.asarray(x.v, np.float64)
     s = _quant_param(node, ins[1], xv.shape)
+    es = _quant_param(node, Bounded(ins[1].e, ins[1].e, ins[1].dtype), xv.shape)
     zb = ins[2] if len(ins) > 2 else None
     z = _quant_param(node, zb, xv.shape)
+    ez = 0.0 if zb is None else _quant_param(node, Bounded(zb.e, zb.e, zb.dtype), xv.shape)
     if op == "DequantizeLinear":
         with np.errstate(all="ignore"):
             v = (xv - z) * s
-            e = x.e * np.abs(s)
+            e = (x.e + ez) * np.abs(s) + np.abs(xv - z) * es
         out = _attr(node, "output_dtype", 0)
         return Bounded(v, e, _dtype_name(int(out)) if out else ins[1].dtype).rounded(C_EXACT)
     from onnx import TensorProto, helper
     qtype = (helper.np_dtype_to_tensor_dtype(np.asarray(zb.v).dtype) if zb is not None and zb.dtype != "quant"
              else int(_attr(node, "output_dtype", 0) or TensorProto.UINT8))
-    s32, z = np.float32(s) if np.ndim(s) == 0 else np.asarray(s, np.float32), np.asarray(z, np.float64)
+    s32 = np.asarray(s, np.float32)
     with np.errstate(all="ignore"):
-        slack = x.e + 2 * U32 * _finite_abs(xv)        # x's bound and the division's rounding, in x's units
-        v, lo, hi = (_quantize(node, (xv + d).astype(np.float32), s32, z, qtype) for d in (0, -slack, slack))
+        y = (xv.astype(np.float32) / s32).astype(np.float32)          # the quotient as the kernel computes it
+        corners = [(xv + dx) / (s + ds) for dx in (-x.e, x.e) for ds in (-es, es)]
+        slack = 2 * U32 * np.abs(y.astype(np.float64))
+        ylo, yhi = np.minimum.reduce(corners) - slack, np.maximum.reduce(corners) + slack
+        z = np.asarray(z, np.float64)
+        v, lo, hi = _quantize(node, y, z, qtype), _quantize(node, ylo, z - ez, qtype), _quantize(node, yhi, z + ez, qtype)
         e = np.maximum(np.abs(lo - v), np.abs(hi - v))
     return Bounded(v, np.where(np.isnan(v), 0.0, np.nan_to_num(e, nan=np.inf)), "quant")
 

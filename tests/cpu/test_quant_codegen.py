@@ -304,3 +304,29 @@ def test_redundant_fake_quant_pairs_are_dropped_exactly():
 def test_fake_quant_pairs_with_other_parameters_stay(kw):
     from plus_ep.graph_rewrites.contrib.quant import redundant_fake_quant
     assert redundant_fake_quant(_fq_model(**kw))[1] == 0
+
+
+# ---- the 8-bit GEMM folds (graph_rewrites/contrib/quant.py) ------------------------------------------------
+def test_folds_compute_what_the_quantized_layer_computes_and_undo_when_unfused():
+    """Each fold's expansion matches ORT CPU on the original layer (within fp32 rounding: the zero-point correction
+    is applied after the exact integer sums); identification keeps the MatMulInteger as a GEMM, and without
+    kernels' fusion the original MatMul / MatMulInteger comes back."""
+    import onnxruntime as ort
+    from plus_ep.graph_rewrites.contrib import expand_model, restore
+    from tests.support.quant_models import linear_model
+    x = (np.random.default_rng(1).standard_normal((2, 70, 96)) * 3).astype(np.float32)
+    for kind in ("qdq", "dynamic"):
+        m = linear_model(kind)
+        ex = expand_model(m)
+        assert len(ex.groups) == (1 if kind == "qdq" else 2) and not ex.refused   # + DynamicQuantizeLinear's
+        ops = [n.op_type for n in ex.model.graph.node]
+        assert "MatMulInteger" in ops and ("MatMul" not in ops)
+        mi = next(n for n in ex.model.graph.node if n.op_type == "MatMulInteger")
+        assert len([t for t in mi.input if t]) == 2                 # no zero points left for the kernel
+        run = lambda mm: ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(  # noqa: E731
+            None, {"x": x})[0]
+        want, got = run(m), run(ex.model)
+        tol = 0.04 if kind == "qdq" else 0.0                        # qdq: y is requantized (a step of 0.04)
+        assert np.abs(got - want).max() <= tol + 1e-5 * np.abs(want).max()
+        back = restore(ex.model, ex)
+        assert sorted(n.op_type for n in back.graph.node) == sorted(n.op_type for n in m.graph.node)

@@ -14,6 +14,7 @@ from onnx import helper, numpy_helper
 
 import plus_ep
 from plus_ep.rewrite import rewrite_detailed
+from tests.support.quant_models import K8, linear_model
 
 C = 48
 
@@ -87,3 +88,27 @@ def test_quant_ops_fuse_and_verify(arch, tmp_path):
     assert checks and all(o["bound"] == "element" for o in checks)      # the bounds model, not a flat tolerance
     outs = {o["name"]: o for o in rep["outputs"]}
     assert outs["q"]["max_abs"] == 0 and outs["qu"]["max_abs"] == 0      # integers equal to ORT CPU's
+
+
+# ---- quantized linear layers as 8-bit GEMMs (graph_rewrites/contrib/quant.py folds, kernels/families/gemm/int8.py) ----
+@pytest.mark.parametrize("kind,arch", [("qdq", "sm_80"), ("dynamic", "sm_80"), ("qdq", "sm_90a")])
+def test_quantized_linear_runs_as_an_8bit_gemm(kind, arch, tmp_path):
+    r = rewrite_detailed(linear_model(kind), archs=[arch])
+    assert not r.kernels.failures, r.kernels.failures
+    gemms = [sg for sg in r.subgraphs if sg.pattern.name == "gemm"]
+    assert len(gemms) == 1
+    ops = [r.view.nodes[i].op_type for i in gemms[0].nodes]
+    assert "MatMulInteger" in ops and "MatMul" not in ops          # the stored 8-bit operands are multiplied
+    if kind == "qdq":                                               # ... and the consumer's requantization fused
+        assert ops.count("QuantizeLinear") == 1
+    node = next(n for n in r.model.graph.node if n.domain == "ai.plus_ep" and "gemm" in n.name)
+    assert "w" in node.input and "wd" not in node.input             # reads the int8 weight, no dequantised copy
+    path = tmp_path / "l.plus.onnx"
+    onnx.save(r.model, path)
+    x = (np.random.default_rng(12).standard_normal((2, 70, K8)) * 3).astype(np.float32)
+    x[0, 0, :4] = [1e4, -1e4, 0.025, -0.375]                        # saturation, ties of x / 0.05
+    np.savez(tmp_path / "x.npz", x=x)
+    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False)
+    assert rep["ok"], plus_ep.verify_text(rep)
+    gemm_row = next(n for n in rep["nodes"] if "gemm" in n["node"])
+    assert gemm_row["executed"] and all(o["bound"] == "element" for o in gemm_row["outputs"])

@@ -37,6 +37,8 @@ def gemm_math(dtype, fp32_math) -> int:
     from onnx import TensorProto
     if dtype in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
         return gemm_configs.MATH_F16
+    if dtype in (TensorProto.INT8, TensorProto.UINT8):
+        return gemm_configs.MATH_INT8
     return gemm_configs.MATH_TF32 if fp32_math == "tf32" else gemm_configs.MATH_SIMT
 
 
@@ -89,16 +91,17 @@ class GemmChoice:
 
 
 def _elem(math_) -> int:
-    return 2 if math_ == gemm_configs.MATH_F16 else 4
+    return {gemm_configs.MATH_F16: 2, gemm_configs.MATH_INT8: 1}.get(math_, 4)
 
 
 def _tensor(cfg, flops) -> dict:
     """The config's FLOPs by tensor-core instruction class (kernels/perfmodel.py `launch_time` tensor=): the
-    sm_90a tiles issue wgmma, the other f16/bf16 and TF32 tiles mma.sync, SIMT tiles none."""
+    sm_90a tiles issue wgmma, the other f16/bf16, TF32 and 8-bit tiles mma.sync, SIMT tiles none."""
     if cfg.math == gemm_configs.MATH_SIMT:
         return {}
     unit = "wgmma" if _is_sm90a(cfg) else "mma"
-    return {f"{unit}.{'fp16' if cfg.math == gemm_configs.MATH_F16 else 'tf32'}": flops}
+    prec = {gemm_configs.MATH_F16: "fp16", gemm_configs.MATH_INT8: "int8"}.get(cfg.math, "tf32")
+    return {f"{unit}.{prec}": flops}
 
 
 def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, out_bytes=None) -> float:
@@ -287,8 +290,8 @@ def gemm_rows_aligned(K, ldb, dtype) -> bool:
     """Static proof for PLUS_ALIGNED=1: operand bases are 16-byte aligned (CONTRACT §2.1), lda = K and
     ldb are whole 16-byte chunks, and batch offsets are multiples of lda / ldb rows. Symbolic K or ldb:
     no proof (the templates then check alignment at run time)."""
-    from onnx import TensorProto
-    elem = 4 if dtype == TensorProto.FLOAT else 2
+    from ...codegen import dtypes
+    elem = dtypes.itemsize(dtype)
     k, ld = symdim.parse(K), symdim.parse(ldb)
     return bool(k.is_Integer and ld.is_Integer and (int(k) * elem) % 16 == 0 and (int(ld) * elem) % 16 == 0)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from .emit import Emitter, Refused, attr, inp, out
 
@@ -327,7 +327,7 @@ def quantized_weight(e: Emitter, dq):
 
 
 def qdq_matmul(e: Emitter):
-    """MatMul(DequantizeLinear(a8), DequantizeLinear(w8)) -- ORT's QDQ form of a quantized linear layer, a8 data with
+    """MatMul(DequantizeLinear(a8) [through views], DequantizeLinear(w8)) -- ORT's QDQ form of a quantized linear layer, a8 data with
     a per-tensor scale sa and zero point za, w8 a constant [K, N] weight with per-tensor or per-column scales sw and
     zero point 0 -- as the 8-bit GEMM and a float epilogue:
 
@@ -337,17 +337,20 @@ def qdq_matmul(e: Emitter):
     products (kernels/families/gemm/int8.py multiplies a8 and w8 on the tensor cores)."""
     n = e.node
     xa, xb = inp(n, 0), inp(n, 1)
-    da, db = e.facts.producer.get(xa), e.facts.producer.get(xb)
+    views = _views_to(e.facts.producer, xa)
+    da, db = e.facts.producer.get(views[-1].input[0] if views else xa), e.facts.producer.get(xb)
     if da is None or db is None or da.op_type != "DequantizeLinear" or db.op_type != "DequantizeLinear":
         raise Refused("the operands are not both DequantizeLinear outputs")
     a, s, z = _dq_parts(da)
-    if e.facts.dtype.get(a) not in (TensorProto.INT8, TensorProto.UINT8) or (e.facts.rank(a) or 0) < 2:
+    if e.facts.dtype.get(a) not in (TensorProto.INT8, TensorProto.UINT8) or (e.facts.rank(xa) or 0) < 2:
         raise Refused("A is not an int8/uint8 matrix")
     sa, za = _const(e, s), _const(e, z)
     if sa is None or sa.size != 1 or sa.dtype != np.float32 or (z is not None and (za is None or za.size != 1)):
         raise Refused("A's scale and zero point are not per-tensor constants")
     w, wv, sw = quantized_weight(e, db)
     scale = (np.float32(sa.reshape(-1)[0]) * sw).astype(np.float32)
+    for v in reversed(views):            # per-tensor DequantizeLinear commutes with views: view the integers
+        a = e.op(v.op_type, a, *v.input[1:], **{x.name: helper.get_attribute_value(x) for x in v.attribute})
     acc = e.cast(e.op("MatMulInteger", a, w), TensorProto.FLOAT)
     zero = 0 if za is None else int(za.reshape(-1)[0])
     e.op("Mul", acc, e.const(scale), out=None if zero else out(n, 0))
@@ -376,12 +379,22 @@ def matmul_integer_zero_point(e: Emitter):
     e.op("Sub", e.op("MatMulInteger", a, w), corr, out=out(n, 0))
 
 
+def _views_to(producer, t) -> list:
+    """The value-preserving views (outermost first) between tensor `t` and the first node that is not one."""
+    out = []
+    while t in producer and producer[t].op_type in _VALUE_VIEWS and producer[t].domain in ("", "ai.onnx"):
+        out.append(producer[t])
+        t = producer[t].input[0]
+    return out
+
+
 def folds(node, facts) -> bool:
     """Whether `node` is a standard op this module rewrites into the 8-bit GEMM's form (qdq_matmul,
     matmul_integer_zero_point), tried as an expansion (graph_rewrites/contrib/model.py)."""
     if node.domain not in ("", "ai.onnx"):
         return False
     if node.op_type == "MatMul":
-        ps = [facts.producer.get(t) for t in node.input[:2]]
+        views = _views_to(facts.producer, node.input[0])
+        ps = [facts.producer.get(views[-1].input[0] if views else node.input[0]), facts.producer.get(node.input[1])]
         return all(p is not None and p.op_type == "DequantizeLinear" for p in ps)
     return node.op_type == "MatMulInteger" and len(node.input) > 2 and bool(node.input[2])

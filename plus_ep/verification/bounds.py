@@ -297,7 +297,7 @@ def _attr(node, name, default=None):
 def _apply(node, ins: list, math: str, opsets: dict) -> list:
     """Bounded outputs of one body node."""
     op = node.op_type
-    if any(b is not None and b.dtype == "quant" for b in ins) and op not in ("QuantizeLinear", "DequantizeLinear"):
+    if any(b is not None and b.dtype == "quant" for b in ins) and op in _EXACT_ELEMENTWISE:
         # an integer result held as float64 ("quant") meets other integers (MatMulInteger - za * colsum): all exact
         # float64 integers, the op evaluated on them
         ins = [b if b is None or b.is_float else Bounded(np.asarray(b.v, np.float64), b.e, "quant") for b in ins]

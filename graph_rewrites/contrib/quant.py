@@ -388,6 +388,14 @@ def _views_to(producer, t) -> list:
     return out
 
 
+UNREAD_AFTER_FOLD = _VALUE_VIEWS | {"DequantizeLinear"}
+
+
+def folds_kind(node) -> bool:
+    """Whether `node` is of an op type quant folds (MatMul, MatMulInteger in the default domain)."""
+    return node.domain in ("", "ai.onnx") and node.op_type in ("MatMul", "MatMulInteger")
+
+
 def folds(node, facts) -> bool:
     """Whether `node` is a standard op this module rewrites into the 8-bit GEMM's form (qdq_matmul,
     matmul_integer_zero_point), tried as an expansion (graph_rewrites/contrib/model.py)."""

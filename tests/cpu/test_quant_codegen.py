@@ -331,3 +331,36 @@ def test_folds_compute_what_the_quantized_layer_computes_and_undo_when_unfused()
         assert np.abs(got - want).max() <= tol + 1e-5 * np.abs(want).max()
         back = restore(ex.model, ex)
         assert sorted(n.op_type for n in back.graph.node) == sorted(n.op_type for n in m.graph.node)
+
+
+def test_a_fold_put_back_brings_back_the_dequantization_it_read():
+    """Two projections of one DQ(a8): both fold and the DQ leaves the graph; when only one fold's GEMM is fused,
+    restore puts the other MatMul back together with the DequantizeLinear it reads."""
+    from plus_ep.graph_rewrites.contrib import expand_model, restore
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "sx"), numpy_helper.from_array(np.array(3, np.int8), "zx")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dq_x")]
+    for k in "qk":
+        inits += [numpy_helper.from_array(rng.integers(-127, 128, (16, 8)).astype(np.int8), f"w{k}"),
+                  numpy_helper.from_array(np.array(0.01, np.float32), f"s{k}")]
+        nodes += [helper.make_node("DequantizeLinear", [f"w{k}", f"s{k}"], [f"wd{k}"], name=f"dq_{k}"),
+                  helper.make_node("MatMul", ["xd", f"wd{k}"], [f"y{k}"], name=f"mm_{k}")]
+    g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", T.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info(f"y{k}", T.FLOAT, None) for k in "qk"], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    ex = expand_model(m)
+    names = [n.name for n in ex.model.graph.node]
+    assert "dq_x" not in names and "mm_q" not in names and len(ex.groups) == 2
+    fused = onnx.ModelProto()
+    fused.CopyFrom(ex.model)
+    g0 = set(ex.groups[0].names)
+    keep = [n for n in fused.graph.node if n.name not in g0]
+    keep.append(helper.make_node("Fused", ["xq", "wq"], ["yq"], domain="ai.plus_ep", name="plus_ep/gemm/0"))
+    del fused.graph.node[:]
+    fused.graph.node.extend(keep)
+    back = restore(fused, ex)
+    ops = {n.name: n for n in back.graph.node}
+    assert "mm_k" in ops and "dq_x" in ops and "mm_q" not in ops
+    made = {o for n in back.graph.node for o in n.output} | {"x"} | {t.name for t in back.graph.initializer}
+    assert all(t in made for n in back.graph.node for t in n.input if t)

@@ -626,10 +626,11 @@ POISON_BYTE = 0xFF
 
 def unwritten(a) -> np.ndarray:
     """Boolean mask (a's shape) of the elements whose bytes are all POISON_BYTE."""
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a)                  # a 0-d output stays 0-d (ascontiguousarray makes it 1-d)
     if a.size == 0:
         return np.zeros(a.shape, bool)
-    return np.all(a.view(np.uint8).reshape(a.size, a.dtype.itemsize) == POISON_BYTE, axis=1).reshape(a.shape)
+    raw = np.ascontiguousarray(a).view(np.uint8).reshape(a.size, a.dtype.itemsize)
+    return np.all(raw == POISON_BYTE, axis=1).reshape(a.shape)
 
 
 # -------------------------------------------------------------------------- whole-model bounds (tests)

@@ -260,6 +260,23 @@ def test_bounds_of_exact_integer_inputs_are_exact():
     assert bounds.compare(want.astype(np.int32), y)["ok"] and not bounds.compare(off, y)["ok"]
 
 
+def test_compare_takes_a_0d_float_output():
+    """A dynamic quantization's scale is a 0-d float output (ReduceMax over all of x, / 255): compared as one
+    element (right, off by far, never written), not indexed as a 1-d array."""
+    x = np.array([-1.5, 0.25, 3.0], np.float32)
+    g = helper.make_graph([helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+                           helper.make_node("Div", ["m", "c"], ["s"])], "d",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                          [helper.make_tensor_value_info("s", T.FLOAT, [])],
+                          [numpy_helper.from_array(np.array(255, np.float32), "c")])
+    s = bounds.evaluate(g, [x], opsets={"": 13}).outputs[0]
+    want = np.float32(3.0) / np.float32(255)
+    assert np.shape(s.v) == () and s.v == pytest.approx(want, rel=1e-6)
+    assert bounds.unwritten(np.float32(1.0)).shape == ()
+    assert bounds.compare(want, s)["ok"] and not bounds.compare(np.float32(2 * want), s)["ok"]
+    assert not bounds.compare(np.frombuffer(b"\xff" * 4, np.float32).reshape(()), s)["ok"]
+
+
 # ---- redundant fake quantization (graph_rewrites/contrib/quant.py) -----------------------------------------
 def _fq_model(second_scale=0.05, second_zp=-3, per_axis=False):
     from onnx import TensorProto

@@ -126,6 +126,7 @@ SUBSETS: dict[str, list] = {
                      ("tests/cpu/test_sample_inputs.py", None),
                      ("tests/cpu/test_decoder_feeds.py", None)],
     "quant": [("tests/cpu/test_quant_codegen.py", None),
+              ("tests/cpu/test_quant_perfmodel.py", None),
               ("tests/emulated/test_quant_kernels.py", None)],
     "gemm_int8": [("tests/emulated/test_gemm_int8.py", "i8_64x64 or i8_32x64 or batched"),
                   ("tests/emulated/test_quant_kernels.py", "8bit"),
@@ -478,6 +479,15 @@ CATALOGUE = [
     M("quant_fp8_truncates", "quant", T + "plus_quant.cuh",
       "    a = rintf(a * up) * down;", "    a = truncf(a * up) * down;",
       "float8 rounding truncates instead of rounding to nearest even", ["quant"]),
+    M("unwritten_0d_made_1d", "quant", "plus_ep/verification/bounds.py",
+      "    a = np.asarray(a)                  # a 0-d output stays 0-d (ascontiguousarray makes it 1-d)\n",
+      "    a = np.ascontiguousarray(a)\n",
+      "verify's unwritten-element mask of a 0-d output comes back 1-d: compare crashes on a dynamic scale",
+      ["quant"]),
+    M("i8_output_charged_one_byte", "quant", GEMM_T + "routes.py",
+      "out_b = (4 if cfg.math == gemm_configs.MATH_INT8 else elem) if out_bytes is None else out_bytes",
+      "out_b = elem if out_bytes is None else out_bytes",
+      "the route model charges an 8-bit GEMM's C at its operands' 1 byte instead of 4", ["quant"]),
 ]
 
 FAMILIES = ("gemm_mma", "gemm_wgmma", "gemm_norm_cluster", "attention_f16", "attention_tf32", "attention_simt",

@@ -18,6 +18,7 @@ import pytest
 from plus_ep.kernels.ptx import GlobalMemory, Module
 from plus_ep.kernels.ptx import semantics as S
 from tests.support.poison import poisoned_like
+from tests.support.ptx_8bit import mma_text
 
 
 def _launch(text, arrays, threads=32):
@@ -42,28 +43,6 @@ def b_coords(lane, i):            # B 32x8 8-bit: b_i, i in 0..7
 def c_coords(lane, i):            # C/D 16x8: c_i, i in 0..3
     g, t = lane >> 2, lane % 4
     return (g if i < 2 else g + 8), 2 * t + (i & 1)
-
-
-def mma_text(form: str, acc: str) -> str:
-    return f""".version 9.0
-.target sm_90
-.address_size 64
-.visible .entry k(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd)
-{{
-.reg .b32 %a<4>; .reg .b32 %b<2>; .reg .{acc} %c<4>; .reg .{acc} %d<4>; .reg .b64 %rd<12>; .reg .b32 %t;
-mov.u32 %t, %tid.x;
-ld.param.u64 %rd1, [pa]; mul.wide.u32 %rd2, %t, 16; add.s64 %rd3, %rd1, %rd2;
-ld.global.v4.b32 {{%a0, %a1, %a2, %a3}}, [%rd3];
-ld.param.u64 %rd4, [pb]; mul.wide.u32 %rd5, %t, 8; add.s64 %rd6, %rd4, %rd5;
-ld.global.v2.b32 {{%b0, %b1}}, [%rd6];
-ld.param.u64 %rd7, [pc]; add.s64 %rd8, %rd7, %rd2;
-ld.global.v4.{acc} {{%c0, %c1, %c2, %c3}}, [%rd8];
-{form} {{%d0, %d1, %d2, %d3}}, {{%a0, %a1, %a2, %a3}}, {{%b0, %b1}}, {{%c0, %c1, %c2, %c3}};
-ld.param.u64 %rd9, [pd]; add.s64 %rd10, %rd9, %rd2;
-st.global.v4.{acc} [%rd10], {{%d0, %d1, %d2, %d3}};
-ret;
-}}
-"""
 
 
 def fragments(A_bytes, B_bytes, C):

@@ -109,9 +109,10 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     plus_gemm launch, plus plus_splitk_reduce and a launch gap when the split goes through scratch.
     `a_batch`: distinct A matrices (a horizontal group shares one; default `batch`); `out_bytes`: bytes per
     C element the epilogue stores (default the operand size); `cx`: CTAs along a row of C in one cluster
-    (the row tile of GEMM + row normalisation; its cluster is cx x csplit CTAs)."""
+    (the row tile of GEMM + row normalisation; its cluster is cx x csplit CTAs). An 8-bit GEMM's C is 4 bytes
+    by default (the exact s32 sum, or the float its dequantizing epilogue makes), not its operands' 1."""
     elem = _elem(cfg.math)
-    out_b = elem if out_bytes is None else out_bytes
+    out_b = (4 if cfg.math == gemm_configs.MATH_INT8 else elem) if out_bytes is None else out_bytes
     a_batch = batch if a_batch is None else a_batch
     parts = max(split, csplit)
     ktiles = math.ceil(k / cfg.bk)

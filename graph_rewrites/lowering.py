@@ -217,6 +217,8 @@ def _lower_one(ctx: _Ctx, node) -> Nest | None:
     outs = [t for t in node.output if t]
     if not outs or any(ctx.shape(t) is None for t in outs[:1]):
         return None
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        return _quant(ctx, node)
     if op in ELEMENTWISE:
         return _elementwise(ctx, node, tag_of(op))
     if op in VIEWS:
@@ -225,6 +227,8 @@ def _lower_one(ctx: _Ctx, node) -> Nest | None:
         return _reduce(ctx, node)
     if op == "MatMul":
         return _matmul(ctx, node)
+    if op == "MatMulInteger":
+        return _matmul_integer(ctx, node)
     if op == "Gemm":
         return _gemm(ctx, node)
     if op == "Gather":
@@ -276,6 +280,27 @@ def _elementwise(ctx, node, tag) -> Nest:
     if like:
         ins[like] = [()] * len(ctx.shape(like))       # CastLike's `like` lends its dtype only
     return Nest(node, tag, "elementwise", loops, ins, {out: axes})
+
+
+def _quant(ctx, node) -> Nest:
+    """QuantizeLinear/DequantizeLinear: element-wise over x; the scale and zero point follow the output's loop
+    of the quantization axis (per axis), broadcast (per tensor), or every axis but the blocked one, whose
+    index k // block_size is indirect."""
+    x, out = node.input[0], node.output[0]
+    loops, axes = _out_loops(ctx.shape(out))
+    kind, axis, _ = ops.quant_layout(node, len(ctx.shape(x)), ctx.shape(node.input[1]))
+    ins = {x: list(axes)}
+    for t in node.input[1:3]:
+        if not t:
+            continue
+        rank = len(ctx.shape(t))
+        if kind == "tensor":
+            ins[t] = [()] * rank
+        elif kind == "axis":
+            ins[t] = [axes[axis]]
+        else:
+            ins[t] = [() if j == axis else axes[j] for j in range(rank)]
+    return Nest(node, tag_of(node.op_type), "elementwise", loops, ins, {out: axes})
 
 
 def _injective(ctx, node) -> Nest:
@@ -389,6 +414,22 @@ def _matmul(ctx, node) -> Nest:
         bmap = bmap[:-2] + [ki]
     omap = list(baxes) + ([mi] if len(ash) > 1 else []) + ([ni] if len(bsh) > 1 else [])
     return Nest(node, "dot", "dot", loops, {a: amap, b: bmap}, {out: omap})
+
+
+def _matmul_integer(ctx, node) -> Nest:
+    """MatMulInteger: MatMul's loops; a per-row A zero point ([M]) follows the M loop, a per-column B zero
+    point ([N]) the N loop, a scalar one is broadcast."""
+    nest = _matmul(ctx, node)
+    a, b = node.input[0], node.input[1]
+    m_axes = nest.ins[a][-2] if len(ctx.shape(a)) > 1 else ()
+    n_axes = nest.ins[b][-1] if len(ctx.shape(b)) > 1 else ()
+    for k, along in ((2, m_axes), (3, n_axes)):
+        if len(node.input) > k and node.input[k]:
+            zs = ctx.shape(node.input[k])
+            if len(zs) > 1:
+                raise ValueError("MatMulInteger zero point of rank > 1")
+            nest.ins[node.input[k]] = [along if d != 1 else () for d in zs]
+    return nest
 
 
 def _gemm(ctx, node) -> Nest:

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onnx import helper
+import numpy as np
+from onnx import TensorProto, helper
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ for _n in ("Pow", "Max", "Min", "Where", "Mod", "Clip", "Not", "Neg", "Gelu", "L
            "HardSigmoid", "HardSwish", "IsInf", "BitwiseNot", "BitwiseAnd", "BitwiseOr", "PRelu", "Sum", "Mean"):
     _add(_n, "elementwise", c=f"@{_n}")
 _add("IsNaN", "elementwise", role="guard", c="@IsNaN")
+# y = saturate(round_half_even(x / scale) + zero_point) and y = (x - zero_point) * scale: per tensor, per axis or
+# blocked scales (quant_layout); the codegen indexes the scale and zero point itself (kernels.pull)
+_add("QuantizeLinear", "elementwise", c="@QuantizeLinear", tag="quantize")
+_add("DequantizeLinear", "elementwise", c="@DequantizeLinear", tag="dequantize")
 _add("Cast", "elementwise", index=True)
 _add("CastLike", "elementwise", index=True)
 
@@ -96,7 +101,7 @@ for _n, _kind in (("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "m
 for _n in ("ArgMax", "ArgMin"):
     _add(_n, "reduce", role="reduction", tag=_n[:1].lower() + _n[1:],
          unrenderable="arg-reductions have no template (the row template reduces values only)")
-for _n in ("MatMul", "Gemm"):
+for _n in ("MatMul", "Gemm", "MatMulInteger"):
     _add(_n, "dot", role="dot", template=True, tag="dot")
 for _n in ("Softmax", "LogSoftmax", "LayerNormalization", "RMSNormalization"):
     _add(_n, "composite", role="row", template=True)
@@ -151,6 +156,8 @@ def unrenderable_reason(node, view=None) -> str | None:
         return "Trilu's k is not a constant"
     if node.op_type == "Pad":
         return pad_reason(node, view)
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        return quant_reason(node, view)
     if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1] and (
             node.output[1] in view.consumers or node.output[1] in view.outputs):
         return "Dropout's mask output is read; the codegen passes only its data through"
@@ -163,7 +170,6 @@ def unrenderable_reason(node, view=None) -> str | None:
 
 def pad_amounts(node, view):
     """(begins, ends) per axis of a constant-mode Pad whose pads (and axes) are constants, else None."""
-    import numpy as np
     if attr(node, "mode", b"constant") not in (b"constant", "constant") or len(node.input) < 2 or not node.input[1]:
         return None
     pads = view.const(node.input[1])
@@ -195,3 +201,56 @@ def pad_reason(node, view) -> str | None:
 
 ALIAS_OPS = with_role("alias")          # no kernel of their own: the reports do not count them
 SHAPE_OPS = with_role("shape")          # read only a shape: never data nodes
+
+
+# ---- QuantizeLinear / DequantizeLinear ---------------------------------------------------------------
+INT_RANGES = {TensorProto.INT8: (-128, 127), TensorProto.UINT8: (0, 255), TensorProto.INT16: (-32768, 32767),
+              TensorProto.UINT16: (0, 65535), TensorProto.INT4: (-8, 7), TensorProto.UINT4: (0, 15)}
+FLOAT8 = (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2)
+PACKED = (TensorProto.INT4, TensorProto.UINT4)       # two elements per byte, the low nibble first
+
+
+def quant_layout(node, x_rank: int, scale_shape) -> tuple:
+    """How a QuantizeLinear/DequantizeLinear node indexes its scale (and zero point), as onnx.reference
+    decides: ``("tensor", None, None)`` a single scale; ``("axis", a, None)`` a 1-D scale along axis a;
+    ``("block", a, B)`` a scale of x's rank with ceil(D_a / B) entries along axis a.
+
+        quant_layout(dq, 2, [64])       -> ("axis", 1, None)      (axis attribute 1, the default)
+    """
+    shape = list(scale_shape)
+    if int(np.prod(shape)) == 1:
+        return "tensor", None, None
+    axis = attr(node, "axis", 1) % x_rank
+    block = int(attr(node, "block_size", 0) or 0)
+    return ("block", axis, block) if block else ("axis", axis, None)
+
+
+def quant_types(node, view) -> tuple:
+    """(input element type, output element type) of a QuantizeLinear/DequantizeLinear node."""
+    x = view.dtypes.get(node.input[0])
+    if node.op_type == "DequantizeLinear":
+        out = attr(node, "output_dtype", 0) or view.dtypes.get(node.input[1])
+        return x, out
+    zp = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    out = view.dtypes.get(zp) if zp else (attr(node, "output_dtype", 0) or TensorProto.UINT8)
+    return x, out
+
+
+def quant_reason(node, view) -> str | None:
+    """Why the codegen cannot render this Q/DQ node (None when it can)."""
+    src, dst = quant_types(node, view)
+    q = dst if node.op_type == "QuantizeLinear" else src
+    if q not in INT_RANGES and q not in FLOAT8 and not (node.op_type == "DequantizeLinear" and q == TensorProto.INT32):
+        name = TensorProto.DataType.Name(q) if q in TensorProto.DataType.values() else str(q)
+        return f"{node.op_type} to/from {name} (the kernels take int8/uint8/int16/uint16/int4/uint4, float8e4m3fn, float8e5m2)"
+    if node.op_type == "QuantizeLinear" and dst in PACKED:
+        return ("QuantizeLinear writes packed int4/uint4 (two elements per byte): a kernel cannot store one nibble "
+                "without racing its neighbour")
+    if attr(node, "precision", 0):
+        return "QuantizeLinear's precision attribute is not rendered"
+    zp = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    if q in FLOAT8 and zp and view is not None:
+        z = view.const(zp)
+        if z is None or np.asarray(z).astype(np.float32).any():
+            return f"{node.op_type}'s float8 zero point is not a constant 0 (ONNX leaves a non-zero one undefined)"
+    return None

@@ -64,7 +64,7 @@ MAX_CTAS_PER_SM = 32      # resident blocks per SM (CUDA's limit for compute cap
 REG_ALLOC_UNIT = 256      # registers are allocated per warp in units of 256 (compute capability 8.x / 9.0)
 SCHEDULERS = 4            # warp schedulers per SM, one warp instruction per cycle each (SOURCES["sm"])
 MUFU_PER_CLOCK = 16       # MUFU results (ex2, lg2, rsqrt, rcp, sin, cos) per clock per SM (SOURCES["mufu"])
-MATHS = ("fp16", "bf16", "tf32", "exact")
+MATHS = ("fp16", "bf16", "tf32", "int8", "fp8", "exact")
 UNITS = ("wgmma", "mma")  # tensor-core instruction classes the model charges apart
 
 SOURCES = {
@@ -85,6 +85,10 @@ SOURCES = {
            "boost)",
     "4090": "NVIDIA Ada GPU architecture whitepaper, RTX 4090 (1,008 GB/s; FP16 tensor with FP32 accumulate "
             "165.2, TF32 82.6, FP32 82.6 TFLOP/s dense; 2,520 MHz boost)",
+    "int8": "8-bit tensor peaks, dense (half the sparse figures): A100 datasheet INT8 624 TOPS; A40 datasheet INT8 "
+            "299.3 TOPS; Ada whitepaper RTX 4090 INT8 660.6 TOPS, FP8 with FP32 accumulate 330.3 TFLOP/s; H100 "
+            "SXM5 datasheet INT8 and FP8 3,958 with sparsity = 1,979 dense (twice the FP16 rate). mma.sync on "
+            "the H100 at the same 63 % of wgmma's rate as FP16 (SOURCES['H100-mma']): ASSUMED",
     "T3": "'Hardware features of different Nvidia GPU architectures', Table 3 of PMC article 10448217 "
           "(pmc.ncbi.nlm.nih.gov/articles/PMC10448217/table/t0015): H100 L2 bandwidth 8,986 GB/s, A100 "
           "7,219 GB/s (5,120 bytes per clock at 1,755 / 1,410 MHz), global-memory latency 400 cycles (0.228 us "
@@ -148,13 +152,19 @@ PARTS = {
         "wgmma.tf32": Peak(H100_FP16 / 2, "H100"),
         "mma.fp16": Peak(H100_MMA_FRACTION * H100_FP16, "H100-mma"),
         "mma.tf32": Peak(H100_MMA_FRACTION * H100_FP16 / 2, "H100-mma"),
+        "wgmma.int8": Peak(2 * H100_FP16, "int8"), "wgmma.fp8": Peak(2 * H100_FP16, "int8"),
+        "mma.int8": Peak(H100_MMA_FRACTION * 2 * H100_FP16, "int8"),
+        "mma.fp8": Peak(H100_MMA_FRACTION * 2 * H100_FP16, "int8"),
         "simt": Peak(66.9e12, "H100")}),
     "A100": Part("A100 SXM4 80GB", 2.039e12, 7.219e12, 400 / 1.41e9, 1.41e9, source="A100, T3", peaks={
-        "mma.fp16": Peak(312e12, "A100"), "mma.tf32": Peak(156e12, "A100"), "simt": Peak(19.5e12, "A100")}),
+        "mma.fp16": Peak(312e12, "A100"), "mma.tf32": Peak(156e12, "A100"), "mma.int8": Peak(624e12, "int8"),
+        "simt": Peak(19.5e12, "A100")}),
     "A40": Part("A40", 0.696e12, 3 * 0.696e12, 0.3e-6, 1.74e9, source="A40, assumed", peaks={
-        "mma.fp16": Peak(149.7e12, "A40"), "mma.tf32": Peak(74.8e12, "A40"), "simt": Peak(37.4e12, "A40")}),
+        "mma.fp16": Peak(149.7e12, "A40"), "mma.tf32": Peak(74.8e12, "A40"), "mma.int8": Peak(299.3e12, "int8"),
+        "simt": Peak(37.4e12, "A40")}),
     "GeForce RTX 4090": Part("GeForce RTX 4090", 1.008e12, 3 * 1.008e12, 0.3e-6, 2.52e9, source="4090, assumed",
                              peaks={"mma.fp16": Peak(165.2e12, "4090"), "mma.tf32": Peak(82.6e12, "4090"),
+                                    "mma.int8": Peak(660.6e12, "int8"), "mma.fp8": Peak(330.3e12, "int8"),
                                     "simt": Peak(82.6e12, "4090")}),
 }
 

@@ -22,7 +22,6 @@ import numpy as np
 import sympy
 
 from .codegen import assumed, pointwise, shapevals, symdim
-from . import routes
 from .compile import sources
 from .families import NoKernelHalf, kernel_half
 from .target import Target

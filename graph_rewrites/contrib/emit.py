@@ -37,6 +37,7 @@ class Facts:
     shared: dict = field(default_factory=dict)     # memo key -> tensor name (made by an earlier expansion)
     shared_nodes: dict = field(default_factory=dict)   # tensor name -> the Emitter group that made it
     declared: dict = field(default_factory=dict)   # graph input/output -> its shape as the model declares it
+    producer: dict = field(default_factory=dict)   # tensor -> the model node writing it (what a fold looks through)
 
     def rank(self, t):
         s = self.shape.get(t)
@@ -99,6 +100,13 @@ class Emitter:
             return TensorProto.BOOL
         if op_type in _INT64_OPS:
             return TensorProto.INT64
+        if op_type == "MatMulInteger":
+            return TensorProto.INT32
+        if op_type == "QuantizeLinear":
+            zp = inputs[2] if len(inputs) > 2 and inputs[2] else None
+            return self.facts.dtype.get(zp) if zp else (attrs.get("output_dtype") or TensorProto.UINT8)
+        if op_type == "DequantizeLinear":
+            return attrs.get("output_dtype") or self.facts.dtype.get(inputs[1])
         data = inputs[1] if op_type == "Where" else (inputs[0] if inputs else None)
         return self.facts.dtype.get(data) if data else None
 

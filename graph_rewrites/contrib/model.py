@@ -11,7 +11,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..index import GraphIndex, describe_node, implicit_inputs
-from .table import contrib_op, expand_node
+from . import quant
+from .quant import redundant_fake_quant
+from .table import contrib_op, expand_node, fold_op
 from .emit import Facts, Refused
 
 log = logging.getLogger("plus_ep.contrib")
@@ -26,6 +28,7 @@ class Group:
     names: list                          # its expansion's own nodes (node names)
     inits: list                          # initializers the expansion added
     reads_shared: set = field(default_factory=set)   # tensors made by an earlier expansion, shared
+    also: list = field(default_factory=list)         # a fold's: original nodes it left unread (put back with it)
 
 
 @dataclass
@@ -75,8 +78,14 @@ def default_opset(model) -> int:
 
 def expand_model(model: onnx.ModelProto) -> Expanded:
     """Replace every contrib node that expands by its standard-op subgraph (same outputs, new internal
-    names under ``<node>/plus_ep/``). A model without contrib nodes comes back as it is."""
-    if not any(contrib_op(n) is not None for n in model.graph.node):
+    names under ``<node>/plus_ep/``). A model without contrib nodes comes back as it is, but for the exact
+    identities quant.redundant_fake_quant drops (QuantizeLinear -> DequantizeLinear pairs re-quantizing values
+    already on their grid)."""
+    model, _ = redundant_fake_quant(model)
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    probe = Facts(producer=producer)
+    if not any(contrib_op(n) is not None or (n.op_type in ("MatMul", "MatMulInteger") and quant.folds(n, probe))
+               for n in model.graph.node):
         return Expanded(model, model)
     label = describe_node
     opset = default_opset(model)
@@ -92,15 +101,19 @@ def expand_model(model: onnx.ModelProto) -> Expanded:
             declared[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                                  for d in vi.type.tensor_type.shape.dim]
     facts = Facts(dtype=dict(view.dtypes), shape=dict(view.shapes), const=_Initializers(model, view.consts),
-                  opset=opset, declared=declared)
+                  opset=opset, declared=declared, producer=producer)
     nodes, inits, groups, refused = [], [], [], {}
     for node in model.graph.node:
-        if contrib_op(node) is None:
+        fold = contrib_op(node) is None and fold_op(node, facts) is not None
+        if contrib_op(node) is None and not fold:
             nodes.append(node)
             continue
         try:
             e = expand_node(node, facts)
         except Refused as why:
+            if fold:                # a standard op that does not fold is simply itself
+                nodes.append(node)
+                continue
             refused[label(node)] = str(why)
             log.info("%s stays opaque: %s", label(node), why)
             nodes.append(node)
@@ -108,12 +121,32 @@ def expand_model(model: onnx.ModelProto) -> Expanded:
         nodes.extend(e.nodes)
         inits.extend(e.inits)
         groups.append(Group(node, [n.name for n in e.nodes], [t.name for t in e.inits], set(e.uses_shared)))
+    _drop_unread(nodes, groups, {o.name for o in model.graph.output})
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(inits)
     return Expanded(model, out, groups, refused)
+
+
+def _drop_unread(nodes: list, groups: list, outputs: set) -> None:
+    """A fold reads the integers under the DequantizeLinear (and views) its original node read: those nodes, now
+    unread, leave the graph with the fold (restore puts them back with the original)."""
+    for g in groups:
+        if not quant.folds_kind(g.node):
+            continue
+        while True:
+            read = {t for n in nodes for t in list(n.input) + implicit_inputs(n)} | outputs
+            gone = [n for n in nodes if n.op_type in quant.UNREAD_AFTER_FOLD and n.output and
+                    not any(o in read for o in n.output if o) and n.name not in g.names]
+            gone = [n for n in gone if any(o in g.node.input or o in {i for a in g.also for i in a.input}
+                                           for o in n.output)]
+            if not gone:
+                break
+            g.also.extend(gone)
+            ids = {id(n) for n in gone}
+            nodes[:] = [n for n in nodes if id(n) not in ids]
 
 
 def restore(model: onnx.ModelProto, ex: Expanded) -> onnx.ModelProto:
@@ -127,11 +160,21 @@ def restore(model: onnx.ModelProto, ex: Expanded) -> onnx.ModelProto:
     first = {g.names[0]: g.node for g in back}            # the original goes where its expansion began
     drop = {name for g in back for name in g.names}
     nodes = [first.get(n.name, n) for n in model.graph.node if n.name not in drop or n.name in first]
+    spare = [n for g in ex.groups for n in g.also]      # nodes folds left unread: back where something reads them
+    while spare:
+        made = {o for n in nodes for o in n.output}
+        read = {t for n in nodes for t in n.input}
+        need = [n for n in spare if any(o in read and o not in made for o in n.output)]
+        if not need:
+            break
+        nodes += need
+        spare = [n for n in spare if all(n is not m for m in need)]
     expansion = {name for g in ex.groups for name in g.names}
     outputs = {o.name for o in model.graph.output}
     while True:                                   # dead expansion nodes (shared ones others stopped using)
         read = {t for n in nodes for t in list(n.input) + implicit_inputs(n)} | outputs
-        dead = {id(n) for n in nodes if n.name in expansion and not any(o in read for o in n.output if o)}
+        dead = {id(n) for n in nodes if (n.name in expansion or n.op_type == "DequantizeLinear")
+                and not any(o in read for o in n.output if o)}
         if not dead:
             break
         nodes = [n for n in nodes if id(n) not in dead]

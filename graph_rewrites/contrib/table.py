@@ -39,8 +39,21 @@ _TABLE = [
     ContribOp("BiasAdd", (MS_DOMAIN,), activations.bias_add, "two adds"),
     ContribOp("MatMulNBits", (MS_DOMAIN,), quant.matmul_nbits,
               "dequantisation of the packed weights (no data kernel) and a MatMul (+ bias)"),
+    ContribOp("DynamicQuantizeLinear", ("", "ai.onnx"), quant.dynamic_quantize_linear,
+              "min/max reductions, the uint8 scale and zero point, and a QuantizeLinear"),
+    ContribOp("QLinearMatMul", ("", "ai.onnx"), quant.qlinear_matmul,
+              "MatMulInteger, one float multiplier per column and a QuantizeLinear (requantization)"),
+    ContribOp("MatMulIntegerToFloat", (MS_DOMAIN,), quant.matmul_integer_to_float,
+              "MatMulInteger, Cast and the scales' product (+ bias)"),
+    ContribOp("DynamicQuantizeMatMul", (MS_DOMAIN,), quant.dynamic_quantize_matmul,
+              "DynamicQuantizeLinear of A, MatMulInteger, Cast and the scales' product (+ bias)"),
 ]
 CONTRIB: dict = {(d, op.name): op for op in _TABLE for d in op.domains}
+# standard ops rewritten when their inputs allow (quant.folds): quantized MatMuls into the 8-bit GEMM's form
+FOLDS = {"MatMul": ContribOp("MatMul", ("", "ai.onnx"), quant.qdq_matmul,
+                             "MatMulInteger of the stored 8-bit operands, the scales and the zero-point correction"),
+         "MatMulInteger": ContribOp("MatMulInteger", ("", "ai.onnx"), quant.matmul_integer_zero_point,
+                                    "MatMulInteger without A's zero point, minus zero point x the weight's column sums")}
 
 
 def contrib_op(node) -> ContribOp | None:
@@ -48,9 +61,14 @@ def contrib_op(node) -> ContribOp | None:
     return CONTRIB.get((node.domain, node.op_type))
 
 
+def fold_op(node, facts: Facts) -> ContribOp | None:
+    """The fold of a standard node whose inputs allow it (quant.folds), else None."""
+    return FOLDS[node.op_type] if quant.folds(node, facts) else None
+
+
 def expand_node(node, facts: Facts) -> Emitter:
     """The expansion of one node (an Emitter holding its nodes and initializers); raises Refused."""
-    op = contrib_op(node)
+    op = contrib_op(node) or fold_op(node, facts)
     if op is None:
         raise Refused(f"{node.domain or 'ai.onnx'}::{node.op_type} is not a contrib op PlusEP expands")
     e = Emitter(node, facts)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from onnx import TensorProto
+
 from ...graph_rewrites import ops
 
 F, I, B = "float", "long long", "bool"
@@ -170,6 +172,32 @@ def _variadic_sum(mean):
     return emit
 
 
+def _quantize(node, a, t, qtype=None):
+    """saturate(round_half_even(x / scale) + zero_point) as a value of `qtype` (its compute type): integers
+    clamp to the type's range (NaN to the lower bound, as onnxruntime and onnx.reference); float8 rounds to
+    nearest even with the node's saturate rule (plus_common.cuh) and has no zero point (ops.quant_reason)."""
+    if qtype is None:
+        raise ValueError("QuantizeLinear needs its output element type (kernels.pull passes it)")
+    x = f"({_f(a[0], t[0])} / {_f(a[1], t[1])})"
+    if qtype in ops.FLOAT8:
+        fn = "plus_e4m3_round" if qtype == TensorProto.FLOAT8E4M3FN else "plus_e5m2_round"
+        sat = "true" if attr(node, "saturate", 1) else "false"
+        return f"{fn}({x}, {sat})", F
+    lo, hi = ops.INT_RANGES[qtype]
+    v = f"(rintf({x}) + {_f(a[2], t[2])})" if len(a) > 2 and a[2] else f"rintf({x})"
+    return f"plus_saturate({v}, {lit(float(lo))}, {lit(float(hi))})", I
+
+
+def _dequantize(node, a, t, qtype=None):
+    """(x - zero_point) * scale: integer x subtracts in integers (int32 included), float8 x has no zero point."""
+    s = _f(a[1], t[1])
+    if len(a) > 2 and a[2] and t[0] == I:
+        return f"((float)(({a[0]}) - ({a[2]})) * {s})", F
+    if len(a) > 2 and a[2]:
+        return f"(({_f(a[0], t[0])} - {_f(a[2], t[2])}) * {s})", F
+    return f"({_f(a[0], t[0])} * {s})", F
+
+
 _CUSTOM = {
     "Pow": _pow, "Max": _minmax("fmaxf", ">"), "Min": _minmax("fminf", "<"), "Where": _where,
     "Mod": _mod, "Clip": _clip, "Not": _not, "Neg": _neg, "Gelu": _gelu, "LeakyRelu": _leaky,
@@ -177,6 +205,7 @@ _CUSTOM = {
     "IsNaN": lambda n, a, t: (f"isnan({_f(a[0], t[0])})", B),
     "BitwiseNot": _bitwise("~"), "BitwiseAnd": _bitwise("&"), "BitwiseOr": _bitwise("|"),
     "PRelu": _prelu, "Sum": _variadic_sum(False), "Mean": _variadic_sum(True),
+    "QuantizeLinear": _quantize, "DequantizeLinear": _dequantize,
 }
 
 
@@ -195,10 +224,13 @@ TABLE = {name: _from_spec(op.c) for name, op in ops.OPS.items() if op.c is not N
 TABLE.update({name: _identity for name in ops.with_role("alias")})   # pulled as a value: the input
 
 
-def emit(node, args: list, types: list, const_exponent=None):
-    """C expression and compute type of element-wise `node` applied to `args`."""
+def emit(node, args: list, types: list, const_exponent=None, qtype=None):
+    """C expression and compute type of element-wise `node` applied to `args` (`qtype`: the quantized element
+    type of a QuantizeLinear/DequantizeLinear node)."""
     if node.op_type == "Pow":
         return _pow(node, args, types, const_exponent)
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        return _CUSTOM[node.op_type](node, args, types, qtype)
     return TABLE[node.op_type](node, args, types)
 
 

@@ -272,6 +272,8 @@ class Emitter:
             return self._gather(node, idx)
         if op == "GatherElements":
             return self._gather_elements(node, idx)
+        if op in ("QuantizeLinear", "DequantizeLinear"):
+            return self._quant(node, out_shape, idx)
         if cexpr.supported(op):
             return self._elementwise(node, out_shape, idx)
         if op == "Shape":
@@ -299,6 +301,30 @@ class Emitter:
         expr, ct = cexpr.emit(node, args, types, exponent)
         return self.tmp(expr, ct), ct
 
+    def _quant(self, node, out_shape, idx):
+        """QuantizeLinear/DequantizeLinear: x at idx; the scale and zero point at the same place (per tensor: their
+        one element; per axis: idx[axis]; blocked: idx with idx[axis] // block_size)."""
+        why = ops.quant_reason(node, self.view)
+        if why is not None:
+            raise RenderError(f"{describe(node)}: {why}")
+        kind, axis, block = ops.quant_layout(node, len(out_shape), self.shape(node.input[1]))
+        if kind == "tensor":
+            at = ["0"] * len(self.shape(node.input[1]))
+        elif kind == "axis":
+            at = [idx[axis]]
+        else:
+            at = [f"({i}) / {block}LL" if j == axis else i for j, i in enumerate(idx)]
+        args, types = [], []
+        for k, t in enumerate(node.input[:3]):
+            if not t:
+                continue
+            e, ct = self.value(t, idx if k == 0 else at)
+            args.append(e)
+            types.append(ct)
+        qtype = ops.quant_types(node, self.view)[1 if node.op_type == "QuantizeLinear" else 0]
+        expr, ct = cexpr.emit(node, args, types, qtype=qtype)
+        return self.tmp(expr, ct, "q"), ct
+
     def _cast(self, node, idx):
         e, ct = self.value(node.input[0], idx)
         to = attr(node, "to") if node.op_type == "Cast" else self.dtype(node.input[1])
@@ -307,6 +333,10 @@ class Emitter:
             return self.tmp(f"__half2float(__float2half_rn({e}))", "float"), "float"
         if to == TensorProto.BFLOAT16 and ct == "float":
             return self.tmp(f"__bfloat162float(__float2bfloat16_rn({e}))", "float"), "float"
+        if to in ops.FLOAT8:
+            fn = "plus_e4m3_round" if to == TensorProto.FLOAT8E4M3FN else "plus_e5m2_round"
+            sat = "true" if attr(node, "saturate", 1) else "false"
+            return self.tmp(f"{fn}({dtypes.convert(e, ct, 'float')}, {sat})", "float"), "float"
         return self.tmp(dtypes.convert(e, ct, target), target), target
 
     def _tile(self, node, idx):

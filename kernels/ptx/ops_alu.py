@@ -509,11 +509,14 @@ def _cvta(stmt):
 @handler("cvt")
 def _cvt(stmt):
     p = stmt.opcode.split(".")[1:]
-    types = [x for x in p if x in S.INT_DTYPES or x in ("f16", "bf16", "f32", "f64", "tf32", "f16x2", "bf16x2")]
+    types = [x for x in p if x in S.INT_DTYPES or x in ("f16", "bf16", "f32", "f64", "tf32", "f16x2", "bf16x2")
+             or x in _FP8X2]
     mods = [x for x in p if x not in types]
     if len(types) != 2 or p[-2:] != types:
         raise unsupported(stmt, "cvt needs a destination and a source type")
     dty, sty = types
+    if dty in _FP8X2 or sty in _FP8X2:
+        return _cvt_fp8(stmt, dty, sty, mods)
     rnd = None
     ftz = sat = relu = False
     for x in mods:
@@ -553,6 +556,69 @@ def _cvt(stmt):
         put, get = M.wr(ops[0], store_ty), M.rd(ops[1], sty)
         return lambda m: put(fn(get()), m)
     return Op(stmt.line, stmt.opcode, "op", "conversion", factory)
+
+
+_FP8X2 = ("e4m3x2", "e5m2x2")
+
+
+def _cvt_fp8(stmt, dty, sty, mods):
+    """cvt.rn{.relu}{.satfinite}.{e4m3x2,e5m2x2}.f32 d, a, b (d.b16: a's code in the upper byte, b's in the lower);
+    the same from .f16x2 (upper half to the upper byte); cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2} d, a (each byte to
+    the f16 half of the same position, exactly). Rounding and saturation: semantics.f32_to_fp8_bits."""
+    relu, satf = "relu" in mods, "satfinite" in mods
+    if [x for x in mods if x not in ("rn", "relu", "satfinite")] or "rn" not in mods:
+        raise unsupported(stmt, "fp8 cvt takes .rn with optional .relu / .satfinite")
+    ops = stmt.operands
+    if dty in _FP8X2 and sty == "f32":
+        if len(ops) != 3:
+            raise unsupported(stmt)
+        kind = dty[:4]
+
+        def factory(M):
+            put = M.wr(ops[0], "b16")
+            a, b = M.rd(ops[1], "f32"), M.rd(ops[2], "f32")
+
+            def run(m):
+                hi = S.f32_to_fp8_bits(a(), kind, satf, relu).astype(np.uint16)
+                lo = S.f32_to_fp8_bits(b(), kind, satf, relu).astype(np.uint16)
+                put((hi << np.uint16(8)) | lo, m)
+            return run
+        return Op(stmt.line, stmt.opcode, "op", "conversion", factory)
+    if dty in _FP8X2 and sty == "f16x2":
+        kind = dty[:4]
+        if len(ops) != 2:
+            raise unsupported(stmt)
+
+        def factory(M):
+            put, get = M.wr(ops[0], "b16"), M.rd(ops[1], "b32")
+
+            def run(m):
+                w = np.asarray(get()).astype(np.uint32)
+                hi = S.f32_to_fp8_bits(S.f16_bits_to_f32((w >> np.uint32(16)).astype(np.uint16)), kind, satf, relu)
+                lo = S.f32_to_fp8_bits(S.f16_bits_to_f32((w & np.uint32(0xFFFF)).astype(np.uint16)), kind, satf, relu)
+                put((hi.astype(np.uint16) << np.uint16(8)) | lo.astype(np.uint16), m)
+            return run
+        return Op(stmt.line, stmt.opcode, "op", "conversion", factory)
+    if dty == "f16x2" and sty in _FP8X2:
+        if satf or len(ops) != 2:
+            raise unsupported(stmt)
+        kind = sty[:4]
+
+        def factory(M):
+            put, get = M.wr(ops[0], "b32"), M.rd(ops[1], "b16")
+
+            def run(m):
+                w = np.asarray(get()).astype(np.uint32)
+                halves = []
+                for sh in (8, 0):
+                    v = S.fp8_bits_to_f32(((w >> np.uint32(sh)) & np.uint32(0xFF)).astype(np.uint8), kind)
+                    if relu:
+                        v = np.where(v < 0, np.float32(0), v)
+                    halves.append(S.f32_to_f16_bits(v).astype(np.uint32))
+                put((halves[0] << np.uint32(16)) | halves[1], m)
+            return run
+        return Op(stmt.line, stmt.opcode, "op", "conversion", factory)
+    raise unsupported(stmt, "fp8 cvt forms: .e4m3x2/.e5m2x2 from .f32 or .f16x2, .f16x2 from .e4m3x2/.e5m2x2")
 
 
 def _cvt_fn(stmt, dty, sty, rnd, ftz, sat):

@@ -266,6 +266,59 @@ def tf32_rna(x):
     return np.where(np.isfinite(x), r, x.view(np.uint32)).astype(np.uint32)
 
 
+# ------------------------------------------------------------------------------------ 8-bit floats
+# kind -> (mantissa bits, exponent bias, largest finite value, has infinities). e4m3 (sm_89+: cvt, mma, wgmma) has
+# no infinity and one NaN pattern per sign (0x7f / 0xff); e5m2 is IEEE-like (infinity 0x7c, NaN 0x7d..0x7f).
+FP8 = {"e4m3": (3, 7, 448.0, False), "e5m2": (2, 15, 57344.0, True)}
+FP8_CANON_NAN = 0x7F
+
+
+def fp8_bits_to_f32(b, kind: str):
+    """The value of each 8-bit float code (exact in f32 and in f16)."""
+    m, bias, _, inf = FP8[kind]
+    b = np.asarray(b, np.uint8).astype(np.int64)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    e, f = (b >> m) & ((1 << (7 - m)) - 1), b & ((1 << m) - 1)
+    mag = np.where(e == 0, f * 2.0 ** (1 - bias - m), (1.0 + f / 2.0 ** m) * np.exp2(e - bias))
+    top = e == (1 << (7 - m)) - 1
+    if inf:
+        mag = np.where(top, np.where(f == 0, np.inf, np.nan), mag)
+    else:
+        mag = np.where(top & (f == (1 << m) - 1), np.nan, mag)
+    return (sign * mag).astype(np.float32)
+
+
+def f32_to_fp8_bits(x, kind: str, satfinite: bool, relu: bool = False):
+    """cvt.rn{.relu}{.satfinite}.{e4m3,e5m2}x2 of one f32 element: nearest, ties to even, at the type's precision
+    (subnormals included). Past the largest finite value after rounding, and for infinities: that value with
+    .satfinite, else NaN (e4m3) or infinity (e5m2). NaN gives the canonical NaN 0x7f; .relu clamps negatives to +0."""
+    m, bias, top, has_inf = FP8[kind]
+    x = np.asarray(x, np.float32).astype(np.float64)
+    nan = np.isnan(x)
+    if relu:
+        x = np.where(x < 0, 0.0, x)
+    neg = np.signbit(x)
+    a = np.abs(np.where(nan, 0.0, x))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        e = np.maximum(np.frexp(np.where(np.isinf(a), 1.0, a))[1] - 1, 1 - bias)
+        q = np.exp2(e - m)
+        r = np.where(np.isinf(a), np.inf, np.rint(a / q) * q)
+    over = r > top
+    big = top if satfinite else (np.inf if has_inf else np.nan)
+    r = np.where(over, big, r)
+    # encode: exponent field e + bias (normal) or 0 (subnormal), mantissa r / 2^(e - m) - 2^m
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        e2 = np.maximum(np.frexp(np.where(np.isfinite(r) & (r > 0), r, 1.0))[1] - 1, 1 - bias)
+        sub = r < 2.0 ** (1 - bias)
+        mant = np.where(sub, r / 2.0 ** (1 - bias - m), r / np.exp2(e2 - m) - 2 ** m)
+        field = np.where(sub, 0, e2 + bias)
+        code = (field.astype(np.int64) << m) | np.nan_to_num(mant, nan=0, posinf=0).astype(np.int64)
+    code = np.where(np.isinf(r), 0x7C, code)
+    code = np.where(np.isnan(r), FP8_CANON_NAN, code)
+    code = np.where(neg & ~np.isnan(r), code | 0x80, code)
+    return np.where(nan, FP8_CANON_NAN, code).astype(np.uint8)
+
+
 # -------------------------------------------------------------------------------- float -> integer
 
 _INT_RANGE = {"s8": (-2**7, 2**7 - 1), "u8": (0, 2**8 - 1), "s16": (-2**15, 2**15 - 1), "u16": (0, 2**16 - 1),

@@ -34,12 +34,17 @@ _g, _t = _lane >> 2, _lane & 3
 
 
 def _mma_maps(kind):
-    """(rows, cols) index arrays [regs, halves, 32] for A and B, and [4, 32] for C."""
+    """(rows, cols) index arrays [regs, elements per reg, 32] for A and B, and [4, 32] for C."""
     if kind == "k16":
         ar = np.array([[_g + 8 * (r & 1) for h in range(2)] for r in range(4)])
         ac = np.array([[2 * _t + h + 8 * (r >> 1) for h in range(2)] for r in range(4)])
         br = np.array([[2 * _t + h + 8 * r for h in range(2)] for r in range(2)])
         bc = np.array([[_g for h in range(2)] for r in range(2)])
+    elif kind == "k32":   # 8-bit elements, four per register (byte j low to high)
+        ar = np.array([[_g + 8 * (r & 1) for j in range(4)] for r in range(4)])
+        ac = np.array([[4 * _t + j + 16 * (r >> 1) for j in range(4)] for r in range(4)])
+        br = np.array([[4 * _t + j + 16 * r for j in range(4)] for r in range(2)])
+        bc = np.array([[_g for j in range(4)] for r in range(2)])
     else:  # tf32 k8: one element per register
         ar = np.array([[_g + 8 * (r & 1)] for r in range(4)])
         ac = np.array([[_t + 4 * (r >> 1)] for r in range(4)])
@@ -50,7 +55,9 @@ def _mma_maps(kind):
     return ar, ac, br, bc, cr, cc
 
 
-MAPS = {"k16": _mma_maps("k16"), "k8": _mma_maps("k8")}
+MAPS = {"k16": _mma_maps("k16"), "k8": _mma_maps("k8"), "k32": _mma_maps("k32")}
+INT8 = ("s8", "u8")
+FP8 = ("e4m3", "e5m2")
 
 
 def _halves(words, ety):
@@ -61,32 +68,64 @@ def _halves(words, ety):
     return np.stack([conv(lo), conv(hi)], axis=-2)
 
 
+def byte_values(words, ety):
+    """[.., regs, 32] uint32 -> the four 8-bit elements of each register (byte 0 first) [.., regs, 4, 32], as int64
+    (s8, u8) or float64 (e4m3, e5m2)."""
+    b = np.stack([((words >> np.uint32(8 * j)) & np.uint32(0xFF)).astype(np.uint8) for j in range(4)], axis=-2)
+    if ety == "s8":
+        return b.view(np.int8).astype(np.int64)
+    if ety == "u8":
+        return b.astype(np.int64)
+    return S.fp8_bits_to_f32(b, ety).astype(np.float64)
+
+
+def int_result(v, satfinite: bool):
+    """An exact integer sum as s32: clamped with .satfinite, else wrapped modulo 2^32."""
+    v = np.asarray(v, np.int64)
+    if satfinite:
+        return np.clip(v, -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+    return v.astype(np.uint64).astype(np.uint32).view(np.int32)
+
+
 @handler("mma")
 def _mma(stmt):
     p = stmt.opcode.split(".")
     shape = p[3] if len(p) > 3 else ""
-    if p[1:3] != ["sync", "aligned"] or p[4:6] != ["row", "col"] or p[6] != "f32" or p[9:] != ["f32"]:
+    if p[1:3] != ["sync", "aligned"] or p[4:6] != ["row", "col"]:
         raise unsupported(stmt)
-    at, bt = p[7], p[8]
-    if not ((shape == "m16n8k16" and at == bt and at in ("f16", "bf16")) or
-            (shape == "m16n8k8" and at == bt == "tf32")):
+    rest = p[6:]
+    satfinite = bool(rest) and rest[0] == "satfinite"
+    rest = rest[1:] if satfinite else rest
+    if len(rest) != 4:
+        raise unsupported(stmt)
+    dt, at, bt, ct = rest
+    if shape == "m16n8k32" and at in INT8 and bt in INT8 and dt == ct == "s32":
+        kind = "k32"
+    elif shape == "m16n8k32" and at in FP8 and bt in FP8 and dt == ct == "f32" and not satfinite:
+        kind = "k32"
+    elif not satfinite and dt == ct == "f32" and ((shape == "m16n8k16" and at == bt and at in ("f16", "bf16")) or
+                                                  (shape == "m16n8k8" and at == bt == "tf32")):
+        kind = "k16" if shape == "m16n8k16" else "k8"
+    else:
         raise unsupported(stmt, "mma shape/type")
-    kind = "k16" if shape == "m16n8k16" else "k8"
+    integer = dt == "s32"
     d, a, b, c = stmt.operands
     if not all(x[0] == "vec" for x in (d, a, b, c)) or len(d[1]) != 4 or len(a[1]) != 4 or len(b[1]) != 2 \
             or len(c[1]) != 4:
         raise unsupported(stmt, "operand vectors")
-    K = 16 if kind == "k16" else 8
+    K = {"k16": 16, "k8": 8, "k32": 32}[kind]
     op = Op(stmt.line, stmt.opcode, "op", "mma")
-    op.meta = {"flops": 2 * 16 * 8 * K, "precision": "tf32" if kind == "k8" else "fp16"}
+    op.meta = {"flops": 2 * 16 * 8 * K, "precision": "tf32" if kind == "k8" else "int8" if integer else
+               "fp8" if at in FP8 else "fp16"}
 
     def factory(M):
-        puts = [M.wr(x, "f32") for x in d[1]]
+        puts = [M.wr(x, dt) for x in d[1]]
         ga = [M.view(x[1], "b32") for x in a[1]]
         gb = [M.view(x[1], "b32") for x in b[1]]
-        gc = [M.rd(x, "f32") for x in c[1]]
+        gc = [M.rd(x, ct) for x in c[1]]
         ar, ac, br, bc, cr, cc = MAPS[kind]
         T, W = M.T, M.W
+        acc_t = np.int64 if integer else np.float64
 
         def run(m):
             warps = whole_warps(M, op, m)
@@ -95,20 +134,23 @@ def _mma(stmt):
             Bw = np.stack([x.reshape(W, 32)[warps] for x in gb], 1)
             if kind == "k16":
                 Av, Bv = _halves(Aw, at), _halves(Bw, at)              # [nw, r, 2, 32]
+            elif kind == "k32":
+                Av, Bv = byte_values(Aw, at), byte_values(Bw, bt)      # [nw, r, 4, 32]
             else:
                 Av = (Aw & np.uint32(0xFFFFE000)).view(np.float32)[:, :, None, :]
                 Bv = (Bw & np.uint32(0xFFFFE000)).view(np.float32)[:, :, None, :]
-            Am = np.zeros((nw, 16, K), np.float64)
-            Bm = np.zeros((nw, K, 8), np.float64)
+            Am = np.zeros((nw, 16, K), acc_t)
+            Bm = np.zeros((nw, K, 8), acc_t)
             Am[:, ar, ac] = Av
             Bm[:, br, bc] = Bv
-            Cm = np.zeros((nw, 16, 8), np.float64)
+            Cm = np.zeros((nw, 16, 8), acc_t)
             for i in range(4):
                 Cm[:, cr[i], cc[i]] = np.broadcast_to(gc[i](), (T,)).reshape(W, 32)[warps]
             with np.errstate(all="ignore"):
-                Dm = (np.matmul(Am, Bm) + Cm).astype(np.float32)
+                Dm = np.matmul(Am, Bm) + Cm
+                Dm = int_result(Dm, satfinite) if integer else Dm.astype(np.float32)
             for i in range(4):
-                full = np.zeros((W, 32), np.float32)
+                full = np.zeros((W, 32), Dm.dtype)
                 full[warps] = Dm[:, cr[i], cc[i]]
                 puts[i](full.reshape(-1), m)
         return run
@@ -175,8 +217,9 @@ def swizzle128(addr):
     return addr ^ (((addr >> 7) & 7) << 4)
 
 
-def operand_addresses(desc: int, rows: int, cols: int, major: str) -> np.ndarray:
-    """Byte addresses [rows, cols] of a 16-bit operand described by a wgmma descriptor.
+def operand_addresses(desc: int, rows: int, cols: int, major: str, esize: int = 2) -> np.ndarray:
+    """Byte addresses [rows, cols] of an operand described by a wgmma descriptor (elements of `esize` bytes: 2 for
+    f16/bf16, 1 for s8/u8/e4m3/e5m2, whose wgmma reads K-major operands only).
     major "K": rows index M (or N), cols index K; "MN": rows index K, cols index M (or N)."""
     dd = decode_descriptor(desc)
     if dd["layout"] != 1:
@@ -186,9 +229,11 @@ def operand_addresses(desc: int, rows: int, cols: int, major: str) -> np.ndarray
     r = np.arange(rows)[:, None]
     c = np.arange(cols)[None, :]
     if major == "K":
-        lin = dd["start"] + (r % 8) * 128 + (r // 8) * dd["sbo"] + c * 2
-    else:
+        lin = dd["start"] + (r % 8) * 128 + (r // 8) * dd["sbo"] + c * esize
+    elif esize == 2:
         lin = dd["start"] + (c % 64) * 2 + (r % 8) * 128 + (r // 8) * dd["sbo"] + (c // 64) * dd["lbo"]
+    else:
+        raise PtxError("8-bit wgmma operands are K-major only")
     return swizzle128(lin)
 
 
@@ -238,31 +283,43 @@ def _wgmma(stmt):
             return run
         op.factory = factory
         return op
-    if p[1:4] != ["mma_async", "sync", "aligned"] or len(p) != 8:
+    if p[1:4] != ["mma_async", "sync", "aligned"] or len(p) not in (8, 9):
         raise unsupported(stmt)
-    shape, dty, aty, bty = p[4:8]
+    satfinite = len(p) == 9
+    if satfinite and p[5] != "satfinite":
+        raise unsupported(stmt)
+    shape, dty, aty, bty = [p[4]] + p[-3:]
     import re
-    sm = re.fullmatch(r"m64n(\d+)k16", shape)
-    if not sm or dty != "f32" or aty != bty or aty not in ("f16", "bf16"):
+    sm = re.fullmatch(r"m64n(\d+)k(16|32)", shape)
+    eight = aty in INT8 + FP8
+    integer = aty in INT8
+    if not sm or (sm.group(2) == "32") != eight:
+        raise unsupported(stmt, "wgmma shape/types")
+    if integer and not (dty == "s32" and bty in INT8):
+        raise unsupported(stmt, "wgmma shape/types")
+    if not integer and (satfinite or dty != "f32" or (aty in FP8) != (bty in FP8) or
+                        (aty not in FP8 and (aty != bty or aty not in ("f16", "bf16")))):
         raise unsupported(stmt, "wgmma shape/types")
     N = int(sm.group(1))
+    K = int(sm.group(2))
     if N % 8 or not 8 <= N <= 256:
         raise unsupported(stmt, "N")
     ops = stmt.operands
-    if len(ops) != 8 or ops[0][0] != "vec" or len(ops[0][1]) != N // 2:
+    n_imm = 0 if integer else (2 if aty in FP8 else 4)      # scale-a, scale-b (, transpose-a, transpose-b)
+    if len(ops) != 4 + n_imm or ops[0][0] != "vec" or len(ops[0][1]) != N // 2:
         raise unsupported(stmt, "operands (A from registers is not implemented)")
-    if any(o[0] != "imm" for o in ops[4:8]):
+    if any(o[0] != "imm" for o in ops[4:]):
         raise unsupported(stmt, "immediates")
-    sa, sb, ta, tb = (o[1] for o in ops[4:8])
+    sa, sb, ta, tb = ([o[1] for o in ops[4:]] + [1, 1, 0, 0][n_imm:])
     if sa not in (1, -1) or sb not in (1, -1) or ta not in (0, 1) or tb not in (0, 1):
         raise unsupported(stmt, "scale/transpose immediates")
     op = Op(stmt.line, stmt.opcode, "op", "wgmma")
-    op.meta = {"flops": 2 * 64 * N * 16, "precision": "fp16"}
+    op.meta = {"flops": 2 * 64 * N * K, "precision": "int8" if integer else "fp8" if aty in FP8 else "fp16"}
 
     def factory(M):
         ga, gb = M.rd(ops[1], "u64"), M.rd(ops[2], "u64")
         gd = M.rd(ops[3], "pred")
-        dregs = [M.view(x[1], "f32") for x in ops[0][1]]
+        dregs = [M.view(x[1], dty) for x in ops[0][1]]
         T = M.T
 
         def run(m):
@@ -274,7 +331,8 @@ def _wgmma(stmt):
                 if (a[sl] != a[sl][0]).any() or (b[sl] != b[sl][0]).any() or (sd[sl] != sd[sl][0]).any():
                     raise PtxError("wgmma operands differ within the warpgroup", form=op.form, line=op.line,
                                    kernel=M.name)
-                job = (op, wg, N, aty, int(a[sl][0]), int(b[sl][0]), bool(sd[sl][0]), sa, sb, ta, tb, dregs)
+                job = (op, wg, N, aty, int(a[sl][0]), int(b[sl][0]), bool(sd[sl][0]), sa, sb, ta, tb, dregs, bty,
+                       satfinite)
                 M.wg.pending[wg].append(job)
                 if M.checks is not None:
                     M.checks.wgmma_operands(_operand_bytes(job), 1)
@@ -295,43 +353,59 @@ def _wg_groups(M, op, m):
     return groups
 
 
+def _esize(aty) -> int:
+    return 1 if aty in INT8 + FP8 else 2
+
+
 def _operands(job):
-    """Shared addresses of a wgmma job's A [64, 16] and B [16, N] elements."""
-    op, wg, N, aty, da, db, scale_d, sa, sb, ta, tb, dregs = job
-    A_addr = operand_addresses(da, 64, 16, "K") if ta == 0 else operand_addresses(da, 16, 64, "MN").T
-    B_addr = operand_addresses(db, N, 16, "K").T if tb == 0 else operand_addresses(db, 16, N, "MN")
+    """Shared addresses of a wgmma job's A [64, K] and B [K, N] elements (K 16 for 16-bit, 32 for 8-bit types)."""
+    op, wg, N, aty, da, db, scale_d, sa, sb, ta, tb, dregs, bty, satfinite = job
+    es = _esize(aty)
+    K = 32 // es
+    A_addr = operand_addresses(da, 64, K, "K", es) if ta == 0 else operand_addresses(da, K, 64, "MN").T
+    B_addr = operand_addresses(db, N, K, "K", es).T if tb == 0 else operand_addresses(db, K, N, "MN")
     return A_addr, B_addr
 
 
 def _operand_bytes(job):
-    """Every shared byte a wgmma job reads (2 per f16/bf16 element)."""
+    """Every shared byte a wgmma job reads (2 per f16/bf16 element, 1 per 8-bit element)."""
     A_addr, B_addr = _operands(job)
+    es = _esize(job[3])
     flat = np.concatenate([A_addr.reshape(-1), B_addr.reshape(-1)]).astype(np.int64)
-    return (flat[:, None] + np.arange(2)).reshape(-1)
+    return (flat[:, None] + np.arange(es)).reshape(-1)
 
 
 def _land(M, job):
-    op, wg, N, aty, da, db, scale_d, sa, sb, ta, tb, dregs = job
+    op, wg, N, aty, da, db, scale_d, sa, sb, ta, tb, dregs, bty, satfinite = job
     A_addr, B_addr = _operands(job)
     if M.checks is not None:
         M.checks.wgmma_operands(_operand_bytes(job), -1)
     tids = np.arange(128 * wg, 128 * wg + 128)
+    integer = aty in INT8
 
-    def elems(addrs):
+    def elems(addrs, ety):
         flat = addrs.reshape(-1)
-        raw = A.shared_read(M, op, flat, 2, np.full(flat.size, tids[0]), proxy="async")
+        es = _esize(ety)
+        raw = A.shared_read(M, op, flat, es, np.full(flat.size, tids[0]), proxy="async")
+        if es == 1:
+            bits = raw.view(np.uint8).reshape(addrs.shape)
+            if ety == "s8":
+                return bits.view(np.int8).astype(np.int64)
+            if ety == "u8":
+                return bits.astype(np.int64)
+            return S.fp8_bits_to_f32(bits, ety).astype(np.float64)
         bits = raw.view(np.uint16).reshape(addrs.shape)
-        return (S.f16_bits_to_f32(bits) if aty == "f16" else S.bf16_bits_to_f32(bits)).astype(np.float64)
+        return (S.f16_bits_to_f32(bits) if ety == "f16" else S.bf16_bits_to_f32(bits)).astype(np.float64)
 
-    Am = elems(A_addr) * sa                     # [64, 16]
-    Bm = elems(B_addr) * sb                     # [16, N]
+    Am = elems(A_addr, aty) * sa                # [64, K]
+    Bm = elems(B_addr, bty) * sb                # [K, N]
     rows, cols = wgmma_fragment(N)
-    D = np.zeros((64, N), np.float64)
+    D = np.zeros((64, N), np.int64 if integer else np.float64)
     if scale_d:
         for i, r in enumerate(dregs):
             D[rows[i], cols[i]] = r[tids]
     with np.errstate(all="ignore"):
-        out = (Am @ Bm + D).astype(np.float32)
+        out = int_result(Am @ Bm + D, satfinite) if integer else (Am @ Bm + D).astype(np.float32)
     for i, r in enumerate(dregs):
         r[tids] = out[rows[i], cols[i]]
     if M.counters is not None:

@@ -45,6 +45,8 @@ template <> PLUS_DEV int plus_cvt<int>(float x) { return (int)x; }
 template <typename T> PLUS_DEV T plus_load(const void* p, long long i) { return ((const T*)p)[i]; }
 template <typename T> PLUS_DEV void plus_store(void* p, long long i, T x) { ((T*)p)[i] = x; }
 
+#include "plus_quant.cuh"   // float8 values, saturation, packed int4 loads (QuantizeLinear / DequantizeLinear)
+
 PLUS_DEV long long plus_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
 // ---- warp / block reductions (blockDim.x a multiple of 32, at most 1024 threads) ----

@@ -106,6 +106,22 @@ PLUS_DEV void plus_mma_m16n8k8_tf32(float (&d)[4], const plus_u32 (&a)[4], plus_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d (16x8, s32) += a (16x32 8-bit, row major, 4 registers of 4 bytes) * b (32x8 8-bit, column major, 2 registers):
+// exact integer sums (wrapping modulo 2^32). AS / BS: the operand is signed (.s8) or unsigned (.u8).
+template <bool AS, bool BS>
+PLUS_DEV void plus_mma_m16n8k32_i8(int (&d)[4], const plus_u32 (&a)[4], plus_u32 b0, plus_u32 b1) {
+#define PLUS_MMA_I8(AT, BT)                                                                                   \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." AT "." BT ".s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+               "{%8, %9}, {%0, %1, %2, %3};\n"                                                                \
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])                                               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+  if (AS && BS) PLUS_MMA_I8("s8", "s8");
+  else if (AS) PLUS_MMA_I8("s8", "u8");
+  else if (BS) PLUS_MMA_I8("u8", "s8");
+  else PLUS_MMA_I8("u8", "u8");
+#undef PLUS_MMA_I8
+}
+
 // fp32 bits -> tf32 (round to nearest, ties away), the operand form mma .tf32 expects.
 PLUS_DEV plus_u32 plus_to_tf32(plus_u32 x) {
   plus_u32 r;

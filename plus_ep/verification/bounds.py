@@ -62,13 +62,15 @@ C_TRANSCENDENTAL = 8.0       # exp/erf/tanh... in fp32 (fast intrinsics: a few u
 # only where one rounding dominates (an f16 output just above a power of two: its half ulp is u |v|);
 # the margin keeps such elements near 0.5 of what is allowed, far from a verdict on the edge.
 MARGIN = 2.0
-_UNITS = {"float64": 2.0 ** -53, "float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+_UNITS = {"float64": 2.0 ** -53, "float32": U32, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8,
+          "quant": 0.0}      # a QuantizeLinear / MatMulInteger result: integers or float8 values, no rounding of its own
 # smallest positive normal per storage type: below it, flush-to-zero and subnormal rounding
-_TINY = {"float64": 2.2e-308, "float32": 1.18e-38, "float16": 6.1e-5, "bfloat16": 1.18e-38}
+_TINY = {"float64": 2.2e-308, "float32": 1.18e-38, "float16": 6.1e-5, "bfloat16": 1.18e-38, "quant": 0.0}
 # underflow of one op (the standard model fl(x op y) = (x op y)(1 + d) + eta): the fp32 arithmetic's eta, taken
 # as the smallest normal (a result below it may be flushed, or lost when an intermediate such as exp(-x) in a
 # sigmoid overflows), plus half the spacing of the storage type's subnormals where it is narrower than fp32
-_ETA = {"float64": 1.18e-38, "float32": 1.18e-38, "float16": 1.18e-38 + 2.0 ** -25, "bfloat16": 1.18e-38}
+_ETA = {"float64": 1.18e-38, "float32": 1.18e-38, "float16": 1.18e-38 + 2.0 ** -25, "bfloat16": 1.18e-38,
+        "quant": 0.0}
 _ONNX_FLOAT = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
 # largest finite value per storage type: an exact result beyond it is infinite in that type
 _MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
@@ -295,6 +297,10 @@ def _attr(node, name, default=None):
 def _apply(node, ins: list, math: str, opsets: dict) -> list:
     """Bounded outputs of one body node."""
     op = node.op_type
+    if any(b is not None and b.dtype == "quant" for b in ins) and op in _EXACT_ELEMENTWISE:
+        # an integer result held as float64 ("quant") meets other integers (MatMulInteger - za * colsum): all exact
+        # float64 integers, the op evaluated on them
+        ins = [b if b is None or b.is_float else Bounded(np.asarray(b.v, np.float64), b.e, "quant") for b in ins]
     vals = [b.v if b is not None else None for b in ins]
     float_in = [b for b in ins if b is not None and b.is_float]
     dtype0 = float_in[0].dtype if float_in else "int"
@@ -307,6 +313,10 @@ def _apply(node, ins: list, math: str, opsets: dict) -> list:
             return [Bounded.exact(x.v.astype(np.float64), to)]
         with np.errstate(invalid="ignore"):
             out = _run(node, [x.v], opsets)[0]
+        if x.is_float and np.any(x.e) and np.asarray(out).dtype.kind in "iu":
+            # an integer from an inexact float (a dynamic zero point rounded from min / scale): every integer
+            # within the input's bound
+            return [Bounded(np.asarray(out, np.float64), np.ceil(np.nan_to_num(x.e, nan=np.inf)), "quant")]
         return [Bounded.exact(out)]
     if op in ("Constant", "ConstantOfShape"):
         outs = _run(node, vals, opsets)
@@ -326,6 +336,8 @@ def _apply(node, ins: list, math: str, opsets: dict) -> list:
             v = v + beta * ins[2].v
             e = e + abs(beta) * ins[2].e + C_EXACT * U32 * np.abs(v)
         return [Bounded(v, e, a.dtype).rounded()]
+    if op in ("QuantizeLinear", "DequantizeLinear", "MatMulInteger") and node.domain in ("", "ai.onnx"):
+        return [_quant(node, ins, opsets)]
     if op in ("Softmax", "LogSoftmax"):
         return [softmax(ins[0], int(_attr(node, "axis", -1)), log=op == "LogSoftmax")]
     if op == "LayerNormalization":
@@ -449,6 +461,83 @@ _FORMULAS = {
 }
 
 
+def _quant_param(node, b, x_shape):
+    """A scale or zero point (Bounded or None) broadcast to x's shape (per tensor, per axis or blocked)."""
+    from ..graph_rewrites.ops import quant_layout
+    if b is None:
+        return 0.0
+    p = np.asarray(b.v, np.float64)
+    kind, axis, block = quant_layout(node, len(x_shape), p.shape)
+    if kind == "tensor":
+        return p.reshape(-1)[0]
+    if kind == "axis":
+        dims = [1] * len(x_shape)
+        dims[axis] = p.size
+        return p.reshape(dims)
+    return np.repeat(p, block, axis=axis).take(range(x_shape[axis]), axis=axis)
+
+
+def _quantize(node, y, z, qtype):
+    """ONNX QuantizeLinear of the quotient y = x / scale: integers saturate(rint(y) + z) (NaN to the lower bound),
+    float8 the nearest value of y (ties to even) with the node's saturate rule; float64 results."""
+    from onnx import TensorProto, helper
+    from ..graph_rewrites.ops import FLOAT8, INT_RANGES
+    with np.errstate(all="ignore"):
+        if qtype in FLOAT8:
+            np_t = helper.tensor_dtype_to_np_dtype(qtype)
+            y = np.asarray(y, np.float32)
+            if _attr(node, "saturate", 1):
+                from onnx.numpy_helper import saturate_cast
+                return saturate_cast(y, np_t).astype(np.float64)
+            return y.astype(np_t).astype(np.float64)
+        lo, hi = INT_RANGES.get(qtype, INT_RANGES[TensorProto.INT8])
+        q = np.rint(np.asarray(y, np.float64)) + z
+        return np.where(np.isnan(q), lo, np.clip(q, lo, hi))
+
+
+def _quant(node, ins: list, opsets: dict) -> Bounded:
+    """QuantizeLinear, DequantizeLinear, MatMulInteger with exact integer semantics. An integer result is exact
+    from exact inputs; the bounds of x, the scale and the zero point widen it to every value their intervals reach
+    (Q is monotonic in x / scale and in the zero point: the quantized ends of the quotient's interval, widened by
+    the fp32 division's rounding), in the "quant" storage type (no rounding of its own). DequantizeLinear adds one
+    fp32 rounding (the product)."""
+    op = node.op_type
+    if op == "MatMulInteger":
+        a, b = ins[0], ins[1]
+        za = 0.0 if len(ins) < 3 or ins[2] is None else np.asarray(ins[2].v, np.float64)
+        zb = 0.0 if len(ins) < 4 or ins[3] is None else np.asarray(ins[3].v, np.float64)
+        za = za.reshape(-1, 1) if np.ndim(za) == 1 and a.v.ndim > 1 else za
+        ac, bc = np.asarray(a.v, np.float64) - za, np.asarray(b.v, np.float64) - zb
+        e = np.abs(ac) @ b.e + a.e @ np.abs(bc) + a.e @ b.e
+        return Bounded(ac @ bc, e, "quant")
+    x = ins[0]
+    xv = np.asarray(x.v, np.float64)
+    s = _quant_param(node, ins[1], xv.shape)
+    es = _quant_param(node, Bounded(ins[1].e, ins[1].e, ins[1].dtype), xv.shape)
+    zb = ins[2] if len(ins) > 2 else None
+    z = _quant_param(node, zb, xv.shape)
+    ez = 0.0 if zb is None else _quant_param(node, Bounded(zb.e, zb.e, zb.dtype), xv.shape)
+    if op == "DequantizeLinear":
+        with np.errstate(all="ignore"):
+            v = (xv - z) * s
+            e = (x.e + ez) * np.abs(s) + np.abs(xv - z) * es
+        out = _attr(node, "output_dtype", 0)
+        return Bounded(v, e, _dtype_name(int(out)) if out else ins[1].dtype).rounded(C_EXACT)
+    from onnx import TensorProto, helper
+    qtype = (helper.np_dtype_to_tensor_dtype(np.asarray(zb.v).dtype) if zb is not None and zb.dtype != "quant"
+             else int(_attr(node, "output_dtype", 0) or TensorProto.UINT8))
+    s32 = np.asarray(s, np.float32)
+    with np.errstate(all="ignore"):
+        y = (xv.astype(np.float32) / s32).astype(np.float32)          # the quotient as the kernel computes it
+        corners = [(xv + dx) / (s + ds) for dx in (-x.e, x.e) for ds in (-es, es)]
+        slack = 2 * U32 * np.abs(y.astype(np.float64))
+        ylo, yhi = np.minimum.reduce(corners) - slack, np.maximum.reduce(corners) + slack
+        z = np.asarray(z, np.float64)
+        v, lo, hi = _quantize(node, y, z, qtype), _quantize(node, ylo, z - ez, qtype), _quantize(node, yhi, z + ez, qtype)
+        e = np.maximum(np.abs(lo - v), np.abs(hi - v))
+    return Bounded(v, np.where(np.isnan(v), 0.0, np.nan_to_num(e, nan=np.inf)), "quant")
+
+
 def evaluate(body, inputs, math: str = "exact", opsets: dict | None = None) -> Evaluation:
     """Evaluate a FunctionProto or GraphProto on `inputs` (arrays or Bounded, in input order) in float64
     with per-element bounds. Returns Evaluation(outputs=[Bounded per output], values={name: Bounded})."""
@@ -490,6 +579,13 @@ def compare(kernel, ref: Bounded, extra: float = 0.0) -> dict:
     if k.shape != v.shape:
         return {"ok": False, "ratio": float("inf"), "max_abs": float("inf"), "rel": float("inf"),
                 "shape": list(k.shape), "note": f"shape {list(k.shape)} differs from the reference's {list(v.shape)}"}
+    if k.dtype.kind not in "fc" and np.any(e):       # integers within a quantization's own bound (_quant)
+        diff = np.abs(k.astype(np.float64) - v)
+        ok = bool(np.all(diff <= e))
+        worst = np.unravel_index(int(np.argmax(diff - e)), diff.shape) if k.size else ()
+        return {"ok": ok, "ratio": float(np.max(diff / np.maximum(e, 1.0))) if k.size else 0.0,
+                "max_abs": float(diff.max()) if k.size else 0.0, "rel": 0.0 if ok else float("inf"),
+                "shape": list(k.shape), "worst": [int(i) for i in worst], "unchecked": 0}
     if k.dtype.kind not in "fc":
         same = bool(np.array_equal(k, v.astype(k.dtype) if v.dtype != k.dtype else v))
         return {"ok": same, "ratio": 0.0 if same else float("inf"), "max_abs": 0.0 if same else float("inf"),
@@ -530,10 +626,11 @@ POISON_BYTE = 0xFF
 
 def unwritten(a) -> np.ndarray:
     """Boolean mask (a's shape) of the elements whose bytes are all POISON_BYTE."""
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a)                  # a 0-d output stays 0-d (ascontiguousarray makes it 1-d)
     if a.size == 0:
         return np.zeros(a.shape, bool)
-    return np.all(a.view(np.uint8).reshape(a.size, a.dtype.itemsize) == POISON_BYTE, axis=1).reshape(a.shape)
+    raw = np.ascontiguousarray(a).view(np.uint8).reshape(a.size, a.dtype.itemsize)
+    return np.all(raw == POISON_BYTE, axis=1).reshape(a.shape)
 
 
 # -------------------------------------------------------------------------- whole-model bounds (tests)

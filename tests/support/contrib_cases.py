@@ -384,6 +384,47 @@ def nbits_cases():
     return cases
 
 
+def quant_cases():
+    """DynamicQuantizeLinear, QLinearMatMul, MatMulIntegerToFloat and DynamicQuantizeMatMul on uint8/int8 data with
+    non-zero (per-column) zero points; DynamicQuantizeLinear on inputs whose range excludes zero, all-zero input
+    and values on exact rounding ties. Integer outputs must equal ORT's (tol 0)."""
+    r = rng(7)
+    cases = []
+    ties = (np.arange(-24, 25, dtype=np.float32) * 0.5)            # x / scale lands on .5 ties for scale 1/... below
+    for tag, x in (("mixed", (r.standard_normal((3, 5, 7)) * 4).astype(np.float32)),
+                   ("positive", (r.random((4, 9)) * 3 + 1).astype(np.float32)),
+                   ("negative", (-r.random((4, 9)) * 3 - 0.5).astype(np.float32)),
+                   ("zeros", np.zeros((2, 3), np.float32)),
+                   ("ties", np.concatenate([ties, [-12.0, 13.0]]).astype(np.float32))):
+        cases.append(Case(f"DynamicQuantizeLinear_{tag}", node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"],
+                                                                  domain=""), {"x": x}, opset=13, tol=0.0))
+    M, K, N = 6, 40, 12
+    a8 = r.integers(0, 256, (M, K)).astype(np.uint8)
+    b8 = r.integers(-128, 128, (K, N)).astype(np.int8)
+    bu = r.integers(0, 256, (K, N)).astype(np.uint8)
+    for tag, b, sb, zb in (("tensor", bu, np.array(0.013, np.float32), np.array(131, np.uint8)),
+                           ("column", b8, (r.random(N) * 0.02 + 0.005).astype(np.float32),
+                            r.integers(-9, 9, N).astype(np.int8))):
+        f = {"a": a8, "sa": np.array(0.021, np.float32), "za": np.array(117, np.uint8), "b": b, "sb": np.asarray(sb),
+             "zb": np.asarray(zb), "sy": np.array(3.1, np.float32), "zy": np.array(121, np.uint8)}
+        cases.append(Case(f"QLinearMatMul_{tag}", node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+                                                       ["y"], domain=""), f, opset=21 if tag == "column" else 13,
+                          tol=0.0, constants=("b", "sb", "zb", "sy", "zy")))
+    a3 = r.integers(0, 256, (2, 5, K)).astype(np.uint8)
+    fz = {"a": a3, "b": b8, "sa": np.array(0.031, np.float32), "sb": (r.random(N) * 0.02 + 0.005).astype(np.float32),
+          "za": np.array(140, np.uint8), "zb": r.integers(-5, 5, N).astype(np.int8),
+          "bias": r.standard_normal(N).astype(np.float32)}
+    cases.append(Case("MatMulIntegerToFloat_column_bias", node("MatMulIntegerToFloat",
+                                                                ["a", "b", "sa", "sb", "za", "zb", "bias"], ["y"]),
+                      fz, tol=1e-6, constants=("b", "sb", "zb", "bias")))
+    fd = {"a": (r.standard_normal((2, 5, K)) * 2).astype(np.float32), "b": b8, "sb": fz["sb"], "zb": fz["zb"],
+          "bias": fz["bias"]}
+    cases.append(Case("DynamicQuantizeMatMul_column_bias", node("DynamicQuantizeMatMul",
+                                                                 ["a", "b", "sb", "zb", "bias"], ["y"]),
+                      fd, tol=1e-6, constants=("b", "sb", "zb", "bias")))
+    return cases
+
+
 def all_cases():
     return norm_cases() + activation_cases() + attention_cases() + mha_cases() + rotary_cases() + gqa_cases() + \
-        nbits_cases()
+        nbits_cases() + quant_cases()

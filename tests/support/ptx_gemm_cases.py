@@ -15,7 +15,8 @@ from tests.support import ptx_harness as H
 from tests.support.ptx_sources import GEMM_EXTRAS, WGMMA_EXTRAS, gemm_combo, gemm_source, wgmma_combos, wgmma_source
 from tests.support.gemm_variants import Variant, round_up
 
-DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
+DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",),
+          gc.MATH_INT8: ()}     # the 8-bit path: tests/emulated/test_gemm_int8.py (exact integers)
 
 
 def _cases():

@@ -23,7 +23,8 @@ from tests.support.gemm_variants import Variant
 
 ARCHS = ("sm_80", "sm_90", "sm_90a")
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
-GEMM_DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
+GEMM_DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",),
+               gc.MATH_INT8: ("signed char",)}
 ATTN_DTYPES = {2: ("half", "__nv_bfloat16"), 1: ("float",), 0: ("float",)}
 COMBOS = ((0, 1), (1, 0), (1, 1), (0, 0))      # (b_trans, aligned)
 # split-K and hooked GEMM variants (census on every arch, executed by test_ptx_gemm.py on sm_80: the

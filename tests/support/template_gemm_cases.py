@@ -20,7 +20,8 @@ from tests.support.parallel import submit_selected
 from tests.support.gemm_variants import Problem, Variant, round_up
 from tests.support.ptx_harness import bf16_value, encode, tf32
 
-DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",)}
+DTYPES = {gc.MATH_F16: ("half", "__nv_bfloat16"), gc.MATH_TF32: ("float",), gc.MATH_SIMT: ("float",),
+          gc.MATH_INT8: ("signed char",)}     # 8-bit: compiled here, executed by tests/emulated/test_gemm_int8.py
 
 def source(v: Variant) -> str:
     return gemm_variants.source(v, gc, "gemm.cuh")
@@ -32,7 +33,7 @@ def _compile_matrix() -> list[tuple[str, Variant]]:
         for i, cfg in enumerate(cfgs):
             for dtype in DTYPES[math]:
                 for b_trans in (0, 1):
-                    for aligned in (0, 1):
+                    for aligned in (0, 1) if math != gc.MATH_INT8 else (b_trans,):
                         cases.append(("sm_80", Variant(cfg.name, dtype, b_trans, aligned)))
                 # sm_90: every config once per B layout, alternating the dtype and alignment
                 if dtype == DTYPES[math][i % len(DTYPES[math])]:
@@ -72,7 +73,8 @@ def test_menu_is_small_and_consistent():
             if math == gc.MATH_SIMT:
                 assert c.wm % 16 == 0 and c.wn % 32 == 0 and c.stages == 2
             else:
-                assert c.wm % 16 == 0 and c.wn % 16 == 0 and c.bk % 16 == 0 and 2 <= c.stages <= 4
+                assert c.wm % 16 == 0 and c.wn % 16 == 0 and c.bk % (32 if math == gc.MATH_INT8 else 16) == 0
+                assert 2 <= c.stages <= 4
     names = [c.name for cs in gc.CONFIGS.values() for c in cs]
     assert len(names) == len(set(names)) == len(gc.BY_NAME)
     d = gc.defines(gc.F16_CONFIGS[0], b_trans=1, aligned=1, splitk=2)
@@ -118,6 +120,8 @@ def _gpu_problems() -> list[Problem]:
         ]
     # every config at an odd shape, both B layouts, aligned loads with padded leading dims
     for i, cfg in enumerate(gc.BY_NAME.values()):
+        if cfg.math == gc.MATH_INT8:             # exact integers: tests/emulated/test_gemm_int8.py
+            continue
         dtype = DTYPES[cfg.math][i % len(DTYPES[cfg.math])]
         out.append(Problem(Variant(cfg.name, dtype, i % 2, 1, hooks="strided"), 2, 150, 200, 100))
     return out

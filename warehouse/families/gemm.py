@@ -14,6 +14,8 @@ from ...graph_rewrites.family import Decodes, Family, Joins, Roles
 from ...graph_rewrites.index import describe_node
 from ..registry import pattern
 
+DOTS = ops.with_role("dot")        # MatMul, Gemm, MatMulInteger (the 8-bit GEMM)
+
 
 @dataclass(frozen=True)
 class GemmOperands:
@@ -34,7 +36,7 @@ class GemmRoles(GemmOperands, Roles):
 def gemm_roles(view, members):
     """The GEMM node, its operands A and B (read from memory: subgraph inputs) and the epilogue's
     other inputs."""
-    dots = [p for p in members if view.nodes[p].op_type in ("MatMul", "Gemm")]
+    dots = [p for p in members if view.nodes[p].op_type in DOTS]
     if len(dots) != 1:
         return f"a gemm subgraph has exactly one MatMul or Gemm (found {len(dots)})"
     node = view.nodes[dots[0]]

@@ -15,7 +15,7 @@ from ...graph_rewrites.family import Family, Groups, Roles
 from ...graph_rewrites.index import describe_node
 from ..registry import pattern
 from ..roles import descendants
-from .gemm import GEMM, GemmOperands
+from .gemm import DOTS, GEMM, GemmOperands
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class GemmGroupRoles(Roles):
 
 def gemm_group_roles(view, members):
     """The roles of a horizontal GEMM group (GemmGroupRoles), or the reason the union is not one."""
-    dots = [p for p in members if view.nodes[p].op_type in ("MatMul", "Gemm")]
+    dots = [p for p in members if view.nodes[p].op_type in DOTS]
     if len(dots) < 2:
         return f"a gemm group has at least two MatMul or Gemm nodes (found {len(dots)})"
     ms = set(members)

@@ -6,7 +6,7 @@ quantisation); `defines(cfg, ...)` gives the `#define`s the generated source wri
 macros (same formulas; tests/cpu/test_template_gemm_compile.py checks them against the compiled kernels' limits).
 
 Math paths: 0 = exact fp32 SIMT (the default for fp32 models), 1 = TF32 tensor cores (fp32 in memory),
-2 = f16/bf16 tensor cores.
+2 = f16/bf16 tensor cores, 3 = 8-bit integer tensor cores (ONNX MatMulInteger: exact s32 sums).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 MATH_SIMT = 0
 MATH_TF32 = 1
 MATH_F16 = 2  # half or bfloat16 (plus_ab_t)
+MATH_INT8 = 3  # signed or unsigned char (plus_ab_t / plus_b_t), mma.sync m16n8k32 with s32 accumulators
 
 
 def gemm_threads(bm: int, bn: int, wm: int, wn: int) -> int:
@@ -28,11 +29,11 @@ def gemm_smem_bytes(math: int, bm: int, bn: int, bk: int, stages: int) -> int:
     sized for the larger of its two layouts)."""
     if math == MATH_SIMT:  # float, A [BK][BM+4] (transposed), B [BK][BN+4], always double buffered
         return 2 * (bk * (bm + 4) + bk * (bn + 4)) * 4
-    elem = 2 if math == MATH_F16 else 4
+    elem = {MATH_F16: 2, MATH_INT8: 1}.get(math, 4)
     # padding of a k-contiguous row: one 16-byte chunk, none for 64-byte rows (swizzled instead)
     ce = 0 if bk * elem == 64 else 16 // elem
     a_stage = bm * (bk + ce)
-    b_stage = max(bn * (bk + ce), bk * (bn + 8))
+    b_stage = max(bn * (bk + ce), bk * (bn + (16 if math == MATH_INT8 else 8)))
     return stages * (a_stage + b_stage) * elem
 
 
@@ -77,6 +78,14 @@ TF32_CONFIGS = (
     _cfg("tf32_32x64x32_w16x32_s4", MATH_TF32, 32, 64, 32, 16, 32, 4),
 )
 
+# 8-bit integer tensor cores (mma m16n8k32): BK in bytes (64: the swizzled 64-byte rows of the f16 tiles).
+INT8_CONFIGS = (
+    _cfg("i8_128x128x64_w64x64_s3", MATH_INT8, 128, 128, 64, 64, 64, 3),
+    _cfg("i8_128x64x64_w64x32_s3", MATH_INT8, 128, 64, 64, 64, 32, 3),
+    _cfg("i8_64x64x64_w32x32_s4", MATH_INT8, 64, 64, 64, 32, 32, 4),
+    _cfg("i8_32x64x128_w16x32_s4", MATH_INT8, 32, 64, 128, 16, 32, 4),   # small M
+)
+
 # Exact fp32 SIMT: warp = 4x8 lanes, thread tile (wm/4) x (wn/8).
 SIMT_CONFIGS = (
     _cfg("simt_128x128x8_w32x64", MATH_SIMT, 128, 128, 8, 32, 64, 2),  # 8 warps, 8x8 per thread
@@ -85,7 +94,7 @@ SIMT_CONFIGS = (
     _cfg("simt_32x64x16_w16x32", MATH_SIMT, 32, 64, 16, 16, 32, 2),    # small M: 4 warps, 4x4 per thread
 )
 
-CONFIGS = {MATH_SIMT: SIMT_CONFIGS, MATH_TF32: TF32_CONFIGS, MATH_F16: F16_CONFIGS}
+CONFIGS = {MATH_SIMT: SIMT_CONFIGS, MATH_TF32: TF32_CONFIGS, MATH_F16: F16_CONFIGS, MATH_INT8: INT8_CONFIGS}
 BY_NAME = {c.name: c for cs in CONFIGS.values() for c in cs}
 
 

@@ -9,6 +9,10 @@
 //                cp.async pipeline of PLUS_STAGES (2..4) tiles in dynamic shared memory.
 //   PLUS_MATH 1  TF32 tensor cores (plus_ab_t float): mma.sync m16n8k8 with operands rounded by
 //                cvt.rna.tf32.f32; same pipeline.
+//   PLUS_MATH 3  8-bit integer tensor cores: mma.sync m16n8k32 with exact s32 accumulation (wrapping modulo 2^32,
+//                as ONNX MatMulInteger); plus_ab_t signed or unsigned char for A, plus_b_t for B (default plus_ab_t);
+//                the accumulator reaches the epilogue as an int (plus_acc_t); no split-K, no A prologue.
+//                B [N][K] (PLUS_B_TRANS 1) goes through ldmatrix; B [K][N] is read byte by byte from its tile.
 //   PLUS_MATH 0  exact fp32 SIMT: every thread owns a (WM/4) x (WN/8) block of C and accumulates
 //                outer products with fmaf in k order; shared memory double buffering with the next
 //                tile staged through registers.
@@ -121,8 +125,8 @@
 #define PLUS_GEMM_LDB_S (PLUS_BN + 4)
 #define PLUS_GEMM_A_STAGE (PLUS_BK * PLUS_GEMM_LDA_S)
 #define PLUS_GEMM_B_STAGE (PLUS_BK * PLUS_GEMM_LDB_S)
-#elif PLUS_MATH == 1 || PLUS_MATH == 2
-#define PLUS_GEMM_ELEM (PLUS_MATH == 2 ? 2 : 4)
+#elif PLUS_MATH == 1 || PLUS_MATH == 2 || PLUS_MATH == 3
+#define PLUS_GEMM_ELEM (PLUS_MATH == 3 ? 1 : PLUS_MATH == 2 ? 2 : 4)
 #define PLUS_GEMM_CE (16 / PLUS_GEMM_ELEM)          /* elements per 16-byte chunk */
 #define PLUS_GEMM_NSTAGE PLUS_STAGES
 /* k-contiguous rows of 64 bytes (f16 BK 32, tf32 BK 16) are XOR-swizzled instead of padded: no padding
@@ -133,12 +137,19 @@
 #if PLUS_B_TRANS
 #define PLUS_GEMM_LDB_S PLUS_GEMM_LDK_S              /* B [BN][BK (+ 16 bytes)] */
 #else
-#define PLUS_GEMM_LDB_S (PLUS_BN + 8)                /* B [BK][BN + 8] */
+#define PLUS_GEMM_LDB_S (PLUS_BN + PLUS_GEMM_NPAD)     /* B [BK][BN + 8 (16 bytes for 8-bit)] */
 #endif
+#define PLUS_GEMM_NPAD (PLUS_MATH == 3 ? 16 : 8)
 #define PLUS_GEMM_A_STAGE (PLUS_BM * PLUS_GEMM_LDA_S)
-#define PLUS_GEMM_B_STAGE PLUS_GEMM_MAX(PLUS_BN * PLUS_GEMM_LDK_S, PLUS_BK * (PLUS_BN + 8))
+#define PLUS_GEMM_B_STAGE PLUS_GEMM_MAX(PLUS_BN * PLUS_GEMM_LDK_S, PLUS_BK * (PLUS_BN + PLUS_GEMM_NPAD))
 #else
-#error "gemm.cuh: PLUS_MATH must be 0, 1 or 2"
+#error "gemm.cuh: PLUS_MATH must be 0, 1, 2 or 3"
+#endif
+#if PLUS_MATH == 3
+typedef int plus_acc_t;
+static_assert(PLUS_SPLITK == 1 && !PLUS_GATED && !PLUS_B_NBITS, "gemm.cuh: 8-bit GEMMs are not split, gated or decoded");
+#else
+typedef float plus_acc_t;
 #endif
 
 #define PLUS_SMEM_BYTES (PLUS_GEMM_NSTAGE * (PLUS_GEMM_A_STAGE + PLUS_GEMM_B_STAGE) * PLUS_GEMM_ELEM)
@@ -155,7 +166,7 @@ static_assert(PLUS_BK % 4 == 0, "SIMT: BK a multiple of 4");
 #else
 static_assert(PLUS_STAGES >= 2 && PLUS_STAGES <= 4, "PLUS_STAGES in 2..4");
 static_assert(PLUS_WM % 16 == 0 && PLUS_WN % 16 == 0, "mma warp tile: WM and WN multiples of 16");
-static_assert(PLUS_BK % 16 == 0, "mma: BK a multiple of 16");
+static_assert(PLUS_BK % (PLUS_MATH == 3 ? 32 : 16) == 0, "mma: BK a multiple of one mma's k");
 static_assert(PLUS_BN % 32 == 0, "mma: BN a multiple of 32 (conflict-free [BK][BN+8] B tile)");
 #endif
 
@@ -179,7 +190,7 @@ struct Block {
 };
 
 // One finished sum: to the epilogue, or to the split-K partial buffer.
-PLUS_DEV void store(const PlusArgs& args, const Block& blk, int m, int n, float v) {
+PLUS_DEV void store(const PlusArgs& args, const Block& blk, int m, int n, plus_acc_t v) {
   if (m >= blk.M || n >= blk.N) return;
 #if PLUS_SPLITK > 1
   float* part = (float*)args.scratch[0];
@@ -456,7 +467,7 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
 // ============================================================================ tensor cores (TF32, f16/bf16)
 
 constexpr int CE = PLUS_GEMM_CE;              // elements per 16-byte chunk
-constexpr int KSTEP = PLUS_MATH == 2 ? 16 : 8; // k of one mma
+constexpr int KSTEP = PLUS_MATH == 3 ? 32 : PLUS_MATH == 2 ? 16 : 8; // k of one mma
 constexpr int MI = PLUS_WM / 16;              // m16 tiles per warp
 constexpr int NI = PLUS_WN / 8;               // n8 tiles per warp
 constexpr bool KSWZ = PLUS_GEMM_KSWZ;          // 64-byte k rows: swizzled 16-byte chunks
@@ -470,7 +481,12 @@ template <bool SWZ> PLUS_DEV int chunk_pos(int r, int ch) { return SWZ ? (ch ^ (
 
 template <typename T, typename U> struct same { static constexpr bool value = false; };
 template <typename T> struct same<T, T> { static constexpr bool value = true; };
-#if PLUS_MATH == 2
+#if PLUS_MATH == 3
+#ifndef PLUS_HAS_B_T
+typedef plus_ab_t plus_b_t;
+#endif
+static_assert(sizeof(plus_ab_t) == 1 && sizeof(plus_b_t) == 1, "PLUS_MATH 3 needs 8-bit plus_ab_t and plus_b_t");
+#elif PLUS_MATH == 2
 static_assert(same<plus_ab_t, __half>::value || same<plus_ab_t, __nv_bfloat16>::value,
               "PLUS_MATH 2 needs plus_ab_t half or __nv_bfloat16");
 #else
@@ -480,7 +496,11 @@ static_assert(same<plus_ab_t, float>::value, "PLUS_MATH 1 (TF32) needs plus_ab_t
 // --- PTX wrappers: plus_ptx.cuh (shared by every template) ---------------------------------------
 
 PLUS_DEV void cp_async16(void* dst, const void* src, int src_bytes) { plus_cp_async16(plus_smem_u32(dst), src, src_bytes); }
-#if PLUS_MATH == 2
+#if PLUS_MATH == 3
+PLUS_DEV void mma(int (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  plus_mma_m16n8k32_i8<(plus_ab_t)-1 < 0, (plus_b_t)-1 < 0>(d, a, b[0], b[1]);
+}
+#elif PLUS_MATH == 2
 PLUS_DEV void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   plus_mma_m16n8k16<plus_ab_t>(d, a, b[0], b[1]);
 }
@@ -597,13 +617,13 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   const plus_ab_t* B1 = b1_ptr(args, blk.b);
   const bool vec_a = vec_ok(A, lda), vec_b = vec_ok(B, ldb) && (!PLUS_GATED || vec_ok(B1, ldb));
 
-  float acc[MI][NI][4];
+  plus_acc_t acc[MI][NI][4];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0;
 
   const int ktiles = (blk.kend - blk.kbeg + PLUS_BK - 1) / PLUS_BK;
 
@@ -683,6 +703,21 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
         plus_ldmatrix_x4(r, Bs + n * PLUS_GEMM_LDB_S + chunk_pos<KSWZ>(n, kk / CE + ((lane >> 3) & 1)) * CE);
         bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1]; bf[2 * j + 1][0] = r[2]; bf[2 * j + 1][1] = r[3];
       }
+#elif PLUS_MATH == 3
+      // 8-bit [k][n] tile: ldmatrix.trans moves 16-bit elements, so each register of the fragment (b_i at
+      // k = 4t + i + 16 r, n = g) is gathered byte by byte from the tile
+      {
+        const int g = lane >> 2, t = lane & 3;
+        const unsigned char* bs = (const unsigned char*)Bs;
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const unsigned char* p = bs + (kk + 4 * t + 16 * r) * PLUS_GEMM_LDB_S + wn0 + j * 8 + g;
+            bf[j][r] = (unsigned)p[0] | ((unsigned)p[PLUS_GEMM_LDB_S] << 8) | ((unsigned)p[2 * PLUS_GEMM_LDB_S] << 16) |
+                       ((unsigned)p[3 * PLUS_GEMM_LDB_S] << 24);
+          }
+      }
 #elif PLUS_MATH == 2
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {  // [k][n] tile: .trans turns k-rows into the col-major fragment
@@ -730,14 +765,19 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   // ([16][WN + 8]: the 4 rows of a 16-lane float2 phase fall in distinct 32-byte bank groups), then stores
   // it row by row with lanes along n: each store request covers 32 consecutive columns (whole sectors),
   // whatever the epilogue hook does per element.
-  float* sc = reinterpret_cast<float*>(smem) + warp * 16 * C_LD;
+  plus_acc_t* sc = reinterpret_cast<plus_acc_t*>(smem) + warp * 16 * C_LD;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int i = 0; i < MI; ++i) {
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
+#if PLUS_MATH == 3
+      *reinterpret_cast<int2*>(sc + g * C_LD + j * 8 + 2 * t) = make_int2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<int2*>(sc + (g + 8) * C_LD + j * 8 + 2 * t) = make_int2(acc[i][j][2], acc[i][j][3]);
+#else
       *reinterpret_cast<float2*>(sc + g * C_LD + j * 8 + 2 * t) = make_float2(acc[i][j][0], acc[i][j][1]);
       *reinterpret_cast<float2*>(sc + (g + 8) * C_LD + j * 8 + 2 * t) = make_float2(acc[i][j][2], acc[i][j][3]);
+#endif
     }
     __syncwarp();
     const int m0 = blk.m0 + wm0 + i * 16;

@@ -57,7 +57,12 @@ PLUS_DEV long long plus_n_of(const PlusArgs&, long long, long long n) { return n
 PLUS_DEV long long plus_ldb_of(const PlusArgs& args, long long) { return plus_ldb(args); }
 #endif
 
-#ifndef PLUS_HAS_EPILOGUE
+#if !defined(PLUS_HAS_EPILOGUE) && defined(PLUS_MATH) && PLUS_MATH == 3
+PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, int acc) {
+  const PlusGemmShape s = plus_gemm_shape(args);
+  plus_store<plus_c_t>(args.out[0], (b * s.M + m) * s.N + n, (plus_c_t)acc);    // 8-bit GEMM: the exact s32 sum
+}
+#elif !defined(PLUS_HAS_EPILOGUE)
 PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {
   const PlusGemmShape s = plus_gemm_shape(args);
   plus_store<plus_c_t>(args.out[0], (b * s.M + m) * s.N + n, plus_cvt<plus_c_t>(acc));

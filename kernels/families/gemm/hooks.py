@@ -44,9 +44,11 @@ def hook_text(em, epilogue, M, N, K, batch_c, trans_b, dt, bvar, a_ptr, b_ptr, l
     st = dtypes.storage(dt)
     ab = st if st != "float" else "float"
     ldb = (K if trans_b else N) if ldb is None else ldb
+    acc_t = "int" if dt in dtypes.INT8 else "float"      # an 8-bit GEMM hands its exact s32 sum on
     if b1_ptr is None:
         epi = ("#define PLUS_HAS_EPILOGUE 1\n"
-               f"PLUS_DEV void plus_epilogue(const PlusArgs& args, long long {bvar}, long long m, long long n, float acc) {{\n")
+               f"PLUS_DEV void plus_epilogue(const PlusArgs& args, long long {bvar}, long long m, long long n, "
+               f"{acc_t} acc) {{\n")
     else:
         epi = ("#define PLUS_HAS_B1_PTR 1\n"
                f"PLUS_DEV const plus_ab_t* plus_b1_ptr(const PlusArgs& args, long long {bvar}) {{\n{b1_ptr}}}\n"

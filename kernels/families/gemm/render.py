@@ -11,7 +11,7 @@ from ...codegen import dtypes, symdim
 from . import routes
 from ...codegen.cexpr import attr, lit
 from ...codegen.forward import bind_forward, emit_stores, forward_map
-from . import configs as gemm_configs, nbits
+from . import configs as gemm_configs, int8, nbits
 from .hooks import gemm_hooks
 from ...codegen.pull import RenderError, describe
 from ...codegen.row import ROW_OPS
@@ -28,6 +28,9 @@ def _operands(job, em, seed, roles=None):
             raise RenderError(f"{describe(seed)}: operand {role} '{t}' is computed inside the subgraph; "
                               "the gemm template reads its operands from memory")
     dta, dtb = em.dtype(a), em.dtype(b)
+    if seed.op_type == "MatMulInteger":
+        int8.check(seed, dta, dtb)
+        return a, b, dta
     if dta != dtb or dta not in dtypes.FLOATS:
         raise RenderError(f"{describe(seed)}: operand types {dta}/{dtb} (need one of float/float16/bfloat16)")
     return a, b, dta
@@ -88,8 +91,8 @@ def _setup(job):
     """A GEMM subgraph's problem and a fresh emitter holding the accumulator's forward map (called once per
     kernel plan rendered: the one-kernel row tile and the two-kernel plan each take their own emitter)."""
     seed = job.view.nodes[job.roles.gemm if job.roles is not None else job.sg.seed]
-    if seed.op_type not in ("MatMul", "Gemm"):
-        raise RenderError(f"{describe(seed)}: the gemm template grows from MatMul or Gemm")
+    if seed.op_type not in ("MatMul", "Gemm", "MatMulInteger"):
+        raise RenderError(f"{describe(seed)}: the gemm template grows from MatMul, Gemm or MatMulInteger")
     em = job.emitter()
     nb = job.roles.nbits if job.roles is not None else None    # B decoded from MatMulNBits' packed weights (nbits.py)
     a, b, dt = _nbits_operands(job, em, seed) if nb else _operands(job, em, seed)
@@ -111,7 +114,8 @@ def _setup(job):
     side = [t for t in job.outputs if t not in dep_c]
     return SimpleNamespace(seed=seed, em=em, dt=dt, M=pr.M, N=pr.N, K=pr.K, trans_b=trans_b, a_off=pr.a_off, b_off=pr.b_off,
                            ka=ka, kb=kb, nbatch=nbatch, cout=cout, row_nodes=row_nodes, fwd=fwd, dep_c=dep_c,
-                           dep_row=dep_row, epi=epi, row_out=row_out, side=side, nb=nb)
+                           dep_row=dep_row, epi=epi, row_out=row_out, side=side, nb=nb,
+                           i8=seed.op_type == "MatMulInteger")
 
 
 def render_gemm(job):
@@ -127,7 +131,8 @@ def _side_and_menu(job, st) -> tuple:
     """(point-wise kernels of the outputs the GEMM does not compute, the config menu: None for the arch's)."""
     extra = job.side_kernels(st.side)
     # a MatMulNBits B is decoded by gemm.cuh's mainloop (nbits.py): that template's menu on every arch
-    menu = gemm_configs.configs(routes.gemm_math(st.dt, job.fp32_math)) if st.nb else None
+    # an 8-bit GEMM (MatMulInteger): the mma.sync m16n8k32 menu on every arch, exact sums, never split (int8.py)
+    menu = gemm_configs.configs(routes.gemm_math(st.dt, job.fp32_math)) if st.nb or st.i8 else None
     return extra, menu
 
 
@@ -138,7 +143,10 @@ def _render_plain(job, st, extra, menu) -> list:
     hooks = gemm_hooks(st.em, st.M, st.N, st.K, st.nbatch, st.trans_b, st.ka, st.kb, st.a_off, st.b_off, st.dt)
     if st.nb:
         hooks += nbits.chunk_hook(job, st.em, st.nb)
-    return _variants(job, st.M, st.N, st.K, st.nbatch, st.dt, st.trans_b, hooks, m_fastest, extra, menu=menu)
+    if st.i8:
+        hooks = int8.b_typedef(st.em, st.seed) + hooks
+    return _variants(job, st.M, st.N, st.K, st.nbatch, st.dt, st.trans_b, hooks, m_fastest, extra, menu=menu,
+                     allow_splitk=not st.i8)
 
 
 def _nbits_operands(job, em, seed):
@@ -166,6 +174,8 @@ def _bind_acc(em, seed) -> str:
             c, ct = em.value(cin, em.broadcast(idx, em.shape(cin), em.shape(cout)))
             return em.tmp(f"{lit(alpha)} * acc + {lit(beta)} * {c}", "float"), "float"
         em.bound[cout] = acc
+    elif seed.op_type == "MatMulInteger":          # the exact s32 sum, an int in the epilogue (int8.py)
+        em.bound[cout] = lambda idx: ("((long long)acc)", "long long")
     else:
         alpha = attr(seed, "alpha", 1.0) if seed.op_type == "Gemm" else 1.0
         em.bound[cout] = (lambda idx: ("acc", "float")) if alpha == 1.0 else (

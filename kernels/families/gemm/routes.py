@@ -37,6 +37,8 @@ def gemm_math(dtype, fp32_math) -> int:
     from onnx import TensorProto
     if dtype in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
         return gemm_configs.MATH_F16
+    if dtype in (TensorProto.INT8, TensorProto.UINT8):
+        return gemm_configs.MATH_INT8
     return gemm_configs.MATH_TF32 if fp32_math == "tf32" else gemm_configs.MATH_SIMT
 
 
@@ -89,16 +91,17 @@ class GemmChoice:
 
 
 def _elem(math_) -> int:
-    return 2 if math_ == gemm_configs.MATH_F16 else 4
+    return {gemm_configs.MATH_F16: 2, gemm_configs.MATH_INT8: 1}.get(math_, 4)
 
 
 def _tensor(cfg, flops) -> dict:
     """The config's FLOPs by tensor-core instruction class (kernels/perfmodel.py `launch_time` tensor=): the
-    sm_90a tiles issue wgmma, the other f16/bf16 and TF32 tiles mma.sync, SIMT tiles none."""
+    sm_90a tiles issue wgmma, the other f16/bf16, TF32 and 8-bit tiles mma.sync, SIMT tiles none."""
     if cfg.math == gemm_configs.MATH_SIMT:
         return {}
     unit = "wgmma" if _is_sm90a(cfg) else "mma"
-    return {f"{unit}.{'fp16' if cfg.math == gemm_configs.MATH_F16 else 'tf32'}": flops}
+    prec = {gemm_configs.MATH_F16: "fp16", gemm_configs.MATH_INT8: "int8"}.get(cfg.math, "tf32")
+    return {f"{unit}.{prec}": flops}
 
 
 def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, out_bytes=None) -> float:
@@ -106,9 +109,10 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     plus_gemm launch, plus plus_splitk_reduce and a launch gap when the split goes through scratch.
     `a_batch`: distinct A matrices (a horizontal group shares one; default `batch`); `out_bytes`: bytes per
     C element the epilogue stores (default the operand size); `cx`: CTAs along a row of C in one cluster
-    (the row tile of GEMM + row normalisation; its cluster is cx x csplit CTAs)."""
+    (the row tile of GEMM + row normalisation; its cluster is cx x csplit CTAs). An 8-bit GEMM's C is 4 bytes
+    by default (the exact s32 sum, or the float its dequantizing epilogue makes), not its operands' 1."""
     elem = _elem(cfg.math)
-    out_b = elem if out_bytes is None else out_bytes
+    out_b = (4 if cfg.math == gemm_configs.MATH_INT8 else elem) if out_bytes is None else out_bytes
     a_batch = batch if a_batch is None else a_batch
     parts = max(split, csplit)
     ktiles = math.ceil(k / cfg.bk)
@@ -287,8 +291,8 @@ def gemm_rows_aligned(K, ldb, dtype) -> bool:
     """Static proof for PLUS_ALIGNED=1: operand bases are 16-byte aligned (CONTRACT §2.1), lda = K and
     ldb are whole 16-byte chunks, and batch offsets are multiples of lda / ldb rows. Symbolic K or ldb:
     no proof (the templates then check alignment at run time)."""
-    from onnx import TensorProto
-    elem = 4 if dtype == TensorProto.FLOAT else 2
+    from ...codegen import dtypes
+    elem = dtypes.itemsize(dtype)
     k, ld = symdim.parse(K), symdim.parse(ldb)
     return bool(k.is_Integer and ld.is_Integer and (int(k) * elem) % 16 == 0 and (int(ld) * elem) % 16 == 0)
 

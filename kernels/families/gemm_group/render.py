@@ -1,11 +1,11 @@
 """The gemm_group template family's renderer: sibling GEMMs reading one A as one launch of the gemm template."""
 from __future__ import annotations
 
-from ...codegen import symdim
+from ...codegen import dtypes, symdim
 from ...codegen.forward import bind_forward, emit_stores, forward_map
 from ...codegen.pull import RenderError, describe
 from ...codegen.row import ROW_OPS
-from ..gemm import routes
+from ..gemm import int8, routes
 from ..gemm.hooks import hook_text
 from ..gemm.render import _bind_acc, _m_fastest, _operands, _problem, _variants
 
@@ -26,9 +26,9 @@ def render_gemm_group(job):
         a, b, dt = _operands(job, em, seed, part)
         pr = _problem(em, seed, a, b)
         ns.append(symdim.parse(pr.N))
-        key = pr.key(with_n=False) + (dt,)       # N may differ (static)
+        key = pr.key(with_n=False) + (dt, em.dtype(b))       # N may differ (static)
         if first is None:
-            first = key
+            first, first_seed = key, seed
             ka, nbatch, em0 = job.inputs.index(a), symdim.numel(pr.batch), em
             shape = (pr.M, pr.N, pr.K, pr.trans_b, pr.a_off, pr.b_off, dt)
         elif key != first:
@@ -78,6 +78,8 @@ def render_gemm_group(job):
         branches.append(f"{head}{cond} {{\n{body}\n  }}")
     epilogue = split + "  (void)args;\n" + "".join(branches)
     hooks = hook_text(em0, epilogue, M, N, K, em0.c(nbatch * G), trans_b, dt, "plus_bg", a_ptr, b_ptr) + ragged
+    if first_seed.op_type == "MatMulInteger":
+        hooks = int8.b_typedef(em0, first_seed) + hooks
     extra = job.side_kernels([t for t in job.outputs if t not in covered])
     per_group = ""
     if any(m_fast) and not all(m_fast):   # members disagree: the sm_90a epilogue picks its order per member
@@ -87,4 +89,4 @@ def render_gemm_group(job):
                      f"  const long long plus_g = plus_bg / {nb};\n  return {which};\n}}\n")
     aligned = all(routes.gemm_rows_aligned(K, K if trans_b else n, dt) for n in ns)
     return _variants(job, M, N, K, nbatch * G, dt, trans_b, hooks, all(m_fast), extra, m_fastest_hook=per_group,
-                     aligned=aligned, a_batch=nbatch)
+                     aligned=aligned, a_batch=nbatch, allow_splitk=dt not in dtypes.INT8)

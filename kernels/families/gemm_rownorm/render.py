@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...codegen import symdim
 from ...codegen.forward import emit_stores
 from ...codegen.pull import RenderError, describe
-from ..gemm import nbits, routes
+from ..gemm import int8, nbits, routes
 from ..gemm.hooks import frontier, gemm_hooks
 from ..gemm.render import _m_fastest, _render_plain, _setup, _side_and_menu, _variant
 from .tile import in_gemm_order, tile_parts, tile_variant
@@ -20,8 +20,8 @@ def render_gemm_rownorm(job):
     # GEMM + row program: per route, one kernel over a thread-block cluster (sm_90a, static N <= 4096:
     # gemm_rownorm/tile.py) or two (the GEMM epilogue writes the row program's input to fp32 scratch, a row kernel
     # finishes the rows), whichever the route model finds faster at that M
-    tile = None if st.nb else tile_parts(job, st)
-    if symdim.parse(st.nbatch) == 1 and not st.nb:
+    tile = None if st.nb or st.i8 else tile_parts(job, st)
+    if symdim.parse(st.nbatch) == 1 and not st.nb and not st.i8:
         plan = routes.gemm_norm_routes(st.M, st.N, st.K, st.dt, job.target, job.syms,
                                        tile_menus=tile[0] if tile else None, finish=_finish_applies(job, st))
     else:
@@ -52,7 +52,7 @@ def _finish_applies(job, st) -> bool:
     """The one-launch plan (route kind "one") can finish the rows of a two-kernel GEMM + row program: one batch,
     one GEMM-side tensor x feeds the rows, and x is the GEMM result in the GEMM's element order with rows of
     length N (row r of x is row m = r of C), so the CTAs of one row tile wrote every element of its rows."""
-    if st.nb or symdim.parse(st.nbatch) != 1:
+    if st.nb or st.i8 or symdim.parse(st.nbatch) != 1:
         return False
     try:
         keep = frontier(job, st.em, st.cout, st.row_nodes, st.dep_c, st.dep_row)
@@ -99,4 +99,6 @@ def _two_kernel_parts(job, st, finish=False) -> tuple:
     hooks = gemm_hooks(em, st.M, st.N, st.K, st.nbatch, st.trans_b, st.ka, st.kb, st.a_off, st.b_off, st.dt)
     if st.nb:
         hooks += nbits.chunk_hook(job, em, st.nb)
+    if st.i8:
+        hooks = int8.b_typedef(em, st.seed) + hooks
     return hooks, [(src, entry, launch)], m_fastest, finished

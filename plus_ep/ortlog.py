@@ -45,7 +45,11 @@ def level_of(levelno: int) -> int:
 def _lib():
     """The launcher library ORT loaded (plus_ep/ep.py registers it), or None."""
     ep = sys.modules.get("plus_ep.ep")
-    lib = getattr(ep, "_state", {}).get("lib") if ep else None
+    return _typed(getattr(ep, "_state", {}).get("lib") if ep else None)
+
+
+def _typed(lib):
+    """`lib` with the logging hooks' argument types declared (None without them)."""
     if lib is None or not hasattr(lib, "PlusEP_Log"):
         return None
     if not getattr(lib, "_plus_ortlog", False):
@@ -120,6 +124,10 @@ def planner_scope(lib, request):
         lg = logging.getLogger(name)
         if _ROUTE not in lg.filters:
             lg.addFilter(_ROUTE)
+    lib = _typed(lib)
+    if lib is None:     # an older library without the hooks: Python's logging, as before
+        yield
+        return
     token = _scope.set((lib, request))
     try:
         yield

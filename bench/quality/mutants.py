@@ -104,7 +104,7 @@ SUBSETS: dict[str, list] = {
                  ("tests/cpu/test_golden.py", None),
                  ("tests/cpu/test_fuzz.py", None)],
     "session_logging": [("tests/native/test_session_logging.py", None),
-                        ("tests/cpu/test_session_logging.py", None)],
+                        ("tests/cpu/test_ortlog.py", None)],
     "launcher": [("tests/native/test_launcher.py", None),
                  ("tests/native/test_launcher_shapes.py", None),
                  ("tests/emulated/test_emulated_driver.py", None),

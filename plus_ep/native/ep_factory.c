@@ -60,23 +60,25 @@ static void log_text(const OrtLogger* logger, int level, const char* msg) {
     else if (level >= ORT_LOG_WARNING) fprintf(stderr, "%s\n", msg);
 }
 
-void plus_ep_log(const OrtLogger* logger, int level, const char* fmt, ...) {
+static void log_va(const OrtLogger* logger, int level, const char* fmt, va_list ap) {
     char msg[PLUS_ERR_LEN];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    log_text(logger, level, msg);
+}
+
+void plus_ep_log(const OrtLogger* logger, int level, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    log_va(logger, level, fmt, ap);
     va_end(ap);
-    log_text(logger, level, msg);
 }
 
 int plus_ep_log_once(const OrtLogger* logger, int level, atomic_int* once, const char* fmt, ...) {
     if (!plus_ep_log_shows(logger, level) || atomic_exchange(once, 1)) return 0;
-    char msg[PLUS_ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    log_va(logger, level, fmt, ap);
     va_end(ap);
-    log_text(logger, level, msg);
     return 1;
 }
 

@@ -25,9 +25,11 @@ import json
 import logging
 import os
 import threading
+import time
 import warnings
+from contextlib import contextmanager
 
-from . import options
+from . import options, ortlog, progress
 from .options import NAME
 
 log = logging.getLogger("plus_ep")
@@ -155,25 +157,53 @@ def plan_groups(path: str, opts: dict) -> list[dict]:
     if any(is_fused(n) for n in original.graph.node):
         _memo[key] = []
         return []       # already rewritten: the EP claims its Fused nodes itself
-    try:
-        graph = ort_basic_graph(path)
-    except Exception as e:  # noqa: BLE001 - plan on the file as it is; ORT may then change some groups
-        log.warning("PlusEP planner: could not apply ONNX Runtime's basic optimizations to %s (%s); planning on "
-                    "the file as it is", path, e)
-        graph = original
-    ropts = {k: opts[k] for k in ("cache_dir", "disable", "fp32_math") if opts.get(k)}
-    # shape_reads off: every group must be convex in the graph ORT partitions, where each Shape still
-    # reads its copy (partition() below leaves a group that is not with the next provider)
-    rewritten = onnx.load_model_from_string(rewritten_model(graph.SerializeToString(), arch, ropts,
-                                                            shape_reads=False))
-    groups = partition(graph, rewritten)
-    if graph is not original:
-        _add_original_names(groups, graph, original)
-    if options.verify(opts):
-        _verify_rewrite(original.SerializeToString(), rewritten.SerializeToString(), path)
-    log.info("PlusEP planner: %s -> %d node groups for %s", path, len(groups), arch)
+    start = time.perf_counter()
+    with _planner_progress(path, arch):
+        with progress.task("PlusEP planner: ONNX Runtime's basic optimizations"):
+            try:
+                graph = ort_basic_graph(path)
+            except Exception as e:  # noqa: BLE001 - plan on the file as it is; ORT may then change some groups
+                log.warning("PlusEP planner: could not apply ONNX Runtime's basic optimizations to %s (%s); "
+                            "planning on the file as it is", path, e)
+                graph = original
+        ropts = {k: opts[k] for k in ("cache_dir", "disable", "fp32_math") if opts.get(k)}
+        # shape_reads off: every group must be convex in the graph ORT partitions, where each Shape still
+        # reads its copy (partition() below leaves a group that is not with the next provider)
+        rewritten = onnx.load_model_from_string(rewritten_model(graph.SerializeToString(), arch, ropts,
+                                                                shape_reads=False))
+        with progress.task("PlusEP planner: partitioning"):
+            groups = partition(graph, rewritten)
+            if graph is not original:
+                _add_original_names(groups, graph, original)
+        if options.verify(opts):
+            _verify_rewrite(original.SerializeToString(), rewritten.SerializeToString(), path)
+    ortlog.emit(ortlog.INFO, f"PlusEP planner: {path} -> {len(groups)} node groups for {arch} in "
+                             f"{time.perf_counter() - start:.1f}s")
     _memo[key] = groups
     return groups
+
+
+LONG_SECONDS = 5.0      # a planner step longer than this gives one line at the default severity
+
+
+@contextmanager
+def _planner_progress(path: str, arch: str):
+    """The planner's progress (plus_ep/progress.py's steps: basic optimizations, rendering and compiling
+    kernels of N, partitioning): bars on a terminal; elsewhere lines through ORT's logger at INFO
+    (plus_ep/ortlog.py), so the default severity shows only one WARNING line, once the rewrite has taken
+    LONG_SECONDS; nothing at all from severity 3 (error) up."""
+    quiet = ortlog.severity() >= ortlog.ERROR
+    timer = None
+    if not quiet and progress.resolve() != "bar" and not ortlog.shows(ortlog.INFO):
+        timer = ortlog.later(LONG_SECONDS, ortlog.WARNING,
+                             f"PlusEP planner: rewriting {path} for {arch} inside the session (kernels are "
+                             "compiled once and cached; log_severity_level=1 shows its progress)")
+    try:
+        with progress.routed(None if quiet else (lambda line: ortlog.emit(ortlog.INFO, line if line.startswith("PlusEP") else f"PlusEP planner: {line}"))):
+            yield
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def planned() -> dict[str, list[str]]:
@@ -588,7 +618,8 @@ def _planner(path_b, opts_b, request) -> int:
     lib = _state["lib"]
     try:
         path, opts = path_b.decode(), json.loads(opts_b.decode())
-        groups = plan_groups(path, opts)
+        with ortlog.planner_scope(lib, request):
+            groups = plan_groups(path, opts)
         _register_with_emulator(groups)
         for g in groups:
             _hand_over(lib, request, g)

@@ -14,6 +14,10 @@ a terminal and nothing otherwise (logs, CI, pipes stay clean); "quiet" (`-q`) ne
 plus its last step), never a bar, so it reads well in logs. A caller's explicit `enabled=True/False`
 wins over the mode where it says so (`plus_ep.rewrite(..., progress=False)`).
 
+Inside `routed(write_line)` (the plugin EP's planner: ONNX Runtime's logger, plus_ep/ortlog.py), a step that
+would show nothing ("auto" mode, stderr no terminal, no explicit `enabled`) reports in "lines" form through
+`write_line(text)` instead; `routed(None)` shows nothing at all, bars included (a quiet log severity).
+
 Why tqdm: it is the ecosystem's usual progress library (Hugging Face transformers and huggingface_hub,
 PyTorch's hub, pip's own vendored progress are of that kind), pure Python with no dependencies of its
 own, thread-safe (`update` from compile threads), and it already turns itself off where stderr is no
@@ -25,16 +29,18 @@ core (kernels/compile/jobs.py) may import it.
 """
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 import time
 from contextlib import contextmanager
 
-__all__ = ["MODES", "set_mode", "mode", "bar", "task", "resolve"]
+__all__ = ["MODES", "set_mode", "mode", "bar", "task", "resolve", "routed"]
 
 MODES = ("auto", "quiet", "lines")
 LINE_SECONDS = 2.0                 # "lines" mode: at most one line per bar this often (and its last step)
 _state = {"mode": "auto"}
+_route: contextvars.ContextVar = contextvars.ContextVar("plus_ep_progress_route", default=None)
 
 
 def set_mode(value: str) -> None:
@@ -69,6 +75,47 @@ def resolve(enabled: bool | str | None = None, stream=None) -> str:
     if enabled or _isatty(stream or sys.stderr):
         return "bar"
     return "off"
+
+
+class _LineSink:
+    """A stream for _Lines that hands each finished line to a callable."""
+
+    def __init__(self, write_line):
+        self.write_line, self.buf = write_line, ""
+
+    def write(self, text: str) -> None:
+        self.buf += text
+        while "\n" in self.buf:
+            line, self.buf = self.buf.split("\n", 1)
+            if line:
+                self.write_line(line)
+
+    def flush(self) -> None:
+        pass
+
+
+@contextmanager
+def routed(write_line):
+    """Inside (this thread and what it calls): steps that would show nothing report through
+    `write_line(text)` as "lines"; None: no step shows anything (see the module's docstring)."""
+    token = _route.set(("off",) if write_line is None else ("lines", _LineSink(write_line)))
+    try:
+        yield
+    finally:
+        _route.reset(token)
+
+
+def _pick(enabled, stream) -> tuple[str, object]:
+    """(how, stream) of a step: resolve(), then a routed() context's say where the caller left it open."""
+    stream = stream or sys.stderr
+    how = resolve(enabled, stream)
+    route = _route.get()
+    if route is not None and enabled is None:
+        if route[0] == "off":
+            return "off", stream
+        if how == "off" and _state["mode"] == "auto":
+            return "lines", route[1]
+    return how, stream
 
 
 class _Lines:
@@ -157,8 +204,7 @@ class _Off:
 def bar(desc: str, total: int | None = None, unit: str = "", enabled: bool | str | None = None, stream=None):
     """A progress bar for `total` steps (None: a counter). Yields an object with `update(n=1, note=None)`,
     `refresh()` and `write(text, file=stdout)` (a line that does not break the bar); all are thread-safe."""
-    stream = stream or sys.stderr
-    how = resolve(enabled, stream)
+    how, stream = _pick(enabled, stream)
     b = _Bar(desc, total, unit, stream) if how == "bar" else _Lines(desc, total, unit, stream) \
         if how == "lines" else _Off(stream)
     try:
@@ -171,8 +217,7 @@ def bar(desc: str, total: int | None = None, unit: str = "", enabled: bool | str
 def task(desc: str, enabled: bool | str | None = None, stream=None):
     """One long call without steps: its elapsed time, refreshed every second by a helper thread; in
     "lines" mode a line when it starts and one when it ends."""
-    stream = stream or sys.stderr
-    how = resolve(enabled, stream)
+    how, stream = _pick(enabled, stream)
     if how == "off":
         yield
         return

@@ -16,8 +16,9 @@ unverified), verify ("1": compare one random run against the plain providers and
 A model that already carries kernels (`plus-ep rewrite` output) runs them when this installation trusts
 them (plus_ep/trust.py); otherwise its fused nodes are rebuilt here from their function bodies and the
 local build runs (recorded as trusted), unless trust is "any" or PLUS_EP_TRUST=any.
-Without a usable GPU the original model goes to ONNX Runtime unchanged and the EP (inert) warns
-once. Without "PlusEP" it is exactly onnxruntime.InferenceSession.
+Without a usable GPU the original model goes to ONNX Runtime unchanged, on the other providers, with one
+warning per process at ONNX Runtime's log severity (plus_ep/ortlog.py: `sess_options.log_severity_level`,
+else `onnxruntime.set_default_logger_severity`). Without "PlusEP" it is exactly onnxruntime.InferenceSession.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import logging
 import onnx
 import onnxruntime as ort
 
-from . import options
+from . import options, ortlog
 from .model_cache import rewritten_model
 from .options import NAME
 
@@ -89,8 +90,12 @@ class InferenceSession(ort.InferenceSession):
                     log.warning("PlusEP: %s; running the original model", e)
         ep_opts = dict(plus)
         providers = [(NAME, ep_opts) if ep_opts else NAME, *rest]
-        if arch is None:                    # no usable GPU: the inert EP warns once; the original runs
-            super().__init__(path_or_bytes, sess_options, providers, **kwargs)
+        if arch is None:                    # no usable GPU: the original runs
+            if not ep.get_ep_devices():     # no PlusEP device: ONNX Runtime would refuse the name, once a session
+                providers = providers[1:] or ["CPUExecutionProvider"]
+                ortlog.emit(ortlog.WARNING, f"PlusEP: {ep.no_device_reason() or 'no usable NVIDIA GPU'}; the model "
+                            "runs unfused on the other execution providers", sess_options, once="no-device")
+            super().__init__(path_or_bytes, sess_options, providers, **kwargs)   # else the inert EP warns once
             self.plus_ep_arch = None
             return
         original = _model_bytes(path_or_bytes)

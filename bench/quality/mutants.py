@@ -103,6 +103,8 @@ SUBSETS: dict[str, list] = {
                  ("tests/cpu/test_paper_examples.py", None),
                  ("tests/cpu/test_golden.py", None),
                  ("tests/cpu/test_fuzz.py", None)],
+    "session_logging": [("tests/native/test_session_logging.py", None),
+                        ("tests/cpu/test_ortlog.py", None)],
     "launcher": [("tests/native/test_launcher.py", None),
                  ("tests/native/test_launcher_shapes.py", None),
                  ("tests/emulated/test_emulated_driver.py", None),
@@ -488,6 +490,20 @@ CATALOGUE = [
       "out_b = (4 if cfg.math == gemm_configs.MATH_INT8 else elem) if out_bytes is None else out_bytes",
       "out_b = elem if out_bytes is None else out_bytes",
       "the route model charges an 8-bit GEMM's C at its operands' 1 byte instead of 4", ["quant"]),
+
+    # ---- session-time messages at ONNX Runtime's log severity, the planner's progress (issue 39) -------------
+    M("ortlog_ignores_severity", "session_logging", "plus_ep/ortlog.py",
+      "    if not shows(level, sess_options):\n        return False\n", "",
+      "a session-time line shows whatever the session's or ORT's severity (log_severity_level=3 still warns)",
+      ["session_logging"]),
+    M("log_once_counts_hidden", "session_logging", "plus_ep/native/ep_factory.c",
+      "if (!plus_ep_log_shows(logger, level) || atomic_exchange(once, 1)) return 0;",
+      "if (atomic_exchange(once, 1) || !plus_ep_log_shows(logger, level)) return 0;",
+      "a once-per-process C line is used up by a logger that hides it (a later session never gets it)",
+      ["session_logging"]),
+    M("progress_not_routed", "session_logging", "plus_ep/progress.py",
+      '            return "lines", route[1]', "            return how, stream",
+      "the planner's progress is dropped off a terminal instead of going to ORT's logger", ["session_logging"]),
 ]
 
 FAMILIES = ("gemm_mma", "gemm_wgmma", "gemm_norm_cluster", "attention_f16", "attention_tf32", "attention_simt",

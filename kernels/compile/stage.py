@@ -19,6 +19,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from ...graph_rewrites.partition import node_name
+from ... import progress as _progress
 from . import nvrtc
 from .cache import KernelCache
 from .jobs import Job, ResourceError, compile_all
@@ -137,34 +138,38 @@ def build_kernels(view, model, subgraphs, archs, cache=None, progress=None, fp32
     store = None if cache is False else RenderStore.beside(cache if cache is not None else KernelCache())
     for round_ in range(MAX_FALLBACKS + 1):
         jobs, owners, groups_of = [], [], {}
-        for k in pending:
-            name = names[k]
-            try:
-                groups, order, n_host = _render_per_arch(view, subgraphs[k], name, archs, fp32_math,
-                                                         excluded.get(k, {}), store)
-                plan = merge_plans([(g.archs, g.rendered.plan) for g in groups], archs)
-                problem = plan_problem(plan.text())
-                if problem:
-                    raise RenderError(problem)
-            except RenderError as exc:
-                out.failures.append((k, name, str(exc)))
-                continue
-            except Exception as exc:  # a codegen bug in one subgraph must not stop the rest
-                log.debug("rendering %s failed", name, exc_info=True)
-                why = f"internal error while rendering its kernels: {type(exc).__name__}: {exc}"
-                out.failures.append((k, name, why))
-                continue
-            plans[k], groups_of[k] = plan, groups
-            out.inputs.pop(k, None)
-            if n_host:
-                out.inputs[k] = (tuple(order), n_host)
-            for g in groups:
-                rd = g.rendered
-                for v, variant in enumerate(rd.variants):
-                    for arch in g.archs:
-                        jobs.append(Job(f"{name}:{variant.name}:{arch}", variant.source, arch,
-                                        dynamic_smem=_smem(rd.plan, v)))
-                        owners.append((k, v, arch, variant.name))
+        with _progress.bar("rendering kernels", total=len(pending), unit="subgraphs", enabled=progress) as shown:
+            for k in pending:
+                try:
+                    name = names[k]
+                    try:
+                        groups, order, n_host = _render_per_arch(view, subgraphs[k], name, archs, fp32_math,
+                                                                 excluded.get(k, {}), store)
+                        plan = merge_plans([(g.archs, g.rendered.plan) for g in groups], archs)
+                        problem = plan_problem(plan.text())
+                        if problem:
+                            raise RenderError(problem)
+                    except RenderError as exc:
+                        out.failures.append((k, name, str(exc)))
+                        continue
+                    except Exception as exc:  # a codegen bug in one subgraph must not stop the rest
+                        log.debug("rendering %s failed", name, exc_info=True)
+                        why = f"internal error while rendering its kernels: {type(exc).__name__}: {exc}"
+                        out.failures.append((k, name, why))
+                        continue
+                    plans[k], groups_of[k] = plan, groups
+                    out.inputs.pop(k, None)
+                    if n_host:
+                        out.inputs[k] = (tuple(order), n_host)
+                    for g in groups:
+                        rd = g.rendered
+                        for v, variant in enumerate(rd.variants):
+                            for arch in g.archs:
+                                jobs.append(Job(f"{name}:{variant.name}:{arch}", variant.source, arch,
+                                                dynamic_smem=_smem(rd.plan, v)))
+                                owners.append((k, v, arch, variant.name))
+                finally:
+                    shown.update()
         if not compile:
             for k, groups in groups_of.items():
                 out.rendered[k] = groups[0].rendered

@@ -215,6 +215,20 @@ EXPORT void PlusEP_PlanSetError(void* request, const char* message) {
     if (r) snprintf(r->error, sizeof r->error, "%s", message ? message : "?");
 }
 
+/* The planner's messages (plus_ep/ortlog.py): through the session's logger, at its severity; `level` is
+ * ORT's (0 verbose .. 4 fatal). PlusEP_PlanLogSeverity: the severity that logger shows from. */
+EXPORT void PlusEP_PlanLog(void* request, int level, const char* message) {
+    plus_ep_plan_request* r = request;
+    plus_ep_log(r ? r->logger : NULL, level, "%s", message ? message : "");
+}
+
+EXPORT int PlusEP_PlanLogSeverity(void* request) {
+    plus_ep_plan_request* r = request;
+    for (int level = ORT_LOG_VERBOSE; level < 4; level++)
+        if (plus_ep_log_shows(r ? r->logger : NULL, level)) return level;
+    return 4;
+}
+
 /* ---- attribute and graph helpers ---- */
 
 static const char* node_str(const OrtNode* n, OrtStatus* (*fn)(const OrtNode*, const char**)) {
@@ -524,6 +538,7 @@ static void run_planner(plus_ep* ep, const OrtGraph* graph) {
              "{\"arch\": \"%s\", \"cc\": \"%d.%d\", \"cache_dir\": \"%s\", \"disable\": \"%s\", \"fp32_math\": \"%s\", "
              "\"verify\": \"%d\"}",
              ep->opts.arch, ep->cc_major, ep->cc_minor, cache, disable, ep->opts.fp32_math, ep->opts.verify);
+    ep->plan.logger = ep->logger;
     int rc = planner(path, opts, &ep->plan);
     if (rc || ep->plan.error[0]) {   /* compiling an EPContext model: an error (it would hold no PlusEP node) */
         plus_ep_log(ep->logger, ep->ctx.enable ? ORT_LOG_ERROR : ORT_LOG_WARNING, "PlusEP: the planner failed for %s "
@@ -1139,8 +1154,8 @@ OrtStatus* plus_ep_create(int mode, int ordinal, const char* why, const OrtSessi
         plus_ep_device_ref(ep->ordinal, +1);
     }
     static atomic_int warned_inert;   /* once per process, through the session's logger (its severity) */
-    if (ep->mode == PLUS_MODE_INERT && !atomic_exchange(&warned_inert, 1))
-        plus_ep_log(logger, ORT_LOG_WARNING, "PlusEP: no usable NVIDIA GPU (%s); ai.plus_ep::Fused nodes run their "
+    if (ep->mode == PLUS_MODE_INERT)
+        plus_ep_log_once(logger, ORT_LOG_WARNING, &warned_inert, "PlusEP: no usable NVIDIA GPU (%s); ai.plus_ep::Fused nodes run their "
                     "original subgraphs on the next execution providers", ep->why[0] ? ep->why : "unknown reason");
     else if (ep->mode == PLUS_MODE_STAGING)
         plus_ep_log(logger, ORT_LOG_INFO, "PlusEP: no NVIDIA GPU in ONNX Runtime's devices; running kernels on CUDA "

@@ -15,6 +15,8 @@
 #ifndef PLUS_EP_H
 #define PLUS_EP_H
 
+#include <stdatomic.h>
+
 #include "driver.h"
 #include "ep_abi.h"
 #include "ep_context.h"
@@ -33,7 +35,14 @@ extern uint32_t plus_ep_version;
 
 OrtStatus* plus_ep_status(int code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void plus_ep_drop(OrtStatus* st);   /* release a status we do not pass on */
+/* PlusEP's log lines, one owner (C here; Python through PlusEP_Log, PlusEP_PlanLog): through `logger`, else
+ * ORT's default logger, whose severity decides (0 verbose .. 4 fatal); stderr for warnings without either.
+ * plus_ep_log_once: at most once per process, counted only when the line shows (a session at a quieter
+ * severity does not use it up); returns 1 when it showed. */
 void plus_ep_log(const OrtLogger* logger, int level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+int plus_ep_log_once(const OrtLogger* logger, int level, atomic_int* once, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int plus_ep_log_shows(const OrtLogger* logger, int level);
 
 /* Provider options (session config entries ep.plusep.<name>). */
 typedef struct {
@@ -100,6 +109,7 @@ typedef struct {
     plus_ep_group* groups;
     size_t n, cap;
     char error[PLUS_ERR_LEN];
+    const OrtLogger* logger;    /* the session's: the planner's messages go through it (PlusEP_PlanLog) */
 } plus_ep_plan_request;
 
 void plus_ep_groups_free(plus_ep_plan_request* r);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ep.h"
 #include "kernel.h"
 #include "ort_run.h"
 #include "ort_abi.h"
@@ -589,12 +590,13 @@ EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase
     }
     const char* why = NULL;
     if (!plus_driver_get(&why)) {
-        /* Loud, once per process: the model still runs, but unfused, and a server would not know why. */
+        /* Once per process, through ORT's default logger when the library is also registered as an execution
+         * provider (`import plus_ep`: its severity decides; a session's own severity does not reach
+         * RegisterCustomOps), else on stderr: the model still runs, but unfused, and a server would not know why. */
         static atomic_int warned;
-        if (!atomic_exchange(&warned, 1) || verbose)
-            fprintf(stderr, "PlusEP: WARNING: %s; ai.plus_ep::Fused nodes run their original subgraphs, without "
-                    "PlusEP's kernels (set PLUS_EP_DISABLE=1 to run them unfused on purpose, without this warning)\n",
-                    why);
+        plus_ep_log_once(NULL, ORT_LOG_WARNING, verbose ? &(atomic_int){0} : &warned, "PlusEP: WARNING: %s; "
+                         "ai.plus_ep::Fused nodes run their original subgraphs, without PlusEP's kernels (set "
+                         "PLUS_EP_DISABLE=1 to run them unfused on purpose, without this warning)", why);
         return NULL;
     }
     atomic_store(&g_api, api);

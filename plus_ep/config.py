@@ -102,6 +102,10 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("PLUS_EP_SLOW_TESTS", "off", "`tests/conftest.py`",
              "`1`: also run the tests marked `slow` (the zoo-wide `plus-ep verify` matrix, about 10 minutes on 2 "
              "cores; `bench/runs/verify_emulated.py` records the same matrix); CI leaves it off."),
+    Variable("PLUS_EP_CLIENTS_PYTHON", "this interpreter", "`tests/support/client_models.py`",
+             "Interpreter of an environment holding the client libraries (sentence-transformers, Optimum, "
+             "onnxruntime-genai: the `clients` extra) for `tests/emulated/test_clients.py`; Optimum caps "
+             "transformers below the zoo's version, so `.ci/run` gives them a venv of their own."),
     Variable("PLUS_EP_FUZZ_EXAMPLES", "`100`", "`tests/cpu/test_fuzz.py`", "Hypothesis examples per fuzz test."),
     Variable("PLUS_EP_FUZZ_RANDOM", "off", "`tests/cpu/test_fuzz.py`",
              "`1`: random (not derandomized) fuzzing."),

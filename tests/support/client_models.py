@@ -105,7 +105,8 @@ KINDS = {"st": "sentence_transformers", "optimum": "optimum.onnxruntime", "gener
 
 def clients_python() -> str:
     """The interpreter of the clients' environment: PLUS_EP_CLIENTS_PYTHON, else this one."""
-    return os.environ.get("PLUS_EP_CLIENTS_PYTHON") or sys.executable
+    from plus_ep import config
+    return config.get("PLUS_EP_CLIENTS_PYTHON") or sys.executable
 
 
 def missing(python: str, module: str) -> str | None:

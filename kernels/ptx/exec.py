@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ops_alu, ops_cluster, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
+from . import bulk, ops_alu, ops_cluster, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
 from .asyncops import CpAsyncState, WgmmaState
 from .checks import Checks
 from .cluster import launch_clusters
@@ -147,10 +147,14 @@ class Kernel:
             M.lmem = np.full((T, self.local_bytes), 0xFF, np.uint8)
             M.cp.reset()
             M.wg.reset()
+            M.mb.reset()
             if M.checks is not None:
                 M.checks.begin_cta(M, smem_size)
-            for _ in run_cta(M, self.ops, fns, max_steps):
-                raise PtxError("a CTA blocked outside a cluster launch", kernel=self.name)
+            try:
+                for _ in run_cta(M, self.ops, fns, max_steps):
+                    raise PtxError("a CTA blocked outside a cluster launch", kernel=self.name)   # (run_cta raises first)
+            except PtxError as e:
+                raise with_findings(e, M.checks) from None
             if M.checks is not None:
                 M.checks.end_cta(M)
         res = self._result(M, grid, block, ctas, t0)
@@ -194,6 +198,7 @@ class Kernel:
         M.cp = CpAsyncState(T)
         M.retired = {}
         M.wg = WgmmaState(-(-T // 128))
+        M.mb = bulk.BulkState(T)
         for nm, v in (("%nctaid.x", grid[0]), ("%nctaid.y", grid[1]), ("%nctaid.z", grid[2])):
             M.sregs[nm][:] = v
         M.sregs["%gridid"][:] = self._gridid
@@ -216,6 +221,18 @@ class Kernel:
         M.gmem = M.checks = M.counters = None          # nothing of this launch stays alive in the cache
         M.smem = np.zeros(0, np.uint8)
         M.cluster = None
+
+
+def with_findings(e: PtxError, checks) -> PtxError:
+    """An error that stopped a launch, with the checker findings recorded before it (the root cause is
+    often among them: a phase waited twice before the over-arrival it leads to)."""
+    if checks is None or not checks.findings or e.findings:
+        return e
+    lines = "; ".join(str(f) for f in checks.findings[:5])
+    more = f" ... {len(checks.findings) - 5} more" if len(checks.findings) > 5 else ""
+    out = PtxError(f"{e.args[0]} [checker findings before it: {lines}{more}]", findings=checks.findings)
+    out.form, out.line, out.kernel = e.form, e.line, e.kernel
+    return out
 
 
 def _uses_cluster_sregs(stmts) -> bool:

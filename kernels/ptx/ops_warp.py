@@ -85,8 +85,12 @@ def _bar(stmt):
             (p[0] == "barrier" and rest in (["sync"], ["sync", "aligned"])):
         ops = stmt.operands
         if len(ops) != 1 or ops[0] != ("imm", 0):
-            raise unsupported(stmt, "only barrier 0 without a thread count")
+            from .bulk import named_barrier      # another barrier, or a thread count: a named barrier
+            return named_barrier(stmt, sync=True)
         return Op(stmt.line, stmt.opcode, "bar", "barrier")
+    if rest in (["arrive"], ["cta", "arrive"], ["arrive", "aligned"], ["cta", "arrive", "aligned"]):
+        from .bulk import named_barrier
+        return named_barrier(stmt, sync=False)
     if rest == ["warp", "sync"]:
         if len(stmt.operands) != 1:
             raise unsupported(stmt)

@@ -335,7 +335,11 @@ def _wgmma(stmt):
                        satfinite)
                 M.wg.pending[wg].append(job)
                 if M.checks is not None:
-                    M.checks.wgmma_operands(_operand_bytes(job), 1)
+                    nbytes = _operand_bytes(job)
+                    M.checks.wgmma_operands(nbytes, 1)
+                    ok = (nbytes >= 0) & (nbytes < M.checks.tma_bar.size)
+                    if (M.checks.tma_bar[nbytes[ok]] >= 0).any():    # operands a bulk copy writes (bulk.py)
+                        M.checks.bulk_read(M, op, nbytes[ok], None, group=np.arange(128 * wg, 128 * wg + 128))
         return run
     op.factory = factory
     return op

@@ -13,7 +13,9 @@ Movement: cp.async.bulk(.tensor)"), as the interpreter runs them:
   count of later phases.
 * Waiting: a try_wait / test_wait that would return false parks its threads (they stop, the CTA's other
   threads run on); parked threads retry whenever something changed (an arrival, a copy completed, a
-  named barrier passed). A CTA whose every live thread is parked with nothing left to change is a deadlock:
+  named barrier passed). An arrive that completes a phase threads of its CTA wait on wakes them, and they
+  run before the arriving threads go on (adversarial: a stage released before its reader is done is
+  overwritten first). A CTA whose every live thread is parked with nothing left to change is a deadlock:
   PtxError listing every wait (the barrier, its phase, pending arrivals and bytes); in a cluster launch
   the CTA yields first, as remote arrivals and multicast copies may still come. So a spin loop over
   try_wait or test_wait costs one retry per change, never a busy loop.
@@ -103,7 +105,6 @@ class BulkState:
         self.progress = 0
         self.snapshot = -1              # progress when every live thread was last found parked
         self.waits: dict = {}           # PTX line -> what the threads parked there wait for
-        self.preempted = np.zeros(self.T, bool)   # arrived, then parked so the released waiters run first
 
     def bar(self, M, op, off: int, tid) -> MBarrier:
         b = self.mbars.get(int(off))
@@ -226,16 +227,10 @@ def _mbarrier(stmt):
 
         def run(m):
             tids = A.active(m, T)
-            back = tids[M.mb.preempted[tids]]       # arrived before, parked by the preemption below
-            if back.size:
-                M.mb.preempted[back] = False
-                tids = tids[~np.isin(tids, back)]
-                if not tids.size:
-                    return None
             addrs = np.broadcast_to(ag(), (T,))[tids]
             cv = np.broadcast_to(gc(), (T,))[tids].astype(np.int64) if gc is not None else None
             tokens = np.zeros(T, np.uint64)
-            released = False
+            released = np.zeros(T, bool)
             for k, t in enumerate(tids.tolist()):
                 tm, off = _shared_target(M, op, addrs[k], t) if sp == "shared::cluster" else (M, int(addrs[k]))
                 off = _bar_offset(M, op, off, t)
@@ -281,24 +276,19 @@ def _mbarrier(stmt):
                 if kind == "arrive_drop":
                     b.count -= count
                 if b.complete_if_ready(tm) and tm is M and b.waiters.any():
-                    released = True
+                    released |= b.waiters            # the threads parked on this phase
+                    b.waiters[:] = False
                 bump(tm)
             if put is not None:
                 mk = np.zeros(T, bool)
                 mk[tids] = True
                 put(tokens, mk)
-            if released:
-                # adversarial schedule: the threads this arrive released run before the arriving ones go on
-                # (a stage released too early is then overwritten before its reader finishes)
-                park = np.zeros(T, bool)
-                park[tids] = True
-                M.mb.preempted[tids] = True
-                M.mb.waits[op.line] = "preempted after releasing waiting threads"
-                return park
-            return None
+            # the threads this arrive released: the scheduler runs them first (cta.py), so a stage released
+            # too early is overwritten before its reader finishes
+            return released if released.any() else None
         return run
     cls = "cluster" if sp == "shared::cluster" else "barrier"
-    op = Op(stmt.line, stmt.opcode, "wait" if kind in ("arrive", "arrive_drop") else "op", cls, factory)
+    op = Op(stmt.line, stmt.opcode, "arrive" if kind in ("arrive", "arrive_drop") else "op", cls, factory)
     return op
 
 

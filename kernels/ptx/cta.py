@@ -51,11 +51,18 @@ def run_cta(M, ops, fns, max_steps):
     thr, wrp = C.thread_counts, C.warp_counts
     W = M.W
     dead = 3 * n + 3                   # pc of exited threads: above every parked pc (n + 2 + index)
+    urgent = None                      # threads an mbarrier arrive woke: they run first while unparked
     while True:
         if converged:
             p, m = cur, base
         else:
             live = np.where(alive, pc, dead)
+            if urgent is not None:
+                u = urgent & alive & (pc < n)
+                if u.any():
+                    live = np.where(u | ~alive, live, dead - 1)    # only the woken threads' PCs count
+                else:
+                    urgent = None
             p = int(live.min())
             m = alive & (pc == p)
             if np.array_equal(m, alive):
@@ -143,11 +150,18 @@ def run_cta(M, ops, fns, max_steps):
                 pc[alive if m is None else m] = p + 1
                 pc[park] = n + 2 + p
                 continue
+        elif kind == "arrive":                 # mbarrier arrive: the threads it woke run first
+            rel = fns[p](gm) if (gm is None or gm.any()) else None
+            if rel is not None:
+                rel &= alive & (pc > n + 1)
+                pc[rel] -= n + 2
+                urgent = rel if urgent is None else (urgent | rel)
         elif kind == "bar":
             here = np.ones(T, bool) if gm is None else gm
-            if not np.array_equal(here, alive) and not converged and (pc[alive & ~here] > n + 1).all():
-                # every absent thread is parked at a wait (warp-specialised code: the producer at the final
-                # barrier while consumers wait on mbarriers): wait for them here
+            if not np.array_equal(here, alive) and not converged and \
+                    ((pc[alive & ~here] > n + 1) | (pc[alive & ~here] < p)).all():
+                # every absent thread is parked at a wait or still behind (warp-specialised code: the producer
+                # at the final barrier while consumers wait on mbarriers): wait for them here
                 pc[here] = n + 2 + p
                 M.mb.waits[op.line] = (f"bar.sync reached by {int(here.sum())} of the {int(alive.sum())} live threads; "
                                        f"the others wait elsewhere")

@@ -1,0 +1,119 @@
+"""The TMA GEMM template (kernels/templates/gemm_sm90a_ws.cuh) on the PTX interpreter against float64 numpy, at
+shapes spanning several tiles with ragged edges (M, N past a tile, K not a multiple of 64), persistent CTAs taking
+several work units, every config, both B layouts, f16 and bf16, hooked and gated epilogues, a K split through
+scratch, the m-fastest epilogue; and the planted bugs the checkers must catch: a TMA box off by one, expect_tx
+off, a barrier phase flipped (consumer and producer side), a consumer releasing a stage before its wgmma group
+retired, a consumer reading the next stage."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plus_ep.kernels.gemm import sm90a_configs as gc
+from plus_ep.kernels.ptx import PtxError
+from tests.support.ptx_harness import UNIT
+from tests.support.ws_gemm_cases import Case, run
+
+
+def _ok(got, ref, findings, dtype="half", rel=None):
+    assert findings == [], [str(f) for f in findings]
+    tol = (rel if rel is not None else 2 * UNIT[dtype]) * np.maximum(1.0, np.abs(ref))
+    bad = np.abs(got - ref) > tol
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} wrong, first at {np.argwhere(bad)[0]}: " \
+                          f"{got[tuple(np.argwhere(bad)[0])]} vs {ref[tuple(np.argwhere(bad)[0])]}"
+
+
+@pytest.mark.parametrize("cfg", [c.name for c in gc.WS_CONFIGS])
+def test_every_config_several_units_per_cta(cfg):
+    c = Case(cfg)
+    M, N = gc.WS_BY_NAME[cfg].bm + 37, gc.WS_BY_NAME[cfg].bn + 40
+    got, ref, findings, r = run(c, 1, M, N, 200, grid=3)        # 4 units on 3 CTAs: one takes two
+    _ok(got, ref, findings)
+
+
+@pytest.mark.parametrize("case,shape", [
+    (Case("ws_64x128x64_s8", "half", 1), (2, 100, 136, 72)),
+    (Case("ws_64x128x64_s8", "__nv_bfloat16", 0), (1, 70, 264, 128)),
+    (Case("ws_128x128x64_s6", "__nv_bfloat16", 1, hooks="epilogue"), (2, 130, 72, 136)),
+    (Case("ws_64x128x64_s8", "half", 0, splitk=2, hooks="epilogue"), (1, 65, 136, 320)),
+    (Case("ws_64x128x64_s8", "half", 0, m_fastest=1), (1, 100, 72, 64)),
+], ids=["f16-trans", "bf16", "bf16-trans-hooked", "splitk2", "m-fastest"])
+def test_variants(case, shape):
+    got, ref, findings, _ = run(case, *shape, grid=2)
+    _ok(got, ref, findings, case.dtype, rel=1e-6 if case.hooks != "default" else None)
+
+
+@pytest.mark.parametrize("b_trans", [0, 1])
+def test_gated_products(b_trans):
+    got, ref, findings, _ = run(Case("ws_64x128x64_s8", "half", b_trans, hooks="gated"), 2, 70, 72, 136, grid=3)
+    _ok(got, ref, findings, rel=1e-5)
+
+
+def test_loads_once_per_operand_tile():
+    """TMA reads each A and B tile of a unit once: global load bytes equal the tiles' in-bounds bytes."""
+    got, ref, findings, r = run(Case("ws_64x128x64_s8"), 1, 64, 128, 128, grid=1)
+    _ok(got, ref, findings)
+    assert r.counters["global_ld"]["bytes"] == (64 * 128 + 128 * 128) * 2
+
+
+# ---------------------------------------------------------------------------------------------- planted bugs
+
+def _mutated(old, new):
+    def mutate(text):
+        assert text.count(old) >= 1, old
+        return text.replace(old, new)
+    return mutate
+
+
+def _kinds(findings) -> set:
+    return {f.kind for f in findings}
+
+
+def test_box_off_by_one_row_is_a_wrong_result():
+    got, ref, findings, _ = run(Case(), 1, 100, 136, 128, grid=2,
+                                mutate=_mutated("plus_tma_load_3d(sa, ma, k0, (int)t.m0, za, bar);",
+                                                "plus_tma_load_3d(sa, ma, k0, (int)t.m0 + 1, za, bar);"))
+    assert not np.allclose(got, ref)
+
+
+def test_expect_tx_off_by_one_box_row_is_a_transaction_mismatch():
+    with pytest.raises(PtxError, match="transaction-count mismatch"):
+        run(Case(), 1, 100, 136, 128, grid=2,
+            mutate=_mutated("plus_mbar_arrive_expect_tx(bar, STAGE_BYTES);",
+                            "plus_mbar_arrive_expect_tx(bar, STAGE_BYTES - 128);"))
+
+
+def test_consumer_phase_flipped_is_caught():
+    """Consumers waiting on the other parity pass the fresh full barrier at once: their wgmma reads a stage no copy
+    has completed yet (then they wait on a phase twice)."""
+    mutate = _mutated("plus_mbar_wait(full + 8 * stage, phase);", "plus_mbar_wait(full + 8 * stage, phase ^ 1u);")
+    try:
+        _, _, findings, _ = run(Case(), 1, 100, 136, 200, grid=2, mutate=mutate)
+    except PtxError as e:
+        assert "shared memory read before its mbarrier phase" in str(e), e
+        return
+    assert "shared memory read before its mbarrier phase" in _kinds(findings)
+
+
+def test_producer_phase_flipped_deadlocks():
+    with pytest.raises(PtxError, match="deadlock"):
+        run(Case(), 1, 100, 136, 200, grid=2,
+            mutate=_mutated("plus_mbar_wait(empty + 8 * stage, phase ^ 1u);", "plus_mbar_wait(empty + 8 * stage, phase);"))
+
+
+def test_stage_released_before_its_wgmma_retired_is_caught():
+    """The consumer also releases the stage its wgmma group still reads (before wgmma.wait_group): the producer's
+    next copy into it writes an in-flight wgmma operand (then the stage is over-released)."""
+    with pytest.raises(PtxError, match="write to an in-flight wgmma operand"):
+        run(Case(), 1, 100, 136, 640, grid=1,
+            mutate=_mutated("        plus_wgmma_commit();\n        plus_wgmma_wait<1>();",
+                            "        plus_wgmma_commit();\n        if (wt == 0) plus_mbar_arrive(empty + 8 * stage);\n"
+                            "        plus_wgmma_wait<1>();"))
+
+
+def test_consumer_reading_the_next_stage_is_caught():
+    got, ref, findings, _ = run(Case(), 1, 100, 136, 640, grid=1,
+                                mutate=_mutated("const plus_u32 s_base = smem + stage * STAGE_BYTES;",
+                                                "const plus_u32 s_base = smem + ((stage + 1) % STAGES) * STAGE_BYTES;"))
+    assert "shared memory read before its mbarrier phase" in _kinds(findings)
+    assert not np.allclose(got, ref)

@@ -28,11 +28,7 @@ Movement: cp.async.bulk(.tensor)"), as the interpreter runs them:
   coordinates, write it in box order (dimension 0 fastest) under the map's swizzle, and count the whole
   box's bytes; `.multicast::cluster` writes the same offset, and completes the mbarrier at the same
   offset, in every CTA of the cluster its 16-bit mask names.
-* Named barriers (`bar.sync / barrier.sync a, b`, `bar.arrive a, b`): barrier a completes when b threads
-  (all of the CTA without b) have arrived; a `sync` parks until then. The CTA-wide `bar.sync 0` keeps its
-  converged form (cta.py); threads reaching it while every absent thread is parked wait for them.
-* `setmaxnreg.{inc,dec}.sync.aligned.u32 n`: checked (whole warpgroups, n a multiple of 8 in 24..256),
-  no effect on execution.
+* Named barriers (ops_warp.py) and setmaxnreg (tensorcore.py) park and count through this module's state.
 
 Checkers (findings, checks.py keeps one per kind and PTX line):
 * "mbarrier phase waited twice": a thread's try_wait.parity returned for a phase that thread had already
@@ -55,7 +51,7 @@ from . import access as A
 from . import tensormap as TM
 from .decode import Mods, Op, handler, unsupported
 from .errors import PtxError
-from .ops_warp import _lanes, whole_warps
+from .errors import lanes as _lanes
 
 TX_MAX = (1 << 20) - 1          # arrival and transaction counts are 20-bit (PTX ISA: mbarrier contents)
 TOKEN = np.uint64(0x4D42_0000_0000_0000)   # state tokens: this tag | the phase the arrive was made in
@@ -601,95 +597,7 @@ def _tensor_box(M, op, tmap, coords, tid):
     return data.reshape(-1), lin, tmap.box_bytes
 
 
-# ------------------------------------------------------------------------------------------ named barriers
-
-def named_barrier(stmt, sync: bool):
-    """bar.sync / barrier.sync{.aligned} a{, b} with a != 0 or a thread count, bar.arrive / barrier.arrive a, b."""
-    ops = stmt.operands
-    if len(ops) not in (1, 2) or (not sync and len(ops) != 2):
-        raise unsupported(stmt, "operands")
-
-    def factory(M):
-        ga = M.rd(ops[0], "u32")
-        gb = M.rd(ops[1], "u32") if len(ops) == 2 else None
-        T = M.T
-
-        def run(m):
-            tids = A.active(m, T)
-            whole_warps(M, op, m, "bar.sync / bar.arrive (whole warps)")
-            av = np.broadcast_to(ga(), (T,))[tids].astype(np.int64)
-            bv = np.broadcast_to(gb(), (T,))[tids].astype(np.int64) if gb is not None else np.full(tids.size, T)
-            park = np.zeros(T, bool)
-            for bid in np.unique(av).tolist():
-                sel = av == bid
-                who = tids[sel]
-                cnt = np.unique(bv[sel])
-                if bid < 0 or bid > 15 or cnt.size != 1 or cnt[0] <= 0 or cnt[0] % 32 or cnt[0] > T:
-                    raise PtxError(f"named barrier {bid} with thread count(s) {cnt.tolist()} (barriers 0..15; one "
-                                   f"count, a positive multiple of 32 up to the CTA's {T} threads)", form=op.form,
-                                   line=op.line, kernel=M.name)
-                st = M.mb.named.get(bid)
-                if st is None:
-                    st = M.mb.named[bid] = [np.zeros(T, bool), np.zeros(T, bool), int(cnt[0]), np.zeros(T, bool)]
-                arrived, released, count, waiting = st
-                if count != int(cnt[0]) and arrived.any():
-                    raise PtxError(f"named barrier {bid}: thread count {int(cnt[0])} while {int(arrived.sum())} threads "
-                                   f"wait with count {count}", form=op.form, line=op.line, kernel=M.name)
-                st[2] = count = int(cnt[0])
-                back = who[released[who]]          # parked here before, their barrier completed meanwhile
-                released[back] = False
-                still = who[waiting[who]]          # parked here before, still incomplete: park again
-                park[still] = True
-                new = who[~released[who] & ~waiting[who] & ~np.isin(who, back)]
-                if new.size == 0:
-                    continue
-                if arrived[new].any():
-                    raise PtxError(f"threads {_lanes(new[arrived[new]])} arrive at named barrier {bid} twice",
-                                   form=op.form, line=op.line, kernel=M.name)
-                arrived[new] = True
-                bump(M)
-                n = int(arrived.sum())
-                if n > count:
-                    raise PtxError(f"named barrier {bid}: {n} threads arrive, its count is {count}", form=op.form,
-                                   line=op.line, kernel=M.name)
-                if n == count:
-                    released |= waiting             # threads parked at a sync pass when they retry
-                    waiting[:] = False
-                    arrived[:] = False
-                    if M.checks is not None:
-                        M.checks.barrier(M, op.line)
-                elif sync:
-                    park[new] = True
-                    waiting[new] = True
-                    M.mb.waits[op.line] = (lambda st=st, bid=bid:
-                                           f"named barrier {bid}: {int(st[0].sum())} of {st[2]} threads arrived")
-            return park if park.any() else None
-        return run
-    op = Op(stmt.line, stmt.opcode, "wait" if sync else "op", "barrier")
-    op.factory = factory
-    return op
-
-
-# ------------------------------------------------------------------------------------------ setmaxnreg, prefetch
-
-@handler("setmaxnreg")
-def _setmaxnreg(stmt):
-    mo = Mods(stmt)
-    which = mo.take("inc", "dec")
-    if not (mo.flag("sync") and mo.flag("aligned")) or which is None:
-        raise unsupported(stmt)
-    mo.type(("u32",))
-    mo.done()
-    if len(stmt.operands) != 1 or stmt.operands[0][0] != "imm":
-        raise unsupported(stmt, "an immediate register count")
-    n = stmt.operands[0][1]
-    if n % 8 or not 24 <= n <= 256:
-        raise unsupported(stmt, f"register count {n} (a multiple of 8 in 24..256)")
-    from .tensorcore import _wg_groups
-    op = Op(stmt.line, stmt.opcode, "op", "other")
-    op.factory = lambda M: (lambda m: (_wg_groups(M, op, m), None)[1])
-    return op
-
+# ------------------------------------------------------------------------------------------ prefetch
 
 @handler("prefetch", "prefetchu")
 def _prefetch(stmt):
@@ -699,4 +607,4 @@ def _prefetch(stmt):
     return Op(stmt.line, stmt.opcode, "op", "other", lambda M: (lambda m: None))
 
 
-__all__ = ["BulkState", "MBarrier", "all_parked", "deadlock", "land", "named_barrier"]
+__all__ = ["BulkState", "MBarrier", "all_parked", "bump", "cp_bulk", "deadlock", "land"]

@@ -42,8 +42,8 @@ from . import access as A
 from .access import GENERIC_SHARED, OFFSET_MASK, RANK_SHIFT  # noqa: F401  (the address encoding)
 from .checks import Checks
 from .cta import run_cta, select_ctas
-from .errors import PtxError
-from .ops_warp import _lanes
+from .errors import PtxError, with_findings
+from .errors import lanes as _lanes
 
 MAX_CLUSTER = 16          # CTAs per cluster (16 needs the non-portable opt-in on a GPU; 8 is portable)
 _NEVER = 1 << 62
@@ -375,7 +375,6 @@ def launch_clusters(kernel, grid, block, shared_bytes, params, memory, checks, a
         try:
             _schedule(cl, gens)
         except PtxError as e:
-            from .exec import with_findings
             raise with_findings(e, shared_checks) from None
     res = kernel._result(machines[0], grid, block, ctas, t0)
     res.counters["cluster"] = {"dims": list(dims), "ctas": n, "non_portable": n > 8,

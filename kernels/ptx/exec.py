@@ -23,7 +23,7 @@ from .cluster import launch_clusters
 from .cta import run_cta, select_ctas
 from .counters import Counters
 from .decode import Op, decode
-from .errors import PtxError
+from .errors import PtxError, with_findings
 from .machine import Machine
 from .memory import GlobalMemory
 from .parse import global_bytes, parse
@@ -221,18 +221,6 @@ class Kernel:
         M.gmem = M.checks = M.counters = None          # nothing of this launch stays alive in the cache
         M.smem = np.zeros(0, np.uint8)
         M.cluster = None
-
-
-def with_findings(e: PtxError, checks) -> PtxError:
-    """An error that stopped a launch, with the checker findings recorded before it (the root cause is
-    often among them: a phase waited twice before the over-arrival it leads to)."""
-    if checks is None or not checks.findings or e.findings:
-        return e
-    lines = "; ".join(str(f) for f in checks.findings[:5])
-    more = f" ... {len(checks.findings) - 5} more" if len(checks.findings) > 5 else ""
-    out = PtxError(f"{e.args[0]} [checker findings before it: {lines}{more}]", findings=checks.findings)
-    out.form, out.line, out.kernel = e.form, e.line, e.kernel
-    return out
 
 
 def _uses_cluster_sregs(stmts) -> bool:

@@ -129,7 +129,7 @@ def test_golden_tma_gemm_bias_gelu_runs_as_its_plan_says():
 
     from plus_ep.kernels.ptx import tensormap as TM
     from plus_ep.kernels.wire.plan import parse
-    from tests.emulated.test_ptx_golden import rpn
+    from plus_ep.verification.shapes import rpn
     from tests.support import ptx_harness as H
     golden = pathlib.Path(__file__).resolve().parents[1] / "golden"
     plan = parse((golden / "tma_gemm_bias_gelu.plan").read_text())

@@ -1,13 +1,28 @@
-"""The launcher's `tmap` record (plus_ep/native/tmap.c, CONTRACT.md §3) through the native harness's plan parser,
-plain and under AddressSanitizer + UBSan: good records parse (and the Python reader agrees), each malformed one is
-refused naming the line and the rule. Binding and encoding run end to end in tests/emulated/test_tma_launcher.py."""
+"""The launcher's `tmap` records (plus_ep/native/tmap.c, CONTRACT.md §3) in real ONNX Runtime CPU sessions with the
+stand-in driver (tests/native/fake_cuda.c, which has no cuTensorMapEncodeTiled): each malformed record refuses
+the session naming the node, the plan line and the rule, when the kernel object is created; a good plan parses
+(the Python reader agrees) and its launch says the driver lacks the entry point. One child process runs every
+case (the launcher reads PLUS_EP_CUDA_LIBRARY once per process). Binding and encoding on the emulated driver:
+tests/emulated/test_tma_launcher.py."""
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from plus_ep.kernels.wire.plan import parse
-from tests.native.test_launcher import GCC, SANITIZE, Harness, build, one_pack
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
 
+from onnx import TensorProto, helper  # noqa: E402
+
+from plus_ep.kernels.wire.plan import parse  # noqa: E402
+from tests.support.launcher_models import fake_pack, fused_node  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 PLAN = """plusplan 1
 node tm
 sym 0 m
@@ -21,33 +36,7 @@ TMAP
 end
 """
 GOOD = "tmap 10 2 in 0 0 s1 s0 s1 64 128 128"
-
-pytestmark = pytest.mark.skipif(GCC is None, reason="needs a C compiler")
-
-
-@pytest.fixture(scope="module", params=["plain", "asan"])
-def h(request, tmp_path_factory):
-    base = tmp_path_factory.mktemp(f"tmap_{request.param}")
-    exe, fake = build(base, SANITIZE if request.param == "asan" else [])
-    return Harness(exe, fake, base)
-
-
-def _create(h, text):
-    """Create a kernel object from the plan (the launcher parses `tmap` records then), run it on the
-    stand-in driver; returns the harness's error."""
-    return h.err("run", h.file(text), "--pack", "sm_90a=" + h.file(one_pack("sm_90a"), ".bin"), "--in", "10:4x8")
-
-
-def test_good_records_parse(h):
-    text = PLAN.replace("TMAP", GOOD + "\n" + "tmap 10 2 out 0 0 s1 s0 s1 8 4 0")
-    assert "kernels=1" in h.ok("parse", h.file(text))
-    assert parse(text).text() == text
-    assert len(parse(text).routes[0].launches[0].tmaps) == 2
-    # the stand-in driver has no cuTensorMapEncodeTiled: the launch that needs one says so
-    assert "needs tensor maps but the CUDA driver lacks cuTensorMapEncodeTiled" in _create(h, text)
-
-
-@pytest.mark.parametrize("record,why", [
+BAD = [
     ("tmap 10 2 in 0 0 s1 s0 s1 64 128", "rank 2 takes 12 fields"),
     ("tmap 8 2 in 0 0 s1 s0 s1 64 128 128", "dtype `8` has no tensor-map element type"),
     ("tmap 1 2 in 0 0 s1 s0 s1 64 128 128", "dtype differs from input 0's"),
@@ -59,18 +48,55 @@ def test_good_records_parse(h):
     ("tmap 10 2 in 0 0 s1 s0 s1 64 128 48", "swizzle `48` must be 0, 32, 64 or 128"),
     ("tmap 10 2 in 0 0 s1 s0 s1 64 128 64", "exceeds the 64-byte swizzle"),
     ("tmap 10 2 in 0 0 s1 s9 s1 64 128 128", "symbol s9"),
-])
-def test_malformed_records_are_refused(h, record, why):
-    msg = _create(h, PLAN.replace("TMAP", record))
-    assert msg.startswith("PlusEP node 'tm': plus_plan line 10 `tmap"), msg
-    assert why in msg, msg
+    ("\n".join([GOOD] * 9), "more than 8 tmap records for one kernel line"),
+]
+
+RUNNER = r"""
+import json, sys
+import numpy as np, onnxruntime as ort
+out = []
+for path in sys.argv[2:]:
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(sys.argv[1])
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        sess.run(None, {"X": np.ones((4, 8), np.float16)})
+        out.append("no error")
+    except Exception as e:
+        out.append(str(e))
+print(json.dumps(out))
+"""
 
 
-def test_record_needs_a_kernel_line_above(h):
-    text = PLAN.replace("kernel 0 0 fake_add s1,64,cdiv s0,128,cdiv 1 384 1 1 1024\nTMAP", GOOD)
-    assert "belongs to the `kernel` line above it" in h.err("parse", h.file(text))
+def _model(plan: str) -> onnx.ModelProto:
+    node = fused_node("tm", ["X"], ["Z"], "t1", plan, {"sm_90a": fake_pack("sm_90a")})
+    fn = helper.make_function("ai.plus_ep", "Fused", ["A"], ["C"], [helper.make_node("Identity", ["A"], ["C"])],
+                              [helper.make_opsetid("", 17)], overload="t1")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT16, ["m", "k"])],
+                          [helper.make_tensor_value_info("Z", TensorProto.FLOAT16, ["m", "k"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.plus_ep", 1)],
+                             functions=[fn], ir_version=10)
 
 
-def test_at_most_eight_maps_per_kernel_line(h):
-    msg = _create(h, PLAN.replace("TMAP", "\n".join([GOOD] * 9)))
-    assert "more than 8 tmap records for one kernel line" in msg
+def test_tmap_records_in_sessions(tmp_path, library, fake_cuda):
+    good = PLAN.replace("TMAP", GOOD + "\n" + "tmap 10 2 out 0 0 s1 s0 s1 8 4 0")
+    assert parse(good).text() == good and len(parse(good).routes[0].launches[0].tmaps) == 2
+    plans = [good] + [PLAN.replace("TMAP", rec) for rec, _ in BAD] + [PLAN.replace("kernel 0 0 fake_add s1,64,cdiv "
+                                                                                  "s0,128,cdiv 1 384 1 1 1024\nTMAP", GOOD)]
+    paths = []
+    for k, plan in enumerate(plans):
+        p = tmp_path / f"m{k}.onnx"
+        onnx.save(_model(plan), p)
+        paths.append(str(p))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA_", "PLUS_EP_CUDA"))}
+    env.update(PLUS_EP_CUDA_LIBRARY=str(fake_cuda), PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", RUNNER, library, *paths], capture_output=True, text=True, env=env,
+                       cwd=str(ROOT), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    errors = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "needs tensor maps but the CUDA driver lacks cuTensorMapEncodeTiled" in errors[0], errors[0]
+    for (rec, why), err in zip(BAD, errors[1:-1]):
+        line = 10 + rec.count("\n")            # the last of the records is the one refused
+        assert "PlusEP node 'tm'" in err and f"plus_plan line {line} `tmap" in err and why in err, (rec, err)
+    assert "belongs to the `kernel` line above it" in errors[-1], errors[-1]

@@ -284,6 +284,8 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
     constexpr plus_u32 B_LBO = MN_BLOCK_BYTES, B_SBO = 1024, B_K16_STEP = 2 * 1024;   // MN-major
 #endif
     const plus_u32 stg = staging + w * STAGING_BYTES;
+    const plus_u64 desc_a0 = plus_wgmma_desc_sw128(smem + a_off, 16, 1024);
+    const plus_u64 desc_b0 = plus_wgmma_desc_sw128(smem + A_BYTES, B_LBO, B_SBO);
     int stage = 0;
     plus_u32 phase = 0;
     float acc[BN / 2];
@@ -300,13 +302,15 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
 #pragma unroll 1
       for (long long kt = 0; kt < nk; ++kt) {
         plus_mbar_wait(full + 8 * stage, phase);
-        const plus_u32 s_base = smem + stage * STAGE_BYTES;
+        // descriptors of stage `stage`: those of stage 0 with the start address moved (its field holds address
+        // >> 4, and shared addresses stay below 256 KiB: no carry out of the field)
+        const plus_u64 step = (plus_u64)((plus_u32)stage * (STAGE_BYTES >> 4));
         plus_wgmma_fence_regs(acc);
         plus_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-          const plus_u64 da = plus_wgmma_desc_sw128(s_base + a_off + kk * 32, 16, 1024);
-          const plus_u64 db = plus_wgmma_desc_sw128(s_base + A_BYTES + kk * B_K16_STEP, B_LBO, B_SBO);
+          const plus_u64 da = desc_a0 + step + (plus_u64)(kk * 32 >> 4);
+          const plus_u64 db = desc_b0 + step + (plus_u64)(kk * B_K16_STEP >> 4);
           plus_wgmma_m64k16<plus_ab_t, BN, PLUS_B_TRANS ? 0 : 1>(acc, da, db);
         }
         plus_wgmma_commit();

@@ -271,6 +271,7 @@ def _mbarrier(stmt):
                 b.pending -= count
                 if kind == "arrive_drop":
                     b.count -= count
+                check_tx(tm, b, off, op.line, t)
                 if b.complete_if_ready(tm) and tm is M and b.waiters.any():
                     released |= b.waiters            # the threads parked on this phase
                     b.waiters[:] = False
@@ -377,9 +378,18 @@ def _mismatch(b) -> str:
     if b.pending == 0 and b.tx > 0 and not b.copies:
         return (f"; transaction-count mismatch: every arrival is in but {b.tx} expected bytes have no copy in "
                 f"flight (expect_tx counts more than the copies bring)")
-    if b.tx < 0:
+    if b.tx < 0 and b.pending == 0:
         return f"; transaction-count mismatch: the copies brought {-b.tx} bytes more than expect_tx announced"
     return ""
+
+
+def check_tx(M, b, off, line, tid):
+    """With every arrival of the phase in, a negative transaction count means the copies brought more bytes than
+    expect_tx announced (before that, a copy may complete before its expect_tx: legal)."""
+    if b.tx < 0 and b.pending == 0 and M.checks is not None:
+        M.checks.add("transaction-count mismatch", M, line, tid,
+                     f"bulk copies completing on the mbarrier at shared offset {off:#x} (phase {b.phase}) brought "
+                     f"{-b.tx} bytes more than its expect_tx announced (on a GPU the phase never completes)")
 
 
 def land(M, b, off):
@@ -392,10 +402,7 @@ def land(M, b, off):
         if M.checks is not None:
             M.checks.bulk_landed(M, idx)
         b.tx -= c.nbytes
-    if b.tx < 0 and M.checks is not None:
-        M.checks.add("transaction-count mismatch", M, copies[-1].op.line, copies[-1].tid,
-                     f"bulk copies completing on the mbarrier at shared offset {off:#x} (phase {b.phase}) brought "
-                     f"{-b.tx} bytes more than its expect_tx announced (on a GPU the phase never completes)")
+    check_tx(M, b, off, copies[-1].op.line, copies[-1].tid)
     b.complete_if_ready(M)
     bump(M)
 

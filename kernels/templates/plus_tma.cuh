@@ -72,6 +72,26 @@ PLUS_DEV void plus_tma_load_3d(plus_u32 dst, const PlusTmap* map, int c0, int c1
       : "memory");
 }
 
+// The same box written to the same shared offset in every CTA of the cluster that `mask` names (bit r: rank r),
+// its bytes counted on the mbarrier at `bar`'s offset in each of them.
+PLUS_DEV void plus_tma_load_3d_multicast(plus_u32 dst, const PlusTmap* map, int c0, int c1, int c2, plus_u32 bar,
+                                         unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+      : "memory");
+}
+// Arrive on the mbarrier at shared::cluster address `bar` (another CTA's, from plus_mapa_shared).
+PLUS_DEV void plus_mbar_arrive_cluster(plus_u32 bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// The cluster barrier without .aligned: threads may reach it on different paths (the end of a warp-specialised
+// kernel, whose roles finish apart).
+PLUS_DEV void plus_cluster_sync_any() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 // ---- named barriers, register budgets ---------------------------------------------------------------------
 
 // The `n` threads (whole warps) that use barrier `id` (1..15; 0 is __syncthreads') wait for each other.

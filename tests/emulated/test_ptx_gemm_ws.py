@@ -26,18 +26,21 @@ def _ok(got, ref, findings, dtype="half", rel=None):
 @pytest.mark.parametrize("cfg", [c.name for c in gc.WS_CONFIGS])
 def test_every_config_several_units_per_cta(cfg):
     c = Case(cfg)
-    M, N = gc.WS_BY_NAME[cfg].bm + 37, gc.WS_BY_NAME[cfg].bn + 40
-    got, ref, findings, r = run(c, 1, M, N, 200, grid=3)        # 4 units on 3 CTAs: one takes two
+    cl = gc.ws_cluster(gc.WS_BY_NAME[cfg])
+    # 4 units on 3 CTAs (clusters): one takes two; with multicast, the second pair's second m tile lies past M
+    M, N = cl * gc.WS_BY_NAME[cfg].bm + 37, gc.WS_BY_NAME[cfg].bn + 40
+    got, ref, findings, r = run(c, 1, M, N, 200, grid=3)
     _ok(got, ref, findings)
 
 
 @pytest.mark.parametrize("case,shape", [
     (Case("ws_64x128x64_s8", "half", 1), (2, 100, 136, 72)),
+    (Case("ws_128x128x64_s6_c2", "__nv_bfloat16", 1, hooks="epilogue"), (1, 300, 136, 136)),
     (Case("ws_64x128x64_s8", "__nv_bfloat16", 0), (1, 70, 264, 128)),
     (Case("ws_128x128x64_s6", "__nv_bfloat16", 1, hooks="epilogue"), (2, 130, 72, 136)),
     (Case("ws_64x128x64_s8", "half", 0, splitk=2, hooks="epilogue"), (1, 65, 136, 320)),
     (Case("ws_64x128x64_s8", "half", 0, m_fastest=1), (1, 100, 72, 64)),
-], ids=["f16-trans", "bf16", "bf16-trans-hooked", "splitk2", "m-fastest"])
+], ids=["f16-trans", "multicast-trans", "bf16", "bf16-trans-hooked", "splitk2", "m-fastest"])
 def test_variants(case, shape):
     got, ref, findings, _ = run(case, *shape, grid=2)
     _ok(got, ref, findings, case.dtype, rel=1e-6 if case.hooks != "default" else None)

@@ -87,10 +87,11 @@ def run(c: Case, batch: int, M: int, N: int, K: int, grid: int | None = None, mu
     maps = [TM.encode_tiled(TM.F16 if c.dtype == "half" else TM.BF16, pa, (K, M, batch), (K * es, M * K * es),
                             (64, cfg.bm, 1), swizzle=TM.SWIZZLE_128B)]
     bn = cfg.bn // 2 if gated else cfg.bn
+    cl = gc.ws_cluster(cfg)                    # CTAs multicasting one n tile's B: each loads 1/cl of its rows
     for p in (pb, pb1) if gated else (pb,):
         if c.b_trans:
             maps.append(TM.encode_tiled(TM.F16 if c.dtype == "half" else TM.BF16, p, (K, N, batch),
-                                        (K * es, N * K * es), (64, bn, 1), swizzle=TM.SWIZZLE_128B))
+                                        (K * es, N * K * es), (64, bn // cl, 1), swizzle=TM.SWIZZLE_128B))
         else:
             maps.append(TM.encode_tiled(TM.F16 if c.dtype == "half" else TM.BF16, p, (N, K, batch),
                                         (N * es, K * N * es), (64, 64, 1), swizzle=TM.SWIZZLE_128B))
@@ -103,8 +104,8 @@ def run(c: Case, batch: int, M: int, N: int, K: int, grid: int | None = None, mu
     off = k._param_offsets[k.params[1][0]]
     blob = b"".join(maps)
     params[off:off + len(blob)] = blob
-    units = -(-N // (bn if gated else cfg.bn)) * -(-M // cfg.bm) * batch * c.splitk
-    g = grid or min(units, 132)
+    units = -(-N // bn) * -(-M // (cfg.bm * cl)) * batch * c.splitk     # pairs of m tiles with multicast
+    g = grid * cl if grid else min(units, 132 // cl) * cl
     r = k.launch((g, 1, 1), (cfg.threads, 1, 1), cfg.smem_bytes, bytes(params), dev.mem, checks=checks)
     findings = list(r.findings)
     if c.splitk > 1:

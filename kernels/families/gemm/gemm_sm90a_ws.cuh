@@ -31,6 +31,12 @@
 //   and the epilogue hands both sums of an element to plus_epilogue_gated.
 // * Row finish (PLUS_HAS_ROW_FINISH, one unit per CTA: PLUS_PERSISTENT 0): after the tile, every thread
 //   joins and the CTA counts itself on its row group as gemm_hooks.cuh's plus_finish_rows does.
+// * B multicast (PLUS_WS_CLUSTER 2): a thread-block cluster of two CTAs takes the two m tiles of one n tile
+//   together; each CTA loads its own A box and half of the B boxes, multicast into both CTAs, so L2 serves B
+//   once per pair. A stage then counts a release from every consumer of both CTAs (consumers arrive on their
+//   own and the peer's `empty`), the barriers are initialised before a cluster barrier, and a final one keeps
+//   each CTA's shared memory until its peer is done with it. A pair whose second m tile lies past M loads M's
+//   last rows there (never stored).
 //
 // Tensor maps (the kernel's second parameter, built by the launcher from the plan's `tmap` records): by
 // default A = maps.m[0] over (K, M, batch of A), B = maps.m[1] over (N, K, batch of B) (B_TRANS 0) or (K, N,
@@ -75,6 +81,14 @@
 #ifndef PLUS_TMAPS
 #define PLUS_TMAPS (PLUS_GATED ? 3 : 2)
 #endif
+#ifndef PLUS_WS_CLUSTER
+#define PLUS_WS_CLUSTER 1
+#endif
+#if PLUS_WS_CLUSTER > 1
+#define PLUS_WS_CLUSTER_DIMS __cluster_dims__(PLUS_WS_CLUSTER, 1, 1)
+#else
+#define PLUS_WS_CLUSTER_DIMS
+#endif
 
 #if PLUS_MATH != 2
 #error "gemm_sm90a_ws.cuh only implements PLUS_MATH 2 (f16/bf16 wgmma)"
@@ -83,9 +97,13 @@
 #error "gemm_sm90a_ws.cuh has no row tile (gemm_sm90a.cuh's cluster does)"
 #endif
 #ifdef PLUS_HAS_ROW_FINISH
-static_assert(PLUS_SPLITK == 1 && !PLUS_GATED && !PLUS_PERSISTENT,
+static_assert(PLUS_SPLITK == 1 && !PLUS_GATED && !PLUS_PERSISTENT && PLUS_WS_CLUSTER == 1,
               "gemm_sm90a_ws: the row finish needs whole sums of one product and one unit per CTA");
 #endif
+static_assert(PLUS_WS_CLUSTER == 1 || PLUS_WS_CLUSTER == 2, "gemm_sm90a_ws: B multicast over 1 or 2 CTAs");
+static_assert(PLUS_WS_CLUSTER == 1 || (PLUS_B_TRANS ? (PLUS_BN / (PLUS_GATED ? 2 : 1)) % (2 * 8) == 0
+                                                    : (PLUS_BN / 64) % 2 == 0),
+              "gemm_sm90a_ws: multicast halves of B must be whole boxes");
 #if PLUS_GATED
 static_assert(PLUS_EPI_M_FASTEST == 0, "gemm_sm90a_ws: the gated epilogue walks the tile with n fastest");
 #endif
@@ -135,6 +153,7 @@ namespace plus_ws {
 
 constexpr int BM = PLUS_BM, BN = PLUS_BN, BK = PLUS_BK, STAGES = PLUS_STAGES, THREADS = PLUS_THREADS;
 constexpr int CONSUMERS = PLUS_WS_CONSUMERS;
+constexpr int CL = PLUS_WS_CLUSTER;                      // CTAs sharing (multicasting) one n tile's B
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int MN_BLOCK_BYTES = BK * 128;                 // MN-major B: one [64 k][64 n] box
 constexpr int NCOLS = PLUS_GATED ? BN / 2 : BN;          // output columns of a tile (per product)
@@ -160,12 +179,13 @@ PLUS_DEV float ld_f(plus_u32 src) {
   return x;
 }
 
-// A work unit: (split, batch, m tile, n tile) from its linear index, n fastest.
+// A work unit: (split, batch, m tile, n tile) from its linear index, n fastest. With B multicast the index
+// counts pairs of m tiles (tiles_m is then the pairs') and `rank` picks the CTA's tile of the pair.
 struct Unit {
   long long b, m0, n0;   // n0: the first output column (per product when gated)
   int split;
 };
-PLUS_DEV Unit unit_of(long long u, long long tiles_n, long long tiles_m, long long batch) {
+PLUS_DEV Unit unit_of(long long u, long long tiles_n, long long tiles_m, long long batch, int rank = 0) {
   Unit t;
   const long long n = u % tiles_n;
   u /= tiles_n;
@@ -173,7 +193,7 @@ PLUS_DEV Unit unit_of(long long u, long long tiles_n, long long tiles_m, long lo
   u /= tiles_m;
   t.b = u % batch;
   t.split = (int)(u / batch);
-  t.m0 = m * BM;
+  t.m0 = (m * CL + rank) * BM;
   t.n0 = n * NCOLS;
   return t;
 }
@@ -182,8 +202,8 @@ PLUS_DEV Unit unit_of(long long u, long long tiles_n, long long tiles_m, long lo
 
 #include "gemm_splitk_reduce.cuh"
 
-extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const PlusArgs args,
-                                                                       const __grid_constant__ PlusTmaps maps) {
+extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 1)
+    plus_gemm(const PlusArgs args, const __grid_constant__ PlusTmaps maps) {
   using namespace plus_ws;
   extern __shared__ __align__(1024) unsigned char plus_ws_smem[];
   const plus_u32 smem_raw = (plus_u32)__cvta_generic_to_shared(plus_ws_smem);
@@ -196,12 +216,19 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
   const int wg = tid / 128;
   const PlusGemmShape shape = plus_gemm_shape(args);
   const long long M = shape.M, K = shape.K;
-  const long long tiles_n = (shape.N + NCOLS - 1) / NCOLS, tiles_m = (M + BM - 1) / BM;
-  const long long units = tiles_n * tiles_m * shape.batch * PLUS_SPLITK;
+  const long long tiles_n = (shape.N + NCOLS - 1) / NCOLS, tiles_m = (M + (long long)BM * CL - 1) / ((long long)BM * CL);
+  const long long units = tiles_n * tiles_m * shape.batch * PLUS_SPLITK;   // pairs of m tiles with multicast
+#if PLUS_WS_CLUSTER > 1
+  const int rank = (int)plus_cluster_ctarank();
+  const long long ufirst = blockIdx.x / CL;
+#else
+  const int rank = 0;
+  const long long ufirst = blockIdx.x;
+#endif
   const long long ktiles = (K + BK - 1) / BK;
   const long long per_split = (ktiles + PLUS_SPLITK - 1) / PLUS_SPLITK;
 #if PLUS_PERSISTENT
-  const long long ustep = gridDim.x;
+  const long long ustep = gridDim.x / CL;
 #else
   const long long ustep = units;   // one unit per CTA
 #endif
@@ -209,11 +236,15 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       plus_mbar_init(full + 8 * s, 1);               // the producer's arrive.expect_tx, then the copies' bytes
-      plus_mbar_init(empty + 8 * s, CONSUMERS);      // one release per consumer warpgroup
+      plus_mbar_init(empty + 8 * s, CONSUMERS * CL); // one release per consumer warpgroup of each CTA
     }
     plus_mbar_init_fence();
   }
+#if PLUS_WS_CLUSTER > 1
+  plus_cluster_sync();                               // the peer's barriers exist before anything reaches them
+#else
   __syncthreads();
+#endif
 
   if (wg == 0) {
     // ------------------------------------------------------------------ producer
@@ -222,8 +253,8 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
       int stage = 0;
       plus_u32 phase = 0;
 #pragma unroll 1
-      for (long long u = blockIdx.x; u < units; u += ustep) {
-        const Unit t = unit_of(u, tiles_n, tiles_m, shape.batch);
+      for (long long u = ufirst; u < units; u += ustep) {
+        const Unit t = unit_of(u, tiles_n, tiles_m, shape.batch, rank);
         const long long N = plus_n_of(args, t.b, shape.N);
         if (t.n0 >= N) continue;                       // a ragged group's member ends before this tile
         const long long kt0 = t.split * per_split;
@@ -242,26 +273,47 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
           plus_mbar_arrive_expect_tx(bar, STAGE_BYTES);
           const plus_u32 sa = smem + stage * STAGE_BYTES, sb = sa + A_BYTES;
           const int k0 = (int)((kt0 + kt) * BK);
-          plus_tma_load_3d(sa, ma, k0, (int)t.m0, za, bar);
+          // a pair's m tile past M would bring only fill: load M's last rows instead (never stored)
+          plus_tma_load_3d(sa, ma, k0, (int)min(t.m0, M - 1), za, bar);
 #if PLUS_B_TRANS
+          // K-major B: rows are n; with multicast each CTA loads 1/CL of the rows of each product
+          constexpr int PROWS = NCOLS / CL;
+#pragma unroll
+          for (int p = 0; p < (PLUS_GATED ? 2 : 1); ++p) {
+            const plus_u32 dst = sb + (plus_u32)(p * NCOLS + rank * PROWS) * 128u;
 #if PLUS_GATED
-          plus_tma_load_3d(sb, mb, k0, (int)t.n0, zb, bar);
-          plus_tma_load_3d(sb + (BN / 2) * 128, mb1, k0, (int)t.n0, zb1, bar);
+            const PlusTmap* mp = p ? mb1 : mb;
+            const int zp = p ? zb1 : zb;
 #else
-          plus_tma_load_3d(sb, mb, k0, (int)t.n0, zb, bar);
+            const PlusTmap* mp = mb;
+            const int zp = zb;
 #endif
+            const int row = (int)min(t.n0 + rank * PROWS, N - 1);
+#if PLUS_WS_CLUSTER > 1
+            plus_tma_load_3d_multicast(dst, mp, k0, row, zp, bar, (unsigned short)((1u << CL) - 1u));
+#else
+            plus_tma_load_3d(dst, mp, k0, row, zp, bar);
+#endif
+          }
 #else
 #pragma unroll
-          for (int j = 0; j < BN / 64; ++j) {
+          for (int j = rank; j < BN / 64; j += CL) {
             // a box starting past N would bring only fill: load the last columns instead (never stored)
             const int half = PLUS_GATED ? (j >= BN / 128) : 0;
             const long long c = t.n0 + 64LL * (PLUS_GATED ? j % (BN / 128) : j);
             const int col = (int)min(c, N - 1);
 #if PLUS_GATED
-            plus_tma_load_3d(sb + j * MN_BLOCK_BYTES, half ? mb1 : mb, col, k0, half ? zb1 : zb, bar);
+            const PlusTmap* mp = half ? mb1 : mb;
+            const int zp = half ? zb1 : zb;
 #else
             (void)half;
-            plus_tma_load_3d(sb + j * MN_BLOCK_BYTES, mb, col, k0, zb, bar);
+            const PlusTmap* mp = mb;
+            const int zp = zb;
+#endif
+#if PLUS_WS_CLUSTER > 1
+            plus_tma_load_3d_multicast(sb + j * MN_BLOCK_BYTES, mp, col, k0, zp, bar, (unsigned short)((1u << CL) - 1u));
+#else
+            plus_tma_load_3d(sb + j * MN_BLOCK_BYTES, mp, col, k0, zp, bar);
 #endif
           }
 #endif
@@ -284,14 +336,22 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
     constexpr plus_u32 B_LBO = MN_BLOCK_BYTES, B_SBO = 1024, B_K16_STEP = 2 * 1024;   // MN-major
 #endif
     const plus_u32 stg = staging + w * STAGING_BYTES;
+    // a stage is free again once every consumer of every CTA writing into it (the multicast's) is done with it
+    auto release = [&](int s) {
+      plus_mbar_arrive(empty + 8 * s);
+#if PLUS_WS_CLUSTER > 1
+#pragma unroll
+      for (int q = 1; q < CL; ++q) plus_mbar_arrive_cluster(plus_mapa_shared(empty + 8 * s, (rank + q) % CL));
+#endif
+    };
     const plus_u64 desc_a0 = plus_wgmma_desc_sw128(smem + a_off, 16, 1024);
     const plus_u64 desc_b0 = plus_wgmma_desc_sw128(smem + A_BYTES, B_LBO, B_SBO);
     int stage = 0;
     plus_u32 phase = 0;
     float acc[BN / 2];
 #pragma unroll 1
-    for (long long u = blockIdx.x; u < units; u += ustep) {
-      const Unit t = unit_of(u, tiles_n, tiles_m, shape.batch);
+    for (long long u = ufirst; u < units; u += ustep) {
+      const Unit t = unit_of(u, tiles_n, tiles_m, shape.batch, rank);
       const long long N = plus_n_of(args, t.b, shape.N);
       if (t.n0 >= N) continue;
       const long long kt0 = t.split * per_split;
@@ -316,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
         plus_wgmma_commit();
         plus_wgmma_wait<1>();                          // the previous k-tile's group has read its stage
         plus_wgmma_fence_regs(acc);
-        if (prev >= 0 && wt == 0) plus_mbar_arrive(empty + 8 * prev);
+        if (prev >= 0 && wt == 0) release(prev);
         prev = stage;
         if (++stage == STAGES) {
           stage = 0;
@@ -325,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
       }
       plus_wgmma_wait<0>();
       plus_wgmma_fence_regs(acc);
-      if (prev >= 0 && wt == 0) plus_mbar_arrive(empty + 8 * prev);
+      if (prev >= 0 && wt == 0) release(prev);
 
       // ---- epilogue: 32-column chunks of this warpgroup's 64 x BN accumulators through its staging buffer
 #if PLUS_EPI_M_FASTEST == 2
@@ -384,6 +444,9 @@ extern "C" __global__ void __launch_bounds__(PLUS_THREADS, 1) plus_gemm(const Pl
       }
     }
   }
+#if PLUS_WS_CLUSTER > 1
+  plus_cluster_sync_any();   // the peer no longer multicasts into, nor releases stages of, this CTA
+#endif
 #ifdef PLUS_HAS_ROW_FINISH
   // one unit per CTA: every thread joins, and the last of the row group's column tiles finishes its rows
   if (blockIdx.x < units) {

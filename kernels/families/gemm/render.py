@@ -261,12 +261,13 @@ def _ws_variant(job, M, N, nbatch, trans_b, dt, hooks, m_fastest, extra, cond, c
     prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
     prefix += hooks + per_batch + tmaps.hooks() + f'#include "{routes.gemm_header(cfg)}"\n'
     cols = cfg.bn // 2 if gated else cfg.bn
-    units = (f"{job.syms.rpn(N)},{cols},cdiv,{job.syms.rpn(M)},{cfg.bm},cdiv,*,{job.syms.rpn(nbatch)},*,"
+    cl = sm90a_configs.ws_cluster(cfg)          # CTAs per cluster (B multicast): units count pairs of m tiles
+    units = (f"{job.syms.rpn(N)},{cols},cdiv,{job.syms.rpn(M)},{cfg.bm * cl},cdiv,*,{job.syms.rpn(nbatch)},*,"
              f"{splitk},*")
-    cap = routes.ws_grid(cfg, 1 << 30, job.target.arch)
-    grid = (units if finish is not None else f"{units},{cap},min", "1", "1")
+    cap = routes.ws_grid(cfg, 1 << 30, job.target.arch) // cl
+    grid = (units if finish is not None else f"{units},{cap},min" + (f",{cl},*" if cl > 1 else ""), "1", "1")
     kernels = [("", ENTRY, (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes),
-                            tmaps.records(cfg, job.syms, gated)))]
+                            tmaps.records(cfg, job.syms, gated, cl)))]
     if splitk > 1:
         total = job.syms.rpn(nbatch * M * N)
         kernels.append(("", SPLITK_ENTRY, ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))

@@ -78,8 +78,11 @@ def gemm_header(cfg) -> str:
 
 def ws_grid(cfg, units: int, arch) -> int:
     """CTAs of a persistent gemm_sm90a_ws.cuh launch: one per SM (the ring fills an SM's shared memory), never
-    more than its work units."""
-    return max(1, min(units, arch_table.get(arch).sms * perfmodel.occupancy(arch, cfg.threads, cfg.smem_bytes)))
+    more than its work units (units: pairs of m tiles with B multicast, whose clusters hold two CTAs)."""
+    cl = gemm_sm90a_configs.ws_cluster(cfg)
+    # clusters stay inside a GPC: the clusters that fit at once (perfmodel.slots), as many CTAs each
+    slots = perfmodel.slots(arch, perfmodel.occupancy(arch, cfg.threads, cfg.smem_bytes), cl) // cl
+    return max(1, min(units, slots)) * cl
 
 
 def padding_waste(cfg, m, n) -> float:
@@ -146,10 +149,11 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     tiles_m, tiles_n = math.ceil(m / cfg.bm), math.ceil(n / cfg.bn)
     ctas = tiles_m * tiles_n * batch * parts
     busiest = 1                   # work units of the busiest CTA (a persistent kernel's CTAs take several)
+    mcast = gemm_sm90a_configs.ws_cluster(cfg)     # CTAs sharing one n tile's B through TMA multicast
     if gemm_sm90a_configs.is_ws(cfg) and persistent:
-        units = ctas
-        ctas = ws_grid(cfg, units, arch)
-        busiest = math.ceil(units / ctas)
+        pairs = math.ceil(tiles_m / mcast) * tiles_n * batch * parts
+        ctas = ws_grid(cfg, pairs, arch)
+        busiest = math.ceil(pairs / (ctas // mcast))
     # mma.sync and SIMT tiles feed their math from shared memory through registers: a tile whose
     # reuse bm*bn/(bm+bn) is under 64 issues that much more shared-memory traffic per FLOP, modelled as that
     # much more work (the previous route model's rule). wgmma reads its operands from shared memory itself.
@@ -158,13 +162,14 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     flops = 2.0 * cfg.bm * cfg.bn * k_part * ctas * busiest / reuse
     c_tile = cfg.bm * cfg.bn * (4 if split > 1 else out_b) / csplit
     dsmem = cfg.bm * cfg.bn * 4 * (csplit - 1) / csplit      # the other splits' rows, read through DSMEM
-    # A rows past M and B columns past N are zero-filled, not read
-    l2 = ctas * busiest * ((min(cfg.bm, m) + min(cfg.bn, n)) * k_part * elem + c_tile + dsmem)
+    # A rows past M and B columns past N are zero-filled, not read; a multicast B is read once per cluster
+    l2 = ctas * busiest * ((min(cfg.bm, m) + min(cfg.bn, n) / mcast) * k_part * elem + c_tile + dsmem)
     dram = (a_batch * m * k + batch * k * n) * elem + batch * m * n * out_b
     if split > 1:
         dram += batch * m * n * (4 * split - out_b)         # the fp32 partials instead of C
     est = perfmodel.launch_time(arch, ctas=ctas, threads=cfg.threads, smem=cfg.smem_bytes, flops=flops,
-                                tensor=_tensor(cfg, flops), dram_bytes=dram, l2_bytes=l2, cluster=cx * csplit)
+                                tensor=_tensor(cfg, flops), dram_bytes=dram, l2_bytes=l2,
+                                cluster=cx * csplit * mcast)
     us = est.modelled_us
     if split > 1:          # plus_splitk_reduce: every partial read once, C written once; 256 threads
         total = batch * m * n
@@ -285,7 +290,7 @@ def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None
                 cost = us * (1 + LAUNCH_PREFERENCE)
                 cands.append((round(cost, 6), 2, _waste(two.cfg, m, n), -two.cfg.bm * two.cfg.bn, two.csplit,
                               ("two", GemmChoice(two.cfg, 1, two.csplit, 1, us=us, cost=cost))))
-                if finish:
+                if finish and gemm_sm90a_configs.ws_cluster(two.cfg) == 1:
                     # the TMA kernel finishes rows with one work unit per CTA (not persistent)
                     gemm_us = (gemm_time(two.cfg, m, n, k, 1, arch, out_bytes=4, persistent=False)
                                if gemm_sm90a_configs.is_ws(two.cfg) else two.us)

@@ -117,6 +117,9 @@ WS_CONFIGS = (
     # one consumer: small M, or a narrow N
     _ws("ws_64x256x64_s5", 64, 256, 5),
     _ws("ws_64x128x64_s8", 64, 128, 8),
+    # two CTAs of a cluster share one n tile's B, multicast by TMA (half the L2 reads of B)
+    _ws("ws_128x256x64_s4_c2", 128, 256, 4),
+    _ws("ws_128x128x64_s6_c2", 128, 128, 6),
 )
 WS_BY_NAME = {c.name: c for c in WS_CONFIGS}
 
@@ -125,10 +128,18 @@ def is_ws(cfg) -> bool:
     return cfg.name.startswith("ws_")
 
 
+def ws_cluster(cfg) -> int:
+    """CTAs of a TMA tile's cluster that share (multicast) one n tile's B: the name's `_c<n>`, else 1."""
+    tail = cfg.name.rsplit("_", 1)[-1]
+    return int(tail[1:]) if is_ws(cfg) and tail.startswith("c") and tail[1:].isdigit() else 1
+
+
 def ws_defines(cfg: GemmConfig, *, b_trans: int = 0, splitk: int = 1, persistent: bool = True) -> dict[str, int]:
     """The `#define`s of a gemm_sm90a_ws.cuh variant."""
     out = {"PLUS_MATH": MATH_F16, "PLUS_BM": cfg.bm, "PLUS_BN": cfg.bn, "PLUS_BK": cfg.bk, "PLUS_STAGES": cfg.stages,
            "PLUS_SPLITK": int(splitk), "PLUS_B_TRANS": int(bool(b_trans))}
+    if ws_cluster(cfg) > 1:
+        out["PLUS_WS_CLUSTER"] = ws_cluster(cfg)
     if not persistent:
         out["PLUS_PERSISTENT"] = 0
     return out
@@ -145,4 +156,4 @@ def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int 
 __all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "MATH_F16",
            "SMALL_CONFIGS", "WARPGROUP", "WS_BY_NAME", "WS_CONFIGS",
            "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "is_ws", "reduce_grid",
-           "ws_defines", "ws_smem_bytes", "ws_threads"]
+           "ws_cluster", "ws_defines", "ws_smem_bytes", "ws_threads"]

@@ -85,8 +85,9 @@ class Operands:
             out += fn("plus_tma_b1", [self.b1[1]], len(self.a) + len(self.b))
         return out
 
-    def records(self, cfg, syms, gated: bool = False) -> tuple:
-        """The launch's `tmap` records for config `cfg` (its BM, BN)."""
+    def records(self, cfg, syms, gated: bool = False, cluster: int = 1) -> tuple:
+        """The launch's `tmap` records for config `cfg` (its BM, BN); `cluster` CTAs multicast one n tile's B,
+        each loading 1/cluster of its rows (B_TRANS 1: the box shrinks)."""
         rpn = syms.rpn
         nbatch = self.nbatch
         out = []
@@ -94,7 +95,7 @@ class Operands:
             nb = nbatch if kind == "full" else 1
             out.append(tmap(self.dt, "in", k, (rpn(self.K), rpn(self.M), rpn(nb)),
                             (rpn(self.K), rpn(self.M * self.K)), (BK, cfg.bm, 1), 128))
-        bn = cfg.bn // 2 if gated else cfg.bn
+        bn = (cfg.bn // 2 if gated else cfg.bn) // cluster
         bs = list(self.b) + ([self.b1[:4]] if self.b1 else [])
         offsets = ["0"] * len(self.b) + ([rpn(self.b1[4])] if self.b1 else [])
         for (k, kind, n, ld), off in zip(bs, offsets):

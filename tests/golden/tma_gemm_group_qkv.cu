@@ -1,8 +1,8 @@
 // PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
 // node:    tma_gemm_group_qkv
 // pattern: gemm_group (template gemm_group)
-// route:   0 of 2, taken when `s0,s1,*,2048,<=` is the first non-zero condition
-// variant: ws_64x128x64_s8/splitk1
+// route:   0 of 4, taken when `s0,s1,*,128,<=` is the first non-zero condition
+// variant: ws_128x128x64_s6_c2/splitk1
 // symbols: batch = args.v[0], seq = args.v[1]
 // +Graph:
 //   loop0 [batch*seq, para] {x0,x1,x2}:{x10}
@@ -16,12 +16,13 @@
 //       loop8 [128, non-para, (dot)] {x0,x5}:{x15}
 #include "plus_common.cuh"
 #define PLUS_MATH 2
-#define PLUS_BM 64
+#define PLUS_BM 128
 #define PLUS_BN 128
 #define PLUS_BK 64
-#define PLUS_STAGES 8
+#define PLUS_STAGES 6
 #define PLUS_SPLITK 1
 #define PLUS_B_TRANS 0
+#define PLUS_WS_CLUSTER 2
 #define PLUS_EPI_M_FASTEST 2
 typedef __half plus_ab_t;
 #define PLUS_HAS_GEMM_SHAPE 1

@@ -1,7 +1,7 @@
 // PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
 // node:    tma_gemm_layernorm
 // pattern: gemm_layernorm (template gemm_rownorm)
-// route:   0 of 2, taken when `s0,s1,*,8192,<=` is the first non-zero condition
+// route:   0 of 4, taken when `s0,s1,*,32,<=` is the first non-zero condition
 // variant: ws_64x128x64_s8/splitk1-finish
 // symbols: batch = args.v[0], seq = args.v[1]
 // +Graph:

@@ -418,10 +418,18 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
           }
         }
         plus_named_sync(1 + w, 128);                   // the chunk is staged
+        // n fastest: lane l of warp q takes column l % EPI_W of rows q RPW + l / EPI_W + 4 RPW i; m fastest: lane l
+        // takes row l (+ 32) of columns q + 4 j (unsigned, powers of two: shifts, no division)
+        constexpr unsigned RPW = 32 / EPI_W;           // rows per warp and step, n fastest
+        const unsigned lr = mf ? (unsigned)lane : (unsigned)warp * RPW + (unsigned)lane / EPI_W;
+        const unsigned lc = mf ? (unsigned)warp : (unsigned)lane % EPI_W;
+        const unsigned steps = mf ? 16u : 16u / RPW;   // 64 x EPI_W elements over 128 threads
+        const long long nbase = t.n0 + cc;
 #pragma unroll 1
-        for (int idx = wt; idx < 64 * EPI_W; idx += 128) {
-          const int r = mf ? idx % 64 : idx / EPI_W, c = mf ? idx / 64 : idx % EPI_W;
-          const long long m = mrow + r, n = t.n0 + cc + c;
+        for (unsigned i = 0; i < steps; ++i) {
+          const unsigned r = mf ? lr + 32u * (i & 1u) : lr + 4u * RPW * i;
+          const unsigned c = mf ? lc + 4u * (i >> 1) : lc;
+          const long long m = mrow + r, n = nbase + c;
           if (m >= M || n >= N) continue;
           const float v = mf ? ld_f(stg + (plus_u32)(c * TLD + r) * 4u) : ld_f(stg + (plus_u32)(r * SLD + c) * 4u);
 #if PLUS_GATED

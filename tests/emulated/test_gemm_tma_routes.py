@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto
 
 import plus_ep
-from bench.bert_fp16 import to_fp16
+from bench.harness.bert_fp16 import to_fp16
 from plus_ep.demo_model import build_bert
 from plus_ep.rewrite import rewrite_detailed
 from tests.support.gated_models import gated_combined_model, gated_pair_model, gqa_long_k_model

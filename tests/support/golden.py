@@ -32,7 +32,7 @@ TMA_CASES = {"tma_gemm_group_qkv": ("gemm_group", "Transpose"), "tma_gemm_bias_g
 
 def render_tma_cases() -> dict:
     """{file name: text} of the TMA cases (see above)."""
-    from bench.bert_fp16 import to_fp16
+    from bench.harness.bert_fp16 import to_fp16
     from plus_ep.demo_model import build_bert
     from plus_ep.kernels.gemm import sm90a_configs as gc
     from plus_ep.kernels.render import render

@@ -1,7 +1,7 @@
 // PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
 // node:    tma_gemm_group_qkv
 // pattern: gemm_group (template gemm_group)
-// route:   0 of 4, taken when `s0,s1,*,128,<=` is the first non-zero condition
+// route:   0 of 1, taken when `1` is the first non-zero condition
 // variant: ws_128x128x64_s6_c2/splitk1
 // symbols: batch = args.v[0], seq = args.v[1]
 // +Graph:

@@ -1,8 +1,8 @@
 // PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
 // node:    tma_gemm_layernorm
 // pattern: gemm_layernorm (template gemm_rownorm)
-// route:   0 of 4, taken when `s0,s1,*,32,<=` is the first non-zero condition
-// variant: ws_64x128x64_s8/splitk1-finish
+// route:   0 of 1, taken when `1` is the first non-zero condition
+// variant: ws_128x128x64_s6_c2/splitk1
 // symbols: batch = args.v[0], seq = args.v[1]
 // +Graph:
 //   loop0 [batch*seq, para, (add, sqrt)] {x0,x1,x2,x3,x13,x4,x5}:{x18}
@@ -12,15 +12,13 @@
 //     loop4 [128, para, (div, mul, add)] {x10,x15,x4,x5}:{x18}
 #include "plus_common.cuh"
 #define PLUS_MATH 2
-#define PLUS_BM 64
+#define PLUS_BM 128
 #define PLUS_BN 128
 #define PLUS_BK 64
-#define PLUS_STAGES 8
+#define PLUS_STAGES 6
 #define PLUS_SPLITK 1
 #define PLUS_B_TRANS 0
-#define PLUS_PERSISTENT 0
-#define PLUS_HAS_ROW_FINISH 1
-#define PLUS_ROW_FINISH 1
+#define PLUS_WS_CLUSTER 2
 typedef __half plus_ab_t;
 #define PLUS_HAS_GEMM_SHAPE 1
 PLUS_DEV PlusGemmShape plus_gemm_shape(const PlusArgs& args) {
@@ -49,37 +47,6 @@ PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long
   const float t4 = (t2 + x3);
   plus_store<float>(args.scratch[0], (m) * 128LL + n, t4);
 }
-PLUS_DEV void plus_row_finish(const PlusArgs& args, long long lo, long long hi) {
-  const long long batch = args.v[0];
-  const long long seq = args.v[1];
-  __shared__ float red[33];
-  const long long rows = (batch * seq);
-  const long long L = 128LL;
-  for (long long row = lo; row < hi && row < rows; ++row) {
-    float r0s_acc = 0.0f;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      const float x1 = __ldcg((const float*)args.scratch[0] + ((row) * 128LL + j));
-      r0s_acc = r0s_acc + x1;
-    }
-    const float r0s = plus_block_sum(r0s_acc, red);
-    const float mean0 = r0s / (float)L;
-    float r0q_acc = 0.0f;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      const float x2 = __ldcg((const float*)args.scratch[0] + ((row) * 128LL + j));
-      r0q_acc = r0q_acc + (x2 - mean0) * (x2 - mean0);
-    }
-    const float r0q = plus_block_sum(r0q_acc, red);
-    const float rstd0 = rsqrtf(r0q / (float)L + 9.999999960041972e-13f);
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      const float x3 = __ldcg((const float*)args.scratch[0] + ((row) * 128LL + j));
-      const float x4 = plus_f(plus_load<__half>(args.in[4], j));
-      const float x5 = plus_f(plus_load<__half>(args.in[5], j));
-      const float t6 = (((x3 - mean0) * rstd0) * x4) + x5;
-      plus_store<__half>(args.out[0], (row) * 128LL + j, plus_cvt<__half>(t6));
-    }
-    __syncthreads();
-  }
-}
 #define PLUS_TMAPS 2
 #include "plus_tma.cuh"
 #define PLUS_HAS_TMA_MAPS 1
@@ -97,3 +64,35 @@ PLUS_DEV const PlusTmap* plus_tma_b(const PlusTmaps& maps, long long plus_bg, in
 }
 #include "gemm_sm90a_ws.cuh"
 
+
+extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
+  const long long batch = args.v[0];
+  const long long seq = args.v[1];
+  __shared__ float red[33];
+  const long long rows = (batch * seq);
+  const long long L = 128LL;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    float r0s_acc = 0.0f;
+    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
+      const float x1 = plus_load<float>(args.scratch[0], (row) * 128LL + j);
+      r0s_acc = r0s_acc + x1;
+    }
+    const float r0s = plus_block_sum(r0s_acc, red);
+    const float mean0 = r0s / (float)L;
+    float r0q_acc = 0.0f;
+    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
+      const float x2 = plus_load<float>(args.scratch[0], (row) * 128LL + j);
+      r0q_acc = r0q_acc + (x2 - mean0) * (x2 - mean0);
+    }
+    const float r0q = plus_block_sum(r0q_acc, red);
+    const float rstd0 = rsqrtf(r0q / (float)L + 9.999999960041972e-13f);
+    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
+      const float x3 = plus_load<float>(args.scratch[0], (row) * 128LL + j);
+      const float x4 = plus_f(plus_load<__half>(args.in[4], j));
+      const float x5 = plus_f(plus_load<__half>(args.in[5], j));
+      const float t6 = (((x3 - mean0) * rstd0) * x4) + x5;
+      plus_store<__half>(args.out[0], (row) * 128LL + j, plus_cvt<__half>(t6));
+    }
+    __syncthreads();
+  }
+}

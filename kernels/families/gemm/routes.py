@@ -167,9 +167,12 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     dram = (a_batch * m * k + batch * k * n) * elem + batch * m * n * out_b
     if split > 1:
         dram += batch * m * n * (4 * split - out_b)         # the fp32 partials instead of C
+    # the sm_90a tiles' issues as the interpreter counts them (sm90a_configs.ISSUES); the others uncharged
+    issued = (ctas * busiest * gemm_sm90a_configs.issues(cfg, math.ceil(k_part / cfg.bk))
+              if _is_sm90a(cfg) else 0.0)
     est = perfmodel.launch_time(arch, ctas=ctas, threads=cfg.threads, smem=cfg.smem_bytes, flops=flops,
                                 tensor=_tensor(cfg, flops), dram_bytes=dram, l2_bytes=l2,
-                                cluster=cx * csplit * mcast)
+                                warp_instructions=issued, cluster=cx * csplit * mcast)
     us = est.modelled_us
     if split > 1:          # plus_splitk_reduce: every partial read once, C written once; 256 threads
         total = batch * m * n

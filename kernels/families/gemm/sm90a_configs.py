@@ -145,6 +145,27 @@ def ws_defines(cfg: GemmConfig, *, b_trans: int = 0, splitk: int = 1, persistent
     return out
 
 
+# Warp instructions one CTA issues per tile (setup and a plain f16 epilogue) and per k-tile of its main loop,
+# counted by the PTX interpreter (kernels/ptx) on one-tile launches at K = 128 and 384 and fitted as
+# a + b x k-tiles; the route model charges them (perfmodel's issue term). A multicast tile counts as its base.
+# Re-measured by tests/emulated/test_gemm_issue_table.py (within 5 %).
+ISSUES = {
+    "wg_128x256x64_w64x256_s4": (31008, 1232), "wg_256x128x64_w128x128_s4": (30776, 1584),
+    "wg_128x128x64_w64x128_s5": (16620, 922), "wg_64x128x64_w64x128_s4": (8364, 500),
+    "wg_64x64x64_w64x64_s4": (4280, 576), "wg_128x64x64_w64x64_s4": (8608, 1128),
+    "wg_64x256x64_w64x256_s4": (15508, 1072), "wg_64x512x64_w64x256_s3": (31200, 2056),
+    "ws_128x256x64_s4": (28895, 494), "ws_128x128x64_s6": (14256, 386),
+    "ws_64x256x64_s5": (14599, 241), "ws_64x128x64_s8": (7263, 209),
+}
+
+
+def issues(cfg: GemmConfig, ktiles: int) -> float:
+    """Modelled warp instructions of one work unit (a tile of `ktiles` k-tiles) of an sm_90a config (ISSUES)."""
+    base = cfg.name[:-3] if is_ws(cfg) and ws_cluster(cfg) > 1 else cfg.name
+    a, b = ISSUES[base]
+    return a + b * ktiles
+
+
 def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1,
             splitk_cluster: int = 1) -> dict[str, int]:
     """The `#define`s of a variant (the sm80 menu's, restricted to PLUS_MATH 2)."""
@@ -153,7 +174,7 @@ def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int 
     return _defines(cfg, b_trans=b_trans, aligned=aligned, splitk=splitk, splitk_cluster=splitk_cluster)
 
 
-__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "MATH_F16",
+__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "ISSUES", "MATH_F16",
            "SMALL_CONFIGS", "WARPGROUP", "WS_BY_NAME", "WS_CONFIGS",
-           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "is_ws", "reduce_grid",
+           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "is_ws", "issues", "reduce_grid",
            "ws_cluster", "ws_defines", "ws_smem_bytes", "ws_threads"]

@@ -1,4 +1,4 @@
-"""The TMA GEMM template (kernels/templates/gemm_sm90a_ws.cuh) on the PTX interpreter against float64 numpy, at
+"""The TMA GEMM template (kernels/families/gemm/gemm_sm90a_ws.cuh) on the PTX interpreter against float64 numpy, at
 shapes spanning several tiles with ragged edges (M, N past a tile, K not a multiple of 64), persistent CTAs taking
 several work units, every config, both B layouts, f16 and bf16, hooked and gated epilogues, a K split through
 scratch, the m-fastest epilogue; and the planted bugs the checkers must catch: a TMA box off by one, expect_tx
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plus_ep.kernels.gemm import sm90a_configs as gc
+from plus_ep.kernels.families.gemm import sm90a_configs as gc
 from plus_ep.kernels.ptx import PtxError
 from tests.support.ptx_harness import UNIT
 from tests.support.ws_gemm_cases import Case, run

@@ -3,7 +3,7 @@
 // pattern: gemm_layernorm (template gemm_rownorm)
 // route:   0 of 1, taken when `1` is the first non-zero condition
 // variant: ws_128x128x64_s6_c2/splitk1
-// symbols: batch = args.v[0], seq = args.v[1]
+// symbols: batch = args.v[0], seq = args.v[1], batch_3 = args.v[2], seq_3 = args.v[3]
 // +Graph:
 //   loop0 [batch*seq, para, (add, sqrt)] {x0,x1,x2,x3,x13,x4,x5}:{x18}
 //     loop1 [128, non-para, (add, add, reduceMean)] {x0,x1,x2,x3}:{x8,x9}
@@ -40,10 +40,14 @@ PLUS_DEV const plus_ab_t* plus_b_ptr(const PlusArgs& args, long long b) {
 PLUS_DEV long long plus_ldb(const PlusArgs& args) { return 128LL; }
 #define PLUS_HAS_EPILOGUE 1
 PLUS_DEV void plus_epilogue(const PlusArgs& args, long long b, long long m, long long n, float acc) {
+  const long long batch = args.v[0];
+  const long long seq = args.v[1];
+  const long long batch_3 = args.v[2];
+  const long long seq_3 = args.v[3];
   (void)args; (void)b;
   const float x1 = plus_f(plus_load<__half>(args.in[2], n));
   const float t2 = (acc + x1);
-  const float x3 = plus_f(plus_load<__half>(args.in[3], (m) * 128LL + n));
+  const float x3 = plus_f(plus_load<__half>(args.in[3], (batch_3 == batch && seq_3 == seq) ? (m) * 128LL + n : (((batch_3 == 1LL ? 0LL : (m) / seq)) * seq_3 + (seq_3 == 1LL ? 0LL : (m) % seq)) * 128LL + n));
   const float t4 = (t2 + x3);
   plus_store<float>(args.scratch[0], (m) * 128LL + n, t4);
 }

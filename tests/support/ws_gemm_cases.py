@@ -1,4 +1,4 @@
-"""The TMA GEMM template (kernels/templates/gemm_sm90a_ws.cuh) on the PTX interpreter, without the launcher:
+"""The TMA GEMM template (kernels/families/gemm/gemm_sm90a_ws.cuh) on the PTX interpreter, without the launcher:
 sources of one variant (default or hooked epilogue, gated, split-K), its tensor maps encoded as the launcher's
 `tmap` records would (kernels/ptx/tensormap.py, the emulated driver's encoding) and one launch as the plan's
 kernel lines make it (persistent grid, plus_splitk_reduce after a K split). `mutate` edits the template's text
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plus_ep.kernels.compile.nvrtc import TEMPLATES_DIR
-from plus_ep.kernels.gemm import sm90a_configs as gc
+from plus_ep.kernels.families.gemm import sm90a_configs as gc
 from plus_ep.kernels.ptx import tensormap as TM
 from tests.support import ptx_harness as H
 
@@ -60,7 +60,7 @@ def source(c: Case, mutate=None) -> str:
         edited = mutate(tpl)
         assert edited != tpl, "the mutation changed nothing"
         text = edited
-    # PLUS_THREADS and PLUS_SMEM_BYTES must equal the Python mirrors (kernels/gemm/sm90a_configs.py)
+    # PLUS_THREADS and PLUS_SMEM_BYTES must equal the Python mirrors (kernels/families/gemm/sm90a_configs.py)
     check = (f"static_assert(PLUS_THREADS == {c.config.threads}, \"PLUS_THREADS\");\n"
              f"static_assert(PLUS_SMEM_BYTES == {c.config.smem_bytes}, \"PLUS_SMEM_BYTES\");\n")
     return f'#include "plus_common.cuh"\n{head}typedef {c.dtype} plus_ab_t;\n{hooks}{text}{check}'

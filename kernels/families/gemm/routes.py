@@ -57,7 +57,7 @@ def forced_exclusions(arch) -> frozenset:
     wgmma/TMA tile whose name matches none of them. Empty when unset or for another arch."""
     from fnmatch import fnmatch
 
-    from ... import config     # the owner of every PLUS_EP_* variable
+    from .... import config     # the owner of every PLUS_EP_* variable
     pats = [p.strip() for p in (config.get("PLUS_EP_GEMM_TILES") or "").split(",") if p.strip()]
     if not pats or not arch_table.get(arch).wgmma:
         return frozenset()

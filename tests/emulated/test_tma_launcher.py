@@ -53,6 +53,8 @@ sym 0 rows
 sym 1 cols
 in 0 1 2 s0 s1
 out 0 1 2 s0 s1
+extent in 0 s0,s1,*
+extent out 0 s0,s1,*
 val 0 s0
 val 1 s1
 route 0 1

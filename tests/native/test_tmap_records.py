@@ -29,6 +29,8 @@ sym 0 m
 sym 1 k
 in 0 10 2 s0 s1
 out 0 10 2 s0 s1
+extent in 0 s0,s1,*
+extent out 0 s0,s1,*
 val 0 s0
 route 0 1
 kernel 0 0 fake_add s1,64,cdiv s0,128,cdiv 1 384 1 1 1024
@@ -97,6 +99,6 @@ def test_tmap_records_in_sessions(tmp_path, library, fake_cuda):
     errors = json.loads(r.stdout.strip().splitlines()[-1])
     assert "needs tensor maps but the CUDA driver lacks cuTensorMapEncodeTiled" in errors[0], errors[0]
     for (rec, why), err in zip(BAD, errors[1:-1]):
-        line = 10 + rec.count("\n")            # the last of the records is the one refused
+        line = 12 + rec.count("\n")            # the last of the records is the one refused
         assert "PlusEP node 'tm'" in err and f"plus_plan line {line} `tmap" in err and why in err, (rec, err)
     assert "belongs to the `kernel` line above it" in errors[-1], errors[-1]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plus_ep.kernels.compile.nvrtc import TEMPLATES_DIR
+from plus_ep.kernels.compile.nvrtc import FAMILIES_DIR
 from plus_ep.kernels.families.gemm import sm90a_configs as gc
 from plus_ep.kernels.ptx import tensormap as TM
 from tests.support import ptx_harness as H
@@ -56,7 +56,7 @@ def source(c: Case, mutate=None) -> str:
     hooks = {"default": "", "epilogue": EPILOGUE, "gated": GATED}[c.hooks]
     text = '#include "gemm_sm90a_ws.cuh"\n'
     if mutate is not None:
-        tpl = (pathlib.Path(TEMPLATES_DIR) / "gemm_sm90a_ws.cuh").read_text()
+        tpl = (pathlib.Path(FAMILIES_DIR) / "gemm" / "gemm_sm90a_ws.cuh").read_text()
         edited = mutate(tpl)
         assert edited != tpl, "the mutation changed nothing"
         text = edited

@@ -31,3 +31,17 @@ def test_the_choice_follows_the_issue_term(monkeypatch):
     monkeypatch.setattr(gc, "ISSUES", table)
     for n, k, b, ab in SHAPES:
         assert not gc.is_ws(_route(n, k, b, ab).cfg), (n, k)
+
+
+def test_a_one_tile_launch_takes_its_counted_issues():
+    """One 64 x 128 tile over one k-tile issues ISSUES' a + b warp instructions (counted by the interpreter,
+    tests/emulated/test_gemm_issue_table.py); its four warp schedulers issue one a cycle each, so the launch takes
+    at least that long plus the wave's latency (perfmodel: a wave takes its largest term plus the latency), well
+    above its tensor time (1 MFLOP) and its memory time (40 KB)."""
+    from plus_ep.kernels import perfmodel
+    cfg = gc.WS_BY_NAME["ws_64x128x64_s8"]
+    a, b = gc.ISSUES[cfg.name]
+    p = perfmodel.part("sm_90a")
+    issue_us, latency_us = (a + b) / (4 * p.clock_hz) * 1e6, perfmodel.LATENCY_WAVES * p.dram_latency_s * 1e6
+    assert issue_us > 1.0
+    assert R.gemm_time(cfg, 64, 128, 64, 1, "sm_90a", persistent=False) >= issue_us + latency_us - 1e-9

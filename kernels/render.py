@@ -312,8 +312,8 @@ def _render(view, sg, inputs, outputs, target: Target, node_name="fused") -> Ren
         source = HEADER + prefix + "\n" + "\n".join(src for src, _, _ in kernels)
         variants.append(Variant(name, source, [e for _, e, _ in kernels]))
         route = Route(cond=cond, label=name)
-        for _, entry, (grid, block, smem) in kernels:
-            route.launches.append(Launch(v, entry, grid, block, smem))
+        for _, entry, launch in kernels:        # (grid, block, smem) or (grid, block, smem, tensor maps)
+            route.launches.append(Launch(v, entry, *launch))
         job.plan.routes.append(route)
     job.plan.syms = list(job.syms.names)
     check_bound(job.plan, node_name, [v.source for v in variants])

@@ -70,6 +70,10 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "source (with a warning); the override is part of the kernel cache key."),
     Variable("PLUS_EP_COMPILE_THREADS", "min(CPU count, 8)", "`plus_ep.kernels.compile.jobs`",
              "Threads compiling kernels with NVRTC at once (at least 1); fewer on a shared machine."),
+    Variable("PLUS_EP_GEMM_TILES", "none", "`plus_ep.kernels.families.gemm.routes`",
+             "Comma-separated name patterns (`ws_*`): the sm_90a GEMM tiles the route model may pick are only "
+             "those matching (others are excluded as if they had failed to compile), to verify a kernel "
+             "family on every GEMM it can serve. Not for production."),
     Variable("PLUS_EP_LINEINFO", "off", "`plus_ep.kernels.compile.nvrtc`",
              "`1`: compile with `-lineinfo` (source lines in Nsight Compute; larger models)."),
     # ---- the native launcher and the plugin EP (read in C)

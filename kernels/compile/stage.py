@@ -30,6 +30,7 @@ from ..wire.pack import write as write_pack
 from ..wire.plan import merge as merge_plans
 from ..wire.plan import problem as plan_problem
 from ..codegen.pull import RenderError
+from ..families.gemm.routes import forced_exclusions
 from ..render import render
 from ..target import FP32_MATH_DEFAULT, Target
 
@@ -106,7 +107,7 @@ def _render_groups(view, sg, name, archs, fp32_math, excluded, ins, outs, store=
     that arch excluded) and group the archs whose kernels come out the same."""
     groups: list = []
     for arch in archs:
-        target = Target(arch, fp32_math, frozenset(excluded.get(arch, ())))
+        target = Target(arch, fp32_math, frozenset(excluded.get(arch, ())) | forced_exclusions(arch))
         rd = render(view, sg, ins, outs, target=target, node_name=name, store=store)
         key = ([v.source for v in rd.variants], [(r.cond, r.launches) for r in rd.plan.routes], rd.plan.scratch)
         for g in groups:

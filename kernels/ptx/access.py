@@ -16,6 +16,15 @@ GENERIC_SHARED = 0xFE00_0000_0000_0000
 # stack for sinf/cosf's slow argument reduction takes that round trip and then uses ld/st.local; a generic load or
 # store inside the window is not implemented (it reads global memory: out of bounds, a loud error)
 GENERIC_LOCAL = 0xFD00_0000_0000_0000
+# Generic addresses of kernel parameters (`cvta.param`: a __grid_constant__ parameter's address, e.g. a tensor
+# map's): the parameter's offset plus GENERIC_PARAM, a window below the local one.
+GENERIC_PARAM = 0xFC00_0000_0000_0000
+
+
+def param_window(addrs):
+    """Mask of generic addresses in the parameter window [GENERIC_PARAM, GENERIC_LOCAL)."""
+    a = np.asarray(addrs).astype(np.uint64)
+    return (a >= np.uint64(GENERIC_PARAM)) & (a < np.uint64(GENERIC_LOCAL))
 
 
 def _tids(M, m):
@@ -84,15 +93,16 @@ def local_access(M, op, addrs, size, tids, data=None):
     return None
 
 
-def global_read(M, op, addrs, size, tids, nc=False, cg=False):
-    """`cg`: an ld.global.cg (L2 only), counted apart as global_ld_cg (profile.py: the row finish's reads)."""
+def global_read(M, op, addrs, size, tids, nc=False, cg=False, count=True):
+    """`cg`: an ld.global.cg (L2 only), counted apart as global_ld_cg (profile.py: the row finish's reads);
+    `count` False: the caller counts the access itself (a bulk copy's box, as 16-byte chunks)."""
     try:
         out = M.gmem.gather(addrs, size)
     except _Oob as e:
         raise oob_error(M.name, op.line, op.form, int(tids[e.k]), M.ctaid, e) from None
     if M.checks is not None:
         M.checks.global_access(M, op, addrs, size, tids, "nc" if nc else "ld")
-    if M.counters is not None:
+    if M.counters is not None and count:
         M.counters.global_(M, op, addrs, size, tids, "ld_cg" if cg else "ld")
     return out
 

@@ -11,6 +11,10 @@
 * writes to global memory read through `.nc` in the same launch (and `.nc` reads of memory this launch
   wrote);
 * cp.async copies or wgmma groups left pending when the CTA exits;
+* mbarriers and bulk (TMA) copies (bulk.py): a phase waited twice, a transaction-count mismatch, a tensor
+  box wholly outside its map, shared memory read before the mbarrier phase that completes the copy writing
+  it was waited on (by the reading thread, or the reading wgmma's warpgroup; a CTA barrier after the
+  phase completed also orders it), bulk copies never completed;
 * in cluster launches (cluster.py): DSMEM races between CTAs without a cluster barrier in between,
   uninitialised remote reads and DSMEM accesses to CTAs that have exited.
 
@@ -80,11 +84,19 @@ class Checks:
         self.r_wep = np.zeros(size, np.int64)
         self.dirty = np.zeros(size, bool)
         self.inflight = np.zeros(size, np.int32)   # wgmma jobs issued, not retired, reading each byte
+        self.tma_bar = np.full(size, -1, np.int64)  # bulk-copied bytes: the mbarrier offset completing the copy
+        self.tma_phase = np.zeros(size, np.int64)   # ... and the phase of it that does
         self.epoch = 0
         self.wep = np.zeros(M.W, np.int64)
         self.last_bar = None
 
     def end_cta(self, M):
+        for off, b in M.mb.mbars.items():
+            if b.copies:
+                c = b.copies[0]
+                self.add("bulk copy never completed", M, c.op.line, c.tid,
+                         f"{len(b.copies)} bulk copies into this CTA were still pending on the mbarrier at shared offset "
+                         f"{off:#x} when it exited (no thread waited on their phase)")
         if M.cp.entries:
             e = M.cp.entries[0]
             self.add("cp.async never waited", M, e[4].line, e[0][0],
@@ -118,6 +130,10 @@ class Checks:
         if self.last_bar is not None:
             self.guarded[self.last_bar] += 1
         t = np.broadcast_to(np.asarray(tids)[:, None], idx.shape)
+        if proxy != "async":          # wgmma operands are checked when the wgmma is issued (bulk_read)
+            tb = self.tma_bar[idx]
+            if (tb >= 0).any():
+                self.bulk_read(M, op, idx, t)
         unw = ~self.written_sh[idx]
         if unw.any():
             k = np.argwhere(unw)[0]
@@ -196,6 +212,7 @@ class Checks:
         self.w_epoch[flat] = self.epoch
         self.w_wep[flat] = self.wep[ft // 32]
         self.dirty[flat] = True
+        self.tma_bar[flat] = -1
 
     def wgmma_operands(self, addrs, delta):
         """A wgmma job reading shared bytes `addrs` was issued (+1) or retired (-1)."""
@@ -211,6 +228,46 @@ class Checks:
             self.add("write to an in-flight wgmma operand", M, op.line, np.asarray(tids)[k[0]],
                      f"{op.form} writes shared byte {int(idx[k[0], k[1]])}, an operand of a wgmma group not "
                      f"yet retired by wgmma.wait_group (the tensor core may still read it)")
+
+    # ------------------------------------------------------------------------------- bulk copies
+    def bulk_issued(self, M, op, idx, tid, bar_off, phase):
+        """A bulk copy into this CTA's bytes `idx` (1-D) was issued; it completes on phase `phase` of the
+        mbarrier at `bar_off`."""
+        self.inflight_write(M, op, idx.reshape(-1, 1), np.full(idx.size, tid))
+        self.tma_bar[idx] = bar_off
+        self.tma_phase[idx] = phase
+
+    def bulk_landed(self, M, idx):
+        """A bulk copy wrote bytes `idx` (async proxy: no race or proxy-fence bookkeeping; bulk_read orders
+        the reads)."""
+        self.written_sh[idx] = True
+        self.w_tid[idx] = -1
+        self.w_epoch[idx] = self.epoch
+        self.dirty[idx] = False
+
+    def bulk_read(self, M, op, idx, t, group=None):
+        """Reads of bytes `idx` by threads `t` (same shape; or, with `group`, by any thread of that array: a
+        wgmma's warpgroup) that bulk copies write: each needs its copy's mbarrier phase waited on."""
+        tb, need = self.tma_bar[idx], self.tma_phase[idx]
+        for off in np.unique(tb[tb >= 0]).tolist():
+            b = M.mb.mbars.get(int(off))
+            if b is None:
+                continue
+            sel = tb == off
+            ph = need[sel]
+            seen = (b.observed[group].max() if group is not None else b.observed[t[sel]])
+            late = np.array([self.epoch > b.done_epoch.get(int(p), 1 << 62) for p in np.unique(ph)])
+            ok = (seen >= ph) | np.isin(ph, np.unique(ph)[late])
+            if not np.all(ok):
+                k = int(np.flatnonzero(~np.asarray(ok).reshape(-1))[0])
+                byte = int(idx[sel].reshape(-1)[k])
+                who = int(group[0]) if group is not None else int(t[sel].reshape(-1)[k])
+                reader = f"the wgmma of warpgroup {who // 128}" if group is not None else f"thread {who}"
+                state = "has not completed" if int(ph.reshape(-1)[k]) >= b.phase else "was not waited on by it"
+                self.add("shared memory read before its mbarrier phase", M, op.line, who,
+                         f"{reader} reads shared byte {byte}, written by a bulk copy that completes phase "
+                         f"{int(ph.reshape(-1)[k])} of the mbarrier at shared offset {int(off):#x}, which {state} "
+                         f"(a consumer reading a stage before its wait)")
 
     def fence_proxy_async(self, M, tids):
         self.dirty &= ~np.isin(self.w_tid, tids)

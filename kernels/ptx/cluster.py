@@ -42,8 +42,8 @@ from . import access as A
 from .access import GENERIC_SHARED, OFFSET_MASK, RANK_SHIFT  # noqa: F401  (the address encoding)
 from .checks import Checks
 from .cta import run_cta, select_ctas
-from .errors import PtxError
-from .ops_warp import _lanes
+from .errors import PtxError, with_findings
+from .errors import lanes as _lanes
 
 MAX_CLUSTER = 16          # CTAs per cluster (16 needs the non-portable opt-in on a GPU; 8 is portable)
 _NEVER = 1 << 62
@@ -162,9 +162,11 @@ class ClusterState:
         missing = [f"rank {q} (CTA {self.machines[q].ctaid}): threads "
                    f"{_lanes(np.flatnonzero(self.machines[q].alive & (self.arr[q] <= self.waited[q])))} have not arrived"
                    for q in live if (self.machines[q].alive & (self.arr[q] <= self.waited[q])).any()]
+        waits = [f"rank {r}: {w() if callable(w) else w}" for r in live for w in self.machines[r].mb.waits.values()]
         line = min((op.line for op in self.blocked.values()), default=None)
         return PtxError("cluster deadlock: no CTA of the cluster can proceed: " + "; ".join(parts) +
                         (". Not arrived: " + "; ".join(missing) if missing else "") +
+                        (". Waiting: " + "; ".join(waits) if waits else "") +
                         " (threads of one CTA that arrive on different paths of a non-.aligned barrier run "
                         "lowest-PC first)", line=line, kernel=self.kernel.name)
 
@@ -366,10 +368,14 @@ def launch_clusters(kernel, grid, block, shared_bytes, params, memory, checks, a
             M.alive = np.ones(T, bool)
             M.cp.reset()
             M.wg.reset()
+            M.mb.reset()
             if M.checks is not None:
                 M.checks.begin_cta(M, sizes[r])
             gens.append(run_cta(M, kernel.ops, fns, max_steps))
-        _schedule(cl, gens)
+        try:
+            _schedule(cl, gens)
+        except PtxError as e:
+            raise with_findings(e, shared_checks) from None
     res = kernel._result(machines[0], grid, block, ctas, t0)
     res.counters["cluster"] = {"dims": list(dims), "ctas": n, "non_portable": n > 8,
                                "clusters_run": len(ctas) // n}

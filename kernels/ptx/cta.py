@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ops_warp
+from . import bulk, ops_warp
 from .errors import PtxError
 
 
@@ -32,9 +32,12 @@ def select_ctas(grid, sample, seed, order="linear"):
 
 
 def run_cta(M, ops, fns, max_steps):
-    """Run one CTA; a generator that yields the op it is blocked at (a cluster barrier wait) and ends
-    when every thread has exited. Threads parked at a non-.aligned cluster wait while others of the
-    CTA still run hold pc = n + 2 + (their wait's index)."""
+    """Run one CTA; a generator that yields the op it is blocked at (a cluster barrier or mbarrier wait
+    in a cluster launch) and ends when every thread has exited. Threads parked at a wait (a non-.aligned
+    cluster wait, an mbarrier try_wait, a named barrier, a bar.sync that the CTA's other live threads can
+    only reach once they stop waiting) while others of the CTA still run hold pc = n + 2 + (their wait's
+    index); when every live thread is parked they all retry if anything changed since (bulk.all_parked),
+    else the CTA yields (cluster launch) or deadlocks (PtxError)."""
     T = M.T
     n = len(ops)
     alive = np.ones(T, bool)
@@ -48,11 +51,18 @@ def run_cta(M, ops, fns, max_steps):
     thr, wrp = C.thread_counts, C.warp_counts
     W = M.W
     dead = 3 * n + 3                   # pc of exited threads: above every parked pc (n + 2 + index)
+    urgent = None                      # threads an mbarrier arrive woke: they run first while unparked
     while True:
         if converged:
             p, m = cur, base
         else:
             live = np.where(alive, pc, dead)
+            if urgent is not None:
+                u = urgent & alive & (pc < n)
+                if u.any():
+                    live = np.where(u | ~alive, live, dead - 1)    # only the woken threads' PCs count
+                else:
+                    urgent = None
             p = int(live.min())
             m = alive & (pc == p)
             if np.array_equal(m, alive):
@@ -60,8 +70,9 @@ def run_cta(M, ops, fns, max_steps):
                 base = None if alive.all() else alive.copy()
                 m = base
         if p >= n:
-            if p > n + 1:                      # every live thread is parked at a cluster wait
-                yield ops[p - n - 2]
+            if p > n + 1:                      # every live thread is parked (cluster, mbarrier, named barrier)
+                if not bulk.all_parked(M, ops, pc, alive, n):
+                    yield ops[p - n - 2]       # nothing left to change here: the cluster's other CTAs run
                 pc[:] = np.where(alive & (pc > n + 1), pc - (n + 2), pc)
                 converged = False
                 continue
@@ -130,8 +141,31 @@ def run_cta(M, ops, fns, max_steps):
                 continue
             pc[m & alive] = p + 1
             continue
+        elif kind == "wait":                   # mbarrier try_wait / test_wait, named barrier sync
+            park = fns[p](gm) if (gm is None or gm.any()) else None
+            if park is not None:
+                if converged:
+                    pc[:] = np.where(alive, p, dead)
+                    converged = False
+                pc[alive if m is None else m] = p + 1
+                pc[park] = n + 2 + p
+                continue
+        elif kind == "arrive":                 # mbarrier arrive: the threads it woke run first
+            rel = fns[p](gm) if (gm is None or gm.any()) else None
+            if rel is not None:
+                rel &= alive & (pc > n + 1)
+                pc[rel] -= n + 2
+                urgent = rel if urgent is None else (urgent | rel)
         elif kind == "bar":
             here = np.ones(T, bool) if gm is None else gm
+            if not np.array_equal(here, alive) and not converged and \
+                    ((pc[alive & ~here] > n + 1) | (pc[alive & ~here] < p)).all():
+                # every absent thread is parked at a wait or still behind (warp-specialised code: the producer
+                # at the final barrier while consumers wait on mbarriers): wait for them here
+                pc[here] = n + 2 + p
+                M.mb.waits[op.line] = (f"bar.sync reached by {int(here.sum())} of the {int(alive.sum())} live threads; "
+                                       f"the others wait elsewhere")
+                continue
             if not np.array_equal(here, alive):
                 absent = np.flatnonzero(alive & ~here)
                 raise PtxError(f"bar.sync reached by {int(here.sum())} of the {int(alive.sum())} live threads of "

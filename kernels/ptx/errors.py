@@ -21,3 +21,21 @@ class PtxError(Exception):
         if form:
             where.append(f"form {form}")
         super().__init__(f"{message}" + (f" ({', '.join(where)})" if where else ""))
+
+
+def lanes(ids) -> str:
+    """Thread ids for messages: the first eight and the count."""
+    ids = [int(i) for i in ids]
+    return ", ".join(map(str, ids[:8])) + (f" ... ({len(ids)} threads)" if len(ids) > 8 else "")
+
+
+def with_findings(e: PtxError, checks) -> PtxError:
+    """An error that stopped a launch, with the checker findings recorded before it (the root cause is
+    often among them: a phase waited twice before the over-arrival it leads to)."""
+    if checks is None or not checks.findings or e.findings:
+        return e
+    lines = "; ".join(str(f) for f in checks.findings[:5])
+    more = f" ... {len(checks.findings) - 5} more" if len(checks.findings) > 5 else ""
+    out = PtxError(f"{e.args[0]} [checker findings before it: {lines}{more}]", findings=checks.findings)
+    out.form, out.line, out.kernel = e.form, e.line, e.kernel
+    return out

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ops_alu, ops_cluster, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
+from . import bulk, ops_alu, ops_cluster, ops_mem, ops_warp, tensorcore  # noqa: F401  (register the handlers)
 from .asyncops import CpAsyncState, WgmmaState
 from .checks import Checks
 from .cluster import launch_clusters
 from .cta import run_cta, select_ctas
 from .counters import Counters
 from .decode import Op, decode
-from .errors import PtxError
+from .errors import PtxError, with_findings
 from .machine import Machine
 from .memory import GlobalMemory
 from .parse import global_bytes, parse
@@ -147,10 +147,14 @@ class Kernel:
             M.lmem = np.full((T, self.local_bytes), 0xFF, np.uint8)
             M.cp.reset()
             M.wg.reset()
+            M.mb.reset()
             if M.checks is not None:
                 M.checks.begin_cta(M, smem_size)
-            for _ in run_cta(M, self.ops, fns, max_steps):
-                raise PtxError("a CTA blocked outside a cluster launch", kernel=self.name)
+            try:
+                for _ in run_cta(M, self.ops, fns, max_steps):
+                    raise PtxError("a CTA blocked outside a cluster launch", kernel=self.name)   # (run_cta raises first)
+            except PtxError as e:
+                raise with_findings(e, M.checks) from None
             if M.checks is not None:
                 M.checks.end_cta(M)
         res = self._result(M, grid, block, ctas, t0)
@@ -194,6 +198,7 @@ class Kernel:
         M.cp = CpAsyncState(T)
         M.retired = {}
         M.wg = WgmmaState(-(-T // 128))
+        M.mb = bulk.BulkState(T)
         for nm, v in (("%nctaid.x", grid[0]), ("%nctaid.y", grid[1]), ("%nctaid.z", grid[2])):
             M.sregs[nm][:] = v
         M.sregs["%gridid"][:] = self._gridid

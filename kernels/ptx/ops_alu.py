@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import semantics as S
-from .access import GENERIC_LOCAL, GENERIC_SHARED
+from .access import GENERIC_LOCAL, GENERIC_PARAM, GENERIC_SHARED
 from .decode import Mods, Op, handler, unsupported
 
 INT_T = ("s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64")
@@ -501,7 +501,14 @@ def _cvta(stmt):
                 return lambda m: put(get() - base, m)
             return lambda m: put(get() + base, m)
         return Op(stmt.line, stmt.opcode, "op", "move", factory)
-    raise unsupported(stmt, "only global, shared and local (.u64) <-> generic are implemented")
+    if space == "param" and ty == "u64" and not to:
+        pbase = np.uint64(GENERIC_PARAM)             # a kernel parameter's generic address (__grid_constant__)
+
+        def factory(M):
+            put, get = M.wr(ops[0], ty), M.rd(ops[1], ty)
+            return lambda m: put(get() + pbase, m)
+        return Op(stmt.line, stmt.opcode, "op", "move", factory)
+    raise unsupported(stmt, "only global, shared, local (.u64) and param (.u64, to generic) <-> generic are implemented")
 
 
 # ---------------------------------------------------------------------------------------- cvt

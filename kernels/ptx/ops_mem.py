@@ -7,6 +7,7 @@ from . import access as A
 from . import ops_cluster as C
 from .decode import Mods, Op, handler, unsupported
 from .access import addr_getter
+from .errors import PtxError
 from .semantics import np_dtype
 
 _CACHE = ("ca", "cg", "cs", "lu", "cv", "wb", "wt", "weak", "volatile", "relaxed", "acquire", "release",
@@ -28,18 +29,29 @@ def _space(mo, stmt):
 
 
 def _generic_read(M, op, a, size, tids, nc):
-    """Generic addresses: the shared window (access.GENERIC_SHARED) or global memory."""
+    """Generic addresses: the shared window (access.GENERIC_SHARED), the parameter window
+    (access.GENERIC_PARAM: a __grid_constant__ parameter) or global memory."""
     sh = C.generic_split(a)
-    if not sh.any():
+    pa = A.param_window(a) & ~sh
+    if not sh.any() and not pa.any():
         return A.global_read(M, op, a, size, tids, nc=nc)
     out = np.empty((len(tids), size), np.uint8)
-    out[sh] = C.dsmem_read(M, op, a[sh] - np.uint64(C.GENERIC_SHARED), size, tids[sh])
-    if (~sh).any():
-        out[~sh] = A.global_read(M, op, a[~sh], size, tids[~sh], nc=nc)
+    if sh.any():
+        out[sh] = C.dsmem_read(M, op, a[sh] - np.uint64(C.GENERIC_SHARED), size, tids[sh])
+    if pa.any():
+        out[pa] = A.param_read(M, op, a[pa] - np.uint64(A.GENERIC_PARAM), size, tids[pa])
+    gl = ~sh & ~pa
+    if gl.any():
+        out[gl] = A.global_read(M, op, a[gl], size, tids[gl], nc=nc)
     return out
 
 
 def _generic_write(M, op, a, data, tids):
+    pa = A.param_window(a) & ~C.generic_split(a)
+    if pa.any():
+        k = int(np.flatnonzero(pa)[0])
+        raise PtxError(f"thread {int(tids[k])} of CTA {M.ctaid} stores to the generic address {int(a[k]):#x} of a "
+                       f"kernel parameter (parameters are read-only)", form=op.form, line=op.line, kernel=M.name)
     sh = C.generic_split(a)
     if sh.any():
         C.dsmem_write(M, op, a[sh] - np.uint64(C.GENERIC_SHARED), data[sh], tids[sh])
@@ -166,6 +178,9 @@ def _cp(stmt):
     p = stmt.opcode.split(".")
     if len(p) < 2 or p[1] != "async":
         raise unsupported(stmt)
+    if p[2:3] == ["bulk"]:
+        from .bulk import cp_bulk        # cp.async.bulk(.tensor): Hopper's bulk copies
+        return cp_bulk(stmt)
     if p[2:] == ["commit_group"]:
         def factory(M):
             return lambda m: M.cp.commit(A.active(m, M.T))
@@ -243,7 +258,12 @@ def _cp(stmt):
 @handler("fence", "membar")
 def _fence(stmt):
     p = stmt.opcode.split(".")
-    if p[0] == "fence" and p[1:] == ["proxy", "async", "shared::cta"] or p[1:] == ["proxy", "async"]:
+    if p[0] == "fence" and p[1:] in (["proxy", "async", "global"], ["mbarrier_init", "release", "cluster"]):
+        # async-proxy global writes (TMA stores, none here) / mbarrier.init made visible to the cluster:
+        # one CTA runs at a time and mbarriers are created at once, so nothing to model
+        return Op(stmt.line, stmt.opcode, "op", "fence", lambda M: (lambda m: None))
+    if p[0] == "fence" and p[1:] in (["proxy", "async", "shared::cta"], ["proxy", "async"],
+                                     ["proxy", "async", "shared::cluster"]):
         def factory(M):
             def run(m):
                 if M.checks is not None:

@@ -6,12 +6,9 @@ import numpy as np
 
 from .decode import Mods, Op, handler, unsupported
 from .errors import PtxError
+from .errors import lanes as _lanes
+from .bulk import bump
 from .ops_cluster import barrier_cluster
-
-
-def _lanes(ids) -> str:
-    ids = [int(i) for i in ids]
-    return ", ".join(map(str, ids[:8])) + (f" ... ({len(ids)} threads)" if len(ids) > 8 else "")
 
 
 def whole_warps(M, op, m, what="warp-synchronous .aligned instruction"):
@@ -85,8 +82,10 @@ def _bar(stmt):
             (p[0] == "barrier" and rest in (["sync"], ["sync", "aligned"])):
         ops = stmt.operands
         if len(ops) != 1 or ops[0] != ("imm", 0):
-            raise unsupported(stmt, "only barrier 0 without a thread count")
+            return named_barrier(stmt, sync=True)    # another barrier, or a thread count: a named barrier
         return Op(stmt.line, stmt.opcode, "bar", "barrier")
+    if rest in (["arrive"], ["cta", "arrive"], ["arrive", "aligned"], ["cta", "arrive", "aligned"]):
+        return named_barrier(stmt, sync=False)
     if rest == ["warp", "sync"]:
         if len(stmt.operands) != 1:
             raise unsupported(stmt)
@@ -161,5 +160,75 @@ def _shfl(stmt):
             if pput is not None:
                 pput(ok, m)
         return run
+    op.factory = factory
+    return op
+
+
+def named_barrier(stmt, sync: bool):
+    """bar.sync / barrier.sync{.aligned} a{, b} with a != 0 or a thread count, bar.arrive / barrier.arrive a, b:
+    barrier a completes when b threads (all of the CTA without b) have arrived; a `sync` parks its threads until
+    then (kind "wait", cta.py), an `arrive` does not wait. Threads parked here pass when they retry after the
+    barrier completed. The CTA-wide `bar.sync 0` keeps its converged form (cta.py)."""
+    ops = stmt.operands
+    if len(ops) not in (1, 2) or (not sync and len(ops) != 2):
+        raise unsupported(stmt, "operands")
+
+    def factory(M):
+        ga = M.rd(ops[0], "u32")
+        gb = M.rd(ops[1], "u32") if len(ops) == 2 else None
+        T = M.T
+
+        def run(m):
+            tids = np.arange(T) if m is None else np.flatnonzero(m)
+            whole_warps(M, op, m, "bar.sync / bar.arrive (whole warps)")
+            av = np.broadcast_to(ga(), (T,))[tids].astype(np.int64)
+            bv = np.broadcast_to(gb(), (T,))[tids].astype(np.int64) if gb is not None else np.full(tids.size, T)
+            park = np.zeros(T, bool)
+            for bid in np.unique(av).tolist():
+                sel = av == bid
+                who = tids[sel]
+                cnt = np.unique(bv[sel])
+                if bid < 0 or bid > 15 or cnt.size != 1 or cnt[0] <= 0 or cnt[0] % 32 or cnt[0] > T:
+                    raise PtxError(f"named barrier {bid} with thread count(s) {cnt.tolist()} (barriers 0..15; one "
+                                   f"count, a positive multiple of 32 up to the CTA's {T} threads)", form=op.form,
+                                   line=op.line, kernel=M.name)
+                st = M.mb.named.get(bid)
+                if st is None:
+                    st = M.mb.named[bid] = [np.zeros(T, bool), np.zeros(T, bool), int(cnt[0]), np.zeros(T, bool)]
+                arrived, released, count, waiting = st
+                if count != int(cnt[0]) and arrived.any():
+                    raise PtxError(f"named barrier {bid}: thread count {int(cnt[0])} while {int(arrived.sum())} threads "
+                                   f"wait with count {count}", form=op.form, line=op.line, kernel=M.name)
+                st[2] = count = int(cnt[0])
+                back = who[released[who]]          # parked here before, their barrier completed meanwhile
+                released[back] = False
+                still = who[waiting[who]]          # parked here before, still incomplete: park again
+                park[still] = True
+                new = who[~released[who] & ~waiting[who] & ~np.isin(who, back)]
+                if new.size == 0:
+                    continue
+                if arrived[new].any():
+                    raise PtxError(f"threads {_lanes(new[arrived[new]])} arrive at named barrier {bid} twice",
+                                   form=op.form, line=op.line, kernel=M.name)
+                arrived[new] = True
+                bump(M)
+                n = int(arrived.sum())
+                if n > count:
+                    raise PtxError(f"named barrier {bid}: {n} threads arrive, its count is {count}", form=op.form,
+                                   line=op.line, kernel=M.name)
+                if n == count:
+                    released |= waiting             # threads parked at a sync pass when they retry
+                    waiting[:] = False
+                    arrived[:] = False
+                    if M.checks is not None:
+                        M.checks.barrier(M, op.line)
+                elif sync:
+                    park[new] = True
+                    waiting[new] = True
+                    M.mb.waits[op.line] = (lambda st=st, bid=bid:
+                                           f"named barrier {bid}: {int(st[0].sum())} of {st[2]} threads arrived")
+            return park if park.any() else None
+        return run
+    op = Op(stmt.line, stmt.opcode, "wait" if sync else "op", "barrier")
     op.factory = factory
     return op

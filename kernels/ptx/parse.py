@@ -25,6 +25,7 @@ TYPE_BITS = {"pred": 1, "b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 
 # ------------------------------------------------------------------------------------------- operands
 # ("reg", name) ("sreg", "%tid.x") ("imm", int) ("f32", bits) ("f64", bits) ("sym", name)
 # ("vec", (ops...)) ("mem", base or None, offset) ("pair", reg, pred) ("not", reg)
+# ("tensor", map operand, ("vec", coords)): cp.async.bulk.tensor's [tensorMap, {c0, ...}]
 
 _SREG = re.compile(r"%(tid|ntid|ctaid|nctaid|cluster_ctaid|cluster_nctaid|clusterid|nclusterid)\.[xyz]$|"
                    r"%(laneid|warpid|nwarpid|smid|nsmid|gridid|clock|clock64|globaltimer|lanemask_\w+|"
@@ -71,6 +72,10 @@ def parse_operand(text: str, rename) -> tuple:
     t = text.strip()
     if t.startswith("{") and t.endswith("}"):
         return ("vec", tuple(parse_operand(x, rename) for x in split_top(t[1:-1])))
+    if t.startswith("[") and t.endswith("]") and len(split_top(t[1:-1])) == 2:
+        # a tensor operand [tensorMap, {c0, c1, ...}] (cp.async.bulk.tensor): ("tensor", map operand, coords)
+        base, coords = split_top(t[1:-1])
+        return ("tensor", parse_operand(base, rename), parse_operand(coords, rename))
     if t.startswith("[") and t.endswith("]"):
         inner = t[1:-1].replace(" ", "")
         m = re.fullmatch(r"(.+?)(\+-?\d+|-\d+)?", inner)

@@ -335,7 +335,11 @@ def _wgmma(stmt):
                        satfinite)
                 M.wg.pending[wg].append(job)
                 if M.checks is not None:
-                    M.checks.wgmma_operands(_operand_bytes(job), 1)
+                    nbytes = _operand_bytes(job)
+                    M.checks.wgmma_operands(nbytes, 1)
+                    ok = (nbytes >= 0) & (nbytes < M.checks.tma_bar.size)
+                    if (M.checks.tma_bar[nbytes[ok]] >= 0).any():    # operands a bulk copy writes (bulk.py)
+                        M.checks.bulk_read(M, op, nbytes[ok], None, group=np.arange(128 * wg, 128 * wg + 128))
         return run
     op.factory = factory
     return op
@@ -410,3 +414,25 @@ def _land(M, job):
         r[tids] = out[rows[i], cols[i]]
     if M.counters is not None:
         M.counters.wgmma_operands(M, op, A_addr, B_addr)
+
+
+# ------------------------------------------------------------------------------------------ setmaxnreg
+
+@handler("setmaxnreg")
+def _setmaxnreg(stmt):
+    """setmaxnreg.{inc,dec}.sync.aligned.u32 n: a warpgroup's register budget; checked (whole warpgroups, n a
+    multiple of 8 in 24..256), no effect on execution."""
+    mo = Mods(stmt)
+    which = mo.take("inc", "dec")
+    if not (mo.flag("sync") and mo.flag("aligned")) or which is None:
+        raise unsupported(stmt)
+    mo.type(("u32",))
+    mo.done()
+    if len(stmt.operands) != 1 or stmt.operands[0][0] != "imm":
+        raise unsupported(stmt, "an immediate register count")
+    n = stmt.operands[0][1]
+    if n % 8 or not 24 <= n <= 256:
+        raise unsupported(stmt, f"register count {n} (a multiple of 8 in 24..256)")
+    op = Op(stmt.line, stmt.opcode, "op", "other")
+    op.factory = lambda M: (lambda m: (_wg_groups(M, op, m), None)[1])
+    return op

@@ -31,6 +31,29 @@ class Launch:
     grid: tuple
     block: tuple
     smem: str
+    tmaps: tuple = ()      # the launch's tensor maps, each a tmap() tuple (its `tmap` records)
+
+
+TMAP_BUFS = ("in", "out", "scratch")
+MAX_TMAPS_PER_KERNEL = 8          # plus_ep/native/tmap.h PLUS_TMAPS_PER_KERNEL
+
+
+def tmap(dtype: int, buf: str, index: int, dims, strides, box, swizzle: int = 0, offset: str = "0") -> tuple:
+    """One tensor map of a launch (a `tmap` record, CONTRACT.md §3): ONNX `dtype`; the tensor `buf` ("in", "out",
+    "scratch") `index`, from element `offset` (RPN); `dims` (RPN, elements, innermost first) and `strides` (RPN,
+    elements between consecutive indices of dims 1..); `box` (elements, 1..256); `swizzle` in bytes (0, 32, 64,
+    128). E.g. a [M, K] f16 A operand read as 64 x 128 boxes under the 128-byte swizzle:
+    tmap(10, "in", 0, ("s1", "s0"), ("s1",), (64, 128), 128)."""
+    if buf not in TMAP_BUFS or not 1 <= len(dims) <= 5 or len(strides) != len(dims) - 1 or len(box) != len(dims):
+        raise ValueError(f"tensor map {buf} {index}: rank {len(dims)}, {len(strides)} strides, {len(box)} box dims")
+    return (int(dtype), buf, int(index), str(offset), tuple(str(d) for d in dims), tuple(str(s) for s in strides),
+            tuple(int(b) for b in box), int(swizzle))
+
+
+def tmap_line(t) -> str:
+    dtype, buf, index, offset, dims, strides, box, swizzle = t
+    return " ".join(["tmap", str(dtype), str(len(dims)), buf, str(index), offset, *dims, *strides,
+                     *(str(b) for b in box), str(swizzle)])
 
 
 @dataclass
@@ -86,6 +109,7 @@ class Plan:
             lines.append(f"route {r} {route.cond}")
             for ln in route.launches:
                 lines.append(" ".join(["kernel", str(r), str(ln.image), ln.entry, *ln.grid, *ln.block, ln.smem]))
+                lines += [tmap_line(t) for t in ln.tmaps]
         lines.append("end")
         return "\n".join(lines) + "\n"
 
@@ -332,6 +356,7 @@ def parse(text: str) -> Plan:
     plan = Plan(node="")
     vals: list = []
     group: tuple = ()
+    last = None                  # the last kernel line's Launch (a `tmap` record belongs to it)
     for no, kind, tok, line in records(text):
         def need(n, form):
             if len(tok) < n:
@@ -395,6 +420,14 @@ def parse(text: str) -> Plan:
                 if not 0 <= r < len(plan.routes):
                     raise PlanSyntaxError(no, line, f"route {r} is not declared above")
                 plan.routes[r].launches.append(Launch(int(tok[1]), tok[2], tuple(tok[3:6]), tuple(tok[6:9]), tok[9]))
+                last = plan.routes[r].launches[-1]
+            elif kind == "tmap":
+                need(5, "tmap <dtype> <rank> in|out|scratch <i> <offset> <dims> <strides> <box> <swizzle>")
+                n = int(tok[1])
+                if last is None or len(tok) != 5 + 3 * n:
+                    raise PlanSyntaxError(no, line, "a `tmap` record of rank r has 5 + 3r fields and follows a `kernel`")
+                last.tmaps += (tmap(int(tok[0]), tok[2], int(tok[3]), tok[5:5 + n], tok[5 + n:4 + 2 * n],
+                                    [int(b) for b in tok[4 + 2 * n:4 + 3 * n]], int(tok[-1]), tok[4]),)
             else:
                 raise PlanSyntaxError(no, line, f"unknown record `{kind}`")
         except ValueError as exc:

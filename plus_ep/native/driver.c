@@ -43,6 +43,7 @@ static void load(void) {
             return;   /* keep the handle: nothing else to release safely */
         }
     }
+    g_drv.cuTensorMapEncodeTiled = dlsym(h, "cuTensorMapEncodeTiled");   /* optional: kernels with tensor maps */
     CUresult r = g_drv.cuInit(0);
     if (r) {
         snprintf(g_why, sizeof g_why, "cuInit failed with CUDA error %d (no usable GPU?)", r);

@@ -44,6 +44,9 @@ typedef struct plus_driver {
     CUresult (*cuMemFree)(CUdeviceptr);                   /* cuMemFree_v2 */
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);   /* cuMemcpyHtoD_v2 */
     CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);         /* cuMemcpyDtoH_v2 */
+    /* optional (CUDA 12.0+; NULL when the driver lacks it): TMA descriptors, tmap.c */
+    CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned, void*, const unsigned long long*, const unsigned long long*,
+                                       const unsigned*, const unsigned*, int, int, int, int);
     int device_count;
 } plus_driver;
 

@@ -34,7 +34,10 @@
  *   work on a capturing stream is recorded, not run; what CUDA forbids during a capture fails as it does
  *   there (legacy-stream work and synchronisation: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT / UNSUPPORTED, and
  *   the capture is invalidated; cuMemAlloc / cuMemFree in the capturing thread unless the capture mode
- *   is relaxed). Memory allocated with cuMemAllocAsync while capturing belongs to the graph. */
+ *   is relaxed). Memory allocated with cuMemAllocAsync while capturing belongs to the graph.
+ * - cuTensorMapEncodeTiled hands its arguments to Python (plus_emucuda_attach_tmap), which applies the driver's
+ *   documented requirements and writes the interpreter's encoding (kernels/ptx/tensormap.py) into the
+ *   128-byte CUtensorMap; a refused map fails with CUDA_ERROR_INVALID_VALUE naming the rule. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -73,13 +76,17 @@ typedef int (*pack_cb)(long long function, void** params, unsigned char* buf, si
 typedef int (*launch_cb)(long long function, const unsigned* dims, unsigned smem, const unsigned char* buf,
                          size_t size);
 typedef void (*unload_cb)(long long module);
+/* tmap: cuTensorMapEncodeTiled's arguments (rank entries each; strides rank - 1) -> the 128 bytes at out. */
+typedef int (*tmap_cb)(void* out, int dtype, unsigned rank, unsigned long long address, const unsigned long long* dims,
+                       const unsigned long long* strides, const unsigned* box, const unsigned* estr, int interleave,
+                       int swizzle, int l2, int oob);
 
 typedef struct { unsigned magic; int dev; } emu_ctx;
 typedef struct emu_fn emu_fn;
 typedef struct { unsigned magic; emu_ctx* ctx; long long handle; emu_fn* fns; } emu_mod;
 struct emu_fn { unsigned magic; emu_mod* mod; long long handle; int max_dyn_smem; emu_fn* next; };   /* next: the module's */
 
-typedef struct { load_cb load; getfn_cb getfn; pack_cb pack; launch_cb launch; unload_cb unload; } emu_callbacks;
+typedef struct { load_cb load; getfn_cb getfn; pack_cb pack; launch_cb launch; unload_cb unload; tmap_cb tmap; } emu_callbacks;
 static emu_callbacks g_cb;
 static int g_cb_users;                                  /* callback calls in flight (g_lock) */
 static long g_live_fns;                                 /* emu_fn structs not freed yet (g_lock) */
@@ -143,7 +150,7 @@ static int alloc_remove(uintptr_t base) {
  * which releases the GIL for the call, so a callback that needs the GIL to finish can. */
 EXPORT void plus_emucuda_attach(load_cb l, getfn_cb g, pack_cb p, launch_cb la, unload_cb u) {
     pthread_mutex_lock(&g_lock);
-    g_cb = (emu_callbacks){l, g, p, la, u};
+    g_cb = (emu_callbacks){l, g, p, la, u, NULL};
     while (g_cb_users > t_cb_depth) pthread_cond_wait(&g_cb_idle, &g_lock);
     pthread_mutex_unlock(&g_lock);
 }
@@ -171,6 +178,12 @@ static void cb_leave(void) {
 }
 #define DETACHED "no PTX interpreter is attached to the emulated CUDA driver (detached at interpreter exit, " \
                  "or never attached: use plus_ep.verification.emulator.Emulator, e.g. through `plus-ep verify`)"
+/* The tensor-map encoder, attached after plus_emucuda_attach (which detaches it with the rest). */
+EXPORT void plus_emucuda_attach_tmap(tmap_cb t) {
+    pthread_mutex_lock(&g_lock);
+    g_cb.tmap = t;
+    pthread_mutex_unlock(&g_lock);
+}
 EXPORT void plus_emucuda_set_device(int major, int minor, int sms, int smem_optin) {
     g_cc = major * 10 + minor, g_sms = sms, g_smem_optin = smem_optin;
 }
@@ -891,6 +904,25 @@ EXPORT CUresult cuLaunchKernel(emu_fn* f, unsigned gx, unsigned gy, unsigned gz,
     unsigned dims[6] = {gx, gy, gz, bx, by, bz};
     memcpy(o->dims, dims, sizeof dims);
     return enqueue(stream, o);
+}
+
+/* Tensor maps (compute capability 9.0+): the encoding and its checks are Python's (kernels/ptx/tensormap.py). */
+EXPORT CUresult cuTensorMapEncodeTiled(void* tensorMap, int dtype, unsigned rank, void* globalAddress,
+                                       const unsigned long long* globalDim, const unsigned long long* globalStrides,
+                                       const unsigned* boxDim, const unsigned* elementStrides, int interleave,
+                                       int swizzle, int l2Promotion, int oobFill) {
+    if (!tensorMap || (uintptr_t)tensorMap % 64) return fail(E_INVALID_VALUE, "cuTensorMapEncodeTiled: tensorMap address must be aligned to 64 bytes");
+    if (!globalDim || !boxDim || !elementStrides || (rank > 1 && !globalStrides) || rank < 1 || rank > 5)
+        return fail(E_INVALID_VALUE, "cuTensorMapEncodeTiled: tensorRank must be 1 to 5, with globalDim, globalStrides (rank > 1), boxDim and elementStrides");
+    if (g_cc < 90) return fail(E_INVALID_VALUE, "cuTensorMapEncodeTiled: tensor maps need compute capability 9.0 or higher");
+    unsigned long long none = 0;
+    emu_callbacks cb = cb_enter();
+    CUresult r = cb.tmap ? cb.tmap(tensorMap, dtype, rank, (unsigned long long)(uintptr_t)globalAddress, globalDim,
+                                   globalStrides ? globalStrides : &none, boxDim, elementStrides, interleave, swizzle,
+                                   l2Promotion, oobFill)
+                         : fail(E_NOT_INITIALIZED, DETACHED " (tensor maps)");
+    cb_leave();
+    return r;
 }
 
 static CUresult mem_alloc(unsigned long long* p, size_t n) {

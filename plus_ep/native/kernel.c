@@ -1,6 +1,7 @@
 /* The per-node kernel object: plan + image packs, modules loaded lazily per CUDA context, launches. */
 #define _POSIX_C_SOURCE 200809L
 #include "kernel.h"
+#include "tmap.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -73,6 +74,10 @@ int plus_kernel_create(const char* node, const char* plan_text, const plus_pack_
         return -1;
     }
     if (!k->node[0]) snprintf(k->node, sizeof k->node, "%s", k->plan.node[0] ? k->plan.node : "?");
+    if (plus_tmap_parse(&k->plan, err, errlen)) {
+        prefix(k, err, errlen);
+        goto fail;
+    }
     if (n_packs > PLUS_MAX_ARCHS) {
         nerr(k, err, errlen, "more than %d image packs", PLUS_MAX_ARCHS);
         goto fail;
@@ -143,6 +148,16 @@ int plus_kernel_bind(const plus_kernel* k, const plus_tensor_desc* in, size_t n_
                      plus_binding* b, char* err, size_t errlen) {
     const char* const* names = n_in <= k->n_names ? (const char* const*)k->in_names : NULL;
     if (plus_bind(&k->plan, in, n_in, n_out, names, b, err, errlen)) return prefix(k, err, errlen);
+    if (k->plan.tmaps) {   /* the element counts of the tensors the bound routes' tensor maps read */
+        int64_t in_elems[PLUS_MAX_IN];
+        for (size_t i = 0; i < n_in && i < PLUS_MAX_IN; i++) {
+            in_elems[i] = in[i].present ? 1 : -1;
+            for (int d = 0; in[i].present && d < in[i].rank; d++) in_elems[i] *= in[i].dims[d];
+        }
+        if (plus_tmap_check(&k->plan, &b->env, b->group_route, in_elems, n_in, b->out_elems, b->scratch_bytes, names,
+                            err, errlen))
+            return prefix(k, err, errlen);
+    }
     return 0;
 }
 
@@ -326,7 +341,15 @@ int plus_kernel_launch(plus_kernel* k, const plus_driver* d, CUcontext ctx, CUst
         if (skip < 0) rc = prefix(k, err, errlen);
         if (skip) continue;
         if ((rc = ensure_smem(k, d, cc, i, g.smem, err, errlen))) break;
-        void* params[] = {args};
+        /* tensor maps (tmap.h): the line's second parameter, encoded from this run's pointers */
+        unsigned char map_mem[PLUS_TMAPS_PER_KERNEL * PLUS_TMAP_BYTES + 64];
+        void* maps = (void*)(((uintptr_t)map_mem + 63) & ~(uintptr_t)63);
+        int n_maps = 0;
+        if (plus_tmap_encode(&k->plan, i, d, &b->env, args, maps, &n_maps, err, errlen)) {
+            rc = prefix(k, err, errlen);
+            break;
+        }
+        void* params[] = {args, maps};
         r = d->cuLaunchKernel(cc->fn[i], g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2], g.smem,
                               stream, params, NULL);
         if (r) {

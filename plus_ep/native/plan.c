@@ -460,6 +460,14 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
         else if (!strcmp(kw, "optional")) rc = rec_optional(&ps);
         else if (!strcmp(kw, "bcast")) rc = rec_bcast(&ps);
         else if (!strcmp(kw, "equal")) rc = rec_equal(&ps);
+        else if (!strcmp(kw, "tmap")) {         /* a tensor map of the kernel line above: tmap.c parses it */
+            if (!plan->n_kernels) rc = fail(&ps, "a `tmap` record belongs to the `kernel` line above it; there is none");
+            else if (plan->n_tmap_lines == PLUS_MAX_TMAP_LINES) rc = fail(&ps, "more than %d tmap records", PLUS_MAX_TMAP_LINES);
+            else {
+                plan->tmap_line[plan->n_tmap_lines] = ps.line;
+                plan->tmap_kernel[plan->n_tmap_lines++] = plan->n_kernels - 1;
+            }
+        }
         else if (!strcmp(kw, "end")) rc = need(&ps, 1), ended = 1;
         else rc = fail(&ps, "unknown record `%s`", kw);
     }
@@ -502,6 +510,8 @@ int plus_plan_parse(const char* text, plus_plan* plan, char* err, size_t errlen)
 }
 
 void plus_plan_free(plus_plan* plan) {
+    free(plan->tmaps);
+    plan->tmaps = NULL;
     free(plan->items);
     free(plan->text);
     free(plan->lines);

@@ -14,6 +14,7 @@
 #define PLUS_SHAPEV_ELEMS 64  /* a `shapev` line reads one of the first 64 elements */
 #define PLUS_NAME_LEN 128     /* node, entry, symbol and arch names incl. NUL */
 #define PLUS_ERR_LEN 1024     /* suggested size of error buffers */
+#define PLUS_MAX_TMAP_LINES 32  /* `tmap` records, all kernel lines together (tmap.h) */
 
 /* Expression items (reverse Polish). */
 enum {
@@ -104,6 +105,11 @@ typedef struct plus_plan {
     plus_bcast bcast[PLUS_MAX_BCAST];             /* file order */
     int n_equal;
     plus_equal equal[PLUS_MAX_EQUAL];             /* file order */
+    /* `tmap` records (tensor maps of the kernel line above each): plan.c keeps their lines, tmap.c parses them
+     * (plus_tmap_parse, called when a kernel object is created) into `tmaps` (freed with the plan) */
+    int n_tmap_lines;
+    int tmap_line[PLUS_MAX_TMAP_LINES], tmap_kernel[PLUS_MAX_TMAP_LINES];
+    struct plus_tmaps* tmaps;
     plus_item* items;                             /* all expressions' items */
     int n_items, cap_items;
     char* text;                                   /* copy of the plan, lines NUL-terminated */

@@ -59,6 +59,10 @@ _PACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_uint), ctypes.c_uint,
                            ctypes.c_void_p, ctypes.c_size_t)
 _UNLOAD = ctypes.CFUNCTYPE(None, ctypes.c_longlong)
+_U64P, _U32P = ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(ctypes.c_uint)
+_TMAP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_ulonglong, _U64P, _U64P,
+                         _U32P, _U32P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
+CUDA_ERROR_INVALID_VALUE = 1
 
 
 def driver_path() -> str:
@@ -181,11 +185,13 @@ class Emulator:
         self._cbs = (_LOAD(self._cb_load), _GETFN(self._cb_getfn), _PACK(self._cb_pack), _LAUNCH(self._cb_launch),
                      _UNLOAD(self._cb_unload))
         self.lib.plus_emucuda_attach(*self._cbs)
+        self._tmap_cb = _TMAP(self._cb_tmap)
+        self.lib.plus_emucuda_attach_tmap(self._tmap_cb)
         # Detach before the interpreter tears itself down: sessions still alive then are destroyed during
         # finalization (module teardown, the last garbage collection), when this object and its callbacks
         # may already be gone. atexit keeps the callbacks alive until the detach, which waits for any
         # callback in flight on another thread.
-        atexit.register(_detach, self.lib, self._cbs)
+        atexit.register(_detach, self.lib, (*self._cbs, self._tmap_cb))
 
     # ------------------------------------------------------------------------------ setup
     def environment(self) -> dict:
@@ -338,6 +344,21 @@ class Emulator:
             return self._fail(CUDA_ERROR_NOT_FOUND, f"PTX interpreter: {e}")
         except Exception as e:  # noqa: BLE001
             return self._fail(CUDA_ERROR_NOT_FOUND, f"emulator: {type(e).__name__}: {e}")
+
+    def _cb_tmap(self, out, dtype, rank, address, dims, strides, box, estr, interleave, swizzle, l2, oob) -> int:
+        """cuTensorMapEncodeTiled: the interpreter's encoding of the map (kernels/ptx/tensormap.py), or
+        CUDA_ERROR_INVALID_VALUE naming the requirement it breaks."""
+        from ..kernels.ptx import tensormap
+        try:
+            raw = tensormap.encode_tiled(dtype, int(address), [dims[i] for i in range(rank)],
+                                         [strides[i] for i in range(rank - 1)], [box[i] for i in range(rank)],
+                                         [estr[i] for i in range(rank)], interleave, swizzle, l2, oob)
+            ctypes.memmove(out, raw, len(raw))
+            return 0
+        except tensormap.TensorMapError as e:
+            return self._fail(CUDA_ERROR_INVALID_VALUE, f"cuTensorMapEncodeTiled: {e}")
+        except Exception as e:  # noqa: BLE001 - never let an exception cross into C
+            return self._fail(CUDA_ERROR_INVALID_VALUE, f"emulator: {type(e).__name__}: {e}")
 
     def _cb_unload(self, module) -> None:
         with self._lock:

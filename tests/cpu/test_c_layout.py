@@ -21,7 +21,7 @@ NATIVE = Path(__file__).resolve().parents[2] / "plus_ep" / "native"
 LAYERS = {
     "plus_abi": 0, "dtype": 0, "sha256": 0, "driver": 0, "ort_abi": 0,
     "plan": 1, "ep_abi": 1,
-    "bind": 2, "pack": 2,
+    "bind": 2, "pack": 2, "tmap": 2,
     "kernel": 3, "plus_plan": 3,
     "trust": 4, "ort_tensor": 4,
     "ort_run": 5,

@@ -9,6 +9,15 @@ def test_golden_sources():
     assert not bad, f"{bad} changed; if intended: python -m tests.support.golden --update"
 
 
+def test_tma_golden_sources():
+    """The TMA GEMM's golden cases (fp16 demo BERT, sm_90a, the TMA tiles forced: tests/support/golden.py)."""
+    rendered = golden.render_tma_cases()
+    assert all("gemm_sm90a_ws.cuh" in t for n, t in rendered.items() if n.endswith(".cu"))
+    assert all("\ntmap " in t for n, t in rendered.items() if n.endswith(".plan"))
+    bad = golden.differing(rendered)
+    assert not bad, f"{bad} changed; if intended: python -m tests.support.golden --update"
+
+
 def test_golden_check_is_not_vacuous():
     """A one-character change of a rendered source is reported."""
     rendered = golden.render_cases(golden.structure_model())

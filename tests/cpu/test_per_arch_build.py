@@ -70,7 +70,7 @@ def test_wgmma_and_mma_side_by_side(monkeypatch):
     assert groups == {("sm_90a",), ("sm_80",)}
     wg = {v for v, a in fake.calls if a == "sm_90a"}
     mma = {v for v, a in fake.calls if a == "sm_80"}
-    assert wg and all(v.startswith("wg_") for v in wg)
+    assert wg and all(v.startswith(("wg_", "ws_")) for v in wg)      # wgmma: the cp.async or the TMA tiles
     assert mma and not any(v.startswith("wg_") for v in mma)
     # each pack holds exactly its group's images, and every kernel line indexes one of them
     for arch, images in packs.items():

@@ -8,6 +8,10 @@ not depend on weight values, so tests/golden/ also keeps that export's graph wit
 (STRUCTURE, ~9 KB gzipped): the golden check runs from it without torch (tests/cpu/test_golden.py), and
 with torch the export itself must still have exactly that graph (tests/zoo/test_kernels_codegen.py).
 `--update` needs the [models] extra: it rewrites the golden sources and STRUCTURE from the export.
+
+The TMA GEMM cases (TMA_CASES, `tma_*`) render the fp16 demo BERT (plus_ep/demo_model.py, no torch) for sm_90a
+with the menu restricted to the TMA tiles, as PLUS_EP_GEMM_TILES=ws_* would: the group, the GEMM + GELU and the
+GEMM + LayerNorm on templates/gemm_sm90a_ws.cuh, each with its plan's `tmap` records.
 """
 from __future__ import annotations
 
@@ -20,6 +24,35 @@ STRUCTURE = GOLDEN / "bert-torchscript-small-L2.structure.onnx.gz"
 CASES = {"gemm_group_qkv": ("gemm_group", "Transpose"), "gemm_bias_gelu": ("gemm", "Erf"),
          "gemm_layernorm": ("gemm_layernorm", "LayerNormalization"), "attention": ("attention", "Softmax"),
          "layernorm_embed": ("layernorm", "Gather")}
+
+
+TMA_CASES = {"tma_gemm_group_qkv": ("gemm_group", "Transpose"), "tma_gemm_bias_gelu": ("gemm", "Erf"),
+             "tma_gemm_layernorm": ("gemm_layernorm", "LayerNormalization")}
+
+
+def render_tma_cases() -> dict:
+    """{file name: text} of the TMA cases (see above)."""
+    from bench.harness.bert_fp16 import to_fp16
+    from plus_ep.demo_model import build_bert
+    from plus_ep.kernels.families.gemm import sm90a_configs as gc
+    from plus_ep.kernels.render import render
+    from plus_ep.kernels.target import Target
+    from plus_ep.rewrite import rewrite_detailed
+    r = rewrite_detailed(to_fp16(build_bert(layers=1, hidden=128, heads=2, intermediate=384)), archs=["sm_90a"],
+                         compile_kernels=False)
+    # only the multicast tiles (two consumers, B shared by a two-CTA cluster): at these small shapes the model
+    # would pick the one-consumer tiles everywhere, which tests/emulated/test_ptx_gemm_ws.py covers
+    target = Target("sm_90a", "exact", frozenset(c.name for c in gc.CONFIGS + gc.CLUSTER_CONFIGS + gc.WS_CONFIGS
+                                                 if gc.ws_cluster(c) == 1))
+    out = {}
+    for case, (pattern, op) in TMA_CASES.items():
+        sg = next(s for s in r.subgraphs if s.pattern.name == pattern and any(r.view.nodes[i].op_type == op
+                                                                                for i in s.nodes))
+        ins, outs = r.view.graph_index.boundary(sg.nodes)
+        rd = render(r.view, sg, ins, outs, target, node_name=case)
+        out[f"{case}.cu"] = rd.variants[0].source
+        out[f"{case}.plan"] = rd.plan.text()
+    return out
 
 
 def export_model():
@@ -78,12 +111,12 @@ def main(argv=None) -> int:
     if update:
         model = export_model()
         GOLDEN.mkdir(parents=True, exist_ok=True)
-        for name, text in render_cases(model).items():
+        for name, text in {**render_cases(model), **render_tma_cases()}.items():
             (GOLDEN / name).write_text(text)
         STRUCTURE.write_bytes(gzip.compress(zero_weights(model).SerializeToString(), 9, mtime=0))
         print(f"golden sources and {STRUCTURE.name} written ({GOLDEN})")
         return 0
-    bad = differing(render_cases(structure_model()))
+    bad = differing({**render_cases(structure_model()), **render_tma_cases()})
     if bad:
         print("golden sources differ: " + ", ".join(bad) + " (python -m tests.support.golden --update)")
         return 1

@@ -5,7 +5,7 @@ import shutil as _shutil
 import subprocess as _subprocess
 from pathlib import Path as _Path
 
-LAUNCHER_SOURCES = ["dtype.c", "plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c"]
+LAUNCHER_SOURCES = ["dtype.c", "plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c", "tmap.c"]
 
 
 # ---- the custom-op stand-in host (tests/native/ortop_host.c), shared by the tests that drive ort_op.c

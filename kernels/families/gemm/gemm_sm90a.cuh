@@ -696,32 +696,4 @@ extern "C" __global__ void PLUS_WG_CLUSTER __launch_bounds__(PLUS_THREADS, 1) pl
 #endif  // PLUS_HAS_ROW_TILE
 }
 
-#if PLUS_SPLITK > 1
-// Sums the PLUS_SPLITK fp32 partials of every (b, m, n) and applies the epilogue.
-// Grid (cdiv(batch*M*N, 256)), block 256.
-extern "C" __global__ void __launch_bounds__(256) plus_splitk_reduce(const PlusArgs args) {
-  const PlusGemmShape shape = plus_gemm_shape(args);
-  const long long total = shape.batch * shape.M * shape.N;
-  const long long idx = (long long)blockIdx.x * 256 + threadIdx.x;
-  if (idx >= total) return;
-  const float* part = (const float*)args.scratch[0];
-  const long long n = idx % shape.N, m = (idx / shape.N) % shape.M, b = idx / (shape.M * shape.N);
-#ifdef PLUS_HAS_GROUP_N
-  if (n >= plus_n_of(args, b, shape.N)) return;    // past this member's N: never written
-#endif
-#if PLUS_GATED
-  float s = 0.0f, s1 = 0.0f;  // partial planes [SPLITK][2][batch][M][N]
-#pragma unroll
-  for (int k = 0; k < PLUS_SPLITK; ++k) {
-    s += part[(2 * k) * total + idx];
-    s1 += part[(2 * k + 1) * total + idx];
-  }
-  plus_epilogue_gated(args, b, m, n, s, s1);
-#else
-  float s = 0.0f;
-#pragma unroll
-  for (int k = 0; k < PLUS_SPLITK; ++k) s += part[k * total + idx];
-  plus_epilogue(args, b, m, n, s);
-#endif
-}
-#endif
+#include "gemm_splitk_reduce.cuh"

@@ -11,7 +11,7 @@ from ...codegen import dtypes, symdim
 from . import routes
 from ...codegen.cexpr import attr, lit
 from ...codegen.forward import bind_forward, emit_stores, forward_map
-from . import configs as gemm_configs, int8, nbits
+from . import configs as gemm_configs, int8, nbits, sm90a_configs, tma
 from .hooks import gemm_hooks
 from ...codegen.pull import RenderError, describe
 from ...codegen.row import ROW_OPS
@@ -112,10 +112,12 @@ def _setup(job):
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
+    tmaps = None if nb else tma.operands(dt, pr.M, pr.K, nbatch, trans_b, pr.batch, [(ka, em.shape(a))],
+                                         [(kb, em.shape(b), pr.N, pr.K if trans_b else pr.N)])
     return SimpleNamespace(seed=seed, em=em, dt=dt, M=pr.M, N=pr.N, K=pr.K, trans_b=trans_b, a_off=pr.a_off, b_off=pr.b_off,
                            ka=ka, kb=kb, nbatch=nbatch, cout=cout, row_nodes=row_nodes, fwd=fwd, dep_c=dep_c,
                            dep_row=dep_row, epi=epi, row_out=row_out, side=side, nb=nb,
-                           i8=seed.op_type == "MatMulInteger")
+                           i8=seed.op_type == "MatMulInteger", tma=tmaps)
 
 
 def render_gemm(job):
@@ -146,7 +148,7 @@ def _render_plain(job, st, extra, menu) -> list:
     if st.i8:
         hooks = int8.b_typedef(st.em, st.seed) + hooks
     return _variants(job, st.M, st.N, st.K, st.nbatch, st.dt, st.trans_b, hooks, m_fastest, extra, menu=menu,
-                     allow_splitk=not st.i8)
+                     allow_splitk=not st.i8, tmaps=st.tma)
 
 
 def _nbits_operands(job, em, seed):
@@ -184,7 +186,7 @@ def _bind_acc(em, seed) -> str:
 
 
 def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_splitk=True, m_fastest_hook="",
-              a_batch=None, menu=None, gated=False, aligned=None):
+              a_batch=None, menu=None, gated=False, aligned=None, tmaps=None):
     """One variant per route: (name, prefix, kernels, condition). `m_fastest`: every store is contiguous
     along m; `m_fastest_hook`: the source of plus_epi_m_fastest(args, b) when that holds per batch index;
     `a_batch`: distinct A matrices when not one per batch index (a horizontal group shares its A); `menu`:
@@ -192,23 +194,28 @@ def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_
     `gated`: two products of N columns each (PLUS_GATED): tiles are chosen and the grid covers 2N interleaved
     columns, split-K keeps two partial planes; its epilogue reads both products of a column pair, so split-K
     goes through scratch, never inside a cluster. `aligned`: the caller's PLUS_ALIGNED proof (default: lda = K
-    and ldb = N, or K with trans_b, whole 16-byte chunks)."""
+    and ldb = N, or K with trans_b, whole 16-byte chunks). `tmaps`: the operands' tensor maps (tma.py) when
+    they can have them: the TMA tiles (gemm_sm90a_ws.cuh) join the menu."""
     width = 2 * symdim.parse(N) if gated else N
     choices = routes.gemm_routes(M, width, K, nbatch, dt, job.target, job.syms, allow_splitk=allow_splitk,
-                                 a_batch=a_batch, menu=menu, cluster_split=not gated)
+                                 a_batch=a_batch, menu=menu, cluster_split=not gated, tma=tmaps is not None)
     max_split = max(c.split for _, c in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
         job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split * (2 if gated else 1)},*,4,*")
     return [_variant(job, M, N, nbatch, trans_b, K, dt, hooks, m_fastest, extra, cond, choice, m_fastest_hook,
-                     gated=gated, aligned=aligned)
+                     gated=gated, aligned=aligned, tmaps=tmaps)
             for cond, choice in choices]
 
 
 def _variant(job, M, N, nbatch, trans_b, K, dt, hooks, m_fastest, extra, cond, choice, m_fastest_hook="",
-             gated=False, aligned=None, finish=None):
+             gated=False, aligned=None, finish=None, tmaps=None):
     """(name, prefix, kernels, condition) of one route's GemmChoice (no row tile). `finish`: the scratch index
-    of the row groups' arrival words of the one-launch GEMM + row program (its `hooks` define row.FINISH_FN)."""
+    of the row groups' arrival words of the one-launch GEMM + row program (its `hooks` define row.FINISH_FN).
+    `tmaps`: the operands' tensor maps, for a TMA tile (gemm_sm90a_ws.cuh)."""
     cfg, splitk, csplit = choice.cfg, choice.split, choice.csplit
+    if sm90a_configs.is_ws(cfg):
+        return _ws_variant(job, M, N, nbatch, trans_b, dt, hooks, m_fastest, extra, cond, choice, m_fastest_hook,
+                           gated, finish, tmaps)
     if aligned is None:
         aligned = routes.gemm_rows_aligned(K, K if trans_b else N, dt)
     defines = routes.gemm_defines(cfg, splitk, trans_b, aligned, splitk_cluster=csplit)
@@ -228,6 +235,39 @@ def _variant(job, M, N, nbatch, trans_b, K, dt, hooks, m_fastest, extra, cond, c
     gx = f"{job.syms.rpn(N)},8,cdiv,16,*,{cfg.bn},cdiv" if gated else f"{job.syms.rpn(N)},{cfg.bn},cdiv"
     grid = (gx, f"{job.syms.rpn(M)},{cfg.bm},cdiv", f"{job.syms.rpn(nbatch)},{splitk * csplit},*")
     kernels = [("", ENTRY, (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes)))]
+    if splitk > 1:
+        total = job.syms.rpn(nbatch * M * N)
+        kernels.append(("", SPLITK_ENTRY, ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))
+    return (choice.label, prefix, kernels + extra, cond)
+
+
+def _ws_variant(job, M, N, nbatch, trans_b, dt, hooks, m_fastest, extra, cond, choice, m_fastest_hook, gated,
+                finish, tmaps):
+    """(name, prefix, kernels, condition) of a TMA tile's route (gemm_sm90a_ws.cuh): its defines, the map hooks,
+    and one plus_gemm launch over min(work units, the CTAs the SMs hold) persistent CTAs (one unit per CTA with
+    the row finish) that takes the kernel line's tensor maps."""
+    cfg, splitk = choice.cfg, choice.split
+    defines = sm90a_configs.ws_defines(cfg, b_trans=int(trans_b), splitk=splitk, persistent=finish is None)
+    if gated:
+        defines["PLUS_GATED"] = 1
+    if finish is not None:
+        defines["PLUS_HAS_ROW_FINISH"], defines["PLUS_ROW_FINISH"] = 1, finish
+    per_batch = ""
+    if splitk == 1 and not gated:
+        if m_fastest:
+            defines["PLUS_EPI_M_FASTEST"] = 1
+        elif m_fastest_hook:
+            defines["PLUS_EPI_M_FASTEST"], per_batch = 2, m_fastest_hook
+    prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
+    prefix += hooks + per_batch + tmaps.hooks() + f'#include "{routes.gemm_header(cfg)}"\n'
+    cols = cfg.bn // 2 if gated else cfg.bn
+    cl = sm90a_configs.ws_cluster(cfg)          # CTAs per cluster (B multicast): units count pairs of m tiles
+    units = (f"{job.syms.rpn(N)},{cols},cdiv,{job.syms.rpn(M)},{cfg.bm * cl},cdiv,*,{job.syms.rpn(nbatch)},*,"
+             f"{splitk},*")
+    cap = routes.ws_grid(cfg, 1 << 30, job.target.arch) // cl
+    grid = (units if finish is not None else f"{units},{cap},min" + (f",{cl},*" if cl > 1 else ""), "1", "1")
+    kernels = [("", ENTRY, (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes),
+                            tmaps.records(cfg, job.syms, gated, cl)))]
     if splitk > 1:
         total = job.syms.rpn(nbatch * M * N)
         kernels.append(("", SPLITK_ENTRY, ((f"{total},256,cdiv", "1", "1"), ("256", "1", "1"), "0")))

@@ -42,20 +42,47 @@ def gemm_math(dtype, fp32_math) -> int:
     return gemm_configs.MATH_TF32 if fp32_math == "tf32" else gemm_configs.MATH_SIMT
 
 
-def gemm_menu(math_, arch):
+def gemm_menu(math_, arch, tma=False):
     """The plain GEMM menu of a math path on an arch; on sm_90a the wgmma tiles plus the small ones (64 x 64)
-    that spread a weight-dominated GEMM over more SMs."""
+    that spread a weight-dominated GEMM over more SMs, and with `tma` (the operands have tensor maps,
+    tma.py) the warp-specialised persistent TMA tiles."""
     if math_ == gemm_configs.MATH_F16 and arch_table.get(arch).wgmma:
-        return gemm_sm90a_configs.CONFIGS + gemm_sm90a_configs.SMALL_CONFIGS
+        ws = gemm_sm90a_configs.WS_CONFIGS if tma else ()
+        return gemm_sm90a_configs.CONFIGS + gemm_sm90a_configs.SMALL_CONFIGS + ws
     return gemm_configs.configs(math_)
 
 
+def forced_exclusions(arch) -> frozenset:
+    """The sm_90a GEMM tiles PLUS_EP_GEMM_TILES (comma-separated fnmatch patterns) keeps out of the menus: every
+    wgmma/TMA tile whose name matches none of them. Empty when unset or for another arch."""
+    from fnmatch import fnmatch
+
+    from .... import config     # the owner of every PLUS_EP_* variable
+    pats = [p.strip() for p in (config.get("PLUS_EP_GEMM_TILES") or "").split(",") if p.strip()]
+    if not pats or not arch_table.get(arch).wgmma:
+        return frozenset()
+    names = [c.name for c in gemm_sm90a_configs.CONFIGS + gemm_sm90a_configs.CLUSTER_CONFIGS
+             + gemm_sm90a_configs.WS_CONFIGS]
+    return frozenset(n for n in names if not any(fnmatch(n, p) for p in pats))
+
+
 def _is_sm90a(cfg) -> bool:
-    return cfg.name.startswith("wg_")
+    return cfg.name.startswith(("wg_", "ws_"))
 
 
 def gemm_header(cfg) -> str:
+    if gemm_sm90a_configs.is_ws(cfg):
+        return "gemm_sm90a_ws.cuh"
     return "gemm_sm90a.cuh" if _is_sm90a(cfg) else "gemm.cuh"
+
+
+def ws_grid(cfg, units: int, arch) -> int:
+    """CTAs of a persistent gemm_sm90a_ws.cuh launch: one per SM (the ring fills an SM's shared memory), never
+    more than its work units (units: pairs of m tiles with B multicast, whose clusters hold two CTAs)."""
+    cl = gemm_sm90a_configs.ws_cluster(cfg)
+    # clusters stay inside a GPC: the clusters that fit at once (perfmodel.slots), as many CTAs each
+    slots = perfmodel.slots(arch, perfmodel.occupancy(arch, cfg.threads, cfg.smem_bytes), cl) // cl
+    return max(1, min(units, slots)) * cl
 
 
 def padding_waste(cfg, m, n) -> float:
@@ -104,13 +131,15 @@ def _tensor(cfg, flops) -> dict:
     return {f"{unit}.{prec}": flops}
 
 
-def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, out_bytes=None) -> float:
+def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, out_bytes=None,
+              persistent=True) -> float:
     """Modelled microseconds of a GEMM variant on the arch's reference part (kernels/perfmodel.py): the
     plus_gemm launch, plus plus_splitk_reduce and a launch gap when the split goes through scratch.
     `a_batch`: distinct A matrices (a horizontal group shares one; default `batch`); `out_bytes`: bytes per
     C element the epilogue stores (default the operand size); `cx`: CTAs along a row of C in one cluster
-    (the row tile of GEMM + row normalisation; its cluster is cx x csplit CTAs). An 8-bit GEMM's C is 4 bytes
-    by default (the exact s32 sum, or the float its dequantizing epilogue makes), not its operands' 1."""
+    (the row tile of GEMM + row normalisation; its cluster is cx x csplit CTAs); `persistent` False: a TMA tile
+    (gemm_sm90a_ws.cuh) launched with one work unit per CTA. An 8-bit GEMM's C is 4 bytes by default (the exact
+    s32 sum, or the float its dequantizing epilogue makes), not its operands' 1."""
     elem = _elem(cfg.math)
     out_b = (4 if cfg.math == gemm_configs.MATH_INT8 else elem) if out_bytes is None else out_bytes
     a_batch = batch if a_batch is None else a_batch
@@ -119,20 +148,31 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     k_part = min(k, math.ceil(ktiles / parts) * cfg.bk)
     tiles_m, tiles_n = math.ceil(m / cfg.bm), math.ceil(n / cfg.bn)
     ctas = tiles_m * tiles_n * batch * parts
+    busiest = 1                   # work units of the busiest CTA (a persistent kernel's CTAs take several)
+    mcast = gemm_sm90a_configs.ws_cluster(cfg)     # CTAs sharing one n tile's B through TMA multicast
+    if gemm_sm90a_configs.is_ws(cfg) and persistent:
+        pairs = math.ceil(tiles_m / mcast) * tiles_n * batch * parts
+        ctas = ws_grid(cfg, pairs, arch)
+        busiest = math.ceil(pairs / (ctas // mcast))
     # mma.sync and SIMT tiles feed their math from shared memory through registers: a tile whose
     # reuse bm*bn/(bm+bn) is under 64 issues that much more shared-memory traffic per FLOP, modelled as that
     # much more work (the previous route model's rule). wgmma reads its operands from shared memory itself.
     reuse = 1.0 if _is_sm90a(cfg) else min(1.0, (cfg.bm * cfg.bn / (cfg.bm + cfg.bn)) / 64.0)
-    flops = 2.0 * cfg.bm * cfg.bn * k_part * ctas / reuse
+    # a persistent launch is charged as if every CTA did the busiest one's units (the model sees one wave)
+    flops = 2.0 * cfg.bm * cfg.bn * k_part * ctas * busiest / reuse
     c_tile = cfg.bm * cfg.bn * (4 if split > 1 else out_b) / csplit
     dsmem = cfg.bm * cfg.bn * 4 * (csplit - 1) / csplit      # the other splits' rows, read through DSMEM
-    # A rows past M and B columns past N are zero-filled, not read
-    l2 = ctas * ((min(cfg.bm, m) + min(cfg.bn, n)) * k_part * elem + c_tile + dsmem)
+    # A rows past M and B columns past N are zero-filled, not read; a multicast B is read once per cluster
+    l2 = ctas * busiest * ((min(cfg.bm, m) + min(cfg.bn, n) / mcast) * k_part * elem + c_tile + dsmem)
     dram = (a_batch * m * k + batch * k * n) * elem + batch * m * n * out_b
     if split > 1:
         dram += batch * m * n * (4 * split - out_b)         # the fp32 partials instead of C
+    # the sm_90a tiles' issues as the interpreter counts them (sm90a_configs.ISSUES); the others uncharged
+    issued = (ctas * busiest * gemm_sm90a_configs.issues(cfg, math.ceil(k_part / cfg.bk))
+              if _is_sm90a(cfg) else 0.0)
     est = perfmodel.launch_time(arch, ctas=ctas, threads=cfg.threads, smem=cfg.smem_bytes, flops=flops,
-                                tensor=_tensor(cfg, flops), dram_bytes=dram, l2_bytes=l2, cluster=cx * csplit)
+                                tensor=_tensor(cfg, flops), dram_bytes=dram, l2_bytes=l2,
+                                warp_instructions=issued, cluster=cx * csplit * mcast)
     us = est.modelled_us
     if split > 1:          # plus_splitk_reduce: every partial read once, C written once; 256 threads
         total = batch * m * n
@@ -169,7 +209,7 @@ def gemm_candidates(m, n, k, batch, menu, target, allow_splitk=True, a_batch=Non
     for c in fits:
         opts = [(1, 1)]
         if allow_splitk:
-            if _is_sm90a(c) and cluster_split:
+            if _is_sm90a(c) and cluster_split and not gemm_sm90a_configs.is_ws(c):
                 opts += [(1, s) for s in _cluster_splits(c, k)]
             elif k >= 1024 and scratch_split:
                 opts += [(s, 1) for s in SCRATCH_SPLITS if math.ceil(k / s) >= 128]
@@ -187,12 +227,12 @@ def _waste(cfg, m, n) -> float:
 
 
 def gemm_routes(M, N, K, batch, dtype, target, syms, allow_splitk=True, menu=None, a_batch=None,
-                cluster_split=True):
+                cluster_split=True, tma=False):
     """[(condition rpn, GemmChoice)] in order; the last condition is ALWAYS. `menu`: the configs to choose
-    from (default: the arch's menu for the math); `a_batch`: distinct A matrices (a group shares one);
-    `cluster_split`: see gemm_candidates."""
+    from (default: the arch's menu for the math, with the TMA tiles when `tma`); `a_batch`: distinct A
+    matrices (a group shares one); `cluster_split`: see gemm_candidates."""
     arch = target.arch
-    menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch) if menu is None else menu
+    menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch, tma) if menu is None else menu
     n, k = _static(N), _static(K)
     b = _static(batch, 1)
     ab = None if a_batch is None else _static(a_batch, 1)
@@ -223,7 +263,7 @@ def row_finish_time(m, n, arch, cfg, csplit, out_bytes=2) -> float:
     return _rows_time(m, n, arch, out_bytes, groups, cfg.threads)
 
 
-def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None, finish=False):
+def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None, finish=False, tma=False):
     """Routes of GEMM + row normalisation (one batch): [(condition rpn, kind, GemmChoice)], kind "tile" (one
     kernel: the row tile over a cluster of cx x csplit CTAs, sm_90a), "two" (the GEMM epilogue writes the
     row input to fp32 scratch, plus_row finishes the rows: two launches) or, with `finish`, "one" (the same
@@ -231,7 +271,7 @@ def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None
     one per width, of the row tile (None: no row tile route). Each sample of M takes the faster by the model."""
     arch = target.arch
     n, k = _static(N), _static(K)
-    menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch)
+    menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch, tma)
     elem = _elem(gemm_math(dtype, target.fp32_math))
     tiles = []
     for cx, configs in (tile_menus or []):
@@ -253,8 +293,11 @@ def gemm_norm_routes(M, N, K, dtype, target, syms, tile_menus=None, a_batch=None
                 cost = us * (1 + LAUNCH_PREFERENCE)
                 cands.append((round(cost, 6), 2, _waste(two.cfg, m, n), -two.cfg.bm * two.cfg.bn, two.csplit,
                               ("two", GemmChoice(two.cfg, 1, two.csplit, 1, us=us, cost=cost))))
-                if finish:
-                    us = two.us + row_finish_time(m, n, arch, two.cfg, two.csplit, elem)
+                if finish and gemm_sm90a_configs.ws_cluster(two.cfg) == 1:
+                    # the TMA kernel finishes rows with one work unit per CTA (not persistent)
+                    gemm_us = (gemm_time(two.cfg, m, n, k, 1, arch, out_bytes=4, persistent=False)
+                               if gemm_sm90a_configs.is_ws(two.cfg) else two.us)
+                    us = gemm_us + row_finish_time(m, n, arch, two.cfg, two.csplit, elem)
                     cands.append((round(us, 6), 1, _waste(two.cfg, m, n), -two.cfg.bm * two.cfg.bn, two.csplit,
                                   ("one", GemmChoice(two.cfg, 1, two.csplit, 1, finish=True, us=us, cost=us))))
         except NoConfig:
@@ -279,6 +322,8 @@ class _Kinded:
 
 
 def gemm_defines(cfg, splitk, trans_b, aligned=False, splitk_cluster=1) -> dict:
+    if gemm_sm90a_configs.is_ws(cfg):
+        return gemm_sm90a_configs.ws_defines(cfg, b_trans=int(trans_b), splitk=splitk)
     if _is_sm90a(cfg):
         return gemm_sm90a_configs.defines(cfg, b_trans=int(trans_b), aligned=int(bool(aligned)), splitk=splitk,
                                           splitk_cluster=splitk_cluster)

@@ -87,6 +87,85 @@ def cluster_menu(bn: int) -> list:
 BY_NAME = {c.name: c for c in CONFIGS}      # the plain menu (the tests enumerate it)
 
 
+# The warp-specialised, persistent TMA GEMM (`gemm_sm90a_ws.cuh`): a producer warpgroup (TMA) and
+# BM/64 consumer warpgroups of 64 x BN each; `stages` k-tiles of A and B in a ring of mbarrier-guarded stages.
+# Only where the operands have tensor maps (tma.py: f16/bf16 rows of whole 16-byte chunks, whole
+# or shared batches); elsewhere the cp.async menu above serves.
+WS_STAGING_FLOATS = 64 * 40   # the template's PLUS_WS_STAGE_FLOATS: one consumer's epilogue staging buffer
+
+
+def ws_threads(bm: int) -> int:
+    """PLUS_THREADS of gemm_sm90a_ws.cuh: the producer warpgroup and one consumer per 64 rows."""
+    return WARPGROUP * (1 + bm // 64)
+
+
+def ws_smem_bytes(bm: int, bn: int, stages: int) -> int:
+    """PLUS_SMEM_BYTES of gemm_sm90a_ws.cuh: the stage ring, each consumer's epilogue staging buffer (64 rows x 40
+    floats: 32 columns and a pad, or 16 of each product gated; 32 x 68 transposed fits too), the 2 x stages
+    mbarriers, 1 KB to realign the base."""
+    return stages * (bm + bn) * BK * 2 + (bm // 64) * WS_STAGING_FLOATS * 4 + stages * 16 + 1024
+
+
+def _ws(name: str, bm: int, bn: int, stages: int) -> GemmConfig:
+    return GemmConfig(name, MATH_F16, bm, bn, BK, 64, bn, stages, ws_threads(bm), ws_smem_bytes(bm, bn, stages))
+
+
+WS_CONFIGS = (
+    # big GEMMs: 2 consumers of 64 x 256 (128 accumulators each; the producer gives them its registers)
+    _ws("ws_128x256x64_s4", 128, 256, 4),
+    _ws("ws_128x128x64_s6", 128, 128, 6),
+    # one consumer: small M, or a narrow N
+    _ws("ws_64x256x64_s5", 64, 256, 5),
+    _ws("ws_64x128x64_s8", 64, 128, 8),
+    # two CTAs of a cluster share one n tile's B, multicast by TMA (half the L2 reads of B)
+    _ws("ws_128x256x64_s4_c2", 128, 256, 4),
+    _ws("ws_128x128x64_s6_c2", 128, 128, 6),
+)
+WS_BY_NAME = {c.name: c for c in WS_CONFIGS}
+
+
+def is_ws(cfg) -> bool:
+    return cfg.name.startswith("ws_")
+
+
+def ws_cluster(cfg) -> int:
+    """CTAs of a TMA tile's cluster that share (multicast) one n tile's B: the name's `_c<n>`, else 1."""
+    tail = cfg.name.rsplit("_", 1)[-1]
+    return int(tail[1:]) if is_ws(cfg) and tail.startswith("c") and tail[1:].isdigit() else 1
+
+
+def ws_defines(cfg: GemmConfig, *, b_trans: int = 0, splitk: int = 1, persistent: bool = True) -> dict[str, int]:
+    """The `#define`s of a gemm_sm90a_ws.cuh variant."""
+    out = {"PLUS_MATH": MATH_F16, "PLUS_BM": cfg.bm, "PLUS_BN": cfg.bn, "PLUS_BK": cfg.bk, "PLUS_STAGES": cfg.stages,
+           "PLUS_SPLITK": int(splitk), "PLUS_B_TRANS": int(bool(b_trans))}
+    if ws_cluster(cfg) > 1:
+        out["PLUS_WS_CLUSTER"] = ws_cluster(cfg)
+    if not persistent:
+        out["PLUS_PERSISTENT"] = 0
+    return out
+
+
+# Warp instructions one CTA issues per tile (setup and a plain f16 epilogue) and per k-tile of its main loop,
+# counted by the PTX interpreter (kernels/ptx) on one-tile launches at K = 128 and 384 and fitted as
+# a + b x k-tiles; the route model charges them (perfmodel's issue term). A multicast tile counts as its base.
+# Re-measured by tests/emulated/test_gemm_issue_table.py (within 5 %).
+ISSUES = {
+    "wg_128x256x64_w64x256_s4": (31008, 1232), "wg_256x128x64_w128x128_s4": (30776, 1584),
+    "wg_128x128x64_w64x128_s5": (16620, 922), "wg_64x128x64_w64x128_s4": (8364, 500),
+    "wg_64x64x64_w64x64_s4": (4280, 576), "wg_128x64x64_w64x64_s4": (8608, 1128),
+    "wg_64x256x64_w64x256_s4": (15508, 1072), "wg_64x512x64_w64x256_s3": (31200, 2056),
+    "ws_128x256x64_s4": (28895, 494), "ws_128x128x64_s6": (14256, 386),
+    "ws_64x256x64_s5": (14599, 241), "ws_64x128x64_s8": (7263, 209),
+}
+
+
+def issues(cfg: GemmConfig, ktiles: int) -> float:
+    """Modelled warp instructions of one work unit (a tile of `ktiles` k-tiles) of an sm_90a config (ISSUES)."""
+    base = cfg.name[:-3] if is_ws(cfg) and ws_cluster(cfg) > 1 else cfg.name
+    a, b = ISSUES[base]
+    return a + b * ktiles
+
+
 def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int = 1,
             splitk_cluster: int = 1) -> dict[str, int]:
     """The `#define`s of a variant (the sm80 menu's, restricted to PLUS_MATH 2)."""
@@ -95,6 +174,7 @@ def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int 
     return _defines(cfg, b_trans=b_trans, aligned=aligned, splitk=splitk, splitk_cluster=splitk_cluster)
 
 
-__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "MATH_F16",
-           "SMALL_CONFIGS", "WARPGROUP",
-           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "reduce_grid"]
+__all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "ISSUES", "MATH_F16",
+           "SMALL_CONFIGS", "WARPGROUP", "WS_BY_NAME", "WS_CONFIGS",
+           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "is_ws", "issues", "reduce_grid",
+           "ws_cluster", "ws_defines", "ws_smem_bytes", "ws_threads"]

@@ -6,7 +6,7 @@ from ...codegen.cexpr import attr, lit
 from ...codegen.forward import bind_forward, emit_stores, forward_map
 from ...codegen.pull import RenderError, describe
 from ...codegen.row import ROW_OPS
-from ..gemm import configs as gemm_configs, nbits, routes
+from ..gemm import configs as gemm_configs, nbits, routes, tma
 from ..gemm.hooks import hook_text
 from ..gemm.render import _nbits_operands, _operands, _problem, _variants
 from ....warehouse.families.gemm_gated import GatedRoles
@@ -50,6 +50,7 @@ def render_gemm_gated(job):
         b1_ptr = f"  return (const plus_ab_t*)args.in[{kb1}] + {b_off('b')};\n"
         b1_aligned = True
         parts = list(roles.parts)
+        tma_b = None if nbs else ([(kb, em.shape(got[0][1]), N, ldb)], (kb1, em.shape(got[1][1]), N, ldb, 0))
     else:
         if nbs:
             raise RenderError(f"{job.node_name}: a combined gate/up projection with a MatMulNBits weight is not "
@@ -63,6 +64,7 @@ def render_gemm_gated(job):
         N, ldb = symdim.parse(roles.combined.half), (K if trans_b else N2)
         kb = job.inputs.index(b)
         step = f"{em.c(N)} * {em.c(K)}" if trans_b else em.c(N)
+        tma_b = ([(kb, em.shape(b), N, ldb)], (kb, em.shape(b), N, ldb, N * K if trans_b else N))
         b1_ptr = f"  return (const plus_ab_t*)args.in[{kb}] + {b_off('b')} + {step};\n"
         b1_aligned = routes.gemm_rows_aligned(N, N, dt)       # B1 = B0 + N columns (or N rows of K)
     ka = job.inputs.index(roles.a)
@@ -92,8 +94,10 @@ def render_gemm_gated(job):
     aligned = routes.gemm_rows_aligned(K, ldb, dt) and b1_aligned
     # decoded weights: gemm.cuh's menu on every arch (the wgmma template has no decoding loader), as render_gemm
     menu = gemm_configs.configs(routes.gemm_math(dt, job.fp32_math)) if nbs else None
+    tmaps = tma.operands(dt, M, K, nbatch, trans_b, batch, [(ka, em.shape(roles.a))], tma_b[0], b1=tma_b[1]) \
+        if tma_b else None
     return _variants(job, M, N, K, nbatch, dt, trans_b, hooks + decode, False, [], gated=True, aligned=aligned,
-                     menu=menu)
+                     menu=menu, tmaps=tmaps)
 
 
 def _ordered_halves(job, roles) -> list:

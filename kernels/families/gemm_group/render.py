@@ -5,7 +5,7 @@ from ...codegen import dtypes, symdim
 from ...codegen.forward import bind_forward, emit_stores, forward_map
 from ...codegen.pull import RenderError, describe
 from ...codegen.row import ROW_OPS
-from ..gemm import int8, routes
+from ..gemm import int8, routes, tma
 from ..gemm.hooks import hook_text
 from ..gemm.render import _bind_acc, _m_fastest, _operands, _problem, _variants
 
@@ -19,17 +19,18 @@ def render_gemm_group(job):
     parts = job.roles.members
     if any(n.op_type in ROW_OPS for n in job.nodes):
         raise RenderError(f"{job.node_name}: a gemm group has no row normalisation")
-    first, bodies, kbs, kas, covered, m_fast, ns = None, [], [], [], set(), [], []
+    first, bodies, kbs, kas, covered, m_fast, ns, shapes = None, [], [], [], set(), [], [], []
     for part in parts:
         seed = job.view.nodes[part.gemm]
         em = job.emitter()
         a, b, dt = _operands(job, em, seed, part)
         pr = _problem(em, seed, a, b)
         ns.append(symdim.parse(pr.N))
+        shapes.append((em.shape(a), em.shape(b)))
         key = pr.key(with_n=False) + (dt, em.dtype(b))       # N may differ (static)
         if first is None:
             first, first_seed = key, seed
-            ka, nbatch, em0 = job.inputs.index(a), symdim.numel(pr.batch), em
+            ka, nbatch, em0, batch = job.inputs.index(a), symdim.numel(pr.batch), em, pr.batch
             shape = (pr.M, pr.N, pr.K, pr.trans_b, pr.a_off, pr.b_off, dt)
         elif key != first:
             raise RenderError(f"{describe(seed)}: problem {key} differs from the group's first member {first}")
@@ -88,5 +89,9 @@ def render_gemm_group(job):
                      "PLUS_DEV bool plus_epi_m_fastest(const PlusArgs& args, long long plus_bg) {\n"
                      f"  const long long plus_g = plus_bg / {nb};\n  return {which};\n}}\n")
     aligned = all(routes.gemm_rows_aligned(K, K if trans_b else n, dt) for n in ns)
+    one_a = len(set(kas)) == 1
+    tmaps = tma.operands(dt, M, K, nbatch, trans_b, batch,
+                         [(kas[0], shapes[0][0])] if one_a else [(ka_, sh[0]) for ka_, sh in zip(kas, shapes)],
+                         [(kb_, sh[1], n, K if trans_b else n) for kb_, sh, n in zip(kbs, shapes, ns)], members=G)
     return _variants(job, M, N, K, nbatch * G, dt, trans_b, hooks, all(m_fast), extra, m_fastest_hook=per_group,
-                     aligned=aligned, a_batch=nbatch, allow_splitk=dt not in dtypes.INT8)
+                     aligned=aligned, a_batch=nbatch, allow_splitk=dt not in dtypes.INT8, tmaps=tmaps)

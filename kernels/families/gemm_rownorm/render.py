@@ -23,10 +23,12 @@ def render_gemm_rownorm(job):
     tile = None if st.nb or st.i8 else tile_parts(job, st)
     if symdim.parse(st.nbatch) == 1 and not st.nb and not st.i8:
         plan = routes.gemm_norm_routes(st.M, st.N, st.K, st.dt, job.target, job.syms,
-                                       tile_menus=tile[0] if tile else None, finish=_finish_applies(job, st))
+                                       tile_menus=tile[0] if tile else None, finish=_finish_applies(job, st),
+                                       tma=st.tma is not None)
     else:
         plan = [(cond, "two", c) for cond, c in routes.gemm_routes(st.M, st.N, st.K, st.nbatch, st.dt, job.target,
-                                                                    job.syms, allow_splitk=False, menu=menu)]
+                                                                    job.syms, allow_splitk=False, menu=menu,
+                                                                    tma=st.tma is not None)]
     two = None
     if any(kind != "tile" for _, kind, _ in plan):
         two = _two_kernel_parts(job, st if tile is None else _setup(job),
@@ -38,11 +40,11 @@ def render_gemm_rownorm(job):
         elif kind == "one":
             hooks, _, m_fastest, (finish_src, words) = two
             out.append(_variant(job, st.M, st.N, st.nbatch, st.trans_b, st.K, st.dt, hooks + finish_src, m_fastest,
-                                extra, cond, choice, finish=words))
+                                extra, cond, choice, finish=words, tmaps=st.tma))
         else:
             hooks, row_extra, m_fastest, _ = two
             out.append(_variant(job, st.M, st.N, st.nbatch, st.trans_b, st.K, st.dt, hooks, m_fastest,
-                                row_extra + extra, cond, choice))
+                                row_extra + extra, cond, choice, tmaps=st.tma))
     return out
 
 

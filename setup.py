@@ -25,9 +25,9 @@ from setuptools.command.build_ext import build_ext  # noqa: E402
 
 NATIVE = Path("plus_ep") / "native"
 SOURCES = ["dtype.c", "plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c", "tmap.c", "ort_tensor.c",
-           "ort_run.c", "ort_op.c", "ep_factory.c", "ep.c", "ep_memory.c", "ep_stream.c", "ep_context.c", "ep_chain.c"]
+           "ort_run.c", "ort_op.c", "ep_base.c", "ep_factory.c", "ep.c", "ep_memory.c", "ep_stream.c", "ep_context.c", "ep_chain.c"]
 HEADERS = ["dtype.h", "plus_plan.h", "plan.h", "bind.h", "pack.h", "driver.h", "kernel.h", "ort_abi.h", "ort_tensor.h", "ort_run.h", "ep_abi.h", "ep.h",
-           "ep_context.h", "sha256.h", "trust.h", "tmap.h"]
+           "ep_base.h", "ep_context.h", "sha256.h", "trust.h", "tmap.h"]
 ABI = Path("kernels") / "templates" / "plus_abi.h"   # PlusArgs and the limits, shared with the kernels (plan.h)
 
 

@@ -9,7 +9,7 @@ effective severity: inside the plugin EP's planner (`planner_scope`) the session
 (`SessionOptions.log_severity_level`, else ORT's default); elsewhere the `sess_options` given, when set
 (>= 0), else ORT's default logger (`onnxruntime.set_default_logger_severity`, 2 unless changed). The line
 goes through the session's logger in the planner (plus_ep/native/ep.c PlusEP_PlanLog), else through ORT's
-default logger (plus_ep/native/ep_factory.c PlusEP_Log), or Python's `logging` ("plus_ep") where the
+default logger (plus_ep/native/ep_base.c PlusEP_Log), or Python's `logging` ("plus_ep") where the
 library is not registered. The C side's lines (plus_ep_log, plus_ep_log_once) follow the same rules.
 `once`: at most one line per key and process, counted only when the line shows, so a quiet session does
 not use up the line a later one should get. In the planner's thread, the records of the `plus_ep*` Python

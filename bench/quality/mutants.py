@@ -517,7 +517,7 @@ CATALOGUE = [
       "    if not shows(level, sess_options):\n        return False\n", "",
       "a session-time line shows whatever the session's or ORT's severity (log_severity_level=3 still warns)",
       ["session_logging"]),
-    M("log_once_counts_hidden", "session_logging", "plus_ep/native/ep_factory.c",
+    M("log_once_counts_hidden", "session_logging", "plus_ep/native/ep_base.c",
       "if (!plus_ep_log_shows(logger, level) || atomic_exchange(once, 1)) return 0;",
       "if (atomic_exchange(once, 1) || !plus_ep_log_shows(logger, level)) return 0;",
       "a once-per-process C line is used up by a logger that hides it (a later session never gets it)",

@@ -365,30 +365,6 @@ static int image_attrs(const OrtNode* n, char names[][PLUS_NAME_LEN], const OrtO
     return k;
 }
 
-/* Names of a node's inputs or outputs (pointers owned by ORT; "" for an absent optional one). */
-OrtStatus* plus_ep_io_names(const OrtNode* n, int outputs, const char*** names, size_t* count) {
-    const OrtApi* api = plus_ep_api;
-    *names = NULL;
-    OrtStatus* st = outputs ? ORT_CALL(api, Node_GetNumOutputs)(n, count) : ORT_CALL(api, Node_GetNumInputs)(n, count);
-    if (st) return st;
-    const OrtValueInfo** vi = calloc(*count ? *count : 1, sizeof *vi);
-    const char** v = calloc(*count ? *count : 1, sizeof *v);
-    if (!vi || !v) return free(vi), free(v), plus_ep_status(ORT_FAIL, "PlusEP: out of memory");
-    st = outputs ? ORT_CALL(api, Node_GetOutputs)(n, vi, *count) : ORT_CALL(api, Node_GetInputs)(n, vi, *count);
-    for (size_t i = 0; i < *count && !st; i++) {
-        v[i] = "";
-        if (vi[i]) {
-            const char* s = NULL;
-            if ((st = ORT_CALL(api, GetValueInfoName)(vi[i], &s))) break;
-            v[i] = s ? s : "";
-        }
-    }
-    free(vi);
-    if (st) return free(v), st;
-    *names = v;
-    return NULL;
-}
-
 static const char* first_output(const OrtNode* n) {
     const char** v = NULL;
     size_t c = 0;

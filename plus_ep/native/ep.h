@@ -18,31 +18,14 @@
 #include <stdatomic.h>
 
 #include "driver.h"
+#include "ep_base.h"
 #include "ep_abi.h"
 #include "ep_context.h"
 #include "kernel.h"
 
-#define PLUS_EP_NAME "PlusEP"
-#define PLUS_EP_VERSION "0.1.0"
 #define PLUS_EP_MAX_DEVICES 16
 
 enum { PLUS_MODE_GPU = 0, PLUS_MODE_STAGING = 1, PLUS_MODE_INERT = 2 };
-
-/* The ORT tables negotiated in CreateEpFactories (one ORT per process). */
-extern const OrtApi* plus_ep_api;
-extern const OrtEpApi* plus_ep_epapi;
-extern uint32_t plus_ep_version;
-
-OrtStatus* plus_ep_status(int code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-void plus_ep_drop(OrtStatus* st);   /* release a status we do not pass on */
-/* PlusEP's log lines, one owner (C here; Python through PlusEP_Log, PlusEP_PlanLog): through `logger`, else
- * ORT's default logger, whose severity decides (0 verbose .. 4 fatal); stderr for warnings without either.
- * plus_ep_log_once: at most once per process, counted only when the line shows (a session at a quieter
- * severity does not use it up); returns 1 when it showed. */
-void plus_ep_log(const OrtLogger* logger, int level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-int plus_ep_log_once(const OrtLogger* logger, int level, atomic_int* once, const char* fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-int plus_ep_log_shows(const OrtLogger* logger, int level);
 
 /* Provider options (session config entries ep.plusep.<name>). */
 typedef struct {
@@ -63,7 +46,6 @@ OrtStatus* plus_ep_read_options(const OrtSessionOptions* so, plus_ep_options* ou
  * launcher's) or a host part (an ONNX model ONNX Runtime runs on the CPU: the shape computations of a
  * contrib op's expansion that no kernel holds), reading the node's inputs, constants the node carries
  * (values a contrib op's expansion made) and earlier parts' outputs, by tensor name. */
-enum { PLUS_PART_KERNEL = 0, PLUS_PART_HOST = 1 };
 typedef struct {
     int kind;               /* PLUS_PART_* */
     char node[PLUS_NAME_LEN];
@@ -217,8 +199,6 @@ OrtStatus* plus_ep_node_stream(plus_ep* ep, OrtKernelContext* kctx, CUcontext* c
 /* The device memory of CUDA ordinal `ordinal` as ORT knows it (ep_factory.c). */
 const OrtMemoryInfo* plus_ep_memory_info(int ordinal);
 
-/* Names of a node's inputs or outputs: a malloc'ed array of pointers owned by ORT ("" for an absent one). */
-OrtStatus* plus_ep_io_names(const OrtNode* n, int outputs, const char*** names, size_t* count);
 /* 1 when `actual` is one of the tab-separated names of `planned` ("name" or "name\tname ORT gives it"). */
 int plus_ep_name_is(const char* planned, const char* actual);
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ep.h"
+#include "ep_base.h"
 
 /* OrtApi / OrtModelEditorApi slots this unit uses (shared/reference/ort-c-abi.md appendix; the model
  * editor table's order from ORT's model_editor_c_api.cc, unchanged since API 22). */

@@ -54,7 +54,7 @@ OrtStatus* plus_ctx_read_config(const OrtSessionOptions* so, plus_ctx_config* ou
 /* One part of a compiled node (a view: the caller owns every pointer): what Compile builds from (a Fused
  * node, a planned group, a payload) and what a payload holds. */
 typedef struct {
-    int kind;                          /* PLUS_PART_KERNEL, PLUS_PART_HOST (ep.h) */
+    int kind;                          /* PLUS_PART_KERNEL, PLUS_PART_HOST (ep_base.h) */
     const char* node;
     const char* const* inputs;         /* tensor names (in a payload: "#k" refs or inner names); "" absent */
     size_t n_inputs;

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ep.h"
+#include "ep_base.h"
 #include "kernel.h"
 #include "ort_run.h"
 #include "ort_abi.h"

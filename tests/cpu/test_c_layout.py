@@ -21,10 +21,10 @@ NATIVE = Path(__file__).resolve().parents[2] / "plus_ep" / "native"
 LAYERS = {
     "plus_abi": 0, "dtype": 0, "sha256": 0, "driver": 0, "ort_abi": 0,
     "plan": 1, "ep_abi": 1,
-    "bind": 2, "pack": 2, "tmap": 2,
+    "bind": 2, "pack": 2, "tmap": 2, "ep_base": 2,
     "kernel": 3, "plus_plan": 3,
     "trust": 4, "ort_tensor": 4,
-    "ort_run": 5,
+    "ort_run": 5, "ep_context": 5,
     "ort_op": 6, "ep": 6,
 }
 STANDALONE = {"emucuda"}   # the emulated driver: its own library, no launcher unit reaches it or is reached

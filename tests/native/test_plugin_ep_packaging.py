@@ -67,7 +67,7 @@ def test_python_hooks_are_among_the_exports(library):
 def test_helpers_name_the_library_and_the_ep():
     assert plus_ep.get_ep_names() == ["PlusEP"] and plus_ep.get_ep_name() == "PlusEP"
     assert os.path.isabs(plus_ep.get_library_path()) and plus_ep.get_library_path().endswith(".so")
-    native = (ROOT / "plus_ep" / "native" / "ep.h").read_text()
+    native = (ROOT / "plus_ep" / "native" / "ep_base.h").read_text()
     assert f'#define PLUS_EP_NAME "{plus_ep.get_ep_name()}"' in native
     assert f'#define PLUS_EP_VERSION "{plus_ep.__version__}"' in native       # what ep_metadata["version"] shows
 

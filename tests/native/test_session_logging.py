@@ -1,5 +1,5 @@
 """PlusEP's messages while ONNX Runtime creates a session follow ORT's log severity (plus_ep/ortlog.py and
-plus_ep_log / plus_ep_log_once in plus_ep/native/ep_factory.c), and the plugin EP's planner reports its
+plus_ep_log / plus_ep_log_once in plus_ep/native/ep_base.c), and the plugin EP's planner reports its
 progress through ORT's logger when stderr is no terminal.
 
 Each case runs in a child process (the once-per-process lines and the driver the library loads are per

@@ -22,7 +22,8 @@ EXPECTED_EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "RegisterCustomOps"
                     "PlusEP_PlanAddGroup", "PlusEP_PlanBeginGroup", "PlusEP_PlanAddPart", "PlusEP_PlanAddConstant",
                     "PlusEP_PlanSetError", "PlusEP_SetOptionCheck", "PlusEP_NodeStats", "PlusEP_ResetNodeStats",
                     "PlusEP_MemoryStats", "PlusEP_NoDeviceReason", "PlusEP_SetQuietRegistration",
-                    "PlusEP_PlanSetPartNode", "PlusEP_PlanAddPartString"}
+                    "PlusEP_PlanSetPartNode", "PlusEP_PlanAddPartString", "PlusEP_Log", "PlusEP_LogSeverity",
+                    "PlusEP_PlanLog", "PlusEP_PlanLogSeverity"}
 
 
 def _launcher_sources() -> list[str]:

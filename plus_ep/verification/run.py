@@ -284,6 +284,9 @@ def _stress_shapes(model, exposed_bytes: bytes, fused, archs, given: dict, seed:
 
 
 def run(request: dict) -> dict:
+    """Run a rewritten model's kernels on the emulated driver per arch and check every fused node (the
+    verification child's job; `request` as plus_ep/verification/check.py writes it). E.g.
+    run({"model": "m.onnx", "inputs": "in.npz", "archs": ["sm_80"]})["nodes"][0]["ok"]."""
     from .emulator import TieError
 
     model = onnx.load(request["model"])
@@ -316,34 +319,8 @@ def run(request: dict) -> dict:
         return result
     inits = _initializers(model)
     bodies = {n.name: _body(model, n) for n in fused}
-
-    # the stress runs: every distinct fused node on synthetic inputs, at the given shape and (by default)
-    # at one spanning every tile; shapes bound by a plain ORT run of the model (no kernels)
-    stress_sets = []
-    if not profiling and request.get("stress", True):
-        if request.get("auto_shapes"):
-            # each node where every tile it has is spanned; the model run covers the small shape too
-            groups_by_shape, result["tiles"] = _stress_shapes(model, exposed_bytes, fused, request["archs"],
-                                                              feeds, seed)
-        else:
-            groups_by_shape = [(feeds, [n.name for n in fused])]
-        for f, members in groups_by_shape:
-            values = dict(inits)
-            values.update(_run_plain(exposed_bytes, f))
-            values.update(f)
-            groups: dict = {}
-            for n in fused:
-                if n.name in members:
-                    groups.setdefault(_dedup_key(n, values), []).append(n)
-            reps = [g[0] for g in groups.values()]
-            synth = {}
-            from .stress import stress_inputs
-            for k, n in enumerate(reps):
-                synth[n.name] = stress_inputs(n, bodies[n.name], [values.get(nm) if nm else None for nm in n.input],
-                                              seed=seed + 7 * k)
-            label = "stress " + ", ".join(f"{k}{list(np.shape(v))}" for k, v in f.items())
-            stress_sets.append({"label": label, "reps": reps, "groups": list(groups.values()), "inputs": synth})
-            result["runs"].append({"label": label, "distinct_nodes": len(reps), "fused_nodes": len(members)})
+    stress_sets = ([] if profiling or not request.get("stress", True) else
+                   _stress_sets(request, model, exposed_bytes, fused, feeds, inits, bodies, seed, result))
 
     for arch in request["archs"]:
         emu.set_arch(arch)
@@ -359,102 +336,145 @@ def run(request: dict) -> dict:
         got, error = _run_launcher(exposed_bytes, feeds)
         launches = len(emu.records)
         timing = {"model_run": round(time.perf_counter() - t0, 2)}
-        by_node = _records_by_node(emu, fused, arch)
         if error:
             result["errors"].append(f"[{arch}] {error}")
         values = dict(inits)
         values.update(feeds)
         values.update(got)
         maths = {n.name: _node_math(n, arch) for n in fused}
-        flat = None
-        rows = {}
-        for k, node in enumerate(fused):
-            recs = by_node.get(node.name, [])
-            row = {"arch": arch, "node": node.name, "pattern": _pattern(node), "math": maths[node.name],
-                   "kernels": sorted({r.entry for r in recs}), "launches": len(recs),
-                   "seconds": round(sum(r.seconds for r in recs), 3),
-                   "findings": [f for r in recs for f in r.findings][:20],
-                   "n_findings": sum(len(r.findings) for r in recs),
-                   "errors": [r.error for r in recs if r.error][:3], "outputs": []}
-            if profiling:
-                row["counters"] = [r.counters for r in recs]
-                row["compulsory_bytes"] = int(sum(values[nm].nbytes for nm in list(node.input) + list(node.output)
-                                                  if nm and nm in values and hasattr(values[nm], "nbytes")))
-            if error and not row["errors"] and f"node '{node.name}'" in error:
-                row["errors"].append(error)
-            row["executed"] = bool(recs) and not row["errors"]
-            if not profiling and not error:
-                ins = [values.get(nm) if nm else None for nm in node.input]
-                outs = [got.get(nm) for nm in node.output]
-                checks = _check_outputs(bodies[node.name], node, ins, outs, maths[node.name], "model")
-                if any(c["bound"].startswith("flat") for c in checks) or (not checks and bodies[node.name] is None):
-                    if flat is None:
-                        sbs, sfeeds, _ = _side_by_side(model, fused, values)
-                        flat = _run_plain(sbs.SerializeToString(), sfeeds)
-                    refs = [flat.get(f"n{k}_o{j}") for j in range(len(node.output))]
-                    checks = _check_outputs(None, node, ins, outs, maths[node.name], "model", refs)
-                row["outputs"] += checks
-            rows[node.name] = row
-
+        rows = _model_rows(model, fused, _records_by_node(emu, fused, arch), values, got, error, maths, bodies,
+                           arch, profiling)
         timing["model_checks"] = round(time.perf_counter() - t0 - timing["model_run"], 2)
         for st in ([] if error else stress_sets):
             t1 = time.perf_counter()
-            emu.reset_records()
-            sbs, sfeeds, _ = _stress_model(model, st)
-            sgot, serr = _run_launcher(sbs.SerializeToString(), sfeeds)
-            srecs = _records_by_node(emu, st["reps"], arch)
-            launches += len(emu.records)
-            flat_s = None
-            for k, (rep, group) in enumerate(zip(st["reps"], st["groups"])):
-                recs = srecs.get(rep.name, [])
-                outs = [sgot.get(f"n{k}_o{j}") for j in range(len(rep.output))]
-                ins = st["inputs"][rep.name]
-                errs = [r.error for r in recs if r.error]
-                if serr and not errs and f"node '{rep.name}'" in serr:
-                    errs.append(serr)
-                checks = [] if serr else _check_outputs(bodies[rep.name], rep, ins, outs, maths[rep.name], st["label"])
-                if any(c["bound"].startswith("flat") for c in checks):
-                    if flat_s is None:
-                        flat_s = _run_plain(sbs.SerializeToString(), sfeeds)
-                    refs = [flat_s.get(f"n{k}_o{j}") for j in range(len(rep.output))]
-                    checks = _check_outputs(None, rep, ins, outs, maths[rep.name], st["label"], refs)
-                for node in group:
-                    row = rows[node.name]
-                    for c in checks:
-                        row["outputs"].append(dict(c, shared_with=rep.name) if node is not rep else c)
-                    row["errors"] += errs
-                    row["findings"] = (row["findings"] + [f for r in recs for f in r.findings])[:20]
-                    row["n_findings"] += sum(len(r.findings) for r in recs)
-                    row["launches"] += len(recs) if node is rep else 0
-                    if not recs:
-                        row["errors"].append(f"{st['label']}: the node's kernels did not run")
-                    row["executed"] = row["executed"] and bool(recs) and not row["errors"]
-            if serr and not any(rows[n.name]["errors"] for n in st["reps"]):
-                result["errors"].append(f"[{arch}] {st['label']}: {serr}")
+            launches += _stress_rows(emu, model, st, rows, maths, bodies, arch, result)
             timing[st["label"]] = round(time.perf_counter() - t1, 2)
-
         bars.close()
-        seconds = time.perf_counter() - t0
-        result["archs"].append({"arch": arch, "seconds": round(seconds, 2), "launches": launches, "error": error,
-                                "timing": timing})
-        for node in fused:
-            row = rows[node.name]
-            if profiling:
-                row["ok"] = row["executed"] and row["n_findings"] == 0
-            else:
-                row["ok"] = (row["executed"] and row["n_findings"] == 0 and bool(row["outputs"])
-                             and all(o["ok"] for o in row["outputs"]))
-            result["nodes"].append(row)
-        arch_maths = set(maths.values())
-        for nm in ([] if profiling else out_names):
-            if nm not in got:
-                continue
-            ref = ref_outputs[nm]
-            tol = max([tolerance(m, ref.dtype, kind="model") for m in arch_maths]
-                      or [tolerance("exact", ref.dtype, "model")])
-            c = compare(got[nm], ref)
-            result["outputs"].append(dict(c, arch=arch, name=nm, tol=tol, ok=c["rel"] <= tol))
+        result["archs"].append({"arch": arch, "seconds": round(time.perf_counter() - t0, 2), "launches": launches,
+                                "error": error, "timing": timing})
+        _finish_arch(result, fused, rows, maths, got, ref_outputs, out_names, arch, profiling)
     return result
+
+
+def _stress_sets(request, model, exposed_bytes, fused, feeds, inits, bodies, seed, result) -> list:
+    """The stress runs: every distinct fused node on synthetic inputs, at the given shape and (by default)
+    at one spanning every tile; shapes bound by a plain ORT run of the model (no kernels). Each set:
+    {"label", "reps" (one node per group of identical nodes), "groups", "inputs" (per rep)}."""
+    from .stress import stress_inputs
+    if request.get("auto_shapes"):
+        # each node where every tile it has is spanned; the model run covers the small shape too
+        groups_by_shape, result["tiles"] = _stress_shapes(model, exposed_bytes, fused, request["archs"], feeds, seed)
+    else:
+        groups_by_shape = [(feeds, [n.name for n in fused])]
+    sets = []
+    for f, members in groups_by_shape:
+        values = dict(inits)
+        values.update(_run_plain(exposed_bytes, f))
+        values.update(f)
+        groups: dict = {}
+        for n in fused:
+            if n.name in members:
+                groups.setdefault(_dedup_key(n, values), []).append(n)
+        reps = [g[0] for g in groups.values()]
+        synth = {n.name: stress_inputs(n, bodies[n.name], [values.get(nm) if nm else None for nm in n.input],
+                                       seed=seed + 7 * k) for k, n in enumerate(reps)}
+        label = "stress " + ", ".join(f"{k}{list(np.shape(v))}" for k, v in f.items())
+        sets.append({"label": label, "reps": reps, "groups": list(groups.values()), "inputs": synth})
+        result["runs"].append({"label": label, "distinct_nodes": len(reps), "fused_nodes": len(members)})
+    return sets
+
+
+def _model_rows(model, fused, by_node, values, got, error, maths, bodies, arch, profiling) -> dict:
+    """One row per fused node from the whole model's run on this arch: its launches, findings, errors and
+    (verify) its outputs checked against its body run on the same inputs."""
+    flat = None
+    rows = {}
+    for k, node in enumerate(fused):
+        recs = by_node.get(node.name, [])
+        row = {"arch": arch, "node": node.name, "pattern": _pattern(node), "math": maths[node.name],
+               "kernels": sorted({r.entry for r in recs}), "launches": len(recs),
+               "seconds": round(sum(r.seconds for r in recs), 3),
+               "findings": [f for r in recs for f in r.findings][:20],
+               "n_findings": sum(len(r.findings) for r in recs),
+               "errors": [r.error for r in recs if r.error][:3], "outputs": []}
+        if profiling:
+            row["counters"] = [r.counters for r in recs]
+            row["compulsory_bytes"] = int(sum(values[nm].nbytes for nm in list(node.input) + list(node.output)
+                                              if nm and nm in values and hasattr(values[nm], "nbytes")))
+        if error and not row["errors"] and f"node '{node.name}'" in error:
+            row["errors"].append(error)
+        row["executed"] = bool(recs) and not row["errors"]
+        if not profiling and not error:
+            ins = [values.get(nm) if nm else None for nm in node.input]
+            outs = [got.get(nm) for nm in node.output]
+            checks = _check_outputs(bodies[node.name], node, ins, outs, maths[node.name], "model")
+            if any(c["bound"].startswith("flat") for c in checks) or (not checks and bodies[node.name] is None):
+                if flat is None:
+                    sbs, sfeeds, _ = _side_by_side(model, fused, values)
+                    flat = _run_plain(sbs.SerializeToString(), sfeeds)
+                refs = [flat.get(f"n{k}_o{j}") for j in range(len(node.output))]
+                checks = _check_outputs(None, node, ins, outs, maths[node.name], "model", refs)
+            row["outputs"] += checks
+        rows[node.name] = row
+    return rows
+
+
+def _stress_rows(emu, model, st, rows, maths, bodies, arch, result) -> int:
+    """Run one stress set (its distinct nodes side by side) and add its checks to every node of each group;
+    returns the launches it made."""
+    emu.reset_records()
+    sbs, sfeeds, _ = _stress_model(model, st)
+    sgot, serr = _run_launcher(sbs.SerializeToString(), sfeeds)
+    srecs = _records_by_node(emu, st["reps"], arch)
+    flat_s = None
+    for k, (rep, group) in enumerate(zip(st["reps"], st["groups"])):
+        recs = srecs.get(rep.name, [])
+        outs = [sgot.get(f"n{k}_o{j}") for j in range(len(rep.output))]
+        ins = st["inputs"][rep.name]
+        errs = [r.error for r in recs if r.error]
+        if serr and not errs and f"node '{rep.name}'" in serr:
+            errs.append(serr)
+        checks = [] if serr else _check_outputs(bodies[rep.name], rep, ins, outs, maths[rep.name], st["label"])
+        if any(c["bound"].startswith("flat") for c in checks):
+            if flat_s is None:
+                flat_s = _run_plain(sbs.SerializeToString(), sfeeds)
+            refs = [flat_s.get(f"n{k}_o{j}") for j in range(len(rep.output))]
+            checks = _check_outputs(None, rep, ins, outs, maths[rep.name], st["label"], refs)
+        for node in group:
+            row = rows[node.name]
+            for c in checks:
+                row["outputs"].append(dict(c, shared_with=rep.name) if node is not rep else c)
+            row["errors"] += errs
+            row["findings"] = (row["findings"] + [f for r in recs for f in r.findings])[:20]
+            row["n_findings"] += sum(len(r.findings) for r in recs)
+            row["launches"] += len(recs) if node is rep else 0
+            if not recs:
+                row["errors"].append(f"{st['label']}: the node's kernels did not run")
+            row["executed"] = row["executed"] and bool(recs) and not row["errors"]
+    if serr and not any(rows[n.name]["errors"] for n in st["reps"]):
+        result["errors"].append(f"[{arch}] {st['label']}: {serr}")
+    return len(emu.records)
+
+
+def _finish_arch(result, fused, rows, maths, got, ref_outputs, out_names, arch, profiling) -> None:
+    """Each node's verdict on this arch, and the model's outputs against ONNX Runtime CPU's."""
+    for node in fused:
+        row = rows[node.name]
+        if profiling:
+            row["ok"] = row["executed"] and row["n_findings"] == 0
+        else:
+            row["ok"] = (row["executed"] and row["n_findings"] == 0 and bool(row["outputs"])
+                         and all(o["ok"] for o in row["outputs"]))
+        result["nodes"].append(row)
+    arch_maths = set(maths.values())
+    for nm in ([] if profiling else out_names):
+        if nm not in got:
+            continue
+        ref = ref_outputs[nm]
+        tol = max([tolerance(m, ref.dtype, kind="model") for m in arch_maths]
+                  or [tolerance("exact", ref.dtype, "model")])
+        c = compare(got[nm], ref)
+        result["outputs"].append(dict(c, arch=arch, name=nm, tol=tol, ok=c["rel"] <= tol))
 
 
 def _stress_model(model, st) -> tuple:

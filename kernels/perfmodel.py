@@ -30,7 +30,7 @@ The model, per launch:
         l2      max(n l / L2 bandwidth, r l / (SHARE x L2 bandwidth / SMs))
         dram    max(n d / DRAM bandwidth, r d / (SHARE x DRAM bandwidth / SMs))
     plus LATENCY_WAVES x DRAM latency (the pipeline fills once per wave and drains once).
-    SHARE = 2: an SM draws at most about twice its fair share of the memory bandwidth (issue 24's
+    SHARE = 2: an SM draws at most about twice its fair share of the memory bandwidth (an
     assumption; by Little's law an SM with two 24-48 KB stages in flight against a ~0.3-0.5 us loaded
     latency sustains about that).
   * the launch never takes less than its roofline floor scaled to the SMs its CTAs can occupy
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 from . import arch as arch_table
 
-SHARE = 2.0               # an SM draws at most about this multiple of its fair share of a bandwidth (issue 24)
+SHARE = 2.0               # an SM draws at most about this multiple of its fair share of a bandwidth
 LATENCY_WAVES = 2         # DRAM latencies per wave: the first tile's load, the last stores' drain
 MAX_CTAS_PER_SM = 32      # resident blocks per SM (CUDA's limit for compute capability 8.0 to 9.0)
 REG_ALLOC_UNIT = 256      # registers are allocated per warp in units of 256 (compute capability 8.x / 9.0)

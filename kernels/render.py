@@ -174,7 +174,7 @@ class Job:
 # A subgraph renders to the same plan and sources whatever its tensors and nodes are called, except for the
 # node name in the plan and in each source's comment header (kernels/compile/sources.py). So renders are kept by
 # the subgraph's canonical form (render_key): the twelve identical layers of a BERT render once, and a warm
-# rewrite in the same process renders nothing (issue 24). The key holds everything a renderer reads: the
+# rewrite in the same process renders nothing. The key holds everything a renderer reads: the
 # pattern and template, the target, every node's op, domain, attributes and inputs/outputs (tensors numbered
 # by first appearance), every tensor's type and shape, the values of integer constants (shapes, axes, indices)
 # and of float constants small enough to be folded into code (limits.LITERAL_ELEMENTS elements; larger ones,

@@ -40,7 +40,7 @@ from .ep import get_ep_devices, register  # noqa: E402
 from . import ep as _ep  # noqa: E402
 
 # The rewriter (onnx, sympy, the warehouse) and the session class load on first use, so that `import plus_ep`
-# costs little more than the `import onnxruntime` it needs to register the EP (issue 24).
+# costs little more than the `import onnxruntime` it needs to register the EP.
 _LAZY = {"rewrite": "rewrite", "rewrite_detailed": "rewrite", "load_model": "rewrite", "RewriteResult": "rewrite",
          "InferenceSession": "session"}
 

@@ -31,7 +31,7 @@ def parse(dim) -> sympy.Expr:
 @functools.lru_cache(maxsize=4096)
 def _parse_text(text: str) -> sympy.Expr:
     """A dimension string as sympy reads it, memoised: sympy expressions are immutable, and re-parsing the
-    same few dimension strings was most of a warm rewrite's time (issue 24)."""
+    same few dimension strings was most of a warm rewrite's time."""
     names = {n: sympy.Symbol(n, integer=True, nonnegative=True) for n in _NAME.findall(text)
              if n not in _FUNCTIONS}
     try:

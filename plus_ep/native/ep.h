@@ -8,7 +8,7 @@
  *            the stream ORT hands the node, else on PlusEP's own stream of the device, with no
  *            synchronisation per launch; optional CUDA-graph capture (ep_stream.c).
  *   staging  no NVIDIA GPU discovered but the CUDA driver the launcher loads reports a device (the
- *            emulated driver of issue 13, or the tests' stand-in): the CPU device, tensors in host
+ *            emulated driver, or the tests' stand-in): the CPU device, tensors in host
  *            memory, kernels through the launcher's host staging.
  *   inert    no usable driver, or PLUS_EP_DISABLE=1: the CPU device, claims nothing, so every Fused
  *            node runs its function body on the next provider. Keeps the name "PlusEP" valid. */

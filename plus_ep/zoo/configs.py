@@ -7,7 +7,7 @@ from typing import Any
 from . import _deps
 
 # the transformer families the zoo started with (the benchmarks' fusion tables and budgets), and those added
-# for architectures in the wild (issue 23: window attention, Conv front-ends, a causal text tower; gated MLPs,
+# for architectures in the wild (window attention, Conv front-ends, a causal text tower; gated MLPs,
 # RoPE over a combined QKV projection, disentangled attention)
 CORE_FAMILIES = ("bert", "albert", "gpt2", "t5", "vit", "llama")
 WILD_FAMILIES = ("swin", "resnet", "whisper", "clip")
@@ -35,7 +35,7 @@ DEFAULT_LAYERS = {
 # The random weights of every family are made "realistic" after transformers' init
 # (models.realistic_weights): norm weights != 1, biases != 0, BatchNorm statistics != (0, 1), Q/K
 # projections scaled so that softmax is not nearly uniform. The scheme's name is in every config (and so in
-# the cache key of every export); change it when realistic_weights changes. v1 (issue 23's four families
+# the cache key of every export); change it when realistic_weights changes. v1 (the four families
 # only) had no Q/K scaling and left GPT-2's Conv1D biases at 0.
 WEIGHTS_SCHEME = "realistic-v2"
 

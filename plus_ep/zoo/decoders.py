@@ -43,7 +43,7 @@ _KWARGS = {
     "small": dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, max_position_embeddings=512, rms_norm_eps=1e-5,
                   rope_theta=500000.0, tie_word_embeddings=False),
-    # meta-llama/Llama-3.2-1B width; one layer and a small vocabulary (the decode-step profile, issue 25)
+    # meta-llama/Llama-3.2-1B width; one layer and a small vocabulary (the decode-step profile)
     "real": dict(vocab_size=256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
                  num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rms_norm_eps=1e-5,
                  rope_theta=500000.0, tie_word_embeddings=False),

@@ -98,6 +98,38 @@ def encode(array: np.ndarray) -> dict:
     return {"shape": list(a.shape), "dtype": str(a.dtype), "data": a.ravel().tolist()}
 
 
+class Refused(ValueError):
+    """A request the client must fix (HTTP 400): its one-line reason is the message."""
+
+
+def answer(session, body: dict, inputs: dict | None = None) -> dict:
+    """The response body {"outputs": {name: tensor}} for one request body {"inputs": {name: tensor}} run on
+    `session` (`inputs`: the session's inputs by name, computed once by the caller); raises Refused for
+    a body that is malformed, names other inputs than the model's, has shapes that do not fit
+    (shape_problem), or that the session refuses (ORT's checks, the launcher's shape checks).
+
+    e.g. answer(session, {"inputs": {"X": encode(np.zeros((1, 3, 32), np.float32))}}) is
+    {"outputs": {"Y": {"shape": [1, 3, 16], "dtype": "float32", "data": [...]}}} for a model X -> Y.
+    """
+    inputs = inputs if inputs is not None else {i.name: i for i in session.get_inputs()}
+    try:
+        feeds = {name: decode(t) for name, t in body["inputs"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise Refused(f"bad request body: {type(e).__name__}: {e}") from None
+    unknown = sorted(set(feeds) - set(inputs))
+    missing = sorted(set(inputs) - set(feeds))
+    if unknown or missing:
+        raise Refused(f"inputs: unknown {unknown}, missing {missing}; the model takes {sorted(inputs)}")
+    problem = shape_problem(feeds, inputs)
+    if problem:
+        raise Refused(problem)
+    try:
+        outs = session.run(None, feeds)
+    except Exception as e:  # noqa: BLE001 - ORT's and the launcher's refusals (shapes, dtypes) are the client's
+        raise Refused(" ".join(str(e).split())[:500]) from None
+    return {"outputs": {o.name: encode(v) for o, v in zip(session.get_outputs(), outs)}}
+
+
 def create_app(session):
     """A FastAPI app serving `session`: GET /health, GET /metadata, POST /infer."""
     from fastapi import FastAPI, HTTPException
@@ -119,23 +151,12 @@ def create_app(session):
     @app.post("/infer")
     def infer(body: dict) -> dict:     # a plain def: FastAPI runs it in its thread pool, requests overlap
         try:
-            feeds = {name: decode(t) for name, t in body["inputs"].items()}
-        except (KeyError, TypeError, ValueError) as e:
-            raise HTTPException(400, f"bad request body: {type(e).__name__}: {e}") from None
-        unknown = sorted(set(feeds) - set(inputs))
-        missing = sorted(set(inputs) - set(feeds))
-        if unknown or missing:
-            raise HTTPException(400, f"inputs: unknown {unknown}, missing {missing}; the model takes {sorted(inputs)}")
-        problem = shape_problem(feeds, inputs)
-        if problem:
-            raise HTTPException(400, problem)
-        try:
-            outs = session.run(None, feeds)
-        except Exception as e:  # noqa: BLE001 - ORT's and the launcher's refusals (shapes, dtypes) are the client's
-            raise HTTPException(400, " ".join(str(e).split())[:500]) from None
+            out = answer(session, body, inputs)
+        except Refused as e:
+            raise HTTPException(400, str(e)) from None
         with lock:
             served["requests"] += 1
-        return {"outputs": {o.name: encode(v) for o, v in zip(session.get_outputs(), outs)}}
+        return out
 
     return app
 

@@ -10,7 +10,6 @@ import http.client
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -24,29 +23,10 @@ import pytest
 pytest.importorskip("fastapi", reason="the server example needs the [serve] extra (fastapi, uvicorn)")
 pytest.importorskip("uvicorn", reason="the server example needs the [serve] extra (fastapi, uvicorn)")
 
-from tests.support.graphs import Graph  # noqa: E402
+from tests.support.serving_models import block_model, free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS, REQUESTS = 8, 1000
-
-
-def block_model() -> onnx.ModelProto:
-    rng = np.random.default_rng(7)
-    g = Graph("block")
-    x = g.input("X", ["B", "S", 32])
-    y = g.op("LayerNormalization", x, g.init("gamma", (1 + 0.1 * rng.standard_normal(32)).astype(np.float32)),
-             g.init("beta", (0.1 * rng.standard_normal(32)).astype(np.float32)), axis=-1, epsilon=1e-5)
-    h = g.op("MatMul", y, g.init("W", (0.2 * rng.standard_normal((32, 16))).astype(np.float32)))
-    h = g.op("Add", h, g.init("b", (0.1 * rng.standard_normal(16)).astype(np.float32)))
-    g.op("Gelu", h, out="Y", domain="com.microsoft")
-    g.output("Y", ["B", "S", 16])
-    return g.model()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(conn, method, path, body=None):

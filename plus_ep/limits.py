@@ -23,6 +23,8 @@ MAX_GROUPS = 8         # PLUS_MAX_GROUPS: `arch` records (route groups)
 MAX_ARCHS = 24         # PLUS_MAX_ARCHS: archs named by the `arch` records
 MAX_STACK = 32         # PLUS_MAX_STACK: expression evaluation depth
 MAX_SHAPEV = 16        # PLUS_MAX_SHAPEV: `shapev` lines (= the FusedHost<n> op types, graph_rewrites/fuse.py)
+MAX_EQUAL = 32         # PLUS_MAX_EQUAL: `equal` lines (dims a rewrite assumed equal; `bcast` lines: MAX_SYM)
+MAX_TMAP_LINES = 32    # PLUS_MAX_TMAP_LINES: `tmap` records, all kernel lines together
 
 # generated code (the one number here without a C mirror, so not named MAX_*): a constant a kernel
 # holds as a literal array has at most this many elements (kernels/codegen/pull.py); a larger Constant

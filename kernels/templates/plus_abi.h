@@ -33,5 +33,7 @@ _Static_assert(sizeof(PlusArgs) == 864, "PlusArgs layout is shared by the kernel
 #define PLUS_MAX_ARCHS 24
 #define PLUS_MAX_STACK 32     /* expression evaluation depth */
 #define PLUS_MAX_SHAPEV 16    /* `shapev` lines: symbols bound from the values of shape tensors */
+#define PLUS_MAX_EQUAL 32     /* `equal` lines: dims a rewrite assumed equal */
+#define PLUS_MAX_TMAP_LINES 32  /* `tmap` records, all kernel lines together (tmap.h) */
 
 #endif

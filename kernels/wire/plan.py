@@ -18,10 +18,10 @@ import sympy
 
 from ..codegen import symdim
 from ..codegen.pull import RenderError
-from ...limits import MAX_SHAPEV, MAX_SYM
+from ...limits import MAX_EQUAL, MAX_SHAPEV, MAX_SYM
 
 VERSION = 1
-MAX_RECORDS = 32       # `bcast` and `equal` lines each (plan.c: PLUS_MAX_BCAST, PLUS_MAX_EQUAL)
+MAX_RECORDS = min(MAX_EQUAL, MAX_SYM)   # `bcast` and `equal` lines each (plan.h: PLUS_MAX_BCAST, PLUS_MAX_EQUAL)
 
 
 @dataclass

@@ -14,7 +14,6 @@
 #define PLUS_SHAPEV_ELEMS 64  /* a `shapev` line reads one of the first 64 elements */
 #define PLUS_NAME_LEN 128     /* node, entry, symbol and arch names incl. NUL */
 #define PLUS_ERR_LEN 1024     /* suggested size of error buffers */
-#define PLUS_MAX_TMAP_LINES 32  /* `tmap` records, all kernel lines together (tmap.h) */
 
 /* Expression items (reverse Polish). */
 enum {
@@ -70,7 +69,6 @@ typedef struct { int index, dim, line; plus_expr e; } plus_bcast;
 /* `equal <a> <b> <what...>`: a dim the rewrite took as equal to another (a Concat's axis and the sum
  * of its parts, a Slice's length and its clamped bounds): checked after binding, before any launch. */
 typedef struct { int line; plus_expr a, b; } plus_equal;
-#define PLUS_MAX_EQUAL 32
 
 typedef struct plus_plan {
     char node[PLUS_NAME_LEN];

@@ -157,8 +157,10 @@ def test_side_file_model_from_bytes_and_tampered_payloads_are_refused(bert, tmp_
     node = next(n for n in m.graph.node if n.op_type == "EPContext")
     ref = next(a.s.decode() for a in node.attribute if a.name == "ep_cache_context")
     [part] = epcontext.decode((tmp_path / ref).read_bytes())
-    lines = part.plan.split("\n")
-    part.plan = "\n".join("node tampered" if ln.startswith("node ") else ln for ln in lines)   # another digest
+    from plus_ep.kernels.wire import plan as wire_plan
+    tampered = wire_plan.parse(part.plan)
+    tampered.node = "tampered"                  # another plan, so another digest
+    part.plan = tampered.text()
     (tmp_path / ref).write_bytes(epcontext.encode([part]))
     res = _child(RUN, {"model": str(out), "reference": str(raw), "feeds": str(feeds)})
     assert f"PlusEP node '{part.node}'" in res.get("error", "") and "trust" in res["error"], res

@@ -170,7 +170,7 @@ def test_genai_int4_every_gqa_and_matmulnbits_has_kernels(genai_kernels):
     assert rep["contrib_ops"]["MatMulNBits"] == {"expanded": 11, "fused": 11}
     # each decodes int4 in-kernel: 7 GEMMs one weight each, and per layer the gate/up pair in one gated GEMM
     nbits = [sg.roles.nbits for sg in r.subgraphs if getattr(sg.roles, "nbits", None)]
-    assert sorted(len(nb) if isinstance(nb, list) else 1 for nb in nbits) == [1] * 7 + [2, 2]
+    assert sorted(len(nb) if isinstance(nb, (list, tuple)) else 1 for nb in nbits) == [1] * 7 + [2, 2]
     assert rep["patterns"]["gemm_gated"] == 2 and rep["data_kernels_after"] == 14
     assert not any(n.domain == "com.microsoft" for n in r.model.graph.node)
     used = {t for n in r.model.graph.node for t in n.input}

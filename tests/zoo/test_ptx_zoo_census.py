@@ -60,7 +60,7 @@ def test_every_form_of_the_zoo_kernels_is_implemented():
     t0 = time.perf_counter()
     jobs, templates = zoo_sources()
     # the zoo renders all kinds of generated kernels: row, point-wise, GEMM (with row norms) and attention
-    assert {"elementwise", "row_reduce", "gemm", "flash_attention"} <= set(templates), templates
+    assert {"pointwise", "row_reduce", "gemm", "flash_attention"} <= set(templates), templates
     texts = compile_all(jobs, workers=2)
     failed = [(j[0], j[2], t) for j, t in zip(jobs, texts) if isinstance(t, Exception)]
     assert not failed, f"sources that do not compile: {failed[:5]}"

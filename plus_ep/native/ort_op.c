@@ -594,7 +594,8 @@ EXPORT OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase
          * provider (`import plus_ep`: its severity decides; a session's own severity does not reach
          * RegisterCustomOps), else on stderr: the model still runs, but unfused, and a server would not know why. */
         static atomic_int warned;
-        plus_ep_log_once(NULL, ORT_LOG_WARNING, verbose ? &(atomic_int){0} : &warned, "PlusEP: WARNING: %s; "
+        atomic_int every_time = 0;     /* PLUS_EP_VERBOSE: each registration says it */
+        plus_ep_log_once(NULL, ORT_LOG_WARNING, verbose ? &every_time : &warned, "PlusEP: WARNING: %s; "
                          "ai.plus_ep::Fused nodes run their original subgraphs, without PlusEP's kernels (set "
                          "PLUS_EP_DISABLE=1 to run them unfused on purpose, without this warning)", why);
         return NULL;

@@ -29,14 +29,12 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from tests.support.launcher_models import fake_pack, fused_node  # noqa: E402
-from tests.support.launcher_sources import ortop_node_key  # noqa: E402
+from tests.support.launcher_sources import build_ortop_host, ortop_node_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
 GCC = shutil.which("gcc") or shutil.which("cc")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
-SOURCES = ["dtype.c", "plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c", "ort_tensor.c",
-           "ort_run.c", "ort_op.c"]
 
 pytestmark = pytest.mark.skipif(GCC is None, reason="needs a C compiler")
 
@@ -65,21 +63,10 @@ OLD_PLAN = NEW_PLAN.replace("in 0 7 1 2\nin 1 1 1 s0", "in 0 1 1 s0\nin 1 7 1 2"
 SHAPE, DATA = "7:2=4,3", "1:2=1,2"
 
 
-def _build(out: Path, flags: list[str]) -> tuple[Path, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    common = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{NATIVE}", *flags]
-    fake, host = out / "fake_cuda.so", out / "ortop_host"
-    subprocess.run([GCC, *common, "-fPIC", "-shared", str(ROOT / "tests/native/fake_cuda.c"), "-o", str(fake),
-                    "-lpthread"], check=True)
-    subprocess.run([GCC, *common, str(ROOT / "tests/native/ortop_host.c"), *[str(NATIVE / s) for s in SOURCES],
-                    "-o", str(host), "-ldl", "-lpthread"], check=True)
-    return host, fake
-
-
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
     base = tmp_path_factory.mktemp("ortop_host")
-    return {"plain": _build(base / "plain", []), "asan": _build(base / "asan", SANITIZE)}
+    return {"plain": build_ortop_host(base / "plain", []), "asan": build_ortop_host(base / "asan", SANITIZE)}
 
 
 @pytest.fixture(params=["plain", "asan"])

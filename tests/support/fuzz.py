@@ -22,13 +22,15 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.launcher_sources import LAUNCHER_SOURCES, ORTOP_SOURCES
+
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
 FUZZ = ROOT / "tests" / "native" / "fuzz"
 SEEDS = FUZZ / "seeds"
 DICT = FUZZ / "plus.dict"
 
-CORE = ["dtype.c", "plan.c", "expr.c", "bind.c", "pack.c", "driver.c", "kernel.c", "sha256.c", "trust.c"]
+CORE = LAUNCHER_SOURCES
 # entry point -> (harness, extra launcher sources, needs the stand-in driver library)
 ENTRIES = {
     "plan": ("fuzz_plan.c", [], False),
@@ -36,7 +38,7 @@ ENTRIES = {
     "pack": ("fuzz_pack.c", [], False),
     "bind": ("fuzz_bind.c", [], False),
     "kernel": ("fuzz_kernel.c", [], True),
-    "ortop": ("fuzz_ortop.c", ["ort_tensor.c", "ort_run.c", "ort_op.c"], True),
+    "ortop": ("fuzz_ortop.c", ORTOP_SOURCES[len(LAUNCHER_SOURCES):], True),
     "trust": ("fuzz_trust.c", [], False),
 }
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]

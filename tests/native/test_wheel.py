@@ -2,6 +2,7 @@
 project), the templates and the launcher inside it, no development tools."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
@@ -73,7 +74,8 @@ def test_wheel_is_tagged_for_what_it_is(wheel):
     assert "License-Expression: Apache-2.0" in meta and "Requires-Python: >=3.10" in meta
     assert "onnx-graphsurgeon" not in meta and "Requires-Dist: tqdm" in meta
     # no onnxruntime distribution unless asked for: a plugin EP runs in the host's ORT (ORT's packaging rule)
-    ort = sorted(line for line in meta.splitlines() if line.startswith("Requires-Dist: onnxruntime"))
+    ort = sorted(line for line in meta.splitlines()                  # the ORT distributions, not onnxruntime-genai
+                 if re.match(r"Requires-Dist: onnxruntime(-gpu)?[ ><=;]", line))
     assert ort == ['Requires-Dist: onnxruntime-gpu>=1.25; extra == "gpu"',
                    'Requires-Dist: onnxruntime>=1.25; extra == "cpu"'], ort
     assert len(meta.split("\n\n", 1)[1].splitlines()) < 40 and "README.md" in meta       # the short description

@@ -80,7 +80,7 @@ def assert_close(got, want, rtol, what):
 
 class Float16Reference:
     """The oracle of (d) for a float16 graph: the graph computed in float32 by ORT (bounds.upcast_fp16),
-    each element within its own bound (bounds.element_bound: 10x its measured spread when every weight and
+    each element within twice its own bound (bounds.element_bound: 10x its measured spread when every weight and
     input moves by one float16 rounding, plus float16 rounding of its value). The interpreter computes in
     numpy float16 and ORT's float16 CPU kernels partly in float32: both differ from the float32 graph by
     rounding, amplified where a softmax of large logits or a LayerNorm of large values is ill-conditioned,
@@ -100,7 +100,11 @@ class Float16Reference:
             if ref[t].dtype.kind != "f":
                 np.testing.assert_array_equal(g, ref[t], err_msg=f"{what} '{t}'")
                 continue
-            assert_within(g, ref[t], element_bound(ref[t], spread[t], "fp16"), f"{what} '{t}'")
+            # x2: the interpreter also rounds every intermediate of a lowered op to float16 (a LayerNorm's mean,
+            # centred values and variance), which moving the inputs does not model; a LayerNorm of near-constant
+            # rows reached 1.02x the single bound (an oracle for this float16 Python model, not the kernels,
+            # which keep float32 intermediates and are checked against their own bounds elsewhere)
+            assert_within(g, ref[t], 2 * element_bound(ref[t], spread[t], "fp16"), f"{what} '{t}'")
 
 
 # ---- (b) the partition -------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,12 +28,10 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from tests.support.launcher_models import fake_pack, fused_node  # noqa: E402
-from tests.support.launcher_sources import build_ortop_host, ortop_node_key  # noqa: E402
+from tests.support.launcher_sources import GCC, SANITIZE, build_ortop_host, ortop_node_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
-GCC = shutil.which("gcc") or shutil.which("cc")
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 
 pytestmark = pytest.mark.skipif(GCC is None, reason="needs a C compiler")
 

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.launcher_sources import LAUNCHER_SOURCES, ORTOP_SOURCES
+from tests.support.launcher_sources import LAUNCHER_SOURCES, ORT_OP_SOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "plus_ep" / "native"
@@ -38,7 +38,7 @@ ENTRIES = {
     "pack": ("fuzz_pack.c", [], False),
     "bind": ("fuzz_bind.c", [], False),
     "kernel": ("fuzz_kernel.c", [], True),
-    "ortop": ("fuzz_ortop.c", ORTOP_SOURCES[len(LAUNCHER_SOURCES):], True),
+    "ortop": ("fuzz_ortop.c", ORT_OP_SOURCES, True),
     "trust": ("fuzz_trust.c", [], False),
 }
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]

@@ -13,7 +13,8 @@ _ROOT = _Path(__file__).resolve().parents[2]
 _NATIVE = _ROOT / "plus_ep" / "native"
 GCC = _shutil.which("gcc") or _shutil.which("cc")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
-ORTOP_SOURCES = LAUNCHER_SOURCES + ["ort_tensor.c", "ort_run.c", "ort_op.c", "ep_base.c"]
+ORT_OP_SOURCES = ["ort_tensor.c", "ort_run.c", "ort_op.c", "ep_base.c"]   # the custom-op front end
+ORTOP_SOURCES = LAUNCHER_SOURCES + ORT_OP_SOURCES
 
 
 def build_harness(out: _Path, flags: list) -> tuple:

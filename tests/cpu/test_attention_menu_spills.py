@@ -1,6 +1,8 @@
 """Every attention menu entry (kernels/families/flash_attention/configs.py: head dims 32, 64, 80, 96, 128, 256; SIMT fp32,
 TF32 and f16/bf16 tensor cores) compiles with NVRTC for every arch of kernels/arch.py without register
-spills, without a stack frame, and within the arch's shared memory.
+spills, without a stack frame, and within the arch's shared memory; the Python mirror of each config's
+shared memory size equals the template's (a static_assert in the source). This is the CI's spill check of
+the menu: the hook-free sources of tests/support/template_attention_cases.py need fewer registers.
 
 The sources carry hooks in the shape the codegen writes them (tests/support/template_attention_cases.py
 HOOKS_BSHD: a Q element hook, a score hook adding a mask read from an input, an output hook, [B, S, H, D]
@@ -26,7 +28,7 @@ from plus_ep.kernels.families.flash_attention import configs as ac
 from plus_ep.kernels.compile import nvrtc
 from plus_ep.kernels.compile.cache import KernelCache
 from tests.support.parallel import run_jobs
-from tests.support.template_attention_cases import DTYPES, ENTRY, FULL, HOOKS_BSHD, HOOKS_BSHD_DEFINES
+from tests.support.template_attention_cases import DTYPES, ENTRY, FULL, HOOKS_BSHD, HOOKS_BSHD_DEFINES, smem_assert
 
 # the two load layouts of the tensor-core paths (ignored by SIMT)
 LAYOUTS = (HOOKS_BSHD_DEFINES, {"PLUS_Q_STRIDED": 1, "PLUS_K_STRIDED": 0, "PLUS_K_KEY_MAJOR": 1, "PLUS_V_STRIDED": 1})
@@ -62,7 +64,7 @@ def compiled():
 
     def one(job):
         cfg, dtype, causal, layout, arch = job
-        src = ac.source(cfg, dtype, causal=causal, hooks=HOOKS_BSHD, extra_defines=LAYOUTS[layout])
+        src = ac.source(cfg, dtype, causal=causal, hooks=HOOKS_BSHD, extra_defines=LAYOUTS[layout]) + smem_assert(cfg)
         return cache.build(src, arch, name=f"{_job_id(job)}.cu")
     return run_jobs(JOBS, _job_id, one)
 

@@ -32,11 +32,15 @@ DTYPES = {0: ("float",), 1: ("float",), 2: ("half", "__nv_bfloat16")}
 FULL = os.environ.get("PLUS_ATTN_FULL", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def smem_assert(cfg) -> str:
+    """A line that fails the compile unless the Python mirror of the shared memory size (cfg.smem_bytes)
+    is the template's PLUS_ATTN_SMEM_BYTES."""
+    return (f'static_assert(PLUS_ATTN_SMEM_BYTES == {cfg.smem_bytes}, '
+            f'"PLUS_ATTN_SMEM_BYTES != attention_configs.attn_smem_bytes");\n')
+
+
 def _source(cfg, dtype, causal, strided, hooks="", extra=None):
-    src = ac.source(cfg, dtype, causal=causal, strided=strided, hooks=hooks, extra_defines=extra)
-    # The Python mirror of the shared memory size must match the template's macro.
-    return src + (f'static_assert(PLUS_ATTN_SMEM_BYTES == {cfg.smem_bytes}, '
-                  f'"PLUS_ATTN_SMEM_BYTES != attention_configs.attn_smem_bytes");\n')
+    return ac.source(cfg, dtype, causal=causal, strided=strided, hooks=hooks, extra_defines=extra) + smem_assert(cfg)
 
 
 def _jobs():

@@ -256,4 +256,29 @@ PLUS_DEV void plus_wgmma_m64k16(float (&d)[N / 2], plus_u64 desc_a, plus_u64 des
   }
 }
 
+// D(64 x N, fp32) += A(64 x 16, registers) * B(16 x N, smem desc): A as four .b32 words per thread, laid
+// out as mma.m16n8k16's A fragment for warp w's rows 16w..16w+15 (reg r, half h -> A[16w + g + 8(r&1),
+// 2t + h + 8(r>>1)]); B K-major (TRANS_B 0) or MN-major (1). No transpose-a immediate (A is in registers).
+// A0..A3, IB, IS, IT: operand numbers of A's words, the B descriptor, scale-d and trans-b.
+#define PLUS_WG_MMA_RS(N, TY, A0, A1, A2, A3, IB, IS, IT)                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " PLUS_WG_REGS_##N ", {%" A0   \
+               ", %" A1 ", %" A2 ", %" A3 "}, %" IB ", p, 1, 1, %" IT ";\n}\n"                              \
+               : PLUS_WG_OPS_##N(d)                                                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1), "n"(TRANS_B))
+
+// One wgmma.mma_async.m64nNk16 with A from registers (four .b32 words of E pairs, above), N = 64 or 128.
+template <typename E, int N, int TRANS_B>
+PLUS_DEV void plus_wgmma_m64k16_rs(float (&d)[N / 2], const plus_u32 (&a)[4], plus_u64 desc_b) {
+  constexpr bool bf16 = PlusIsBf16<E>::value;
+  if constexpr (N == 64) {
+    if constexpr (bf16) PLUS_WG_MMA_RS(64, "bf16", "32", "33", "34", "35", "36", "37", "38");
+    else PLUS_WG_MMA_RS(64, "f16", "32", "33", "34", "35", "36", "37", "38");
+  } else {
+    static_assert(N == 128, "plus_wgmma_m64k16_rs: N must be 64 or 128");
+    if constexpr (bf16) PLUS_WG_MMA_RS(128, "bf16", "64", "65", "66", "67", "68", "69", "70");
+    else PLUS_WG_MMA_RS(128, "f16", "64", "65", "66", "67", "68", "69", "70");
+  }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

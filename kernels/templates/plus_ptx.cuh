@@ -223,7 +223,7 @@ PLUS_DEV plus_u64 plus_wgmma_desc_sw128(plus_u32 smem_addr, plus_u32 lbo_bytes, 
 #define PLUS_WG_OPS_192(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64)
 #define PLUS_WG_OPS_256(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64), PLUS_WG_F32(d, 96)
 
-// D(64 x N, fp32) += A(64 x 16, smem desc) * B(16 x N, smem desc).  scale-d = 1 (accumulate), no negation,
+// D(64 x N, fp32) (+)= A(64 x 16, smem desc) * B(16 x N, smem desc).  scale-d (0: D = A B, 1: accumulate), no negation,
 // A K-major (imm-trans-a 0), B K-major (trans-b 0) or MN-major (1).  IA/IB/IS/IT: operand numbers of the
 // A descriptor, B descriptor, scale-d and trans-b after the N/2 accumulators.
 #define PLUS_WG_MMA(N, TY, IA, IB, IS, IT)                                                               \
@@ -231,14 +231,15 @@ PLUS_DEV plus_u64 plus_wgmma_desc_sw128(plus_u32 smem_addr, plus_u32 lbo_bytes, 
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " PLUS_WG_REGS_##N ", %" IA \
                ", %" IB ", p, 1, 1, 0, %" IT ";\n}\n"                                                    \
                : PLUS_WG_OPS_##N(d)                                                                      \
-               : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B))
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B))
 
 template <typename T> struct PlusIsBf16 { static constexpr bool value = false; };
 template <> struct PlusIsBf16<__nv_bfloat16> { static constexpr bool value = true; };
 
 // One wgmma.mma_async.m64nNk16 with element type E (__half or __nv_bfloat16); TRANS_B 1 = B MN-major.
+// scale_d 0: D = A B (the accumulators' old values are not read), 1: D += A B.
 template <typename E, int N, int TRANS_B>
-PLUS_DEV void plus_wgmma_m64k16(float (&d)[N / 2], plus_u64 desc_a, plus_u64 desc_b) {
+PLUS_DEV void plus_wgmma_m64k16(float (&d)[N / 2], plus_u64 desc_a, plus_u64 desc_b, int scale_d = 1) {
   constexpr bool bf16 = PlusIsBf16<E>::value;
   if constexpr (N == 64) {
     if constexpr (bf16) PLUS_WG_MMA(64, "bf16", "32", "33", "34", "35");

@@ -17,11 +17,16 @@ from tests.support import ptx_harness as PH
 
 BODY = pathlib.Path(FAMILIES_DIR) / "flash_attention" / "attention_sm90a.cuh"
 
-# scale the product; an additive [B, Sq, Skv] float mask in[3] (v[5] = 1) and a key-padding term in[4] [B, Skv]
+# scale the product (as the exporters' Mul), plus an additive [B, Sq, Skv] float mask in[3] (`mask`); a key-padding
+# term in[4] [B, Skv] (`key_bias`)
 SCORE = r"""#define PLUS_HAS_SCORE 1
 PLUS_DEV float plus_score(const PlusArgs& a, long long b, long long h, long long i, long long j, float s) {
-  const float m = a.v[5] ? plus_load<float>(a.in[3], (b * a.v[3] + i) * a.v[4] + j) : 0.0f;
-  return s * %(scale)r + m;
+  return s * %(scale)r;
+}
+"""
+SCORE_MASK = r"""#define PLUS_HAS_SCORE 1
+PLUS_DEV float plus_score(const PlusArgs& a, long long b, long long h, long long i, long long j, float s) {
+  return s * %(scale)r + plus_load<float>(a.in[3], (b * a.v[3] + i) * a.v[4] + j);
 }
 """
 KEY_BIAS = r"""#define PLUS_HAS_KEY_BIAS 1
@@ -32,8 +37,8 @@ PLUS_DEV float plus_key_bias(const PlusArgs& a, long long b, long long h, long l
 
 
 def source(cfg, dtype: str = "half", scale: float = 0.125, causal: bool = False, key_bias: bool = False,
-           mutate=None) -> str:
-    hooks = SCORE % {"scale": scale} + (KEY_BIAS if key_bias else "")
+           mutate=None, mask: bool = False) -> str:
+    hooks = (SCORE_MASK if mask else SCORE) % {"scale": scale} + (KEY_BIAS if key_bias else "")
     text = ac.source(cfg, dtype, causal=causal, hooks=hooks)
     if mutate is not None:
         body = BODY.read_text()
@@ -80,9 +85,10 @@ def run(cfg, B: int, H: int, Sq: int, Skv: int, dtype: str = "half", causal: boo
     pm, pkb = dev.upload(m, "mask"), dev.upload(kb, "key_bias")
     out = np.zeros((B, H, Sq, D), q.dtype)
     po = dev.output(out, "O")
-    args = PH.plus_args([pq, pk, pv, pm, pkb], [po], [], [B, H, H, Sq, Skv, int(mask or masked_rows)])
-    mod = PH.module(source(cfg, dtype, scale, causal, key_bias, mutate), "sm_90a",
-                   f"wg_attn_{cfg.name}_{dtype}_{int(causal)}_{int(key_bias)}" + ("_mut" if mutate else ""))
+    args = PH.plus_args([pq, pk, pv, pm, pkb], [po], [], [B, H, H, Sq, Skv])
+    masked = mask or masked_rows
+    mod = PH.module(source(cfg, dtype, scale, causal, key_bias, mutate, masked), "sm_90a",
+                    f"wg_attn_{cfg.name}_{dtype}_{int(causal)}_{int(key_bias)}_{int(masked)}" + ("_mut" if mutate else ""))
     kern = mod.kernel("plus_attention")
     params = bytearray(kern.param_bytes)
     params[:len(args)] = args

@@ -66,6 +66,27 @@ constexpr int STAGE_BYTES = 2 * KV_BYTES;          // K then V
 constexpr bool SETMAXNREG = CONSUMERS >= 2;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = CONSUMERS == 2 ? 232 : 160;
 
+// The logits of a thread's S fragments (rows r0, r0 + 8; keys kv0 + 8n + 2q, + 1): logit() with its bounds
+// checks (CHECKED) or, for a warp whose rows and keys all lie inside the problem, the hooks alone.
+template <bool CHECKED>
+PLUS_DEV void logits(const PlusArgs& args, const Tile& t, float (&s)[BKV / 2], const float* kb, int r0, int kv0,
+                     int q) {
+#pragma unroll
+  for (int n = 0; n < BKV / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int p = r0 + 8 * (e >> 1), j = kv0 + n * 8 + 2 * q + (e & 1);
+#ifdef PLUS_HAS_KEY_BIAS
+      const float kbe = kb[n * 8 + 2 * q + (e & 1)];
+      s[4 * n + e] = CHECKED ? logit(args, t, p, j, s[4 * n + e], kbe) : plus_score(args, t.b, t.h, p, j, s[4 * n + e]) + kbe;
+#else
+      (void)kb;
+      s[4 * n + e] = CHECKED ? logit(args, t, p, j, s[4 * n + e]) : plus_score(args, t.b, t.h, p, j, s[4 * n + e]);
+#endif
+    }
+  }
+}
+
 // One consumer warpgroup: every key tile of the block (S = Q K^T, logits, online softmax, O += P V), then
 // its 64 rows of O (module comment).
 PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, plus_u32 full, plus_u32 empty,
@@ -100,16 +121,13 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
     const plus_u64 step = (plus_u64)((plus_u32)stage * (STAGE_BYTES >> 4));
 
     // ---- S = Q K^T: D/16 k-steps; a step moves 32 bytes along a swizzled 128-byte row, 4 steps a d box ----
-    float s[BKV / 2];
-#pragma unroll
-    for (int i = 0; i < BKV / 2; ++i) s[i] = 0.0f;
-    plus_wgmma_fence_regs(s);
+    float s[BKV / 2];                                 // the first k-step overwrites (scale-d 0)
     plus_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const plus_u64 dq = desc_q + (plus_u64)(((kk / 4) * Q_BOX_BYTES + (kk % 4) * 32) >> 4);
       const plus_u64 dk = desc_k + step + (plus_u64)(((kk / 4) * KV_BOX_BYTES + (kk % 4) * 32) >> 4);
-      plus_wgmma_m64k16<T, BKV, 0>(s, dq, dk);
+      plus_wgmma_m64k16<T, BKV, 0>(s, dq, dk, kk > 0);
     }
     plus_wgmma_commit();
     plus_wgmma_wait<0>();
@@ -117,19 +135,11 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
 
     // ---- logits and online softmax: s[4n + e] is the mma.sync layout's n8 tile n, element e (rows r0, r0 + 8)
     if (tile_needs_mask(t, kv0, t.q0 + 64 * w + 16 * warp, 16)) {
-#pragma unroll
-      for (int n = 0; n < BKV / 8; ++n) {
-        const int j = kv0 + n * 8 + 2 * q;
-#ifdef PLUS_HAS_KEY_BIAS
-        const float kb0 = kb[n * 8 + 2 * q], kb1 = kb[n * 8 + 2 * q + 1];
-#else
-        const float kb0 = 0.0f, kb1 = 0.0f;
-#endif
-        s[4 * n] = logit(args, t, r0, j, s[4 * n], kb0);
-        s[4 * n + 1] = logit(args, t, r0, j + 1, s[4 * n + 1], kb1);
-        s[4 * n + 2] = logit(args, t, r0 + 8, j, s[4 * n + 2], kb0);
-        s[4 * n + 3] = logit(args, t, r0 + 8, j + 1, s[4 * n + 3], kb1);
-      }
+      // the warp's 16 rows and the tile's keys all inside the problem: the hooks without the bounds checks
+      if (kv0 + BKV <= t.Skv && t.q0 + 64 * w + 16 * warp + 16 <= t.rows)
+        logits<false>(args, t, s, kb, r0, kv0, q);
+      else
+        logits<true>(args, t, s, kb, r0, kv0, q);
     }
 #pragma unroll
     for (int rh = 0; rh < 2; ++rh) {

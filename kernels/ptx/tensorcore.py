@@ -9,6 +9,8 @@ index in the low half):
   lane l holds row l>>2, columns 2(l&3), 2(l&3)+1 (with .trans: M[2(l&3)][l>>2], M[2(l&3)+1][l>>2]).
 * wgmma m64nNk16, f32 accumulators: warp w of the warpgroup, lane l, reg i ->
   D[16w + g + 8((i>>1)&1), 8(i>>2) + 2t + (i&1)].
+* wgmma with A from registers (f16/bf16): four .b32 registers per thread, warp w holding rows 16w..16w+15 as
+  the mma.m16n8k16 A fragment above; read when the wgmma is issued.
 * wgmma shared-memory matrix descriptor: start address bits 0-13 (>>4), leading byte offset 16-29
   (>>4), stride byte offset 32-45 (>>4), base offset 49-51, layout (swizzle) 62-63 (1 = 128B swizzle).
   128B swizzle canonical layouts (16-bit elements, T = 8 per 16 bytes):

@@ -20,8 +20,9 @@
 //   releases the stage. So the producer runs up to STAGES key tiles ahead of the slowest consumer.
 // * The key-bias terms (PLUS_HAS_KEY_BIAS) of a key tile go through the consumer warpgroup's own BKV floats
 //   of shared memory (named barrier 1 + w over its 128 threads before and after).
-// * Epilogue: O / l per element through plus_attn_out, rows past Sq skipped; a row that saw no key gives 0
-//   (or NaN: PLUS_MASKED_ROW_NAN).
+// * Epilogue: O / l staged through the consumer's own Q tile (fp32, 16 columns at a time), then each half warp
+//   hands 16 consecutive d of one row to plus_attn_out (whole sectors), rows past Sq skipped; a row that saw no
+//   key gives 0 (or NaN: PLUS_MASKED_ROW_NAN).
 //
 // Tensor maps (the kernel's second parameter, from the plan's `tmap` records): maps.m[0] Q over (D, Sq,
 // B * H), m[1] K and m[2] V over (D, Skv, B * H); boxes [64][64] (Q) and [64][BKV] (K, V), 128-byte swizzle.
@@ -62,6 +63,8 @@ constexpr int KV_BOX_BYTES = BKV * 128;            // [BKV keys][64 d]
 constexpr int Q_BYTES = CONSUMERS * DBOX * Q_BOX_BYTES;
 constexpr int KV_BYTES = DBOX * KV_BOX_BYTES;      // one K (or V) tile
 constexpr int STAGE_BYTES = 2 * KV_BYTES;          // K then V
+constexpr int EW = 16, ESTR = EW + 4;              // epilogue: columns per chunk, fp32 row stride of its staging
+static_assert(64 * ESTR * 4 <= DBOX * Q_BOX_BYTES, "attention_sm90a: the output chunk fits the consumer's Q tile");
 // Registers: with two or more consumers the producer warpgroup gives its own to them (65536 per SM).
 constexpr bool SETMAXNREG = CONSUMERS >= 2;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = CONSUMERS == 2 ? 232 : 160;
@@ -90,7 +93,7 @@ PLUS_DEV void logits(const PlusArgs& args, const Tile& t, float (&s)[BKV / 2], c
 // One consumer warpgroup: every key tile of the block (S = Q K^T, logits, online softmax, O += P V), then
 // its 64 rows of O (module comment).
 PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, plus_u32 full, plus_u32 empty,
-                           plus_u32 qbar, float* kb) {
+                           plus_u32 qbar, float* kb, float* so) {
   const int w = (int)threadIdx.x / 128 - 1;           // consumer index
   const int wt = (int)threadIdx.x % 128, warp = wt / 32, lane = wt % 32;
   const int g = lane >> 2, q = lane & 3;
@@ -192,19 +195,31 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
     }
   }
 
-  // ---- normalise and store; l == 0: the row saw no key (all masked), its output is 0 (or NaN) ----
+  // ---- normalise and store; l == 0: the row saw no key (all masked), its output is 0 (or NaN). Through the
+  // warpgroup's Q tile (its wgmma reads are retired), EW columns at a time as fp32 [64][ESTR], so that each
+  // half warp hands EW consecutive d of one row to the output hook: whole sectors whatever it stores ----
+  float inv[2];
 #pragma unroll
   for (int rh = 0; rh < 2; ++rh) {
     const float lsum = row_sum<4>(l[rh]);
-    const float inv = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
-    const int p = r0 + 8 * rh;
-    if (p < t.rows) {
+    inv[rh] = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
+  }
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        const int d = n * 8 + 2 * q;
-        plus_attn_out(args, t.b, t.h, p, d, o[4 * n + 2 * rh] * inv);
-        plus_attn_out(args, t.b, t.h, p, d + 1, o[4 * n + 2 * rh + 1] * inv);
-      }
+  for (int c0 = 0; c0 < D; c0 += EW) {
+    plus_named_sync(1 + w, 128);                      // the previous chunk is read (first: Q's last reader retired)
+#pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+      const int r = 16 * warp + g + 8 * rh;
+#pragma unroll
+      for (int n = c0 / 8; n < (c0 + EW) / 8; ++n)
+        *reinterpret_cast<float2*>(so + r * ESTR + n * 8 - c0 + 2 * q) =
+            make_float2(o[4 * n + 2 * rh] * inv[rh], o[4 * n + 2 * rh + 1] * inv[rh]);
+    }
+    plus_named_sync(1 + w, 128);
+#pragma unroll
+    for (int i = 0; i < 64 * EW / 128; ++i) {
+      const int r = wt / EW + (128 / EW) * i, p = t.q0 + 64 * w + r;
+      if (p < t.rows) plus_attn_out(args, t.b, t.h, p, c0 + wt % EW, so[r * ESTR + wt % EW]);
     }
   }
 }
@@ -274,6 +289,8 @@ extern "C" __global__ void __launch_bounds__(PLUS_WARPS * 32, 1)
     if (threadIdx.x == 0) producer(args, t, maps, smem, full, empty, qbar);
   } else {
     if (SETMAXNREG) plus_setmaxnreg_inc<CONSUMER_REGS>();
-    wg_attention(args, t, smem, full, empty, qbar, kb + ((int)threadIdx.x / 128 - 1) * BKV);
+    const int w = (int)threadIdx.x / 128 - 1;
+    float* so = reinterpret_cast<float*>(plus_attn_smem + (smem - smem_raw) + w * DBOX * Q_BOX_BYTES);
+    wg_attention(args, t, smem, full, empty, qbar, kb + w * BKV, so);
   }
 }

@@ -67,7 +67,7 @@ def test_plain_attention_takes_the_body_with_three_maps(D, dtype):
     rd = rendered(attention(D, dtype))
     assert wgmma_variants(rd) == [f"wg_d{D}_q128_kv128_s2"], [v.name for v in rd.variants]
     text = rd.plan.text()
-    assert text.count("\ntmap ") == 3 and f" 64 128 1 128\n" in text and " 64 64 1 128\n" in text
+    assert text.count("\ntmap ") == 3 and " 64 128 1 128\n" in text and " 64 64 1 128\n" in text
     assert f"tmap {dtype} 3 in" in text
 
 

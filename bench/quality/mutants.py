@@ -258,7 +258,7 @@ CATALOGUE = [
       "SIMT: fully masked rows are left unwritten instead of 0 (guarded) / NaN", ["attention_simt"]),
     # ---- attention.cuh: tensor cores (f16/bf16 and TF32 share the schedule) --------------------------------
     M("attn_tc_no_rescale_l", "attention_f16", ATTN_T + "attention.cuh",
-      "      m[rh] = m_new;\n      l[rh] *= alpha;\n", "      m[rh] = m_new;\n",
+      "    m[rh] = m_new;\n    l[rh] *= alpha;\n", "    m[rh] = m_new;\n",
       "tensor-core online softmax: the running sum is not rescaled when the maximum grows",
       ["attention_f16", "attention_tf32"]),
     M("attn_f16_p_fragment", "attention_f16", ATTN_T + "attention.cuh",
@@ -452,10 +452,10 @@ CATALOGUE = [
       "plus_mbar_wait(full + 8 * stage, phase);", "plus_mbar_wait(full + 8 * stage, phase ^ 1u);",
       "consumers wait on the other parity of a stage's full barrier: wgmma reads K/V before the copy lands",
       ["attention_wgmma"]),
-    M("wg_attn_rescale_dropped", "attention_wgmma", ATTN_T + "attention_sm90a.cuh",
-      "        o[4 * n + 2 * rh] *= alpha;\n", "",
-      "the online softmax no longer rescales half of O's columns when a key tile raises a row's maximum",
-      ["attention_wgmma"]),
+    M("wg_attn_rescale_dropped", "attention_wgmma", ATTN_T + "attention.cuh",
+      "      o[n][2 * rh] *= alpha;\n", "",
+      "the tensor-core online softmax (shared by the mma.sync and sm_90a bodies) no longer rescales half of O's "
+      "columns when a key tile raises a row's maximum", ["attention_wgmma"]),
     M("wg_attn_route_slower_wins", "attention_wgmma", ATTN_T + "routes.py",
       "if us is not None and us < today:", "if us is not None and us > today:",
       "the route takes the sm_90a body where the model says it is slower (and never where it is faster)",

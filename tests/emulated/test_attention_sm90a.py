@@ -4,7 +4,7 @@ tiles with ragged edges: head dims 64 and 128, f16 and bf16, non-causal and caus
 hook), an additive mask with -inf entries, a key-padding term (the key-bias hook), fully masked rows, Sq < 64
 (a consumer with no real row), Sq > Skv; and the planted bugs the checkers or the comparison must catch: a Q box
 off by one row, expect_tx short, the consumers' or the producer's barrier phase flipped, a stage released before
-its wgmma retired, a V descriptor stride off, the softmax rescale dropped."""
+its wgmma retired, a V descriptor stride off, P's fragment halves swapped."""
 from __future__ import annotations
 
 import numpy as np
@@ -99,10 +99,10 @@ def test_producer_phase_flipped_deadlocks():
 def test_stage_released_before_its_wgmma_retired_is_caught():
     """The consumer releases the stage while its P·V group still reads V: the producer's next copy into the stage
     writes an in-flight wgmma operand (or the consumers' later reads find it rewritten)."""
-    mutate = _mutated("    plus_wgmma_commit();\n    plus_wgmma_wait<0>();\n    plus_wgmma_fence_regs(o);\n"
+    mutate = _mutated("    plus_wgmma_commit();\n    plus_wgmma_wait<0>();\n    plus_wgmma_fence_regs(of);\n"
                       "    if (wt == 0) plus_mbar_arrive(empty + 8 * stage);",
                       "    if (wt == 0) plus_mbar_arrive(empty + 8 * stage);\n    plus_wgmma_commit();\n"
-                      "    plus_wgmma_wait<0>();\n    plus_wgmma_fence_regs(o);")
+                      "    plus_wgmma_wait<0>();\n    plus_wgmma_fence_regs(of);")
     try:
         got, ref, findings, _ = W.run(D64, 1, 1, 128, 512, mutate=mutate)
     except PtxError as e:
@@ -117,7 +117,9 @@ def test_v_descriptor_stride_off_is_a_wrong_result():
     assert not np.allclose(got, ref, atol=1e-2)
 
 
-def test_rescale_dropped_is_a_wrong_result():
+def test_p_fragment_halves_swapped_is_a_wrong_result():
+    """P's A fragment with its row halves swapped (rows g and g + 8 of a k16 slice exchanged)."""
     got, ref, findings, _ = W.run(D64, 1, 1, 64, 300, mutate=_mutated(
-        "        o[4 * n + 2 * rh] *= alpha;\n", ""))
+        "      a[1] = PlusMma16<T>::pack(s[2 * kk][2], s[2 * kk][3]);",
+        "      a[1] = PlusMma16<T>::pack(s[2 * kk][0], s[2 * kk][1]);"))
     assert not np.allclose(got, ref, atol=1e-2)

@@ -353,6 +353,42 @@ PLUS_DEV float row_sum(float x) {
   return x;
 }
 
+// One key tile of the tensor-core paths' online softmax, on a thread's accumulator fragments (n8 tile n, element
+// e: rows g (e < 2) and g + 8 of its warp's 16, shared by the 4 threads of a quad): per row half rh, the tile's
+// maximum raises the running m, O and l are rescaled by exp(m_old - m_new), and the logits s become
+// p = exp(s - m) (unnormalised; l sums them). exp2f in base 2, (s - m) first: an additive mask of the float's
+// lowest value (transformers' padding) puts every logit of a row, or of a split's share of it, near -3.4e38,
+// where m * LOG2E would overflow to -inf.
+template <int NS, int NO>
+PLUS_DEV void online_softmax(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2], float (&l)[2]) {
+#pragma unroll
+  for (int rh = 0; rh < 2; ++rh) {
+    float mx = -CUDART_INF_F;
+#pragma unroll
+    for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * rh], s[n][2 * rh + 1]));
+    mx = row_max<4>(mx);
+    const float m_new = fmaxf(m[rh], mx);
+    const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;  // nothing visible yet: exp -> 0, no NaN
+    const float alpha = exp2f((m[rh] - m_use) * LOG2E);
+    m[rh] = m_new;
+    l[rh] *= alpha;
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+      o[n][2 * rh] *= alpha;
+      o[n][2 * rh + 1] *= alpha;
+    }
+#pragma unroll
+    for (int n = 0; n < NS; ++n) {
+#pragma unroll
+      for (int e = 2 * rh; e < 2 * rh + 2; ++e) {
+        const float p = exp2f((s[n][e] - m_use) * LOG2E);
+        l[rh] += p;
+        s[n][e] = p;
+      }
+    }
+  }
+}
+
 // Run-time tile setup shared by both paths. (Statements in the order of the plain form: ptxas's register
 // allocation of the big tensor-core configs follows it closely.)
 PLUS_DEV Tile make_tile(const PlusArgs& args) {
@@ -904,34 +940,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
         s[n][3] = logit(args, t, i1, j + 1, s[n][3], kb1);
       }
     }
-#pragma unroll
-    for (int rh = 0; rh < 2; ++rh) {
-      float mx = -CUDART_INF_F;
-#pragma unroll
-      for (int n = 0; n < NKT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * rh], s[n][2 * rh + 1]));
-      mx = row_max<4>(mx);
-      const float m_new = fmaxf(m[rh], mx);
-      const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;  // nothing visible yet: exp -> 0, no NaN
-      const float alpha = exp2f((m[rh] - m_use) * LOG2E);
-      m[rh] = m_new;
-      l[rh] *= alpha;
-#pragma unroll
-      for (int n = 0; n < NDT; ++n) {
-        o[n][2 * rh] *= alpha;
-        o[n][2 * rh + 1] *= alpha;
-      }
-      // (s - m) first: an additive mask of the float's lowest value (transformers' padding) puts every logit
-      // of a row, or of a split's share of it, near -3.4e38, where m * LOG2E would overflow to -inf
-#pragma unroll
-      for (int n = 0; n < NKT; ++n) {
-#pragma unroll
-        for (int e = 2 * rh; e < 2 * rh + 2; ++e) {
-          const float p = exp2f((s[n][e] - m_use) * LOG2E);
-          l[rh] += p;
-          s[n][e] = p;
-        }
-      }
-    }
+    online_softmax(s, o, m, l);
 
     plus_cp_async_wait<0>();
     __syncthreads();  // V(kt) visible; every warp is done reading K(kt)

@@ -72,7 +72,7 @@ constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = CONSUMERS == 2 ? 232 : 160;
 // The logits of a thread's S fragments (rows r0, r0 + 8; keys kv0 + 8n + 2q, + 1): logit() with its bounds
 // checks (CHECKED) or, for a warp whose rows and keys all lie inside the problem, the hooks alone.
 template <bool CHECKED>
-PLUS_DEV void logits(const PlusArgs& args, const Tile& t, float (&s)[BKV / 2], const float* kb, int r0, int kv0,
+PLUS_DEV void logits(const PlusArgs& args, const Tile& t, float (&s)[BKV / 8][4], const float* kb, int r0, int kv0,
                      int q) {
 #pragma unroll
   for (int n = 0; n < BKV / 8; ++n) {
@@ -81,10 +81,10 @@ PLUS_DEV void logits(const PlusArgs& args, const Tile& t, float (&s)[BKV / 2], c
       const int p = r0 + 8 * (e >> 1), j = kv0 + n * 8 + 2 * q + (e & 1);
 #ifdef PLUS_HAS_KEY_BIAS
       const float kbe = kb[n * 8 + 2 * q + (e & 1)];
-      s[4 * n + e] = CHECKED ? logit(args, t, p, j, s[4 * n + e], kbe) : plus_score(args, t.b, t.h, p, j, s[4 * n + e]) + kbe;
+      s[n][e] = CHECKED ? logit(args, t, p, j, s[n][e], kbe) : plus_score(args, t.b, t.h, p, j, s[n][e]) + kbe;
 #else
       (void)kb;
-      s[4 * n + e] = CHECKED ? logit(args, t, p, j, s[4 * n + e]) : plus_score(args, t.b, t.h, p, j, s[4 * n + e]);
+      s[n][e] = CHECKED ? logit(args, t, p, j, s[n][e]) : plus_score(args, t.b, t.h, p, j, s[n][e]);
 #endif
     }
   }
@@ -103,9 +103,12 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
   const plus_u64 desc_k = plus_wgmma_desc_sw128(skv, 16, 1024);
   const plus_u64 desc_v = plus_wgmma_desc_sw128(skv + KV_BYTES, KV_BOX_BYTES, 1024);   // MN-major: LBO = d boxes
 
-  float o[D / 2];
+  // accumulators as n8 tiles [n][e] (the mma.sync layout: wgmma's register 4n + e); the wgmma wrappers take
+  // them flat
+  float o[D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float (&of)[D / 2] = reinterpret_cast<float (&)[D / 2]>(o);
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float l[2] = {0.0f, 0.0f};
   plus_mbar_wait(qbar, 0);
@@ -124,19 +127,20 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
     const plus_u64 step = (plus_u64)((plus_u32)stage * (STAGE_BYTES >> 4));
 
     // ---- S = Q K^T: D/16 k-steps; a step moves 32 bytes along a swizzled 128-byte row, 4 steps a d box ----
-    float s[BKV / 2];                                 // the first k-step overwrites (scale-d 0)
+    float s[BKV / 8][4];                              // the first k-step overwrites (scale-d 0)
+    float (&sf)[BKV / 2] = reinterpret_cast<float (&)[BKV / 2]>(s);
     plus_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const plus_u64 dq = desc_q + (plus_u64)(((kk / 4) * Q_BOX_BYTES + (kk % 4) * 32) >> 4);
       const plus_u64 dk = desc_k + step + (plus_u64)(((kk / 4) * KV_BOX_BYTES + (kk % 4) * 32) >> 4);
-      plus_wgmma_m64k16<T, BKV, 0>(s, dq, dk, kk > 0);
+      plus_wgmma_m64k16<T, BKV, 0>(sf, dq, dk, kk > 0);
     }
     plus_wgmma_commit();
     plus_wgmma_wait<0>();
-    plus_wgmma_fence_regs(s);
+    plus_wgmma_fence_regs(sf);
 
-    // ---- logits and online softmax: s[4n + e] is the mma.sync layout's n8 tile n, element e (rows r0, r0 + 8)
+    // ---- logits and online softmax (attention.cuh online_softmax) on rows r0, r0 + 8
     if (tile_needs_mask(t, kv0, t.q0 + 64 * w + 16 * warp, 16)) {
       // the warp's 16 rows and the tile's keys all inside the problem: the hooks without the bounds checks
       if (kv0 + BKV <= t.Skv && t.q0 + 64 * w + 16 * warp + 16 <= t.rows)
@@ -144,50 +148,25 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
       else
         logits<true>(args, t, s, kb, r0, kv0, q);
     }
-#pragma unroll
-    for (int rh = 0; rh < 2; ++rh) {
-      float mx = -CUDART_INF_F;
-#pragma unroll
-      for (int n = 0; n < BKV / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * rh], s[4 * n + 2 * rh + 1]));
-      mx = row_max<4>(mx);
-      const float m_new = fmaxf(m[rh], mx);
-      const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;  // nothing visible yet: exp -> 0, no NaN
-      const float alpha = exp2f((m[rh] - m_use) * LOG2E);
-      m[rh] = m_new;
-      l[rh] *= alpha;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[4 * n + 2 * rh] *= alpha;
-        o[4 * n + 2 * rh + 1] *= alpha;
-      }
-#pragma unroll
-      for (int n = 0; n < BKV / 8; ++n) {
-#pragma unroll
-        for (int e = 2 * rh; e < 2 * rh + 2; ++e) {
-          const float p = exp2f((s[4 * n + e] - m_use) * LOG2E);
-          l[rh] += p;
-          s[4 * n + e] = p;
-        }
-      }
-    }
+    online_softmax(s, o, m, l);
 
     // ---- O += P V: P's k16 slice kk is {S tile 2kk rows g / g+8, S tile 2kk+1 rows g / g+8} as 16-bit pairs;
     // V's 16 keys of step kk are 16 swizzled 128-byte rows further (2048 bytes) ----
-    plus_wgmma_fence_regs(o);
+    plus_wgmma_fence_regs(of);
     plus_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BKV / 16; ++kk) {
       plus_u32 a[4];
-      a[0] = PlusMma16<T>::pack(s[8 * kk], s[8 * kk + 1]);
-      a[1] = PlusMma16<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
-      a[2] = PlusMma16<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
-      a[3] = PlusMma16<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
+      a[0] = PlusMma16<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = PlusMma16<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = PlusMma16<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = PlusMma16<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       const plus_u64 dv = desc_v + step + (plus_u64)((kk * 16 * 128) >> 4);
-      plus_wgmma_m64k16_rs<T, D, 1>(o, a, dv);
+      plus_wgmma_m64k16_rs<T, D, 1>(of, a, dv);
     }
     plus_wgmma_commit();
     plus_wgmma_wait<0>();
-    plus_wgmma_fence_regs(o);
+    plus_wgmma_fence_regs(of);
     if (wt == 0) plus_mbar_arrive(empty + 8 * stage);    // this consumer is done with the stage
     if (++stage == STAGES) {
       stage = 0;
@@ -213,7 +192,7 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
 #pragma unroll
       for (int n = c0 / 8; n < (c0 + EW) / 8; ++n)
         *reinterpret_cast<float2*>(so + r * ESTR + n * 8 - c0 + 2 * q) =
-            make_float2(o[4 * n + 2 * rh] * inv[rh], o[4 * n + 2 * rh + 1] * inv[rh]);
+            make_float2(o[n][2 * rh] * inv[rh], o[n][2 * rh + 1] * inv[rh]);
     }
     plus_named_sync(1 + w, 128);
 #pragma unroll

@@ -1,11 +1,11 @@
 """Which attentions the sm_90a body (attention_sm90a.cuh) serves, rendered without compiling: plain f16/bf16
-[B, H, S, D] Q, K (under a Transpose) and V at head dims 64 and 128 on sm_90a, with its three tmap records; and
-every form it must refuse, which keeps the mma.sync body: other archs, fp32, other head dims, a materialised Kᵀ,
+[B, H, S, D] Q, K (under a Transpose) and V at head dims 64 and 128 on sm_90a, with its three tmap records;
+a materialised Kᵀ (behind a `Skv % 8 == 0` route when Skv is symbolic); and every form it must refuse, which
+keeps the mma.sync body: other archs, fp32, other head dims, a materialised Kᵀ of a length not a multiple of 8,
 K computed inside the subgraph (RoPE-like), grouped-query K/V, DeBERTa's batched [B*H, S, D] products, a config
 the build excluded. The route takes the body only where kernels/perfmodel.py models it faster."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from onnx import TensorProto
 
@@ -15,40 +15,9 @@ from plus_ep.kernels.families.flash_attention import routes as ar
 from plus_ep.kernels.render import render
 from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
-from tests.support.graphs import Graph
+from tests.support.wg_attention_cases import attention_graph as attention
 
 F16, BF16, F32 = TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT
-
-
-def attention(D=64, dtype=F16, S="seq", B="batch", H=4, form="plain"):
-    """softmax(Q·Kᵀ·D^-0.5 + key padding mask)·V; `form`: plain | key_major (Kᵀ an input) | rope (K scaled by a
-    tensor inside the subgraph) | gqa (K, V with H/2 heads, repeated) | batched ([B*H, S, D] products)."""
-    g = Graph("attn", opset=18, ir_version=10)
-    npdt = {F16: np.float16, BF16: np.float32, F32: np.float32}[dtype]
-    hk = H // 2 if form == "gqa" else H
-    lead = [B, H] if form != "batched" else [f"{B}*{H}" if isinstance(B, str) else B * H]
-    g.input("q", lead + [S, D], dtype)
-    g.input("k", ([B, hk, D, S] if form == "key_major" else [B, hk, S, D]) if form != "batched" else lead + [S, D], dtype)
-    g.input("v", [B, hk, S, D] if form != "batched" else lead + [S, D], dtype)
-    scale = g.init("scale", np.array(D ** -0.5, npdt)) if dtype != BF16 else \
-        g.op("Cast", g.init("scale32", np.array(D ** -0.5, np.float32)), to=BF16)
-    k, v = "k", "v"
-    if form == "rope":
-        g.input("cos", [S, D], dtype)
-        k = g.op("Mul", k, "cos")
-    if form == "gqa":
-        shape = g.init("rep", np.array([1, 1, 2, 1, 1], np.int64))
-        full = g.init("full", np.array([0, H, -1, D], np.int64))
-        k = g.op("Reshape", g.op("Expand", g.op("Unsqueeze", k, g.init("ax", np.array([2], np.int64))), shape), full)
-        v = g.op("Reshape", g.op("Expand", g.op("Unsqueeze", v, "ax"), shape), full)
-    kt = k if form == "key_major" else g.op("Transpose", k, perm=[0, 2, 1] if form == "batched" else [0, 1, 3, 2])
-    s = g.op("Mul", g.op("MatMul", "q", kt), scale)
-    if form != "batched":
-        g.input("mask", [B, 1, 1, S], dtype)
-        s = g.op("Add", s, "mask")
-    g.op("MatMul", g.op("Softmax", s, axis=-1), v, out="o")
-    g.output("o", lead + [S, D], dtype)
-    return g.model()
 
 
 def rendered(model, arch="sm_90a", excluded=frozenset()):
@@ -77,13 +46,27 @@ def test_other_archs_keep_mma_sync(arch):
     assert not wgmma_variants(rd) and "\ntmap " not in rd.plan.text()
 
 
-@pytest.mark.parametrize("kw", [dict(D=80), dict(D=32), dict(D=256), dict(dtype=F32), dict(form="key_major"),
+@pytest.mark.parametrize("kw", [dict(D=80), dict(D=32), dict(D=256), dict(dtype=F32), dict(form="key_major", S=131),
                                 dict(form="rope"), dict(form="gqa", H=4), dict(form="batched", B=2)],
-                         ids=["d80", "d32", "d256", "fp32", "key-major", "rope", "gqa", "batched"])
+                         ids=["d80", "d32", "d256", "fp32", "key-major-skv-131", "rope", "gqa", "batched"])
 def test_forms_it_cannot_read_keep_mma_sync(kw):
     rd = rendered(attention(**kw))
     assert not wgmma_variants(rd), [v.name for v in rd.variants]
     assert "\ntmap " not in rd.plan.text()
+
+
+def test_materialised_kt_takes_the_body_where_its_rows_are_whole_chunks():
+    """Kᵀ an input [B, H, D, Skv] (BERT's Q/K/V group stores it): its tensor map's row stride Skv must be a multiple
+    of 8 f16 elements, so a symbolic Skv gets the body behind `Skv % 8 == 0` and today's routes after it; a static
+    one that is a multiple of 8 takes it unguarded."""
+    rd = rendered(attention(64, form="key_major"))
+    assert wgmma_variants(rd) == ["wg_d64_q128_kv128_s2"]
+    routes = [ln for ln in rd.plan.text().splitlines() if ln.startswith("route ")]
+    assert routes[0].endswith(",8,%,0,==") and routes[-1].endswith(" 1") and len(routes) >= 2, routes
+    assert "#define PLUS_K_KEY_MAJOR 1" in rd.variants[0].source
+    assert "\ntmap 10 3 in 1 0 s" in rd.plan.text() and " 64 64 1 128\n" in rd.plan.text()
+    rd = rendered(attention(64, form="key_major", S=136))
+    assert wgmma_variants(rd) == ["wg_d64_q128_kv128_s2"] and len(rd.plan.routes) == 1
 
 
 def test_an_excluded_config_falls_back():

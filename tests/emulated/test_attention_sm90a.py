@@ -2,7 +2,7 @@
 and consumer warpgroups) on the PTX interpreter against float64 numpy, at shapes spanning several query and key
 tiles with ragged edges: head dims 64 and 128, f16 and bf16, non-causal and causal (bottom-right, through the score
 hook), an additive mask with -inf entries, a key-padding term (the key-bias hook), fully masked rows, Sq < 64
-(a consumer with no real row), Sq > Skv; and the planted bugs the checkers or the comparison must catch: a Q box
+(a consumer with no real row), Sq > Skv, K as a materialised Kᵀ (a 64-key box past Skv); and the planted bugs the checkers or the comparison must catch: a Q box
 off by one row, expect_tx short, the consumers' or the producer's barrier phase flipped, a stage released before
 its wgmma retired, a V descriptor stride off, P's fragment halves swapped."""
 from __future__ import annotations
@@ -34,11 +34,14 @@ CASES = [
     (D64, dict(B=2, H=1, Sq=65, Skv=129, mask=True, key_bias=True, masked_rows=True)),
     (D128, dict(B=2, H=1, Sq=129, Skv=64, dtype="__nv_bfloat16", key_bias=True)),
     (D128, dict(B=1, H=1, Sq=33, Skv=257, mask=True)),
+    (D64, dict(B=2, H=1, Sq=130, Skv=200, key_major=True)),
+    (D128, dict(B=1, H=2, Sq=77, Skv=136, causal=True, key_bias=True, key_major=True)),
 ]
 
 
 @pytest.mark.parametrize("cfg,kw", CASES, ids=["d64", "d128-causal", "d64-causal-sq-gt-skv", "d64-masks",
-                                               "d128-bf16-keybias", "d128-short-q-mask"])
+                                               "d128-bf16-keybias", "d128-short-q-mask", "d64-kt",
+                                               "d128-kt-causal-keybias-last-box-past-skv"])
 def test_matches_float64(cfg, kw):
     got, ref, findings, r = W.run(cfg, **kw)
     _ok(got, ref, findings, kw.get("dtype", "half"))

@@ -26,6 +26,7 @@
 //
 // Tensor maps (the kernel's second parameter, from the plan's `tmap` records): maps.m[0] Q over (D, Sq,
 // B * H), m[1] K and m[2] V over (D, Skv, B * H); boxes [64][64] (Q) and [64][BKV] (K, V), 128-byte swizzle.
+// PLUS_K_KEY_MAJOR 1: K is a materialised Kᵀ, m[1] over (Skv, D, B * H) in [64 keys][D] boxes (MN-major B).
 // Not served here (the routes keep the mma.sync body for them): KV caches, grouped-query packing, split-KV,
 // head dims other than 64 and 128, operands that are not plain [B, H, S, D] tensors.
 #pragma once
@@ -63,6 +64,12 @@ constexpr int KV_BOX_BYTES = BKV * 128;            // [BKV keys][64 d]
 constexpr int Q_BYTES = CONSUMERS * DBOX * Q_BOX_BYTES;
 constexpr int KV_BYTES = DBOX * KV_BOX_BYTES;      // one K (or V) tile
 constexpr int STAGE_BYTES = 2 * KV_BYTES;          // K then V
+// K from a materialised Kᵀ (PLUS_K_KEY_MAJOR: keys contiguous): BKV/64 boxes [D d][64 keys], the MN-major B of
+// Q·Kᵀ (64 keys a swizzled 128-byte row, d rows 128 bytes apart, 8-row groups 1024); else DBOX boxes
+// [BKV keys][64 d], the K-major B
+constexpr bool KT = PLUS_K_KEY_MAJOR;
+constexpr int KT_BOX_BYTES = D * 128;
+static_assert(!KT || BKV % 64 == 0, "attention_sm90a: a materialised Kᵀ takes key tiles of whole 64-key boxes");
 constexpr int EW = 16, ESTR = EW + 4;              // epilogue: columns per chunk, fp32 row stride of its staging
 static_assert(64 * ESTR * 4 <= DBOX * Q_BOX_BYTES, "attention_sm90a: the output chunk fits the consumer's Q tile");
 // Registers: with two or more consumers the producer warpgroup gives its own to them (65536 per SM).
@@ -100,7 +107,7 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
   const int r0 = t.q0 + 64 * w + 16 * warp + g;       // this thread's rows r0 and r0 + 8
   const plus_u32 sq = smem + (plus_u32)(w * DBOX * Q_BOX_BYTES), skv = smem + Q_BYTES;
   const plus_u64 desc_q = plus_wgmma_desc_sw128(sq, 16, 1024);
-  const plus_u64 desc_k = plus_wgmma_desc_sw128(skv, 16, 1024);
+  const plus_u64 desc_k = plus_wgmma_desc_sw128(skv, KT ? KT_BOX_BYTES : 16, 1024);
   const plus_u64 desc_v = plus_wgmma_desc_sw128(skv + KV_BYTES, KV_BOX_BYTES, 1024);   // MN-major: LBO = d boxes
 
   // accumulators as n8 tiles [n][e] (the mma.sync layout: wgmma's register 4n + e); the wgmma wrappers take
@@ -133,8 +140,8 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const plus_u64 dq = desc_q + (plus_u64)(((kk / 4) * Q_BOX_BYTES + (kk % 4) * 32) >> 4);
-      const plus_u64 dk = desc_k + step + (plus_u64)(((kk / 4) * KV_BOX_BYTES + (kk % 4) * 32) >> 4);
-      plus_wgmma_m64k16<T, BKV, 0>(sf, dq, dk, kk > 0);
+      const plus_u64 dk = desc_k + step + (plus_u64)((KT ? kk * 16 * 128 : (kk / 4) * KV_BOX_BYTES + (kk % 4) * 32) >> 4);
+      plus_wgmma_m64k16<T, BKV, KT ? 1 : 0>(sf, dq, dk, kk > 0);
     }
     plus_wgmma_commit();
     plus_wgmma_wait<0>();
@@ -226,9 +233,13 @@ PLUS_DEV void producer(const PlusArgs& args, const Tile& t, const PlusTmaps& map
     const plus_u32 sk = smem + Q_BYTES + (plus_u32)(stage * STAGE_BYTES), sv = sk + KV_BYTES;
 #pragma unroll
     for (int c = 0; c < DBOX; ++c) {
-      plus_tma_load_3d(sk + (plus_u32)(c * KV_BOX_BYTES), &maps.m[1], 64 * c, kt * BKV, bkv, bar);
+      if (!KT) plus_tma_load_3d(sk + (plus_u32)(c * KV_BOX_BYTES), &maps.m[1], 64 * c, kt * BKV, bkv, bar);
       plus_tma_load_3d(sv + (plus_u32)(c * KV_BOX_BYTES), &maps.m[2], 64 * c, kt * BKV, bkv, bar);
     }
+    // Kᵀ: a 64-key box wholly past Skv would bring only fill: it loads Skv's last keys (their logits are -inf)
+#pragma unroll
+    for (int c = 0; c < (KT ? BKV / 64 : 0); ++c)
+      plus_tma_load_3d(sk + (plus_u32)(c * KT_BOX_BYTES), &maps.m[1], min(kt * BKV + 64 * c, t.Skv - 1), 0, bkv, bar);
     if (++stage == STAGES) {
       stage = 0;
       phase ^= 1u;

@@ -11,7 +11,6 @@ import onnx
 
 import plus_ep
 from plus_ep.rewrite import rewrite_detailed
-from tests.emulated.test_attention_head_dims import causal_attention
 from tests.support.golden import wgmma_attention_model
 from tests.support.wg_attention_cases import attention_graph
 
@@ -34,8 +33,8 @@ def test_causal_padded_d128_odd_lengths(tmp_path):
     pad = np.zeros((2, 1, 1, S), np.float16)
     pad[1, ..., S - 70:] = -np.inf                   # batch row 1: a whole key tile and part of another hidden
     feeds = {t: rng.standard_normal((2, 3, S, 128)).astype(np.float16) for t in "qkv"}
-    feeds.update(causal=np.tril(np.ones((S, S), bool))[None, None], pad=pad)
-    _verify(tmp_path, causal_attention(S, 128, onnx.TensorProto.FLOAT16), inputs=feeds)
+    feeds.update(causal=np.tril(np.ones((S, S), bool))[None, None], mask=pad)
+    _verify(tmp_path, attention_graph(128, S=S, B=2, H=3, form="causal"), inputs=feeds)
 
 
 def test_symbolic_encoder_d64(tmp_path):

@@ -130,7 +130,9 @@ def reference(q, k, v, scale, bias, causal):
 
 def attention_graph(D=64, dtype=TensorProto.FLOAT16, S="seq", B="batch", H=4, form="plain"):
     """softmax(Q·Kᵀ·D^-0.5 + key padding mask)·V; `form`: plain | key_major (Kᵀ an input) | rope (K scaled by a
-    tensor inside the subgraph) | gqa (K, V with H/2 heads, repeated) | batched ([B*H, S, D] products)."""
+    tensor inside the subgraph) | gqa (K, V with H/2 heads, repeated) | batched ([B*H, S, D] products) | causal
+    (a decoder's block: a bool causal mask input [1, 1, S, S] through Where(mask, 0, -inf) added before the
+    padding mask, and the NaN guard Where(IsNaN(p), 0, p) after the Softmax)."""
     g = Graph("attn", opset=18, ir_version=10)
     npdt = np.float16 if dtype == TensorProto.FLOAT16 else np.float32
     hk = H // 2 if form == "gqa" else H
@@ -151,9 +153,16 @@ def attention_graph(D=64, dtype=TensorProto.FLOAT16, S="seq", B="batch", H=4, fo
         v = g.op("Reshape", g.op("Expand", g.op("Unsqueeze", v, "ax"), shape), full)
     kt = k if form == "key_major" else g.op("Transpose", k, perm=[0, 2, 1] if form == "batched" else [0, 1, 3, 2])
     s = g.op("Mul", g.op("MatMul", "q", kt), scale)
+    if form == "causal":
+        g.input("causal", [1, 1, S, S], TensorProto.BOOL)
+        zero, ninf = g.init("zero", np.array(0, npdt)), g.init("ninf", np.array(-np.inf, npdt))
+        s = g.op("Add", s, g.op("Where", "causal", zero, ninf))
     if form != "batched":
         g.input("mask", [B, 1, 1, S], dtype)
         s = g.op("Add", s, "mask")
-    g.op("MatMul", g.op("Softmax", s, axis=-1), v, out="o")
+    p = g.op("Softmax", s, axis=-1)
+    if form == "causal":
+        p = g.op("Where", g.op("IsNaN", p), zero, p)
+    g.op("MatMul", p, v, out="o")
     g.output("o", lead + [S, D], dtype)
     return g.model()

@@ -135,6 +135,22 @@ def main(argv=None) -> int:
     from plus_ep.kernels.families.flash_attention import configs as ac
     t0 = time.perf_counter()
     rows, runs = [], []
+    table = issue_table() if a.table else None
+    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "what": ("the sm_90a attention body beside today's mma.sync kernel, fp16 prefill b1 x "
+                    f"{a.heads} heads x seq {a.seq}, MODELLED on an H100 SXM5 from the PTX interpreter's counts "
+                    f"({a.sample_ctas} CTAs sampled per launch, counts scaled; DRAM bytes = compulsory)"),
+           "note": "MODELLED, not measured; not verified on a GPU",
+           "machine": "2-core AMD EPYC (shared)", "env": env_info(),
+           "command": "python -m bench.runs.attention_sm90a " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "peak_fp16_tflops": round(perfmodel.part("sm_90a").peak("fp16") / 1e12, 1),
+           "issue_targets": {"head_dim_128": 0.55, "head_dim_64": 0.45},
+           "rows": rows, "issue_table": table, "runs": runs}
+
+    def save():       # after every row: a crash at exit (the emulated driver's unload) loses nothing
+        out["wall_s"] = round(time.perf_counter() - t0, 1)
+        if a.out:
+            pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for dim in (int(x) for x in a.dims.split(",")):
         for causal in (False, True):
             model = attention_model(1, a.heads, a.seq, dim, causal)
@@ -151,19 +167,8 @@ def main(argv=None) -> int:
                 runs.append({**what, "rewrite_s": r["rewrite_s"], "profile_s": r["profile_s"], "node": node})
                 print(json.dumps({k: rows[-1][k] for k in ("kernel", "head_dim", "causal", "modelled_us",
                                                            "efficiency", "efficiency_executed", "bound")}), flush=True)
-    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "what": ("the sm_90a attention body beside today's mma.sync kernel, fp16 prefill b1 x "
-                    f"{a.heads} heads x seq {a.seq}, MODELLED on an H100 SXM5 from the PTX interpreter's counts "
-                    f"({a.sample_ctas} CTAs sampled per launch, counts scaled; DRAM bytes = compulsory)"),
-           "note": "MODELLED, not measured; not verified on a GPU",
-           "machine": "2-core AMD EPYC (shared)", "env": env_info(),
-           "command": "python -m bench.runs.attention_sm90a " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "peak_fp16_tflops": round(perfmodel.part("sm_90a").peak("fp16") / 1e12, 1),
-           "issue_targets": {"head_dim_128": 0.55, "head_dim_64": 0.45},
-           "rows": rows, "issue_table": issue_table() if a.table else None,
-           "wall_s": round(time.perf_counter() - t0, 1), "runs": runs}
-    if a.out:
-        pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+                save()
+    save()
     return 0
 
 

@@ -118,10 +118,24 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
   float (&of)[D / 2] = reinterpret_cast<float (&)[D / 2]>(o);
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F};
   float l[2] = {0.0f, 0.0f};
-  plus_mbar_wait(qbar, 0);
-
   int stage = 0;
   plus_u32 phase = 0;
+  if (t.q0 + 64 * w >= t.rows) {
+    // no row of this warpgroup lies in the problem (Sq <= 64 in the last query tile): it only releases each
+    // stage, after its copy landed (so its arrival counts in the phase the producer waits on next)
+#pragma unroll 1
+    for (int kt = t.kt0; kt < t.kt1; ++kt) {
+      plus_mbar_wait(full + 8 * stage, phase);
+      if (wt == 0) plus_mbar_arrive(empty + 8 * stage);
+      if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+    return;
+  }
+  plus_mbar_wait(qbar, 0);
+
 #pragma unroll 1
   for (int kt = t.kt0; kt < t.kt1; ++kt) {
     const int kv0 = kt * BKV;

@@ -460,6 +460,10 @@ CATALOGUE = [
       "if us is not None and us < today:", "if us is not None and us > today:",
       "the route takes the sm_90a body where the model says it is slower (and never where it is faster)",
       ["attention_wgmma"]),
+    M("interp_wgmma_a_regs_rows_cols", "interpreter", "kernels/ptx/tensorcore.py",
+      "out[16 * w + g + 8 * (r & 1), 2 * t + h + 8 * (r >> 1)]", "out[16 * w + g + 8 * (r >> 1), 2 * t + h + 8 * (r & 1)]",
+      "wgmma with A from registers reads registers 1 and 2 as each other's (rows g+8 and columns 8-15 exchanged)",
+      ["interpreter", "attention_wgmma"]),
     # ---- the PTX interpreter --------------------------------------------------------------------------------
     M("interp_fma_zero_sign", "interpreter", "kernels/ptx/semantics.py",
       'z = np.where(same, np.copysign(0.0, c64), -0.0 if mode == "rm" else 0.0).astype(np.float32)',

@@ -125,7 +125,8 @@ PLUS_DEV void wg_attention(const PlusArgs& args, const Tile& t, plus_u32 smem, p
     // stage, after its copy landed (so its arrival counts in the phase the producer waits on next)
 #pragma unroll 1
     for (int kt = t.kt0; kt < t.kt1; ++kt) {
-      plus_mbar_wait(full + 8 * stage, phase);
+      const plus_u32 landed = full + 8 * stage;
+      plus_mbar_wait(landed, phase);
       if (wt == 0) plus_mbar_arrive(empty + 8 * stage);
       if (++stage == STAGES) {
         stage = 0;

@@ -105,7 +105,6 @@ def test_wgmma_attention(approx):
     """tests/golden/wg_attention.cu (the sm_90a body: wgmma, TMA) launched as its plan says, tensor maps encoded
     here from the plan's tmap records, against float64 softmax(Q·Kᵀ·0.125 + mask)·V: batch 2, seq 150 (two
     query tiles, two key tiles, ragged), a padding mask hiding batch 1's last 20 keys."""
-    from plus_ep.kernels.ptx import tensormap as TM
     from plus_ep.kernels.wire.plan import parse
     from plus_ep.verification.shapes import rpn as plan_rpn
     plan = parse((GOLDEN / "wg_attention.plan").read_text())
@@ -125,20 +124,11 @@ def test_wgmma_attention(approx):
     out = np.zeros((2, 4, 150, 64), np.float16)
     pout = dev.output(out)
     params = H.plus_args(ins=ptrs, outs=(pout,), v=[syms[i] for i in range(4)])
-    maps = []
-    for dtype, buf, index, offset, dims, strides, box, swizzle in launch.tmaps:
-        assert (dtype, buf, swizzle) == (10, "in", 128)
-        maps.append(TM.encode_tiled(TM.F16, ptrs[index] + plan_rpn(offset, syms) * 2,
-                                    [plan_rpn(e, syms) for e in dims], [plan_rpn(e, syms) * 2 for e in strides], box,
-                                    swizzle=TM.SWIZZLE_128B))
-    mod = H.module((GOLDEN / "wg_attention.cu").read_text(), "sm_90a", "golden_wg_attention")
-    kern = mod.kernel(launch.entry)
-    blob = bytearray(kern.param_bytes)
-    blob[:len(params)] = params
-    off = kern._param_offsets[kern.params[1][0]]
-    blob[off:off + 128 * len(maps)] = b"".join(maps)
+    assert all((t[0], t[1], t[7]) == (10, "in", 128) for t in launch.tmaps)
+    kern = H.module((GOLDEN / "wg_attention.cu").read_text(), "sm_90a", "golden_wg_attention").kernel(launch.entry)
     r = kern.launch(tuple(plan_rpn(e, syms) for e in launch.grid), tuple(plan_rpn(e, syms) for e in launch.block),
-                    plan_rpn(launch.smem, syms), bytes(blob), dev.mem, checks=True, approx=approx, seed=5)
+                    plan_rpn(launch.smem, syms), H.with_tmaps(kern, params, H.plan_tmaps(launch.tmaps, ptrs, syms)),
+                    dev.mem, checks=True, approx=approx, seed=5)
     assert r.findings == [], [str(f) for f in r.findings]
     got = dev.download_written(pout, out, "O").astype(np.float64)
     s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * 0.125 + mask.astype(np.float64)

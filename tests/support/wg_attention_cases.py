@@ -103,13 +103,9 @@ def run(cfg, B: int, H: int, Sq: int, Skv: int, dtype: str = "half", causal: boo
                     f"wg_attn_{cfg.name}_{dtype}_{int(causal)}_{int(key_bias)}_{int(masked)}_{int(key_major)}"
                     + ("_mut" if mutate else ""))
     kern = mod.kernel("plus_attention")
-    params = bytearray(kern.param_bytes)
-    params[:len(args)] = args
-    off = kern._param_offsets[kern.params[1][0]]
     blob = tensor_maps(cfg, TM.F16 if dtype == "half" else TM.BF16, pq, pk, pv, B, H, Sq, Skv, key_major)
-    params[off:off + len(blob)] = blob
-    r = kern.launch((-(-Sq // cfg.bq), H, B), (cfg.threads, 1, 1), cfg.smem_bytes, bytes(params), dev.mem,
-                    checks=checks)
+    r = kern.launch((-(-Sq // cfg.bq), H, B), (cfg.threads, 1, 1), cfg.smem_bytes, PH.with_tmaps(kern, args, blob),
+                    dev.mem, checks=checks)
     got = dev.download_written(po, out, "O")
     got = got.astype(np.float64) if dtype == "half" else PH.decode(got, dtype)
     return got, reference(qv, kv, vv, scale, m[:, None] + kb[:, None, None], causal), list(r.findings), r

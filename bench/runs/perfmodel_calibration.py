@@ -92,7 +92,7 @@ def forced_attention_config(name: str | None):
     from plus_ep.kernels.render import clear_render_cache
     real = ar.attention_routes
 
-    def forced(B, H, Sq, Skv, D, target, syms, math_=0):
+    def forced(B, H, Sq, Skv, D, target, syms, math_=0, **_):
         picks = real(B, H, Sq, Skv, D, target, syms, math_)
         menu = {c.name: c for c in ar.ac.all_configs()}
         return [(cond, menu[name]) for cond, _ in picks]

@@ -9,6 +9,8 @@ index in the low half):
   lane l holds row l>>2, columns 2(l&3), 2(l&3)+1 (with .trans: M[2(l&3)][l>>2], M[2(l&3)+1][l>>2]).
 * wgmma m64nNk16, f32 accumulators: warp w of the warpgroup, lane l, reg i ->
   D[16w + g + 8((i>>1)&1), 8(i>>2) + 2t + (i&1)].
+* wgmma with A from registers (f16/bf16): four .b32 registers per thread, warp w holding rows 16w..16w+15 as
+  the mma.m16n8k16 A fragment above; read when the wgmma is issued.
 * wgmma shared-memory matrix descriptor: start address bits 0-13 (>>4), leading byte offset 16-29
   (>>4), stride byte offset 32-45 (>>4), base offset 49-51, layout (swizzle) 62-63 (1 = 128B swizzle).
   128B swizzle canonical layouts (16-bit elements, T = 8 per 16 bytes):
@@ -305,33 +307,46 @@ def _wgmma(stmt):
     if N % 8 or not 8 <= N <= 256:
         raise unsupported(stmt, "N")
     ops = stmt.operands
-    n_imm = 0 if integer else (2 if aty in FP8 else 4)      # scale-a, scale-b (, transpose-a, transpose-b)
+    # A from registers (f16/bf16 only): four .b32 registers per thread, no transpose-a immediate
+    a_regs = ops[1][0] == "vec" if len(ops) > 1 else False
+    if a_regs and (aty not in ("f16", "bf16") or len(ops[1][1]) != 4):
+        raise unsupported(stmt, "A from registers: four .b32 registers of f16/bf16 pairs")
+    n_imm = 0 if integer else (2 if aty in FP8 else 3 if a_regs else 4)  # scale-a, scale-b (, trans-a), trans-b
     if len(ops) != 4 + n_imm or ops[0][0] != "vec" or len(ops[0][1]) != N // 2:
-        raise unsupported(stmt, "operands (A from registers is not implemented)")
+        raise unsupported(stmt, "operands")
     if any(o[0] != "imm" for o in ops[4:]):
         raise unsupported(stmt, "immediates")
-    sa, sb, ta, tb = ([o[1] for o in ops[4:]] + [1, 1, 0, 0][n_imm:])
+    imms = [o[1] for o in ops[4:]]
+    if a_regs:
+        imms = imms[:2] + [0] + imms[2:]
+    sa, sb, ta, tb = (imms + [1, 1, 0, 0][len(imms):])
     if sa not in (1, -1) or sb not in (1, -1) or ta not in (0, 1) or tb not in (0, 1):
         raise unsupported(stmt, "scale/transpose immediates")
     op = Op(stmt.line, stmt.opcode, "op", "wgmma")
     op.meta = {"flops": 2 * 64 * N * K, "precision": "int8" if integer else "fp8" if aty in FP8 else "fp16"}
 
     def factory(M):
-        ga, gb = M.rd(ops[1], "u64"), M.rd(ops[2], "u64")
+        ga = [M.rd(x, "b32") for x in ops[1][1]] if a_regs else M.rd(ops[1], "u64")
+        gb = M.rd(ops[2], "u64")
         gd = M.rd(ops[3], "pred")
         dregs = [M.view(x[1], dty) for x in ops[0][1]]
         T = M.T
 
         def run(m):
-            a = np.broadcast_to(ga(), (T,))
+            a = None if a_regs else np.broadcast_to(ga(), (T,))
+            words = [np.broadcast_to(g(), (T,)) for g in ga] if a_regs else None
             b = np.broadcast_to(gb(), (T,))
             sd = np.broadcast_to(gd(), (T,))
             for wg in _wg_groups(M, op, m):
                 sl = slice(128 * wg, 128 * wg + 128)
-                if (a[sl] != a[sl][0]).any() or (b[sl] != b[sl][0]).any() or (sd[sl] != sd[sl][0]).any():
+                if (not a_regs and (a[sl] != a[sl][0]).any()) or (b[sl] != b[sl][0]).any() \
+                        or (sd[sl] != sd[sl][0]).any():
                     raise PtxError("wgmma operands differ within the warpgroup", form=op.form, line=op.line,
                                    kernel=M.name)
-                job = (op, wg, N, aty, int(a[sl][0]), int(b[sl][0]), bool(sd[sl][0]), sa, sb, ta, tb, dregs, bty,
+                # A from registers is read when the wgmma is issued (the ISA forbids changing them before
+                # the group is waited on; the values taken here are those the tensor core reads)
+                da = _a_from_regs([w[sl] for w in words], aty) if a_regs else int(a[sl][0])
+                job = (op, wg, N, aty, da, int(b[sl][0]), bool(sd[sl][0]), sa, sb, ta, tb, dregs, bty,
                        satfinite)
                 M.wg.pending[wg].append(job)
                 if M.checks is not None:
@@ -357,6 +372,23 @@ def _wg_groups(M, op, m):
     return groups
 
 
+def _a_from_regs(words, aty) -> np.ndarray:
+    """The [64, 16] A tile (float64) of a wgmma whose A comes from registers: `words` are the four .b32
+    registers of the warpgroup's 128 threads; warp w holds rows 16w..16w+15 as mma.m16n8k16's A fragment
+    (reg r, half h -> A[16w + g + 8(r&1), 2t + h + 8(r>>1)])."""
+    tid = np.arange(128)
+    w, lane = tid // 32, tid % 32
+    g, t = lane >> 2, lane & 3
+    out = np.zeros((64, 16), np.float64)
+    conv = S.f16_bits_to_f32 if aty == "f16" else S.bf16_bits_to_f32
+    for r, word in enumerate(words):
+        word = np.asarray(word).astype(np.uint32)
+        for h in range(2):
+            bits = ((word >> (16 * h)) & 0xFFFF).astype(np.uint16)
+            out[16 * w + g + 8 * (r & 1), 2 * t + h + 8 * (r >> 1)] = conv(bits).astype(np.float64)
+    return out
+
+
 def _esize(aty) -> int:
     return 1 if aty in INT8 + FP8 else 2
 
@@ -366,7 +398,10 @@ def _operands(job):
     op, wg, N, aty, da, db, scale_d, sa, sb, ta, tb, dregs, bty, satfinite = job
     es = _esize(aty)
     K = 32 // es
-    A_addr = operand_addresses(da, 64, K, "K", es) if ta == 0 else operand_addresses(da, K, 64, "MN").T
+    if not isinstance(da, int):              # A from registers: no shared addresses
+        A_addr = np.zeros((0, K), np.int64)
+    else:
+        A_addr = operand_addresses(da, 64, K, "K", es) if ta == 0 else operand_addresses(da, K, 64, "MN").T
     B_addr = operand_addresses(db, N, K, "K", es).T if tb == 0 else operand_addresses(db, K, N, "MN")
     return A_addr, B_addr
 
@@ -401,7 +436,7 @@ def _land(M, job):
         bits = raw.view(np.uint16).reshape(addrs.shape)
         return (S.f16_bits_to_f32(bits) if ety == "f16" else S.bf16_bits_to_f32(bits)).astype(np.float64)
 
-    Am = elems(A_addr, aty) * sa                # [64, K]
+    Am = (da if not isinstance(da, int) else elems(A_addr, aty)) * sa      # [64, K]
     Bm = elems(B_addr, bty) * sb                # [K, N]
     rows, cols = wgmma_fragment(N)
     D = np.zeros((64, N), np.int64 if integer else np.float64)

@@ -223,7 +223,7 @@ PLUS_DEV plus_u64 plus_wgmma_desc_sw128(plus_u32 smem_addr, plus_u32 lbo_bytes, 
 #define PLUS_WG_OPS_192(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64)
 #define PLUS_WG_OPS_256(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64), PLUS_WG_F32(d, 96)
 
-// D(64 x N, fp32) += A(64 x 16, smem desc) * B(16 x N, smem desc).  scale-d = 1 (accumulate), no negation,
+// D(64 x N, fp32) (+)= A(64 x 16, smem desc) * B(16 x N, smem desc).  scale-d (0: D = A B, 1: accumulate), no negation,
 // A K-major (imm-trans-a 0), B K-major (trans-b 0) or MN-major (1).  IA/IB/IS/IT: operand numbers of the
 // A descriptor, B descriptor, scale-d and trans-b after the N/2 accumulators.
 #define PLUS_WG_MMA(N, TY, IA, IB, IS, IT)                                                               \
@@ -231,14 +231,15 @@ PLUS_DEV plus_u64 plus_wgmma_desc_sw128(plus_u32 smem_addr, plus_u32 lbo_bytes, 
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " PLUS_WG_REGS_##N ", %" IA \
                ", %" IB ", p, 1, 1, 0, %" IT ";\n}\n"                                                    \
                : PLUS_WG_OPS_##N(d)                                                                      \
-               : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B))
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B))
 
 template <typename T> struct PlusIsBf16 { static constexpr bool value = false; };
 template <> struct PlusIsBf16<__nv_bfloat16> { static constexpr bool value = true; };
 
 // One wgmma.mma_async.m64nNk16 with element type E (__half or __nv_bfloat16); TRANS_B 1 = B MN-major.
+// scale_d 0: D = A B (the accumulators' old values are not read), 1: D += A B.
 template <typename E, int N, int TRANS_B>
-PLUS_DEV void plus_wgmma_m64k16(float (&d)[N / 2], plus_u64 desc_a, plus_u64 desc_b) {
+PLUS_DEV void plus_wgmma_m64k16(float (&d)[N / 2], plus_u64 desc_a, plus_u64 desc_b, int scale_d = 1) {
   constexpr bool bf16 = PlusIsBf16<E>::value;
   if constexpr (N == 64) {
     if constexpr (bf16) PLUS_WG_MMA(64, "bf16", "32", "33", "34", "35");
@@ -253,6 +254,31 @@ PLUS_DEV void plus_wgmma_m64k16(float (&d)[N / 2], plus_u64 desc_a, plus_u64 des
     static_assert(N == 256, "wgmma N must be 64, 128, 192 or 256");
     if constexpr (bf16) PLUS_WG_MMA(256, "bf16", "128", "129", "130", "131");
     else PLUS_WG_MMA(256, "f16", "128", "129", "130", "131");
+  }
+}
+
+// D(64 x N, fp32) += A(64 x 16, registers) * B(16 x N, smem desc): A as four .b32 words per thread, laid
+// out as mma.m16n8k16's A fragment for warp w's rows 16w..16w+15 (reg r, half h -> A[16w + g + 8(r&1),
+// 2t + h + 8(r>>1)]); B K-major (TRANS_B 0) or MN-major (1). No transpose-a immediate (A is in registers).
+// A0..A3, IB, IS, IT: operand numbers of A's words, the B descriptor, scale-d and trans-b.
+#define PLUS_WG_MMA_RS(N, TY, A0, A1, A2, A3, IB, IS, IT)                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " PLUS_WG_REGS_##N ", {%" A0   \
+               ", %" A1 ", %" A2 ", %" A3 "}, %" IB ", p, 1, 1, %" IT ";\n}\n"                              \
+               : PLUS_WG_OPS_##N(d)                                                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1), "n"(TRANS_B))
+
+// One wgmma.mma_async.m64nNk16 with A from registers (four .b32 words of E pairs, above), N = 64 or 128.
+template <typename E, int N, int TRANS_B>
+PLUS_DEV void plus_wgmma_m64k16_rs(float (&d)[N / 2], const plus_u32 (&a)[4], plus_u64 desc_b) {
+  constexpr bool bf16 = PlusIsBf16<E>::value;
+  if constexpr (N == 64) {
+    if constexpr (bf16) PLUS_WG_MMA_RS(64, "bf16", "32", "33", "34", "35", "36", "37", "38");
+    else PLUS_WG_MMA_RS(64, "f16", "32", "33", "34", "35", "36", "37", "38");
+  } else {
+    static_assert(N == 128, "plus_wgmma_m64k16_rs: N must be 64 or 128");
+    if constexpr (bf16) PLUS_WG_MMA_RS(128, "bf16", "64", "65", "66", "67", "68", "69", "70");
+    else PLUS_WG_MMA_RS(128, "f16", "64", "65", "66", "67", "68", "69", "70");
   }
 }
 

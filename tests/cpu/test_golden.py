@@ -24,3 +24,13 @@ def test_golden_check_is_not_vacuous():
     name = "attention.cu"
     rendered[name] = rendered[name].replace("PLUS_HEAD_DIM", "PLUS_HEAD_DIMM", 1)
     assert golden.differing(rendered) == [name]
+
+
+def test_wgmma_attention_golden_sources():
+    """The sm_90a attention body's golden case (fp16 attention with a key padding mask, sm_90a:
+    tests/support/golden.py render_wgmma_cases): attention_sm90a.cuh's defines and its three tmap records."""
+    rendered = golden.render_wgmma_cases()
+    assert "#define PLUS_ATTN_WGMMA 1" in rendered["wg_attention.cu"]
+    assert rendered["wg_attention.plan"].count("\ntmap ") == 3
+    bad = golden.differing(rendered)
+    assert not bad, f"{bad} changed; if intended: python -m tests.support.golden --update"

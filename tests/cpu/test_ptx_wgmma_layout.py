@@ -109,3 +109,42 @@ def test_wrong_swizzle_is_seen():
         place = real
     want = np.array([[(a @ b)[d_coords(tid, i)] for i in range(N // 2)] for tid in range(128)])
     assert (got != want).any()
+
+
+def a_fragment_words(a: np.ndarray) -> np.ndarray:
+    """[128, 4] .b32 words of A [64, 16] held in registers, from the ISA's wgmma A register fragment figure
+    (.f16, m64nNk16): warp w holds rows 16w..16w+15; register r, half h (low half first) of lane l holds
+    A[16w + l/4 + 8 (r % 2), 2 (l % 4) + h + 8 (r / 2)]."""
+    out = np.zeros((128, 4), np.uint32)
+    for tid in range(128):
+        w, lane = divmod(tid, 32)
+        g, t = divmod(lane, 4)
+        for r in range(4):
+            halves = [np.float16(a[16 * w + g + 8 * (r % 2), 2 * t + h + 8 * (r // 2)]).view(np.uint16)
+                      for h in range(2)]
+            out[tid, r] = int(halves[0]) | (int(halves[1]) << 16)
+    return out
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("tiles", ["iota_x_identity", "identity_x_iota", "iota_x_iota"])
+def test_wgmma_a_from_registers(tiles, trans_b):
+    """wgmma with A in registers (no transpose-a immediate): the A fragment words go in, D comes out as A B."""
+    a, b = {"iota_x_identity": (iota(64, 16), identity(16, N)), "identity_x_iota": (identity(64, 16), iota(16, N)),
+            "iota_x_iota": (iota(64, 16) % 7, iota(16, N) % 5)}[tiles]
+    img = np.zeros(SMEM + 128 * 16, np.uint8)
+    place(img, B_OFF, b if trans_b else b.T, k_major=not trans_b)
+    img[SMEM:] = a_fragment_words(a).view(np.uint8).reshape(-1)
+    mem = GlobalMemory()
+    out = np.full((128, N // 2), np.nan, np.float32)
+    pimg, pout = mem.map_array(img, "image"), mem.map_array(out, "out")
+    params = b"".join(int(x).to_bytes(8, "little") for x in (pimg, pout, descriptor_high(), descriptor_high()))
+    mma = (f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.f16.f16 {{{ptx_wgmma.regs()}}}, "
+           f"{{%ra0, %ra1, %ra2, %ra3}}, %rd11, %p1, 1, 1, {trans_b};")
+    r = Module.parse(ptx_wgmma.text("f32", mma, a_regs=True), name="wgmma_rs").kernel("k").launch(
+        (1, 1, 1), (128, 1, 1), 0, params, mem)
+    assert not r.findings, r.findings
+    assert r.counters["tensor_core_instructions"] == 1
+    d = a @ b
+    want = np.array([[d[d_coords(tid, i)] for i in range(N // 2)] for tid in range(128)])
+    assert (out == want).all(), np.argwhere(out != want)[:4].tolist()

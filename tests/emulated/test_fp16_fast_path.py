@@ -1,7 +1,7 @@
 """The H100 fast path end to end on the PTX interpreter: a small BERT in fp16 rewritten for sm_90a
 renders the wgmma GEMM with PLUS_ALIGNED=1 (static proof), the K projection's GEMM with the m-fastest
-epilogue (it stores Kᵀ), and the tensor-core attention reading that Kᵀ key-major, Q and V by cp.async
-tiles, with a staged output;
+epilogue (it stores Kᵀ), and the attention reading that Kᵀ key-major: the sm_90a body (TMA, wgmma) where
+seq % 8 == 0, else the mma.sync body with Q and V by cp.async tiles and a staged output;
 `plus-ep verify` runs every kernel through the launcher and compares each fused node with its function."""
 from __future__ import annotations
 
@@ -29,9 +29,13 @@ def test_fast_path_sources(model):
         if sg.pattern.name not in ("gemm", "gemm_group", "gemm_layernorm", "attention"):
             continue
         ins, outs = boundary(r.view.model, [r.view.index[i] for i in sg.nodes])
-        src = render(r.view, sg, ins, outs, Target("sm_90a", "exact"), node_name="n").variants[0].source
+        variants = render(r.view, sg, ins, outs, Target("sm_90a", "exact"), node_name="n").variants
+        src = variants[0].source
         if sg.pattern.name == "attention":
-            assert "#define PLUS_MATH 2\n" in src
+            # the sm_90a body (TMA reads Q, V and the stored Kᵀ) where seq % 8 == 0, then the mma.sync body
+            assert "#define PLUS_ATTN_WGMMA 1\n" in src and "#define PLUS_K_KEY_MAJOR 1\n" in src
+            src = variants[1].source
+            assert "#define PLUS_MATH 2\n" in src and "PLUS_ATTN_WGMMA" not in src
             seen["key_major"] += "#define PLUS_K_KEY_MAJOR 1\n" in src
             # Q and V are stored [b, h, s, d] by their GEMMs: 16-byte cp.async tiles, not element hooks
             assert "#define PLUS_Q_STRIDED 1\n" in src and "#define PLUS_V_STRIDED 1\n" in src
@@ -47,5 +51,6 @@ def test_fast_path_verifies_on_the_interpreter(model, tmp_path):
     r = rewrite_detailed(model, archs=["sm_90a"])
     path = tmp_path / "bert16.plus.onnx"
     onnx.save(r.model, path)
-    rep = plus_ep.verify(str(path), batch=2, seq=5)
-    assert rep["ok"], plus_ep.verify_text(rep)
+    for seq in (5, 8):            # the mma.sync body, then the sm_90a body
+        rep = plus_ep.verify(str(path), batch=2, seq=seq)
+        assert rep["ok"], plus_ep.verify_text(rep)

@@ -98,3 +98,41 @@ def test_layernorm_embed(arch, approx):
     want = (e - mean) / np.sqrt(var + 1e-12) * gamma + beta
     bound = 2e-6 * (np.abs(want) + np.abs(beta) + np.abs(gamma) * 4)
     assert (np.abs(got - want) <= bound).all(), np.abs(got - want).max()
+
+
+@pytest.mark.parametrize("approx", ["exact", "perturb"])
+def test_wgmma_attention(approx):
+    """tests/golden/wg_attention.cu (the sm_90a body: wgmma, TMA) launched as its plan says, tensor maps encoded
+    here from the plan's tmap records, against float64 softmax(Q·Kᵀ·0.125 + mask)·V: batch 2, seq 150 (two
+    query tiles, two key tiles, ragged), a padding mask hiding batch 1's last 20 keys."""
+    from plus_ep.kernels.wire.plan import parse
+    from plus_ep.verification.shapes import rpn as plan_rpn
+    plan = parse((GOLDEN / "wg_attention.plan").read_text())
+    syms = {0: 2, 1: 150, 2: 2, 3: 150}
+    (launch,) = plan.routes[0].launches
+    qi, ki, vi = (t[2] for t in launch.tmaps)
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((2, 4, 150, 64)).astype(np.float16) for _ in range(3))
+    mask = np.zeros((2, 1, 1, 150), np.float16)
+    mask[1, ..., 130:] = -np.inf
+    ins = {qi: q, ki: k, vi: v}
+    for i, (_, dims) in enumerate(plan.inputs):
+        if i not in ins:
+            ins[i] = np.array(0.125, np.float16) if not dims else mask
+    dev = H.Device()
+    ptrs = [dev.upload(ins[i], f"in{i}") for i in range(len(plan.inputs))]
+    out = np.zeros((2, 4, 150, 64), np.float16)
+    pout = dev.output(out)
+    params = H.plus_args(ins=ptrs, outs=(pout,), v=[syms[i] for i in range(4)])
+    assert all((t[0], t[1], t[7]) == (10, "in", 128) for t in launch.tmaps)
+    kern = H.module((GOLDEN / "wg_attention.cu").read_text(), "sm_90a", "golden_wg_attention").kernel(launch.entry)
+    r = kern.launch(tuple(plan_rpn(e, syms) for e in launch.grid), tuple(plan_rpn(e, syms) for e in launch.block),
+                    plan_rpn(launch.smem, syms), H.with_tmaps(kern, params, H.plan_tmaps(launch.tmaps, ptrs, syms)),
+                    dev.mem, checks=True, approx=approx, seed=5)
+    assert r.findings == [], [str(f) for f in r.findings]
+    got = dev.download_written(pout, out, "O").astype(np.float64)
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * 0.125 + mask.astype(np.float64)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = np.einsum("bhij,bhjd->bhid", p / p.sum(-1, keepdims=True), v.astype(np.float64))
+    # P rounded to f16 before P·V (relative 2^-11 per term), O rounded once on store
+    assert np.abs(got - want).max() <= 4 * 2.0 ** -11 * max(1.0, np.abs(want).max())

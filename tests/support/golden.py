@@ -12,6 +12,9 @@ with torch the export itself must still have exactly that graph (tests/zoo/test_
 The TMA GEMM cases (TMA_CASES, `tma_*`) render the fp16 demo BERT (plus_ep/demo_model.py, no torch) for sm_90a
 with the menu restricted to the TMA tiles, as PLUS_EP_GEMM_TILES=ws_* would: the group, the GEMM + GELU and the
 GEMM + LayerNorm on templates/gemm_sm90a_ws.cuh, each with its plan's `tmap` records.
+
+The sm_90a attention case (WGMMA_CASES, `wg_attention`) renders a small fp16 attention with a key padding mask
+(`wgmma_attention_model`, no torch) for sm_90a: the body of attention_sm90a.cuh with its three `tmap` records.
 """
 from __future__ import annotations
 
@@ -53,6 +56,40 @@ def render_tma_cases() -> dict:
         out[f"{case}.cu"] = rd.variants[0].source
         out[f"{case}.plan"] = rd.plan.text()
     return out
+
+
+WGMMA_CASES = ("wg_attention",)
+
+
+def wgmma_attention_model():
+    """fp16 attention softmax(Q·Kᵀ·0.125 + key padding mask)·V, Q, K, V [batch, 4, seq, 64] graph inputs (K under a
+    Transpose) and a [batch, 1, 1, seq] additive mask: the sm_90a body's operand form (no torch)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    f16 = TensorProto.FLOAT16
+    ins = [helper.make_tensor_value_info(n, f16, ["batch", 4, "seq", 64]) for n in "qkv"]
+    ins.append(helper.make_tensor_value_info("mask", f16, ["batch", 1, 1, "seq"]))
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+             helper.make_node("Add", ["s1", "mask"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["o"])]
+    g = helper.make_graph(nodes, "wg_attention", ins,
+                          [helper.make_tensor_value_info("o", f16, ["batch", 4, "seq", 64])],
+                          [numpy_helper.from_array(np.array(0.125, np.float16), "scale")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def render_wgmma_cases() -> dict:
+    """{file name: text} of the sm_90a attention body's case (`wgmma_attention_model` for sm_90a; its last route,
+    the long sequences', is the body's)."""
+    from plus_ep.kernels.render import render
+    from plus_ep.kernels.target import Target
+    from plus_ep.rewrite import rewrite_detailed
+    r = rewrite_detailed(wgmma_attention_model(), archs=["sm_90a"], compile_kernels=False)
+    (sg,) = [s for s in r.subgraphs if s.pattern.name == "attention"]
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    rd = render(r.view, sg, ins, outs, Target("sm_90a"), node_name="wg_attention")
+    return {"wg_attention.cu": rd.variants[-1].source, "wg_attention.plan": rd.plan.text()}
 
 
 def export_model():
@@ -111,12 +148,12 @@ def main(argv=None) -> int:
     if update:
         model = export_model()
         GOLDEN.mkdir(parents=True, exist_ok=True)
-        for name, text in {**render_cases(model), **render_tma_cases()}.items():
+        for name, text in {**render_cases(model), **render_tma_cases(), **render_wgmma_cases()}.items():
             (GOLDEN / name).write_text(text)
         STRUCTURE.write_bytes(gzip.compress(zero_weights(model).SerializeToString(), 9, mtime=0))
         print(f"golden sources and {STRUCTURE.name} written ({GOLDEN})")
         return 0
-    bad = differing({**render_cases(structure_model()), **render_tma_cases()})
+    bad = differing({**render_cases(structure_model()), **render_tma_cases(), **render_wgmma_cases()})
     if bad:
         print("golden sources differ: " + ", ".join(bad) + " (python -m tests.support.golden --update)")
         return 1

@@ -82,6 +82,32 @@ def module(source: str, arch: str, name: str = "kernel") -> Module:
     return Module.parse(compile_ptx(source, arch, name=f"{name}.cu"), name=name)
 
 
+def with_tmaps(kernel, args: bytes, maps: bytes) -> bytes:
+    """The parameter bytes of a kernel taking (PlusArgs, __grid_constant__ PlusTmaps): `args` (plus_args), then the
+    encoded tensor maps (128 bytes each, kernels/ptx/tensormap.py) at the second parameter's offset."""
+    params = bytearray(kernel.param_bytes)
+    params[:len(args)] = args
+    off = kernel._param_offsets[kernel.params[1][0]]
+    params[off:off + len(maps)] = maps
+    return bytes(params)
+
+
+def plan_tmaps(tmaps, ptrs, syms: dict) -> bytes:
+    """The tensor maps of a plan's `tmap` records (kernels/wire/plan.py, inputs only) encoded as the emulated
+    driver encodes them: `ptrs` the inputs' device addresses, `syms` {symbol index: value}."""
+    from plus_ep.kernels.ptx import tensormap as TM
+    from plus_ep.verification.shapes import rpn
+    out = []
+    for dtype, buf, index, offset, dims, strides, box, swizzle in tmaps:
+        assert buf == "in" and swizzle in (0, 128), (buf, swizzle)
+        es = 2 if dtype in (10, 16) else 4
+        code = {10: TM.F16, 16: TM.BF16}[dtype]
+        out.append(TM.encode_tiled(code, ptrs[index] + rpn(offset, syms) * es, [rpn(e, syms) for e in dims],
+                                   [rpn(e, syms) * es for e in strides], box,
+                                   swizzle=TM.SWIZZLE_128B if swizzle == 128 else TM.SWIZZLE_NONE))
+    return b"".join(out)
+
+
 def launch_gemm(mod: Module, cfg, grid, params: bytes, mem: GlobalMemory, splitk: int, out_shape, checks=True):
     """A plus_gemm launch as the launcher runs it: plus_gemm on `grid` (cfg.threads threads, cfg.smem_bytes
     of shared memory), then, when the K split goes through scratch (splitk > 1), plus_splitk_reduce over

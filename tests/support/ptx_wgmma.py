@@ -23,9 +23,10 @@ def d_coords(tid: int, i: int):
     return 16 * w + g + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * t + i % 2
 
 
-def text(acc: str, mma: str) -> str:
+def text(acc: str, mma: str, a_regs: bool = False) -> str:
     """The kernel's PTX: accumulators of type `acc` (f32, s32), `mma` the wgmma line (operands %rd9 and
-    %rd11 are A's and B's descriptors, %p1 is false: D = A B)."""
+    %rd11 are A's and B's descriptors, %p1 is false: D = A B). `a_regs`: each thread also loads four .b32
+    words %ra0..%ra3 (its A fragment, for a wgmma with A from registers) from the image at SMEM + 16 tid."""
     copies = "\n".join(f"ld.global.v4.b32 {{%v0, %v1, %v2, %v3}}, [%rd4+{2048 * j}];\n"
                        f"st.shared.v4.b32 [%a+{2048 * j}], {{%v0, %v1, %v2, %v3}};" for j in range(SMEM // 2048))
     return f""".version 9.0
@@ -33,7 +34,7 @@ def text(acc: str, mma: str) -> str:
 .address_size 64
 .visible .entry k(.param .u64 pimg, .param .u64 pout, .param .u64 pda, .param .u64 pdb)
 {{
-.reg .b32 %t, %s, %a, %o, %v<4>;
+.reg .b32 %t, %s, %a, %o, %v<4>, %ra<4>;
 .reg .b64 %rd<20>;
 .reg .{acc} %f<{N // 2}>;
 .reg .pred %p1;
@@ -47,6 +48,7 @@ add.s64 %rd4, %rd1, %rd3;
 mul.lo.u32 %o, %t, 16;
 add.u32 %a, %s, %o;
 {copies}
+{f"ld.global.v4.b32 {{%ra0, %ra1, %ra2, %ra3}}, [%rd4+{SMEM}];" if a_regs else ""}
 bar.sync 0;
 fence.proxy.async.shared::cta;
 wgmma.fence.sync.aligned;

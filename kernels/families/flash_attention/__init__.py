@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import KernelFamily
 from ....warehouse.families.flash_attention import FLASH_ATTENTION
-from .configs import attn_smem_bytes
+from .configs import WGMMA_CONFIGS, attn_smem_bytes
 from .render import COMBINE_ENTRY, ENTRY, render_attention
 
 _PATHS = {"exact": 0, "tf32": 1, "fp16": 2, "bf16": 2}      # a node's math mode -> the template's path
@@ -19,7 +19,8 @@ def _key_tile_candidates(kernel: list, head_dim: int | None, path: int | None = 
         bq = int(grid_x.split(",")[-2])
     except ValueError:
         return []
-    found = []
+    # the sm_90a body's configs by their shared memory and query tile
+    found = [c.bkv for c in WGMMA_CONFIGS.get(head_dim, ()) if c.smem_bytes == int(smem) and c.bq == bq]
     for m in ((0, 1, 2) if path is None else (path,)):
         for bkv in range(16, 513, 16):
             if attn_smem_bytes(m, head_dim, bq, bkv) == int(smem):

@@ -141,6 +141,12 @@
 #ifndef PLUS_ATTN_SPLIT
 #define PLUS_ATTN_SPLIT 0
 #endif
+#ifndef PLUS_ATTN_WGMMA
+#define PLUS_ATTN_WGMMA 0   // 1: the sm_90a body (attention_sm90a.cuh): wgmma, TMA, producer/consumer warpgroups
+#endif
+#ifndef PLUS_ATTN_STAGES
+#define PLUS_ATTN_STAGES 2  // PLUS_ATTN_WGMMA: K/V stages in the TMA ring
+#endif
 #if PLUS_ATTN_KV_CACHE && !defined(PLUS_HAS_KV_PRESENT)
 #error "attention.cuh: PLUS_ATTN_KV_CACHE needs plus_attn_past, plus_k_present and plus_v_present (PLUS_HAS_KV_PRESENT)"
 #endif
@@ -170,7 +176,13 @@
 #define PLUS_ATTN_SIMT_KPAD 4
 #define PLUS_ATTN_SIMT_PSTR (PLUS_BKV + ((PLUS_BKV % 32) == 0 ? 16 : 0))
 
-#if PLUS_MATH != 0
+#if PLUS_ATTN_WGMMA
+// Q [BQ][D], STAGES x (K [BKV][D], V [BKV][D]) of 16-bit elements, the mbarriers (q, full and empty per
+// stage), each consumer's key-bias terms (BKV floats per 64 query rows), 1 KiB to realign to 1024 bytes.
+#define PLUS_ATTN_SMEM_BYTES                                                                             \
+  ((2 * PLUS_BQ + 4 * PLUS_ATTN_STAGES * PLUS_BKV) * PLUS_HEAD_DIM + 8 * (1 + 2 * PLUS_ATTN_STAGES) +    \
+   (PLUS_BQ / 64) * PLUS_BKV * 4 + 1024)
+#elif PLUS_MATH != 0
 // Q tile, K tile, V tile; each [rows][D * element bytes + 16 bytes] of plus_qkv_t (2 bytes, tf32: 4).
 #define PLUS_ATTN_ELEM_BYTES (PLUS_MATH == 1 ? 4 : 2)
 #define PLUS_ATTN_SMEM_BYTES \
@@ -186,7 +198,9 @@ static_assert(PLUS_HEAD_DIM % 16 == 0 && PLUS_HEAD_DIM >= 16 && PLUS_HEAD_DIM <=
               "PLUS_HEAD_DIM must be a multiple of 16 (at most 256)");
 static_assert(PLUS_BKV % 16 == 0 && PLUS_BKV >= 16, "PLUS_BKV must be a multiple of 16");
 static_assert(PLUS_WARPS >= 1 && PLUS_WARPS <= 16, "PLUS_WARPS must be 1..16");
-#if PLUS_MATH != 0
+#if PLUS_ATTN_WGMMA
+// attention_sm90a.cuh checks its own tiles
+#elif PLUS_MATH != 0
 static_assert(PLUS_BQ == 16 * PLUS_WARPS, "MATH 1/2: each warp owns 16 query rows, PLUS_BQ == 16 * PLUS_WARPS");
 #else
 static_assert(PLUS_BQ % (2 * PLUS_WARPS) == 0, "MATH 0: PLUS_BQ must be a multiple of 2 * PLUS_WARPS");
@@ -300,13 +314,15 @@ PLUS_DEV float logit(const PlusArgs& args, const Tile& t, int p, int j, float s,
 }
 
 // The key terms of the key tile starting at kv0 into kb[0 .. BKV): one coalesced pass of the block's threads
-// (keys past Skv get 0; their logits are -inf anyway). Callers publish it with a block barrier.
-PLUS_DEV void load_key_bias(const PlusArgs& args, const Tile& t, float* kb, int kv0) {
+// (or of the `step` threads numbered from `first`: a warpgroup's), keys past Skv get 0 (their logits are -inf
+// anyway). Callers publish it with a barrier over those threads.
+PLUS_DEV void load_key_bias(const PlusArgs& args, const Tile& t, float* kb, int kv0, int first = -1, int step = NT) {
 #ifdef PLUS_HAS_KEY_BIAS
   static_assert(G == 1, "PLUS_HAS_KEY_BIAS: one head per block (the key tile's terms are the block head's)");
-  for (int j = threadIdx.x; j < BKV; j += NT) kb[j] = kv0 + j < t.Skv ? plus_key_bias(args, t.b, t.h, kv0 + j) : 0.0f;
+  for (int j = first < 0 ? (int)threadIdx.x : first; j < BKV; j += step)
+    kb[j] = kv0 + j < t.Skv ? plus_key_bias(args, t.b, t.h, kv0 + j) : 0.0f;
 #else
-  (void)args; (void)t; (void)kb; (void)kv0;
+  (void)args; (void)t; (void)kb; (void)kv0; (void)first; (void)step;
 #endif
 }
 
@@ -335,6 +351,42 @@ PLUS_DEV float row_sum(float x) {
 #pragma unroll
   for (int o = 1; o < NXOR; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
+}
+
+// One key tile of the tensor-core paths' online softmax, on a thread's accumulator fragments (n8 tile n, element
+// e: rows g (e < 2) and g + 8 of its warp's 16, shared by the 4 threads of a quad): per row half rh, the tile's
+// maximum raises the running m, O and l are rescaled by exp(m_old - m_new), and the logits s become
+// p = exp(s - m) (unnormalised; l sums them). exp2f in base 2, (s - m) first: an additive mask of the float's
+// lowest value (transformers' padding) puts every logit of a row, or of a split's share of it, near -3.4e38,
+// where m * LOG2E would overflow to -inf.
+template <int NS, int NO>
+PLUS_DEV void online_softmax(float (&s)[NS][4], float (&o)[NO][4], float (&m)[2], float (&l)[2]) {
+#pragma unroll
+  for (int rh = 0; rh < 2; ++rh) {
+    float mx = -CUDART_INF_F;
+#pragma unroll
+    for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * rh], s[n][2 * rh + 1]));
+    mx = row_max<4>(mx);
+    const float m_new = fmaxf(m[rh], mx);
+    const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;  // nothing visible yet: exp -> 0, no NaN
+    const float alpha = exp2f((m[rh] - m_use) * LOG2E);
+    m[rh] = m_new;
+    l[rh] *= alpha;
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+      o[n][2 * rh] *= alpha;
+      o[n][2 * rh + 1] *= alpha;
+    }
+#pragma unroll
+    for (int n = 0; n < NS; ++n) {
+#pragma unroll
+      for (int e = 2 * rh; e < 2 * rh + 2; ++e) {
+        const float p = exp2f((s[n][e] - m_use) * LOG2E);
+        l[rh] += p;
+        s[n][e] = p;
+      }
+    }
+  }
 }
 
 // Run-time tile setup shared by both paths. (Statements in the order of the plain form: ptxas's register
@@ -444,6 +496,9 @@ PLUS_DEV void fill_tile(T* dst, F f) {
 
 }  // namespace plus_attn
 
+#if PLUS_ATTN_WGMMA
+#include "attention_sm90a.cuh"   // the sm_90a body and its plus_attention entry
+#else
 // ===================================================================================== MATH 0: SIMT fp32
 #if PLUS_MATH == 0
 
@@ -885,34 +940,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
         s[n][3] = logit(args, t, i1, j + 1, s[n][3], kb1);
       }
     }
-#pragma unroll
-    for (int rh = 0; rh < 2; ++rh) {
-      float mx = -CUDART_INF_F;
-#pragma unroll
-      for (int n = 0; n < NKT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * rh], s[n][2 * rh + 1]));
-      mx = row_max<4>(mx);
-      const float m_new = fmaxf(m[rh], mx);
-      const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;  // nothing visible yet: exp -> 0, no NaN
-      const float alpha = exp2f((m[rh] - m_use) * LOG2E);
-      m[rh] = m_new;
-      l[rh] *= alpha;
-#pragma unroll
-      for (int n = 0; n < NDT; ++n) {
-        o[n][2 * rh] *= alpha;
-        o[n][2 * rh + 1] *= alpha;
-      }
-      // (s - m) first: an additive mask of the float's lowest value (transformers' padding) puts every logit
-      // of a row, or of a split's share of it, near -3.4e38, where m * LOG2E would overflow to -inf
-#pragma unroll
-      for (int n = 0; n < NKT; ++n) {
-#pragma unroll
-        for (int e = 2 * rh; e < 2 * rh + 2; ++e) {
-          const float p = exp2f((s[n][e] - m_use) * LOG2E);
-          l[rh] += p;
-          s[n][e] = p;
-        }
-      }
-    }
+    online_softmax(s, o, m, l);
 
     plus_cp_async_wait<0>();
     __syncthreads();  // V(kt) visible; every warp is done reading K(kt)
@@ -1097,3 +1125,4 @@ extern "C" __global__ void __launch_bounds__(256) plus_attention_combine(const P
   plus_attn_out(args, b, h, i, d, acc * inv);
 }
 #endif
+#endif  // PLUS_ATTN_WGMMA

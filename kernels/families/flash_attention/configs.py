@@ -49,6 +49,12 @@ def attn_smem_bytes(math: int, head_dim: int, bq: int, bkv: int) -> int:
     raise ValueError(f"attention has math paths 0 (fp32 SIMT), 1 (tf32 mma) and 2 (f16/bf16 mma), not {math}")
 
 
+def wgmma_smem_bytes(head_dim: int, bq: int, bkv: int, stages: int) -> int:
+    """Dynamic shared memory of the sm_90a body (attention_sm90a.cuh): the Python mirror of its
+    PLUS_ATTN_SMEM_BYTES (Q, the K/V stages, the mbarriers, the consumers' key-bias terms, 1 KiB of realignment)."""
+    return (2 * bq + 4 * stages * bkv) * head_dim + 8 * (1 + 2 * stages) + (bq // 64) * bkv * 4 + 1024
+
+
 @dataclass(frozen=True)
 class AttnConfig:
     name: str
@@ -59,6 +65,12 @@ class AttnConfig:
     warps: int         # PLUS_WARPS
     smem_bytes: int    # dynamic shared memory of the launch (PLUS_ATTN_SMEM_BYTES)
     min_blocks: int = 0  # PLUS_ATTN_MIN_BLOCKS for __launch_bounds__ (0: not given, ptxas's own register target)
+    stages: int = 0      # PLUS_ATTN_STAGES of the sm_90a body (attention_sm90a.cuh); 0: the mma.sync / SIMT body
+
+    @property
+    def wgmma(self) -> bool:
+        """The sm_90a body: wgmma, TMA, one producer and bq / 64 consumer warpgroups."""
+        return self.stages > 0
 
     @property
     def threads(self) -> int:
@@ -93,6 +105,26 @@ def make_config(math: int, head_dim: int, bq: int, bkv: int, warps: int, name: s
     suffix = f"_b{min_blocks}" if min_blocks else ""
     return AttnConfig(name or f"{prefix}_d{head_dim}_q{bq}_kv{bkv}_w{warps}{suffix}", math, head_dim, bq, bkv, warps,
                       attn_smem_bytes(math, head_dim, bq, bkv), min_blocks)
+
+
+WGMMA_HEAD_DIMS = (64, 128)
+# The sm_90a body's tiles (bq, bkv, stages) per head dim, as FlashAttention-3 picks them for its forward kernel
+# (two consumer warpgroups of 64 query rows, 128-key tiles, a two-stage K/V ring).
+_WGMMA_MENU = {64: ((128, 128, 2),), 128: ((128, 128, 2),)}
+
+
+def make_wgmma_config(head_dim: int, bq: int, bkv: int, stages: int) -> AttnConfig:
+    """A config of the sm_90a body (attention_sm90a.cuh's static_asserts checked here)."""
+    if head_dim not in WGMMA_HEAD_DIMS or bq % 64 or not 64 <= bq <= 192 or bkv not in (64, 128) \
+            or not 1 <= stages <= 4:
+        raise ValueError(f"no sm_90a attention tile d{head_dim} q{bq} kv{bkv} s{stages}")
+    return AttnConfig(f"wg_d{head_dim}_q{bq}_kv{bkv}_s{stages}", MATH_F16, head_dim, bq, bkv, 4 * (1 + bq // 64),
+                      wgmma_smem_bytes(head_dim, bq, bkv, stages), 0, stages)
+
+
+WGMMA_CONFIGS: dict[int, tuple[AttnConfig, ...]] = {
+    d: tuple(make_wgmma_config(d, *e) for e in _WGMMA_MENU[d]) for d in WGMMA_HEAD_DIMS}
+"""head dim -> the sm_90a body's configs (f16/bf16 only)."""
 
 
 # (bq, bkv, warps[, min_blocks]) per math path, largest query tile first. `_fit` halves the key tile of an entry whose
@@ -183,11 +215,12 @@ def configs_for(math: int, head_dim: int) -> tuple[AttnConfig, ...]:
 
 
 def all_configs() -> list[AttnConfig]:
+    """The mma.sync / SIMT menus (every arch); the sm_90a body's are WGMMA_CONFIGS."""
     return [c for cfgs in CONFIGS.values() for c in cfgs]
 
 
 def by_name(name: str) -> AttnConfig:
-    for c in all_configs():
+    for c in all_configs() + [c for cfgs in WGMMA_CONFIGS.values() for c in cfgs]:
         if c.name == name:
             return c
     raise KeyError(f"no attention config named {name!r}")
@@ -204,6 +237,9 @@ def defines(cfg: AttnConfig) -> dict[str, int]:
     }
     if cfg.min_blocks:
         out["PLUS_ATTN_MIN_BLOCKS"] = cfg.min_blocks
+    if cfg.wgmma:
+        out["PLUS_ATTN_WGMMA"] = 1
+        out["PLUS_ATTN_STAGES"] = cfg.stages
     return out
 
 

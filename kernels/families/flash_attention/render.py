@@ -20,6 +20,7 @@ import sympy
 
 from ...codegen import cexpr, dtypes, symdim
 from ...routes import ALWAYS, NoConfig, _usable, sm_count
+from ...wire.plan import tmap
 from . import routes
 from ...codegen.forward import bind_forward, emit_stores, forward_map
 from ...codegen.pull import RenderError, attr, describe
@@ -369,16 +370,83 @@ def _output_hooks(job, a: _Attention) -> list:
     return hooks
 
 
+def _wgmma_operands(job, em, a: _Attention) -> tuple | None:
+    """(Q, K, V job input indices, K key-major) when the sm_90a body (attention_sm90a.cuh) can read them through
+    tensor maps: f16/bf16 Q and V subgraph inputs of shape [B, H, S, D], and Kᵀ either a Transpose (perm 0, 1, 3,
+    2) of a K input [B, H, Skv, D] or itself an input [B, H, D, Skv] (a materialised Kᵀ, key-major: its map's
+    row stride Skv must be whole 16-byte chunks, `_wgmma_guard`), all of one type; no KV cache, one head per K/V
+    head, D 64 or 128. None otherwise: the mma.sync body keeps every other form (hooks in the loads such as
+    RoPE, DeBERTa's batched products, GQA, past-KV)."""
+    if a.math_ != 2 or a.cache is not None or len(a.s_shape) != 4 or a.D not in (64, 128) or len(a.qkv_types) != 1:
+        return None
+    d = symdim.parse(a.D)
+    if not (a.q in job.inputs and list(em.shape(a.q)) == [a.B, a.H, a.Sq, d]):
+        return None
+    if not (a.v in job.inputs and list(em.shape(a.v)) == [a.B, a.H, a.Skv, d]):
+        return None
+    if a.kt in job.inputs and list(em.shape(a.kt)) == [a.B, a.H, d, a.Skv]:
+        skv = symdim.parse(a.Skv)
+        if skv.is_Integer and int(skv) % 8:
+            return None
+        return job.inputs.index(a.q), job.inputs.index(a.kt), job.inputs.index(a.v), True
+    node = em.producer.get(a.kt)
+    if node is None or node.op_type != "Transpose" or list(attr(node, "perm") or []) != [0, 1, 3, 2]:
+        return None
+    k = node.input[0]
+    if not (k in job.inputs and list(em.shape(k)) == [a.B, a.H, a.Skv, d] and em.dtype(k) in a.qkv_types):
+        return None
+    return job.inputs.index(a.q), job.inputs.index(k), job.inputs.index(a.v), False
+
+
+def _wgmma_guard(job, a: _Attention, plan, today) -> list:
+    """The routes with a materialised Kᵀ of symbolic length: the body's tensor map of Kᵀ needs Skv a multiple of 8
+    (its row stride whole 16-byte chunks), so each body route also requires that, and today's routes follow
+    for the lengths that are not (then every route after an unconditional one is dropped)."""
+    aligned = f"{job.syms.rpn(a.Skv)},8,%,0,=="
+    out = [(aligned if cond == ALWAYS else f"{cond},{aligned},&&", cfg) if cfg.wgmma else (cond, cfg)
+           for cond, cfg in plan] + list(today)
+    end = next(i for i, (cond, _) in enumerate(out) if cond == ALWAYS)
+    return out[:end + 1]
+
+
+def _wgmma_tmaps(job, a: _Attention, cfg, operands) -> tuple:
+    """The sm_90a body's `tmap` records: Q over (D, Sq, B * H) in [64 d][64 rows] boxes, K and V over (D, Skv,
+    B * H) in [64 d][BKV keys] boxes (a materialised Kᵀ: over (Skv, D, B * H) in [64 keys][D] boxes), all under
+    the 128-byte swizzle (attention_sm90a.cuh)."""
+    rpn, dt = job.syms.rpn, next(iter(a.qkv_types))
+    (qi, ki, vi, key_major), D = operands, a.D
+    bh = rpn(a.B * a.H)
+    k = (tmap(dt, "in", ki, (rpn(a.Skv), str(D), bh), (rpn(a.Skv), rpn(a.Skv * D)), (64, D, 1), 128) if key_major
+         else tmap(dt, "in", ki, (str(D), rpn(a.Skv), bh), (str(D), rpn(a.Skv * D)), (64, cfg.bkv, 1), 128))
+    return (tmap(dt, "in", qi, (str(D), rpn(a.Sq), bh), (str(D), rpn(a.Sq * D)), (64, 64, 1), 128), k,
+            tmap(dt, "in", vi, (str(D), rpn(a.Skv), bh), (str(D), rpn(a.Skv * D)), (64, cfg.bkv, 1), 128))
+
+
 def _variants(job, a: _Attention, hooks, strided, past_strided) -> list:
-    """(name, prefix, kernels, condition) per route: the shape routes of the menu, the decode route first
-    for a decoder's small query counts (`decode_route`)."""
+    """(name, prefix, kernels, condition) per route: the shape routes of the menu (on wgmma archs the sm_90a
+    body where its operands allow it and the model says it is faster), the decode route first for a decoder's
+    small query counts (`decode_route`)."""
     B, H, Sq, Skv, D, cache = a.B, a.H, a.Sq, a.Skv, a.D, a.cache
     out_variants = []
-    plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=a.math_)
+    wg_ops = _wgmma_operands(job, job.emitter(), a)
+    plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=a.math_, wgmma=wg_ops is not None)
+    if wg_ops is not None and wg_ops[3] and not symdim.parse(Skv).is_Integer and any(c.wgmma for _, c in plan):
+        plan = _wgmma_guard(job, a, plan, routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms,
+                                                                  math_=a.math_))
     decode = decode_route(job, cache, a.math_, D, Sq) if cache is not None else None
     if decode is not None:      # a static query count small enough: the decode route alone
         plan = [decode] if decode[0] == ALWAYS else [decode] + plan
     for cond, cfg in plan:
+        if cfg.wgmma:
+            defines = {**routes.attention_defines(cfg, D), "PLUS_MASKED_ROW_NAN": 0 if a.nan_guard else 1}
+            if wg_ops[3]:
+                defines["PLUS_K_KEY_MAJOR"] = 1
+            prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + "".join(hooks)
+            grid = (f"{job.syms.rpn(Sq)},{cfg.bq},cdiv", job.syms.rpn(H), job.syms.rpn(B))
+            kernels = [("", ENTRY, (grid, (str(cfg.threads), "1", "1"), str(cfg.smem_bytes),
+                                    _wgmma_tmaps(job, a, cfg, wg_ops)))]
+            out_variants.append((cfg.name, prefix + '#include "attention.cuh"\n', kernels, cond))
+            continue
         packed = decode is not None and cfg is decode[1]
         defines = routes.attention_defines(cfg, D)
         if a.math_ != 0 and a.kt in job.inputs and cache is None:      # a materialised Kᵀ: keys contiguous in memory

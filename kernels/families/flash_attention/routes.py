@@ -3,12 +3,18 @@ by an analytic model, not by tuning: the tile whose waves of CTAs over the arch'
 work (waves x query tile x key length) wins, ties to the larger query tile; where the target excludes every tensor-core config
 the SIMT menu serves. A symbolic query length is sampled at the shared SAMPLES (kernels/routes.py);
 neighbouring samples with the same choice form one route, the last route is ALWAYS.
+
+On an arch with wgmma, for f16/bf16 operands the sm_90a body can serve (`wgmma=True`: plain [B, H, S, D]
+tensors the TMA reads, render.py `_wgmma_operands`), each sample's pick is then compared with the sm_90a
+body's config by kernels/perfmodel.py (`attention_time`: the interpreter's instruction counts per key tile,
+ISSUES) and the faster modelled one is taken; a pick the table does not cover stays.
 """
 from __future__ import annotations
 
 import math
 
 from ... import arch as arch_table
+from ... import perfmodel
 from ...codegen import symdim
 from ...routes import ALWAYS, SAMPLES, NoConfig, _static, _usable, _value, sm_count
 from . import configs as ac
@@ -27,7 +33,50 @@ def attention_math(dtypes, fp32_math) -> int:
     return ac.MATH_SIMT
 
 
-def attention_routes(B, H, Sq, Skv, D, target, syms, math_=0):
+# Per CTA of an f16 tile: (warp instructions, MUFU operations) = (a, b) for a + b x key tiles, from the PTX
+# interpreter at 2 and 4 key tiles of one CTA with the benchmark's score hook (the exporters' scale). The mma.sync
+# tiles: bench/results/2026-11-28-attention-route-evidence.json (K a materialised Kᵀ); the sm_90a tiles:
+# bench/results/2026-11-29-attention-sm90a.json (bench/runs/attention_sm90a.py).
+ISSUES = {
+    "tc_d64_q128_kv64_w8": ((9064, 5968), (0, 8704)), "tc_d64_q64_kv64_w4": ((4516, 3736), (0, 4352)),
+    "tc_d64_q32_kv64_w2": ((2242, 2620), (0, 2176)), "tc_d64_q16_kv32_w1": ((1183, 1078.5), (0, 576)),
+    "tc_d128_q128_kv64_w8": ((18296, 8780), (0, 8704)), "tc_d128_q64_kv64_w4": ((9148, 5882), (0, 4352)),
+    "tc_d128_q32_kv64_w2": ((4542, 4445), (0, 2176)), "tc_d128_q16_kv32_w1": ((2082, 1989.5), (0, 576)),
+    "wg_d64_q128_kv128_s2": ((3944, 4460), (0, 16896)), "wg_d128_q128_kv128_s2": ((6174, 6185), (0, 16896)),
+}
+
+
+def attention_time(cfg, b: int, h: int, sq: int, skv: int, arch) -> float | None:
+    """Modelled microseconds of one f16 attention launch of `cfg` (perfmodel.launch_time) at batch b, h heads,
+    sq queries and skv keys: the padded tiles' tensor FLOPs on the tile's instruction class (wgmma for the
+    sm_90a body, mma.sync otherwise), its instructions and MUFU operations (ISSUES), every CTA reading its Q
+    tile and all K/V tiles through L2 and writing its O tile, Q, K, V and O once from DRAM. None when ISSUES has
+    no entry for the config."""
+    if cfg.name not in ISSUES:
+        return None
+    (wa, wb), (ua, ub) = ISSUES[cfg.name]
+    d = cfg.head_dim
+    tiles, ctas = math.ceil(skv / cfg.bkv), math.ceil(sq / cfg.bq) * h * b
+    flops = ctas * 4.0 * cfg.bq * tiles * cfg.bkv * d
+    unit = "wgmma" if cfg.wgmma else "mma"
+    return perfmodel.launch_time(
+        arch, ctas=ctas, threads=cfg.threads, smem=cfg.smem_bytes, flops=flops, tensor={f"{unit}.fp16": flops},
+        warp_instructions=ctas * (wa + wb * tiles), mufu=ctas * (ua + ub * tiles),
+        dram_bytes=b * h * (2 * sq + 2 * skv) * d * 2,
+        l2_bytes=ctas * (2 * cfg.bq + 2 * tiles * cfg.bkv) * d * 2).modelled_us
+
+
+def wgmma_menu(D, target, math_) -> list:
+    """The sm_90a body's usable configs for head dim D (none off wgmma archs, for other head dims or maths)."""
+    if math_ != ac.MATH_F16 or not arch_table.get(target.arch).wgmma or D not in ac.WGMMA_CONFIGS:
+        return []
+    try:
+        return _usable(list(ac.WGMMA_CONFIGS[D]), target, f"sm_90a attention (head dim {D})")
+    except NoConfig:
+        return []
+
+
+def attention_routes(B, H, Sq, Skv, D, target, syms, math_=0, wgmma=False):
     arch = target.arch
     dp = _padded(D)
     def menu_of(m):
@@ -43,13 +92,22 @@ def attention_routes(B, H, Sq, Skv, D, target, syms, math_=0):
     b, h = _static(B, 1), _static(H, 1)
     Sq = symdim.parse(Sq)
 
+    wg = wgmma_menu(dp, target, math_) if wgmma and dp == D else []
+
     def best(sq, skv):
         def cost(c):
             blocks = math.ceil(sq / c.bq) * b * h
             per_sm = max(1, arch_table.get(arch).threads_per_sm // (c.warps * 32))
             waves = math.ceil(blocks / (sm_count(arch) * per_sm))
             return waves * c.bq * skv, -c.bq
-        return min(menu, key=cost)
+        pick = min(menu, key=cost)
+        today = attention_time(pick, b, h, sq, skv, arch) if wg else None
+        if today is not None:
+            timed = [(attention_time(c, b, h, sq, skv, arch), c) for c in wg]
+            us, c = min(((t, c) for t, c in timed if t is not None), key=lambda x: x[0], default=(None, None))
+            if us is not None and us < today:
+                return c
+        return pick
     if Sq.is_Integer:
         return [(ALWAYS, best(int(Sq), _static(Skv, int(Sq))))]
     picks = [(s, best(_value(Sq, s), _value(Skv, s) if not symdim.parse(Skv).is_Integer else int(Skv)))
@@ -71,4 +129,4 @@ def attention_defines(cfg, D) -> dict:
     return ac.defines(cfg)
 
 
-__all__ = ["attention_defines", "attention_math", "attention_routes"]
+__all__ = ["ISSUES", "attention_defines", "attention_math", "attention_routes", "attention_time", "wgmma_menu"]

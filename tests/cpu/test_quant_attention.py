@@ -68,3 +68,25 @@ def test_per_axis_quantized_probabilities_are_refused_with_the_reason():
     assert "attention" not in [sg.pattern.name for sg in r.subgraphs]
     text = format_explanation(explain(r, "attention", r.identifier.warehouse[0]), "m.onnx")
     assert "not one constant" in text and "per-tensor quantization" in text
+
+
+def test_explain_lists_the_folded_quantized_matmul():
+    """A MatMul of two DequantizeLinear outputs folded into MatMulInteger is listed with what it became (the fold's
+    table entry: it is a standard op, not a contrib one)."""
+    from tests.support.quant_models import linear_model
+    r = rewrite_detailed(linear_model("qdq"), compile_kernels=False)
+    text = format_explanation(explain(r, "gemm", r.identifier.warehouse[0]), "m.onnx")
+    assert "MatMulInteger of the stored 8-bit operands" in text and "fused into gemm" in text
+
+
+def test_cli_explain_on_a_qdq_attention_model(tmp_path, capsys):
+    import onnx
+
+    from plus_ep import cli
+    from tests.support.quant_models import linear_model
+    for name, model in (("attention", attention_model()), ("gemm", linear_model("qdq_view"))):
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(model, str(path))
+        assert cli.main(["explain", str(path), "--pattern", name]) == 0
+        out = capsys.readouterr().out
+        assert "matched exactly" in out or "exact" in out, out

@@ -111,10 +111,19 @@ def test_quantized_linear_runs_as_an_8bit_gemm(kind, arch, tmp_path):
     if kind == "qdq_view":
         x = np.ascontiguousarray(x.reshape(2, 70, 2, K8 // 2).transpose(0, 2, 1, 3))
     np.savez(tmp_path / "x.npz", x=x)
-    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False)
+    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False,
+                         outputs_to=str(tmp_path / "y.npz"))
     assert rep["ok"], plus_ep.verify_text(rep)
     gemm_row = next(n for n in rep["nodes"] if "gemm" in n["node"])
     assert gemm_row["executed"] and all(o["bound"] == "element" for o in gemm_row["outputs"])
+    # verify checks each kernel against its node's body, which holds the fold: the kernels' output against the
+    # original quantized layer on ORT CPU checks the fold too (qdq: y is requantized, a step of 0.04)
+    import onnxruntime as ort
+    want = ort.InferenceSession(linear_model(kind).SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = np.load(tmp_path / "y.npz")[f"{arch}/y"]
+    tol = 1e-5 * np.abs(want).max() + (0.0 if kind == "dynamic" else 0.04)
+    assert np.abs(got - want).max() <= tol
 
 
 # ---- attention as quantize_static writes it: one kernel, the probabilities quantized exactly (PLUS_HAS_PROB) ----

@@ -24,6 +24,7 @@ def contrib_status(result) -> list:
     if ex is None:
         return []
     from .graph_rewrites.contrib import contrib_op
+    from .graph_rewrites.contrib.table import FOLDS
     where = {}
     for k, sg in enumerate(result.subgraphs):
         for i in sg.nodes:
@@ -33,7 +34,7 @@ def contrib_status(result) -> list:
         took = sorted({where[n] for n in g.names if n in where})
         fused = ", ".join(f"{p} (subgraph {k})" for k, p in took) or "nothing fused: the node stays as it was"
         out.append({"node": g.node.name or g.node.output[0], "op": g.node.op_type, "status": "expanded",
-                    "detail": f"{len(g.names)} standard nodes ({contrib_op(g.node).becomes}); fused into {fused}"})
+                    "detail": f"{len(g.names)} standard nodes ({(contrib_op(g.node) or FOLDS[g.node.op_type]).becomes}); fused into {fused}"})
     for label, why in ex.refused.items():
         out.append({"node": label, "op": "", "status": "opaque", "detail": why})
     return out

@@ -103,7 +103,7 @@ def emulated_env() -> dict:
 
 def verify(model, archs=None, batch: int | None = None, seq: int | None = None, inputs=None, seed: int = 0,
            progress: bool | None = None, timeout: float | None = None, stress: bool = True, past: int = 0,
-           cubins: bool = True) -> dict:
+           cubins: bool = True, outputs_to=None) -> dict:
     """Verify `model` (path or ModelProto of a rewritten model with kernels). Returns the report dict
     (see verify_text); report["ok"] is the verdict. archs: default every arch in the packs.
 
@@ -114,11 +114,14 @@ def verify(model, archs=None, batch: int | None = None, seq: int | None = None, 
     at. stress=False: the model run only. past: the KV-cache length of a decoder exported with past
     key/values (0: the prefill; seq=1, past=N: a decode step at past length N); a past also fixes the shape.
     cubins: assemble each image's PTX here and compare it with its cubin (cubin_check.py; a node whose
-    cubin differs, or cannot be checked, fails); False verifies the PTX alone, and the report says so."""
+    cubin differs, or cannot be checked, fails); False verifies the PTX alone, and the report says so.
+    outputs_to: a .npz path that receives the kernels' model outputs of the model run, keyed "<arch>/<name>"
+    (e.g. verify(m, inputs="x.npz", outputs_to="y.npz"); np.load("y.npz")["sm_80/logits"])."""
     auto = batch is None and seq is None and inputs is None and not past
     return run_emulated(model, archs, 1 if batch is None else batch, 8 if seq is None else seq, inputs, seed,
                         progress, timeout, extra={"stress": stress, "auto_shapes": auto and stress, "ties": not cubins,
-                                                  "cubins": cubins}, past=past)
+                                                  "cubins": cubins, "save_outputs": outputs_to and os.fspath(outputs_to)},
+                        past=past)
 
 
 def run_emulated(model, archs=None, batch: int = 1, seq: int = 8, inputs=None, seed: int = 0,

@@ -322,6 +322,7 @@ def run(request: dict) -> dict:
     stress_sets = ([] if profiling or not request.get("stress", True) else
                    _stress_sets(request, model, exposed_bytes, fused, feeds, inits, bodies, seed, result))
 
+    saved = {}
     for arch in request["archs"]:
         emu.set_arch(arch)
         emu.reset_records()
@@ -353,6 +354,10 @@ def run(request: dict) -> dict:
         result["archs"].append({"arch": arch, "seconds": round(time.perf_counter() - t0, 2), "launches": launches,
                                 "error": error, "timing": timing})
         _finish_arch(result, fused, rows, maths, got, ref_outputs, out_names, arch, profiling)
+        if request.get("save_outputs") and not error:    # the kernels' model outputs, "<arch>/<output name>"
+            saved.update({f"{arch}/{nm}": got[nm] for nm in out_names if nm in got})
+    if request.get("save_outputs"):
+        np.savez(request["save_outputs"], **saved)
     return result
 
 

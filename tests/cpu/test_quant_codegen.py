@@ -350,6 +350,28 @@ def test_folds_compute_what_the_quantized_layer_computes_and_undo_when_unfused()
         assert sorted(n.op_type for n in back.graph.node) == sorted(n.op_type for n in m.graph.node)
 
 
+def test_folds_inside_the_rewritten_model_compute_the_original_layer():
+    """The whole rewrite (expansion, identification, the fused nodes' function bodies): run by ORT CPU without
+    PlusEP's library (it inlines each fused node's body), the rewritten model computes what the original quantized
+    layer computes. `plus-ep verify` compares each kernel with its body, which holds the fold's MatMulInteger and
+    corrections, so a wrong fold is this test's to catch (and the previous one's)."""
+    import onnxruntime as ort
+    from plus_ep.rewrite import rewrite_detailed
+    from tests.support.quant_models import linear_model
+    x3 = (np.random.default_rng(5).standard_normal((3, 70, 96)) * 3).astype(np.float32)
+    for kind in ("qdq", "dynamic", "qdq_view"):
+        x = x3.reshape(3, 2, 70, 48) if kind == "qdq_view" else x3
+        m = linear_model(kind)
+        r = rewrite_detailed(m, archs=["sm_80"], compile_kernels=False)
+        assert any(n.domain == "ai.plus_ep" for n in r.model.graph.node)
+        assert any(n.op_type == "MatMulInteger" for f in r.model.functions for n in f.node)
+        run = lambda mm: ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(  # noqa: E731
+            None, {"x": x})[0]
+        want, got = run(m), run(r.model)
+        tol = 0.0 if kind == "dynamic" else 0.04                    # qdq: y is requantized (a step of 0.04)
+        assert np.abs(got - want).max() <= tol + 1e-5 * np.abs(want).max(), kind
+
+
 def test_a_fold_put_back_brings_back_the_dequantization_it_read():
     """Two projections of one DQ(a8): both fold and the DQ leaves the graph; when only one fold's GEMM is fused,
     restore puts the other MatMul back together with the DequantizeLinear it reads."""

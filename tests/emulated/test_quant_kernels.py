@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 
 import plus_ep
 from plus_ep.rewrite import rewrite_detailed
-from tests.support.quant_models import K8, linear_model
+from tests.support.quant_models import K8, attention_feeds, attention_model, linear_model
 
 C = 48
 
@@ -111,7 +111,48 @@ def test_quantized_linear_runs_as_an_8bit_gemm(kind, arch, tmp_path):
     if kind == "qdq_view":
         x = np.ascontiguousarray(x.reshape(2, 70, 2, K8 // 2).transpose(0, 2, 1, 3))
     np.savez(tmp_path / "x.npz", x=x)
-    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False)
+    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False,
+                         outputs_to=str(tmp_path / "y.npz"))
     assert rep["ok"], plus_ep.verify_text(rep)
     gemm_row = next(n for n in rep["nodes"] if "gemm" in n["node"])
     assert gemm_row["executed"] and all(o["bound"] == "element" for o in gemm_row["outputs"])
+    # verify checks each kernel against its node's body, which holds the fold: the kernels' output against the
+    # original quantized layer on ORT CPU checks the fold too (qdq: y is requantized, a step of 0.04)
+    import onnxruntime as ort
+    want = ort.InferenceSession(linear_model(kind).SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = np.load(tmp_path / "y.npz")[f"{arch}/y"]
+    tol = 1e-5 * np.abs(want).max() + (0.0 if kind == "dynamic" else 0.04)
+    assert np.abs(got - want).max() <= tol
+
+
+# ---- attention as quantize_static writes it: one kernel, the probabilities quantized exactly (PLUS_HAS_PROB) ----
+@pytest.mark.parametrize("arch,math_,probs", [("sm_80", "exact", ("uint8", 1 / 255, 0)),
+                                              ("sm_80", "exact", ("int8", 1 / 255, -128)),
+                                              ("sm_80", "tf32", ("int8", 1 / 255, -128)),
+                                              ("sm_90a", "tf32", ("uint8", 1 / 255, 0)),
+                                              ("sm_90a", "fp16", ("int8", 1 / 255, -128))])
+def test_qdq_attention_is_one_kernel_on_the_interpreter(arch, math_, probs, tmp_path):
+    """Two key tiles and two query tiles per head (seq 70, the menu's 64-row tiles), a padding mask with a
+    different length per batch. The exact path gives ORT CPU's bits (the probabilities are quantized after the
+    kernel's first pass found each row's maximum and sum); TF32 or f16 scores may put a value across a
+    quantization tie, so there the node's bound decides and the output is at most a few output quanta (0.01)
+    away. "fp16": a float16 model (f16 tensor cores), judged by the node's bound alone: ORT CPU's float16 graph
+    rounds the scores to f16 before quantizing them, so its output is not the exact one the bound is built on."""
+    fp16 = math_ == "fp16"
+    model = attention_model(heads=1, probs=probs, float_type=T.FLOAT16 if fp16 else T.FLOAT)
+    r = rewrite_detailed(model, archs=[arch], fp32_math="tf32" if fp16 else math_)
+    assert not r.kernels.failures, r.kernels.failures
+    assert [sg.pattern.name for sg in r.subgraphs] == ["attention"]
+    assert [n.op_type for n in r.model.graph.node] == ["Fused"]
+    path = tmp_path / "a.plus.onnx"
+    onnx.save(r.model, path)
+    np.savez(tmp_path / "x.npz", **attention_feeds(seq=70, heads=1, np_type=np.float16 if fp16 else np.float32))
+    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False)
+    (row,) = rep["nodes"]
+    assert row["executed"] and all(o["ok"] for o in row["outputs"]), plus_ep.verify_text(rep)
+    (out,) = rep["outputs"]
+    if math_ == "exact":
+        assert rep["ok"] and out["max_abs"] == 0, plus_ep.verify_text(rep)
+    elif not fp16:          # ORT CPU's float16 graph rounds its own scores to f16 before quantizing them
+        assert out["max_abs"] <= 0.0301, plus_ep.verify_text(rep)

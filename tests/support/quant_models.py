@@ -48,3 +48,58 @@ def linear_model(kind: str):
                           [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
     return onnx.shape_inference.infer_shapes(m)
+
+
+def attention_model(heads: int = 2, dim: int = 32, probs=("uint8", 1 / 255, 0), float_type=T.FLOAT):
+    """Self-attention as ORT's quantize_static writes BERT's (QDQ, int8 activations): Q, K and V arrive through
+    QuantizeLinear -> DequantizeLinear, the scores, the scaled scores and the masked logits are fake-quantized,
+    the probabilities after the Softmax too (`probs`: their type, scale and zero point; ORT writes int8 with a
+    zero point of -128), and the output. Inputs q, k, v [B, H, S, D] and an additive key mask [B, 1, 1, S], of
+    `float_type` (float16: the scales too, opset 21)."""
+    dtype, p_scale, p_zero = probs
+    onnx_t = {"uint8": T.UINT8, "int8": T.INT8}[dtype]
+    np_t = np.float16 if float_type == T.FLOAT16 else np.float32
+    inits, nodes = [], []
+
+    def qdq(x, name, scale, zero, qt=T.INT8):
+        inits.extend([numpy_helper.from_array(np.array(scale, np_t), f"{name}_s"),
+                      helper.make_tensor(f"{name}_z", qt, [], [zero])])
+        nodes.extend([helper.make_node("QuantizeLinear", [x, f"{name}_s", f"{name}_z"], [f"{name}_q"]),
+                      helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_d"])])
+        return f"{name}_d"
+
+    q, k, v = (qdq(t, t + "x", 0.03, z) for t, z in (("q", 3), ("k", -5), ("v", 0)))
+    nodes.append(helper.make_node("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]))
+    inits.append(numpy_helper.from_array(np.array(1 / np.sqrt(dim), np_t), "scale"))
+    nodes.append(helper.make_node("MatMul", [q, "kt"], ["s"]))
+    s = qdq("s", "sq", 0.02, 1)
+    nodes.append(helper.make_node("Mul", [s, "scale"], ["sc"]))
+    sc = qdq("sc", "scq", 0.004, 0)
+    nodes.append(helper.make_node("Add", [sc, "mask"], ["lg"]))
+    lg = qdq("lg", "lgq", 0.05, 2)
+    nodes.append(helper.make_node("Softmax", [lg], ["p"], axis=-1))
+    p = qdq("p", "pq", p_scale, p_zero, onnx_t)
+    nodes.append(helper.make_node("MatMul", [p, v], ["o"]))
+    o = qdq("o", "oq", 0.01, -1)
+    nodes.append(helper.make_node("Transpose", [o], ["y"], perm=[0, 2, 1, 3]))
+    shape = ["B", heads, "S", dim]
+    g = helper.make_graph(nodes, "qdq_attention",
+                          [helper.make_tensor_value_info(t, float_type, shape) for t in "qkv"]
+                          + [helper.make_tensor_value_info("mask", float_type, ["B", 1, 1, "S"])],
+                          [helper.make_tensor_value_info("y", float_type, None)], inits)
+    opset = 21 if float_type == T.FLOAT16 else 13
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def attention_feeds(batch: int = 2, seq: int = 150, heads: int = 2, dim: int = 32, seed: int = 5,
+                    np_type=np.float32) -> dict:
+    """Inputs of attention_model: q, k, v in a few quantization steps' range, a key padding mask (the
+    transformers form: 0 or the float type's lowest) with a different number of real keys per batch."""
+    rng = np.random.default_rng(seed)
+    feeds = {t: (rng.standard_normal((batch, heads, seq, dim)) * 1.5).astype(np_type) for t in "qkv"}
+    mask = np.zeros((batch, 1, 1, seq), np_type)
+    for b in range(batch):
+        mask[b, ..., seq - 7 * (b + 1):] = np.finfo(np_type).min
+    feeds["mask"] = mask
+    return feeds

@@ -39,9 +39,10 @@ def _dropout_training(view, node) -> str | None:
 
 def _probability_chain(view, members: set, sm: int, pv: int):
     """Walk back from the PV MatMul's left operand to the Softmax output. Returns (chain positions,
-    NaN guard found) or the reason the chain is not one the attention template implements."""
+    NaN guard found, a per-tensor QuantizeLinear/DequantizeLinear found) or the reason the chain is not one the
+    attention template implements."""
     target = view.nodes[sm].output[0]
-    t, chain, guard = view.nodes[pv].input[0], [], False
+    t, chain, guard, quantized, viewed = view.nodes[pv].input[0], [], False, False, False
     while t != target:
         p = inside_producer(view, members, t)
         if p is None:
@@ -57,6 +58,7 @@ def _probability_chain(view, members: set, sm: int, pv: int):
             if len(si) < 2 or len(so) < 2 or [str(d) for d in si[-2:]] != [str(d) for d in so[-2:]]:
                 return (f"{label} between Softmax and the PV MatMul changes the query/key axes "
                         f"({si} -> {so}): the attention template cannot apply it")
+            viewed = True
             t = node.input[0]
         elif op == "Dropout":
             why = _dropout_training(view, node)
@@ -66,6 +68,18 @@ def _probability_chain(view, members: set, sm: int, pv: int):
         elif op == "Cast":
             if attr(node, "to") not in _FLOATS:
                 return f"{label} casts the probabilities to a non-float type"
+            t = node.input[0]
+        elif op in ("QuantizeLinear", "DequantizeLinear"):
+            # fake quantization of the probabilities (ORT's QDQ attention): the template applies it to each
+            # normalised probability (a second pass over the keys, attention.cuh PLUS_HAS_PROB)
+            if node.domain not in ("", "ai.onnx"):
+                return f"{label}: {node.domain}::{op} between Softmax and the PV MatMul"
+            for x in node.input[1:]:
+                v = view.const(x) if x else np.zeros(1)
+                if v is None or np.size(v) != 1:
+                    return (f"{label} quantizes the probabilities with a scale or zero point that is not one "
+                            "constant (the attention template takes a per-tensor quantization of them)")
+            quantized = True
             t = node.input[0]
         elif op == "Where":
             cond, zero, x = node.input[0], node.input[1], node.input[2]
@@ -79,17 +93,22 @@ def _probability_chain(view, members: set, sm: int, pv: int):
             t = x
         else:
             return (f"{label}: {op} between Softmax and the PV MatMul (only Identity, Cast, Dropout at "
-                    "inference, a reshape of the batch/head axes and the NaN guard Where(IsNaN(p), 0, p) may sit "
-                    "there)")
+                    "inference, a reshape of the batch/head axes, a per-tensor QuantizeLinear/DequantizeLinear and "
+                    "the NaN guard Where(IsNaN(p), 0, p) may sit there)")
         chain.append(p)
-    return chain, guard
+    if quantized and (guard or viewed):
+        return ("the probabilities are quantized and also " + ("guarded by Where(IsNaN(p), 0, p)" if guard else
+                "reshaped") + " between Softmax and the PV MatMul: the attention template applies a quantization "
+                "of the probabilities only alone")
+    return chain, guard, quantized
 
 
 @dataclass(frozen=True)
 class AttentionRoles(Roles):
     """Q, K (as the QKᵀ MatMul reads it) and V; the scores (QKᵀ), logits (the Softmax's input), probabilities
     and output tensors; the QKᵀ, Softmax and PV nodes; the probability chain between Softmax and PV; whether
-    the graph guards fully masked rows (Where(IsNaN(p), 0, p): 0, else NaN); the mask inputs."""
+    the graph guards fully masked rows (Where(IsNaN(p), 0, p): 0, else NaN); the mask inputs; whether the chain
+    quantizes the probabilities (QuantizeLinear/DequantizeLinear, per tensor: the normalised values are needed)."""
     q: str
     k: str
     v: str
@@ -103,6 +122,7 @@ class AttentionRoles(Roles):
     p_chain: tuple
     nan_guard: bool
     mask: tuple
+    quantized_probs: bool = False
 
 
 def attention_roles(view, members):
@@ -135,7 +155,7 @@ def attention_roles(view, members):
     got = _probability_chain(view, ms, sm, pv)
     if isinstance(got, str):
         return got
-    chain, guard = got
+    chain, guard, quantized = got
     # what the renderer reads: the Q/K/V hooks, the score hook (QKᵀ bound), the output hook
     # (pushed forward from O, operands pulled) and side outputs that do not depend on the scores
     q, k, v = mm1.input[0], mm1.input[1], mm2.input[1]
@@ -166,7 +186,7 @@ def attention_roles(view, members):
     mask = [t for t in inputs if any(t in view.graph_index.reads[p] for p in score_side)
             and t not in (q, k) and view.const(t) is None]
     return AttentionRoles(q, k, v, mm1.output[0], smn.input[0], smn.output[0], mm2.output[0], qk, sm, pv,
-                          tuple(chain), guard, tuple(mask))
+                          tuple(chain), guard, tuple(mask), quantized)
 
 
 

@@ -79,6 +79,12 @@
 //                        global thread index, stride = threads in the grid), before the attention work, so
 //                        no extra launch computes them. Default: none.
 //   PLUS_HAS_ATTN_OUT    void plus_attn_out(args, b, h, i, d, o); default stores [B, H, Sq, D] to out[0]
+//   PLUS_HAS_PROB        float plus_prob(args, b, h, i, j, p): what the PV product reads of the normalised
+//                        probability p = softmax_j(...) (a quantization of it, ORT's QDQ attention); no default.
+//                        The block then walks the keys twice: the first pass only finds each row's final
+//                        maximum and sum, the second computes p = e^(s - m) / l exactly, applies the hook and
+//                        accumulates O unscaled. A fully masked row gives p = NaN, as the graph's softmax does.
+//                        Not with PLUS_ATTN_SPLIT or PLUS_ATTN_KV_CACHE.
 // PlusAttnShape comes from plus_common.cuh (hooks precede this file).
 //
 // Entry: plus_attention, grid (cdiv(Sq * G, PLUS_BQ) * splits, H (packed: Hkv), B), block PLUS_WARPS*32, dynamic shared memory
@@ -160,6 +166,9 @@
 #error "attention.cuh: PLUS_ATTN_GQA_PACK reads the query through plus_q (no PLUS_Q_STRIDED)"
 #endif
 
+#if defined(PLUS_HAS_PROB) && (PLUS_ATTN_SPLIT || PLUS_ATTN_KV_CACHE)
+#error "attention.cuh: PLUS_HAS_PROB needs whole rows in one block (no PLUS_ATTN_SPLIT or PLUS_ATTN_KV_CACHE)"
+#endif
 #if PLUS_MATH != 0 && PLUS_MATH != 1 && PLUS_MATH != 2
 #error "attention.cuh: PLUS_MATH must be 0 (fp32 SIMT), 1 (TF32 tensor cores) or 2 (f16/bf16 tensor cores)"
 #endif
@@ -310,6 +319,23 @@ PLUS_DEV float logit(const PlusArgs& args, const Tile& t, int p, int j, float s,
 #else
   (void)kb;
   return ok ? plus_score(args, t.b, row_h(t, p), row_i(p), j, s) : -CUDART_INF_F;
+#endif
+}
+
+#ifdef PLUS_HAS_PROB
+constexpr int NPASS = 2;  // pass 0: each row's final maximum and sum; pass 1: the exact probabilities
+#else
+constexpr int NPASS = 1;
+#endif
+
+// What the PV product reads of the normalised probability p of (tile row p, key j): plus_prob's value, 0 for a
+// key past the problem (PLUS_HAS_PROB only).
+PLUS_DEV float prob(const PlusArgs& args, const Tile& t, int r, int j, float p) {
+#ifdef PLUS_HAS_PROB
+  return r < t.rows && j < t.Skv ? plus_prob(args, t.b, row_h(t, r), row_i(r), j, p) : 0.0f;
+#else
+  (void)args; (void)t; (void)r; (void)j;
+  return p;
 #endif
 }
 
@@ -547,6 +573,12 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
     for (int c = 0; c < ND; ++c) o[r][c] = 0.0f;
   }
 
+  float inv_l[RL];  // PLUS_HAS_PROB: 1 / (each row's final sum), NaN for a row that sees no key
+#pragma unroll
+  for (int r = 0; r < RL; ++r) inv_l[r] = 1.0f;
+  for (int pass = 0; pass < NPASS; ++pass) {
+  const bool stats = NPASS == 2 && pass == 0;   // this pass only finds the rows' maximum and sum
+  const bool exact = NPASS == 2 && pass == 1;   // this pass applies plus_prob to exact probabilities
   for (int kt = t.kt0; kt < t.kt1; ++kt) {
     const int kv0 = kt * BKV;
     __syncthreads();  // everyone is done with the previous K / V tiles (and the Q tile is stored)
@@ -554,10 +586,11 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
       const int j = kv0 + r;
       return j < t.Skv ? plus_k(args, t.b, t.hkv, j, d) : 0.0f;
     });
-    fill_tile<BKV, D>(sV, [&](int r, int d) -> float {
-      const int j = kv0 + r;
-      return j < t.Skv ? plus_v(args, t.b, t.hkv, j, d) : 0.0f;
-    });
+    if (!stats)
+      fill_tile<BKV, D>(sV, [&](int r, int d) -> float {
+        const int j = kv0 + r;
+        return j < t.Skv ? plus_v(args, t.b, t.hkv, j, d) : 0.0f;
+      });
     load_key_bias(args, t, sKB, kv0);
     __syncthreads();
 #if PLUS_ATTN_KV_CACHE
@@ -609,6 +642,13 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
 #endif
         mx = fmaxf(mx, s[r][c]);
       }
+      if (exact) {  // m is the row's final maximum: p = e^(s - m) / l, then the hook; O accumulates unscaled
+        const float m_use = m[r] == -CUDART_INF_F ? 0.0f : m[r];
+#pragma unroll
+        for (int c = 0; c < NJ; ++c)
+          sP[row * PSTR + hl + 16 * c] = prob(args, t, i, kv0 + hl + 16 * c, expf(s[r][c] - m_use) * inv_l[r]);
+        continue;
+      }
       mx = row_max<16>(mx);
       const float m_new = fmaxf(m[r], mx);
       // A row with nothing visible yet keeps m = -inf; subtract 0 then so that exp gives 0, not NaN.
@@ -626,6 +666,7 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
       }
     }
     __syncwarp();  // P rows are private to the warp
+    if (stats) continue;
 
     // O += P V: 4 keys at a time, P broadcast from shared memory, V read by column.
 #pragma unroll 2
@@ -647,6 +688,14 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
       }
     }
     // The next write of sP comes after the __syncthreads at the top of the loop.
+  }
+  if (stats) {
+#pragma unroll
+    for (int r = 0; r < RL; ++r) {
+      const float lsum = row_sum<16>(l[r]);
+      inv_l[r] = lsum > 0.0f ? 1.0f / lsum : CUDART_NAN_F;
+    }
+  }
   }
 
 #if PLUS_ATTN_SPLIT
@@ -673,7 +722,8 @@ PLUS_DEV void simt(const PlusArgs& args, float* smem) {
 #pragma unroll
   for (int r = 0; r < RL; ++r) {
     const float lsum = row_sum<16>(l[r]);
-    const float inv = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
+    const float inv = NPASS == 2 ? 1.0f  // the second pass summed normalised probabilities
+                      : lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
     const int p = t.q0 + wrow0 + 2 * r + half;
     if (p < t.rows) {
 #pragma unroll
@@ -882,6 +932,10 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     load_key_bias(args, t, sKB, t.kt0 * BKV);
   }
 
+  float inv_l[2] = {1.0f, 1.0f};  // PLUS_HAS_PROB: 1 / (each row's final sum), NaN for a row that sees no key
+  for (int pass = 0; pass < NPASS; ++pass) {
+  const bool stats = NPASS == 2 && pass == 0;   // this pass only finds the rows' maximum and sum
+  const bool exact = NPASS == 2 && pass == 1;   // this pass applies plus_prob to exact probabilities
   for (int kt = t.kt0; kt < t.kt1; ++kt) {
     const int kv0 = kt * BKV;
     plus_cp_async_wait<0>();
@@ -894,7 +948,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
 #pragma unroll
       for (int kk = 0; kk < KD; ++kk) q_frag(qf[Q_REGS ? kk : 0], kk);
     }
-    load_v(args, t, sV, kv0);
+    if (!stats) load_v(args, t, sV, kv0);
     plus_cp_async_commit();
 
     // ---- S = Q K^T: per k-step, one ldmatrix.x4 gives the B fragments of two n8 tiles ----
@@ -940,7 +994,21 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
         s[n][3] = logit(args, t, i1, j + 1, s[n][3], kb1);
       }
     }
-    online_softmax(s, o, m, l);
+    if (exact) {  // m is the row's final maximum: p = e^(s - m) / l, then the hook; O accumulates unscaled
+#pragma unroll
+      for (int rh = 0; rh < 2; ++rh) {
+        const float m_use = m[rh] == -CUDART_INF_F ? 0.0f : m[rh];
+#pragma unroll
+        for (int n = 0; n < NKT; ++n) {
+#pragma unroll
+          for (int e = 2 * rh; e < 2 * rh + 2; ++e)
+            s[n][e] = prob(args, t, rh ? i1 : i0, kv0 + n * 8 + 2 * q + (e & 1),
+                           exp2f((s[n][e] - m_use) * LOG2E) * inv_l[rh]);
+        }
+      }
+    } else {
+      online_softmax(s, o, m, l);
+    }
 
     plus_cp_async_wait<0>();
     __syncthreads();  // V(kt) visible; every warp is done reading K(kt)
@@ -948,11 +1016,14 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     if (t.writer)
       store_present<TSTR>(sV, kv0, t.Skv, [&](int j, int d, float x) { plus_v_present(args, t.b, t.hkv, j, d, x); });
 #endif
-    if (kt + 1 < t.kt1) {
-      load_k(args, t, sK, kv0 + BKV);
+    // the next key tile: this pass's, or the first one again for the second pass
+    const int kt_next = kt + 1 < t.kt1 ? kt + 1 : stats ? t.kt0 : -1;
+    if (kt_next >= 0) {
+      load_k(args, t, sK, kt_next * BKV);
       plus_cp_async_commit();
-      load_key_bias(args, t, sKB, kv0 + BKV);
+      load_key_bias(args, t, sKB, kt_next * BKV);
     }
+    if (stats) continue;
 
     // ---- O += P V: P from registers, V by ldmatrix.trans (tf32: 32-bit shared loads) ----
 #if PLUS_MATH == 1
@@ -995,6 +1066,14 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
     }
 #endif
   }
+  if (stats) {
+#pragma unroll
+    for (int rh = 0; rh < 2; ++rh) {
+      const float lsum = row_sum<4>(l[rh]);
+      inv_l[rh] = lsum > 0.0f ? 1.0f / lsum : CUDART_NAN_F;
+    }
+  }
+  }
 
 #if PLUS_ATTN_SPLIT
   if (t.nsplit > 1) {  // this split's unnormalised rows, their max and sum (plus_attention_combine merges)
@@ -1025,6 +1104,7 @@ PLUS_DEV void tc(const PlusArgs& args, T* smem) {
   for (int rh = 0; rh < 2; ++rh) {
     const float lsum = row_sum<4>(l[rh]);
     inv[rh] = lsum > 0.0f ? 1.0f / lsum : PLUS_MASKED_ROW_SCALE;
+    if (NPASS == 2) inv[rh] = 1.0f;  // the second pass summed normalised probabilities
   }
   if constexpr (O_STAGED) {
     // Through shared memory (fp32 [BQ][OSTR], reusing the Q/K/V tiles), so that each warp then hands 32

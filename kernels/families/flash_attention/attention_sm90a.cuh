@@ -37,6 +37,9 @@
 #if PLUS_ATTN_KV_CACHE || PLUS_ATTN_SPLIT || PLUS_ATTN_GQA_PACK != 1
 #error "attention_sm90a.cuh: no KV cache, split-KV or grouped-query packing (the mma.sync body serves them)"
 #endif
+#ifdef PLUS_HAS_PROB
+#error "attention_sm90a.cuh: no probability hook (PLUS_HAS_PROB's second pass is attention.cuh's mma.sync body)"
+#endif
 #if PLUS_MATH != 2
 #error "attention_sm90a.cuh: f16/bf16 operands only (PLUS_MATH 2)"
 #endif

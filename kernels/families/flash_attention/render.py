@@ -4,7 +4,8 @@ role come from identification (Subgraph.roles: AttentionRoles, the family's grap
 Q, K and V are pulled through whatever produces them inside the subgraph (scaling, RoPE, GQA expand),
 the score hook is everything between the first MatMul and the Softmax, the output hook is pushed forward. Between the Softmax and
 the PV MatMul only what the role finder accepted sits: Identity, Cast to a float type, Dropout at
-inference, and the NaN guard, which decides what a fully masked row gives (0, else NaN).
+inference, the NaN guard, which decides what a fully masked row gives (0, else NaN), and a per-tensor
+quantization of the probabilities (the probability hook, applied to exact probabilities in a second pass).
 
 A decoder's KV cache (`kv_cache`): when K and V are grouped-query repetitions of Concat(past, new) along
 the keys, and those concatenations are the subgraph's `present` outputs, the kernel reads the past and
@@ -220,6 +221,7 @@ def render_attention(job):
     a = _problem(job, em)
     hooks, strided, past_strided = _operand_hooks(job, em, a)
     hooks += _score_hooks(job, em, a)
+    hooks += _prob_hooks(job, em, a)
     hooks += _output_hooks(job, a)
     return _variants(job, a, hooks, strided, past_strided)
 
@@ -347,6 +349,25 @@ def _score_hooks(job, em, a: _Attention) -> list:
     return hooks
 
 
+def _prob_hooks(job, em, a: _Attention) -> list:
+    """The probability hook when the graph quantizes the probabilities between the Softmax and the PV MatMul
+    (QuantizeLinear/DequantizeLinear per tensor, AttentionRoles.quantized_probs): what the PV MatMul reads, as a
+    function of the normalised probability `p` (attention.cuh PLUS_HAS_PROB: the kernel walks the keys twice).
+    E.g. DequantizeLinear(QuantizeLinear(p, s, z), s, z) returns (saturate(rint(p / s) + z) - z) * s."""
+    if not job.roles.quantized_probs:
+        return []
+    if a.cache is not None:
+        raise RenderError(f"{describe(a.sm)}: quantized probabilities with a KV cache (the two-pass kernel "
+                          "needs whole rows in one block)")
+    em.reset()
+    em.bound[a.sm.output[0]] = lambda idx: ("p", "float")
+    val, ct = em.value(a.mm2.input[0], em.broadcast(a.lead_l("b", "h") + ["i", "j"], em.shape(a.mm2.input[0]),
+                                                    a.l_shape))
+    return ["#define PLUS_HAS_PROB 1\n"
+            "PLUS_DEV float plus_prob(const PlusArgs& args, long long b, long long h, long long i, long long j, float p) {\n"
+            f"{em.take()}\n  return {dtypes.convert(val, ct, 'float')};\n}}\n"]
+
+
 def _output_hooks(job, a: _Attention) -> list:
     """The output hook (O pushed forward to the subgraph outputs, in a fresh emitter), and the side hook:
     outputs that do not depend on the scores (the extended mask a later layer reads), computed by the
@@ -378,6 +399,8 @@ def _wgmma_operands(job, em, a: _Attention) -> tuple | None:
     head, D 64 or 128. None otherwise: the mma.sync body keeps every other form (hooks in the loads such as
     RoPE, DeBERTa's batched products, GQA, past-KV)."""
     if a.math_ != 2 or a.cache is not None or len(a.s_shape) != 4 or a.D not in (64, 128) or len(a.qkv_types) != 1:
+        return None
+    if job.roles.quantized_probs:        # the probability hook's second pass is the mma.sync body's
         return None
     d = symdim.parse(a.D)
     if not (a.q in job.inputs and list(em.shape(a.q)) == [a.B, a.H, a.Sq, d]):

@@ -8,18 +8,22 @@ finding.
 
     prepared = prepare(FAMILIES)                            # rewrite each family's models once (kernels cached)
     stats = fuzz(tmp_dir, prepared, runs=40, seed=0)        # one child process per batch of runs
+    runs = budget_runs(prepared, stats, seconds=240)        # {model: runs}: equal time per model next batch
     stats["findings"]                                       # [] when nothing went wrong
 
 Models come from the case libraries (tests/support/*_models.py, decoder_graphs.py, the demo BERT);
-their graph inputs' declared dims give the symbols. A run draws one value per symbol (small ones mostly,
-now and then one past a tile so a grid dimension exceeds 1), then, by its mode, keeps every input
-consistent (`admitted`), sets one symbolic axis of one input to 1 (`broadcast`) or one or two axes of
-any input to another size, 0 included (`outside`). Integer inputs that index a Gather get indices in range
-(now and then one past it); other integer inputs 0/1. Shape tensors (TorchScript's Shape -> Concat) take
-their values from the inputs they describe, so an inconsistent input is an inconsistent shape tensor.
+their graph inputs' declared dims give the symbols. A run draws one value per symbol (small ones; in
+about a third of the runs one symbol, rarely two, one past a tile, mostly 17, so a grid dimension
+exceeds 1), then, by its mode, keeps every input consistent (`admitted`: drawn again while ORT refuses
+it), sets one symbolic axis of one input to 1 (`broadcast`) or one or two axes of any input to another
+size, 0 included (`outside`). Integer inputs that index a Gather get indices in range (now and then
+one past it); other integer inputs 0/1. Shape tensors (TorchScript's Shape -> Concat) take their
+values from the inputs they describe, so an inconsistent input is an inconsistent shape tensor.
 
 `python -m tests.support.shape_fuzz --seconds 3600 --out bench/results/2026-11-29-shape-fuzz.json` is
-the long run (the JSON is rewritten after every batch).
+the long run (the JSON is rewritten after every batch). Each batch gives every model an equal share of
+its time at what the model's runs cost so far: the interpreter's time goes to many small-grid runs of
+the cheap nodes, and a model whose run takes seconds (BERT, split-K GEMM) still runs in every batch.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from tests.support.emulated_runs import FRONT_ENDS, matches, oracle, run_cases
 
 SMALL = (1, 2, 3, 4, 5, 7, 8)
 PAST_TILE = (17, 33, 65, 129)         # one past a 16/32/64/128 tile: grid dimensions above 1
+PAST_TILE_P = (0.5, 0.3, 0.15, 0.05)  # mostly the smallest: the edge shows as well, in fewer CTAs
 NP = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.INT64: np.int64,
       TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_}
 
@@ -121,13 +126,24 @@ def _eval_dim(d, values: dict) -> int:
     return int(eval(d, {"__builtins__": {}}, values))   # noqa: S307 - dims of our own case libraries
 
 
+def _symbol_values(names: list, rng: np.random.Generator) -> dict:
+    """Small values, and now and then one symbol (rarely a second) one past a tile, mostly the smallest
+    tile: a grid above 1 where the tiling's edges are, without the many-CTA grids that cost the
+    interpreter minutes and show no more (e.g. softmax with 17 x 65 rows: 1105 CTAs, 40 s a run)."""
+    values = {s: int(rng.choice(SMALL)) for s in names}
+    for p_past in (0.3, 0.1):
+        if names and rng.random() < p_past:
+            values[names[rng.integers(len(names))]] = int(rng.choice(PAST_TILE, p=PAST_TILE_P))
+    return values
+
+
 def sample(p: Prepared, rng: np.random.Generator, mode: str | None = None) -> tuple:
     """(feeds, mode, symbol values) for one run of `p` (module docstring)."""
     mode = mode or rng.choice(["admitted", "admitted", "broadcast", "outside"])
     names = sorted({s for _, _, dims in p.inputs for d in dims if isinstance(d, str) for s in _NAME.findall(d)})
     shapes = None
     for _ in range(20):   # symbol values whose inputs fit the cap
-        values = {s: int(rng.choice(PAST_TILE)) if rng.random() < 0.12 else int(rng.choice(SMALL)) for s in names}
+        values = _symbol_values(names, rng)
         shapes = [[_eval_dim(d, values) for d in dims] for _, _, dims in p.inputs]
         if all(int(np.prod(s)) <= p.cap for s in shapes):
             break
@@ -199,7 +215,19 @@ def classify(p: Prepared, feeds: dict, res: dict, want, why) -> tuple:
 
 def _new_stats() -> dict:
     return {"runs": 0, "node_runs": 0, "launches": 0, "families": {}, "findings": [], "refusals_where_ort_runs": {},
-            "grid_above_1": {}}
+            "grid_above_1": {}, "seconds_by_model": {}, "runs_by_model": {}}
+
+
+def budget_runs(prepared: list, stats: dict, seconds: float, most: int = 40) -> dict:
+    """{model name: runs} for a batch of about `seconds`: each model an equal share of the time at what
+    its runs cost so far (models not run yet: 2 runs), at least 1 and at most `most` runs each. Cheap
+    models get many runs, a model whose runs take many seconds still one per batch."""
+    out = {}
+    share = seconds / max(1, len(prepared))
+    for p in prepared:
+        n, t = stats["runs_by_model"].get(p.name, 0), stats["seconds_by_model"].get(p.name, 0.0)
+        out[p.name] = 2 if not n else int(min(most, max(1, round(share / max(t / n, 1e-3)))))
+    return out
 
 
 def _fam(stats, family):
@@ -208,15 +236,30 @@ def _fam(stats, family):
                                                  "finding": 0, "modes": {}})
 
 
-def fuzz(tmp_dir: Path, prepared: list, runs: int, seed: int, fronts=FRONT_ENDS, stats=None, modes=None) -> dict:
-    """`runs` runs of each prepared model (each on every front end in `fronts`) in one child process;
-    `modes`: the modes in turn (model k's run j takes modes[(k + j) % len]) instead of random ones."""
+def draw(p: Prepared, rng: np.random.Generator, mode: str | None = None, tries: int = 8) -> tuple:
+    """(feeds, mode, symbol values, ORT's outputs or None, ORT's error): one run of `p` with ORT CPU's
+    answer. An `admitted` draw ORT refuses (symbols the declared dims do not relate, e.g. t = 1 or s
+    for a broadcast) is drawn again, up to `tries` times: the runs ORT refuses are the other modes'."""
+    for _ in range(tries):
+        feeds, mode, values = sample(p, rng, mode)
+        want, why = oracle(p.original, feeds)
+        if want is not None or mode != "admitted":
+            break
+    return feeds, mode, values, want, why
+
+
+def fuzz(tmp_dir: Path, prepared: list, runs, seed: int, fronts=FRONT_ENDS, stats=None, modes=None) -> dict:
+    """`runs` runs of each prepared model (an int, or {model name: runs}), each on every front end in
+    `fronts`, in one child process; `modes`: the modes in turn (model k's run j takes modes[(k + j) %
+    len]) instead of random ones. stats["seconds_by_model"] adds up each model's run times (all front
+    ends), stats["runs_by_model"] its runs: what a run costs, for `budget_runs`."""
     stats = stats if stats is not None else _new_stats()
     rng = np.random.default_rng(seed)
     cases, drawn = [], []
     for m, p in enumerate(prepared):
-        feeds = [sample(p, rng, modes[(m + j) % len(modes)] if modes else None) for j in range(runs)]
-        cases.append((p.rewritten, [f for f, _, _ in feeds]))
+        n = runs if isinstance(runs, int) else runs.get(p.name, 1)
+        feeds = [draw(p, rng, modes[(m + j) % len(modes)] if modes else None) for j in range(n)]
+        cases.append((p.rewritten, [d[0] for d in feeds]))
         drawn.append(feeds)
     tmp_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -226,11 +269,12 @@ def fuzz(tmp_dir: Path, prepared: list, runs: int, seed: int, fronts=FRONT_ENDS,
         return stats
     for p, feeds, rows in zip(prepared, drawn, results):
         fam = _fam(stats, p.family)
-        for k, ((f, mode, values), row) in enumerate(zip(feeds, rows)):
-            want, why = oracle(p.original, f)
+        for k, ((f, mode, values, want, why), row) in enumerate(zip(feeds, rows)):
             fam["modes"][mode] = fam["modes"].get(mode, 0) + 1
+            stats["runs_by_model"][p.name] = stats["runs_by_model"].get(p.name, 0) + 1
             for how in fronts:
                 res = row[how]
+                stats["seconds_by_model"][p.name] = stats["seconds_by_model"].get(p.name, 0.0) + res.get("seconds", 0.0)
                 cat, detail = classify(p, f, res, want, why)
                 stats["runs"] += 1
                 fam["runs"] += 1
@@ -264,7 +308,8 @@ def _node_of(launch) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="the shape-adversarial fuzzer's long run")
     ap.add_argument("--seconds", type=float, default=600)
-    ap.add_argument("--runs", type=int, default=6, help="runs per model per batch")
+    ap.add_argument("--batch-seconds", type=float, default=240,
+                    help="the interpreter time a batch aims at, shared equally by the models (budget_runs)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=Path("/tmp/plus_ep_shape_fuzz"))
@@ -285,7 +330,8 @@ def main(argv=None) -> int:
                   "prepare_seconds": round(time.time() - t0, 1)})
     batch = 0
     while time.time() - t0 < args.seconds:
-        fuzz(args.work / f"b{batch}", prepared, args.runs, args.seed * 100003 + batch, stats=stats)
+        runs = budget_runs(prepared, stats, min(args.batch_seconds, max(30.0, args.seconds - (time.time() - t0))))
+        fuzz(args.work / f"b{batch}", prepared, runs, args.seed * 100003 + batch, stats=stats)
         batch += 1
         stats.update({"batches": batch, "seconds": round(time.time() - t0, 1)})
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -116,6 +116,8 @@ SUBSETS: dict[str, list] = {
                  ("tests/cpu/test_fuzz.py", None)],
     "session_logging": [("tests/native/test_session_logging.py", None),
                         ("tests/cpu/test_ortlog.py", None)],
+    "broadcast": [("tests/cpu/test_assumed_dims.py", None),
+                  ("tests/emulated/test_runtime_broadcast.py", None)],
     "launcher": [("tests/native/test_launcher.py", None),
                  ("tests/native/test_launcher_shapes.py", None),
                  ("tests/emulated/test_emulated_driver.py", None),
@@ -301,6 +303,9 @@ CATALOGUE = [
       'return ["0" if d == 1 and out_shape[off + k] != 1 else idx[off + k] for k, d in enumerate(in_shape)]',
       'return ["0" if d == 1 and out_shape[off + k] != 1 else idx[k] for k, d in enumerate(in_shape)]',
       "broadcast indices aligned left instead of right for inputs of lower rank", ["pointwise", "row"]),
+    M("bcast_zero_against_one", "pointwise", "kernels/codegen/assumed.py",
+      "    return sympy.Max(*dims) * sympy.Min(1, *dims)", "    return sympy.Max(*dims)",
+      "a broadcast dim of 0 against 1 taken as 1: ORT's empty output refused (or a 1-row output)", ["broadcast"]),
     # ---- renderers ----------------------------------------------------------------------------------------
     M("render_gemm_beta_ignored", "render", "kernels/families/gemm/render.py",
       'return em.tmp(f"{lit(alpha)} * acc + {lit(beta)} * {c}", "float"), "float"',

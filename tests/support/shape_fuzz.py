@@ -8,7 +8,7 @@ finding.
 
     prepared = prepare(FAMILIES)                            # rewrite each family's models once (kernels cached)
     stats = fuzz(tmp_dir, prepared, runs=40, seed=0)        # one child process per batch of runs
-    runs = budget_runs(prepared, stats, seconds=240)        # {model: runs}: equal time per model next batch
+    runs = budget_runs(prepared, stats, seconds=240)        # {model: runs}: equal time per model, next batch
     stats["findings"]                                       # [] when nothing went wrong
 
 Models come from the case libraries (tests/support/*_models.py, decoder_graphs.py, the demo BERT);
@@ -23,7 +23,7 @@ values from the inputs they describe, so an inconsistent input is an inconsisten
 `python -m tests.support.shape_fuzz --seconds 3600 --out bench/results/2026-11-29-shape-fuzz.json` is
 the long run (the JSON is rewritten after every batch). Each batch gives every model an equal share of
 its time at what the model's runs cost so far: the interpreter's time goes to many small-grid runs of
-the cheap nodes, and a model whose run takes seconds (BERT, split-K GEMM) still runs in every batch.
+the cheap nodes, and a model whose run takes a minute (BERT, split-K GEMM) runs every few batches.
 """
 from __future__ import annotations
 
@@ -220,13 +220,21 @@ def _new_stats() -> dict:
 
 def budget_runs(prepared: list, stats: dict, seconds: float, most: int = 40) -> dict:
     """{model name: runs} for a batch of about `seconds`: each model an equal share of the time at what
-    its runs cost so far (models not run yet: 2 runs), at least 1 and at most `most` runs each. Cheap
-    models get many runs, a model whose runs take many seconds still one per batch."""
+    its runs cost so far (a model not run yet: 1 run), at most `most` runs each. A share a model's run
+    does not fit in is kept for later batches (stats["credit_by_model"]): cheap models get many runs a
+    batch, one whose run takes minutes (BERT, split-K GEMM on a loaded machine) one every few batches."""
     out = {}
     share = seconds / max(1, len(prepared))
+    credit = stats.setdefault("credit_by_model", {})
     for p in prepared:
         n, t = stats["runs_by_model"].get(p.name, 0), stats["seconds_by_model"].get(p.name, 0.0)
-        out[p.name] = 2 if not n else int(min(most, max(1, round(share / max(t / n, 1e-3)))))
+        if not n:
+            out[p.name] = 1
+            continue
+        cost = max(t / n, 1e-3)
+        have = credit.get(p.name, 0.0) + share
+        out[p.name] = int(min(most, have // cost))
+        credit[p.name] = min(have - out[p.name] * cost, 4 * max(share, cost))
     return out
 
 
@@ -255,19 +263,24 @@ def fuzz(tmp_dir: Path, prepared: list, runs, seed: int, fronts=FRONT_ENDS, stat
     ends), stats["runs_by_model"] its runs: what a run costs, for `budget_runs`."""
     stats = stats if stats is not None else _new_stats()
     rng = np.random.default_rng(seed)
-    cases, drawn = [], []
+    cases, drawn, chosen = [], [], []
     for m, p in enumerate(prepared):
         n = runs if isinstance(runs, int) else runs.get(p.name, 1)
+        if n <= 0:
+            continue
         feeds = [draw(p, rng, modes[(m + j) % len(modes)] if modes else None) for j in range(n)]
         cases.append((p.rewritten, [d[0] for d in feeds]))
         drawn.append(feeds)
+        chosen.append(p)
+    if not cases:
+        return stats
     tmp_dir.mkdir(parents=True, exist_ok=True)
     try:
         results = run_cases(tmp_dir, cases, fronts=fronts, timeout=3600)
     except Exception as e:   # noqa: BLE001 - a crash of the child is a finding, with the batch to replay it
         stats["findings"].append({"family": "*", "what": f"child process failed: {str(e)[-600:]}", "seed": seed})
         return stats
-    for p, feeds, rows in zip(prepared, drawn, results):
+    for p, feeds, rows in zip(chosen, drawn, results):
         fam = _fam(stats, p.family)
         for k, ((f, mode, values, want, why), row) in enumerate(zip(feeds, rows)):
             fam["modes"][mode] = fam["modes"].get(mode, 0) + 1

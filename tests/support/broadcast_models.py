@@ -129,6 +129,8 @@ FEEDS = {
         ("equal", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 8, H, seed=3)}),
         ("3 against 8", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 3, H, seed=3)}),
         ("9 against 8", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 9, H, seed=3)}),
+        ("Concat over batch 1 against z's 2 (refused)",
+         {"p": _f(1, 3, H, seed=1), "q": _f(1, 5, H, seed=2), "z": _f(2, 8, H, seed=3)}),
     ],
     "gemm_concat": [
         ("equal", {"X": _f(2, 8, 32, seed=1), "p": _f(2, 3, H, seed=2), "q": _f(2, 5, H, seed=3)}),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import sys
@@ -318,6 +319,18 @@ def _node_of(launch) -> str:
     return launch[4] if len(launch) > 4 else launch[0]
 
 
+def _env() -> dict:
+    """Date, machine, versions (bench/harness/env_info.py) and the commit that ran, for the JSON."""
+    import subprocess
+    from bench.harness.env_info import env_info
+    root = Path(__file__).resolve().parents[2]
+    git = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "plus_ep", "kernels", "tests/support"],
+                           capture_output=True, text=True, check=False)
+    return {**env_info(), "commit": git.stdout.strip() or None, "dirty": bool(dirty.stdout.strip()),
+            "nice": os.nice(0), "load_average_1_5_15_before": list(os.getloadavg())}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="the shape-adversarial fuzzer's long run")
     ap.add_argument("--seconds", type=float, default=600)
@@ -339,6 +352,7 @@ def main(argv=None) -> int:
                   "machine": f"{platform.processor() or platform.machine()}, shared 2-core box, nice 19",
                   "versions": {"python": platform.python_version(), "onnxruntime": ort.__version__,
                                "onnx": onnx.__version__},
+                  "env": _env(),
                   "models": {p.name: {"family": p.family, "fused_nodes": p.nodes} for p in prepared},
                   "prepare_seconds": round(time.time() - t0, 1)})
     batch = 0
@@ -346,7 +360,9 @@ def main(argv=None) -> int:
         runs = budget_runs(prepared, stats, min(args.batch_seconds, max(30.0, args.seconds - (time.time() - t0))))
         fuzz(args.work / f"b{batch}", prepared, runs, args.seed * 100003 + batch, stats=stats)
         batch += 1
-        stats.update({"batches": batch, "seconds": round(time.time() - t0, 1)})
+        stats.update({"batches": batch, "seconds": round(time.time() - t0, 1),
+                      "node_runs_per_second": round(stats["node_runs"] / max(1e-9, time.time() - t0), 2)})
+        stats["env"]["load_average_1_5_15_after"] = list(os.getloadavg())
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
         print(f"batch {batch}: {stats['runs']} runs, {stats['node_runs']} node runs, "

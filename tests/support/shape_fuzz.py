@@ -4,7 +4,9 @@ with random input shapes and shape-tensor values, inside and outside what each m
 must either give ORT CPU's answer on the original graph (shapes and values) or be refused naming a node
 (one line, ORT refusing too or the plan saying why the kernels cannot follow); a checker finding, an
 interpreter error, a crash, a wrong shape or value, an unnamed error, or a result where ORT refuses is a
-finding.
+finding, except where ORT CPU refuses only an out-of-range Gather index: the kernels read zeros there as
+ORT's CUDA Gather does, and the run counts (`gather_oob_as_cuda`) when its outputs are ORT CPU's on the
+model whose data has a zero row those indices are sent to (`zero_row_oracle`).
 
     prepared = prepare(FAMILIES)                            # rewrite each family's models once (kernels cached)
     stats = fuzz(tmp_dir, prepared, runs=40, seed=0)        # one child process per batch of runs
@@ -88,6 +90,7 @@ class Prepared:
     tol: float
     inputs: list = field(default_factory=list)      # (name, elem type, declared dims)
     gather_range: dict = field(default_factory=dict)  # int input -> number of rows it indexes
+    zero_row: onnx.ModelProto | None = None   # the original with a 0 row past each such Gather's data
 
 
 def prepare(families=FAMILIES, archs=("sm_80",), only=None) -> list:
@@ -114,8 +117,48 @@ def prepare(families=FAMILIES, archs=("sm_80",), only=None) -> list:
                 if n.op_type == "Gather" and len(n.input) > 1 and n.input[0] in inits:
                     axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
                     p.gather_range[n.input[1]] = int(inits[n.input[0]].dims[axis])
+            p.zero_row = _zero_row_model(model) if p.gather_range else None
             out.append(p)
     return out
+
+
+def _zero_row_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each Gather of an initializer reading a copy that has one row of zeros past its end:
+    with out-of-range indices sent to that row, ORT CPU gives what ORT's CUDA Gather (and PlusEP's
+    kernels, pull.Emitter._indexed) give for them: zeros, where ORT CPU's own Gather refuses."""
+    from onnx import numpy_helper
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {t.name: t for t in m.graph.initializer}
+    for k, n in enumerate(m.graph.node):
+        if n.op_type != "Gather" or len(n.input) < 2 or n.input[0] not in inits:
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+        data = numpy_helper.to_array(inits[n.input[0]])
+        axis %= data.ndim
+        pad = np.zeros(data.shape[:axis] + (1,) + data.shape[axis + 1:], data.dtype)
+        name = f"{n.input[0]}__zero_row_{k}"
+        m.graph.initializer.append(numpy_helper.from_array(np.concatenate([data, pad], axis), name))
+        n.input[0] = name
+    return m
+
+
+def zero_row_oracle(p: Prepared, feeds: dict) -> tuple:
+    """ORT CPU's answer with ORT CUDA's out-of-range Gather semantics (`_zero_row_model`): (outputs, None),
+    or (None, why) when no index is out of range or ORT refuses anyway."""
+    if p.zero_row is None:
+        return None, "no Gather of an initializer"
+    moved, out_of_range = dict(feeds), False
+    for name, rows in p.gather_range.items():
+        if name not in feeds:
+            continue
+        idx = np.asarray(feeds[name])
+        bad = (idx < -rows) | (idx >= rows)
+        out_of_range |= bool(bad.any())
+        moved[name] = np.where(bad, rows, np.where(idx < 0, idx + rows, idx)).astype(idx.dtype)
+    if not out_of_range:
+        return None, "every index in range"
+    return oracle(p.zero_row, moved)
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -185,15 +228,21 @@ def _named(err: str | None) -> bool:
     return bool(err) and "PlusEP node '" in err
 
 
-def classify(p: Prepared, feeds: dict, res: dict, want, why) -> tuple:
+def classify(p: Prepared, feeds: dict, res: dict, want, why, zero_want=None) -> tuple:
     """(category, detail) of one front end's run (module docstring). Categories: match, refused_as_ort,
-    refused_by_ort_itself (ORT's own input checks, before any node), refused_where_ort_runs, finding."""
+    refused_by_ort_itself (ORT's own input checks, before any node), refused_where_ort_runs,
+    gather_oob_as_cuda (ORT CPU refuses an out-of-range Gather index only; the run gave ORT CUDA's
+    zeros for it, `zero_want`), finding."""
     launches = res["launches"]
     bad = [ln for ln in launches if ln[1] is not None or ln[2]]
     if bad:
         return "finding", f"checker/interpreter: {bad[0][0]}: {bad[0][1] or f'{bad[0][2]} findings'}"[:400]
     err = res["error"]
     if want is None:
+        if err is None and zero_want is not None:
+            diff = matches(res["outputs"], zero_want, rtol=p.tol, atol=p.tol)
+            return ("finding", f"wrong result for an out-of-range Gather index: {diff}") if diff else \
+                ("gather_oob_as_cuda", "")
         if err is None:
             return "finding", f"ran where ORT refuses ({why[:200]})"
         if _named(err):
@@ -242,19 +291,21 @@ def budget_runs(prepared: list, stats: dict, seconds: float, most: int = 40) -> 
 def _fam(stats, family):
     return stats["families"].setdefault(family, {"runs": 0, "node_runs": 0, "match": 0, "refused_as_ort": 0,
                                                  "refused_by_ort_itself": 0, "refused_where_ort_runs": 0,
-                                                 "finding": 0, "modes": {}})
+                                                 "gather_oob_as_cuda": 0, "finding": 0, "modes": {}})
 
 
 def draw(p: Prepared, rng: np.random.Generator, mode: str | None = None, tries: int = 8) -> tuple:
-    """(feeds, mode, symbol values, ORT's outputs or None, ORT's error): one run of `p` with ORT CPU's
-    answer. An `admitted` draw ORT refuses (symbols the declared dims do not relate, e.g. t = 1 or s
-    for a broadcast) is drawn again, up to `tries` times: the runs ORT refuses are the other modes'."""
+    """(feeds, mode, symbol values, ORT's outputs or None, ORT's error, ORT's outputs with out-of-range
+    Gather indices reading zeros or None): one run of `p` with ORT CPU's answers. An `admitted` draw
+    ORT refuses (symbols the declared dims do not relate, e.g. t = 1 or s for a broadcast) is drawn
+    again, up to `tries` times: the runs ORT refuses are the other modes'."""
     for _ in range(tries):
         feeds, mode, values = sample(p, rng, mode)
         want, why = oracle(p.original, feeds)
         if want is not None or mode != "admitted":
             break
-    return feeds, mode, values, want, why
+    zero_want = zero_row_oracle(p, feeds)[0] if want is None else None
+    return feeds, mode, values, want, why, zero_want
 
 
 def fuzz(tmp_dir: Path, prepared: list, runs, seed: int, fronts=FRONT_ENDS, stats=None, modes=None) -> dict:
@@ -283,13 +334,13 @@ def fuzz(tmp_dir: Path, prepared: list, runs, seed: int, fronts=FRONT_ENDS, stat
         return stats
     for p, feeds, rows in zip(chosen, drawn, results):
         fam = _fam(stats, p.family)
-        for k, ((f, mode, values, want, why), row) in enumerate(zip(feeds, rows)):
+        for k, ((f, mode, values, want, why, zero_want), row) in enumerate(zip(feeds, rows)):
             fam["modes"][mode] = fam["modes"].get(mode, 0) + 1
             stats["runs_by_model"][p.name] = stats["runs_by_model"].get(p.name, 0) + 1
             for how in fronts:
                 res = row[how]
                 stats["seconds_by_model"][p.name] = stats["seconds_by_model"].get(p.name, 0.0) + res.get("seconds", 0.0)
-                cat, detail = classify(p, f, res, want, why)
+                cat, detail = classify(p, f, res, want, why, zero_want)
                 stats["runs"] += 1
                 fam["runs"] += 1
                 nodes = {_node_of(ln) for ln in res["launches"]}

@@ -1,6 +1,7 @@
 """How the shape-adversarial fuzzer's long run shares its time (tests/support/shape_fuzz.py): each model an
-equal share of a batch at what its runs cost so far, a model whose run exceeds its share running when its
-saved shares cover one run; and how it draws symbols (small ones, at most two one past a tile)."""
+equal share of a batch at what its launching runs cost so far (a refused run's cost says nothing), a model
+whose run exceeds its share running when its saved shares cover one run; and how it draws symbols (small
+ones, at most two one past a tile)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,15 @@ def _models(*names):
 def test_each_model_gets_an_equal_share_and_a_costly_one_waits():
     prepared = _models("cheap", "mid", "costly")
     stats = shape_fuzz._new_stats()
-    assert shape_fuzz.budget_runs(prepared, stats, 30) == {"cheap": 1, "mid": 1, "costly": 1}   # not run yet
-    stats["runs_by_model"] = {"cheap": 4, "mid": 2, "costly": 1}
-    stats["seconds_by_model"] = {"cheap": 0.4, "mid": 4.0, "costly": 25.0}   # 0.1 s, 2 s, 25 s a run
+    assert shape_fuzz.budget_runs(prepared, stats, 30) == {"cheap": 2, "mid": 2, "costly": 2}   # not run yet
+    stats["runs_by_model"] = {"cheap": 4, "mid": 2, "costly": 2}
+    stats["launching_runs_by_model"] = {"cheap": 4, "mid": 2}
+    stats["seconds_by_model"] = {"cheap": 0.4, "mid": 4.0, "costly": 0.001}   # costly: refused twice, nothing launched
+    assert shape_fuzz.budget_runs(prepared, stats, 30)["costly"] == 2           # not 40 runs at a refusal's cost
+    stats["credit_by_model"] = {}
+    stats["runs_by_model"]["costly"] = 3
+    stats["launching_runs_by_model"]["costly"] = 1
+    stats["seconds_by_model"]["costly"] = 25.0                                    # 0.1 s, 2 s, 25 s a run
     ran = {"cheap": 0, "mid": 0, "costly": 0}
     for _ in range(10):                                       # ten batches of 30 s: 10 s a model each
         for name, n in shape_fuzz.budget_runs(prepared, stats, 30, most=40).items():

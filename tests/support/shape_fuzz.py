@@ -265,23 +265,24 @@ def classify(p: Prepared, feeds: dict, res: dict, want, why, zero_want=None) -> 
 
 def _new_stats() -> dict:
     return {"runs": 0, "node_runs": 0, "launches": 0, "families": {}, "findings": [], "refusals_where_ort_runs": {},
-            "grid_above_1": {}, "seconds_by_model": {}, "runs_by_model": {}}
+            "grid_above_1": {}, "seconds_by_model": {}, "runs_by_model": {}, "launching_runs_by_model": {}}
 
 
 def budget_runs(prepared: list, stats: dict, seconds: float, most: int = 40) -> dict:
     """{model name: runs} for a batch of about `seconds`: each model an equal share of the time at what
-    its runs cost so far (a model not run yet: 1 run), at most `most` runs each. A share a model's run
-    does not fit in is kept for later batches (stats["credit_by_model"]): cheap models get many runs a
-    batch, one whose run takes minutes (BERT, split-K GEMM on a loaded machine) one every few batches."""
+    its runs that launched a kernel cost so far (refused runs cost next to nothing and say nothing of a
+    run that launches), at most `most` runs each; a model with no such run yet gets 2 runs. A share a
+    model's run does not fit in is kept for later batches (stats["credit_by_model"]): cheap models get
+    many runs a batch, one whose run takes minutes (BERT, split-K GEMM on a loaded machine) one every few."""
     out = {}
     share = seconds / max(1, len(prepared))
     credit = stats.setdefault("credit_by_model", {})
     for p in prepared:
-        n, t = stats["runs_by_model"].get(p.name, 0), stats["seconds_by_model"].get(p.name, 0.0)
+        n = stats.setdefault("launching_runs_by_model", {}).get(p.name, 0)
         if not n:
-            out[p.name] = 1
+            out[p.name] = 2
             continue
-        cost = max(t / n, 1e-3)
+        cost = max(stats["seconds_by_model"].get(p.name, 0.0) / n, 1e-3)
         have = credit.get(p.name, 0.0) + share
         out[p.name] = int(min(most, have // cost))
         credit[p.name] = min(have - out[p.name] * cost, 4 * max(share, cost))
@@ -312,7 +313,8 @@ def fuzz(tmp_dir: Path, prepared: list, runs, seed: int, fronts=FRONT_ENDS, stat
     """`runs` runs of each prepared model (an int, or {model name: runs}), each on every front end in
     `fronts`, in one child process; `modes`: the modes in turn (model k's run j takes modes[(k + j) %
     len]) instead of random ones. stats["seconds_by_model"] adds up each model's run times (all front
-    ends), stats["runs_by_model"] its runs: what a run costs, for `budget_runs`."""
+    ends), stats["runs_by_model"] its runs, stats["launching_runs_by_model"] those that launched a
+    kernel: what a run costs, for `budget_runs`."""
     stats = stats if stats is not None else _new_stats()
     rng = np.random.default_rng(seed)
     cases, drawn, chosen = [], [], []
@@ -337,6 +339,9 @@ def fuzz(tmp_dir: Path, prepared: list, runs, seed: int, fronts=FRONT_ENDS, stat
         for k, ((f, mode, values, want, why, zero_want), row) in enumerate(zip(feeds, rows)):
             fam["modes"][mode] = fam["modes"].get(mode, 0) + 1
             stats["runs_by_model"][p.name] = stats["runs_by_model"].get(p.name, 0) + 1
+            if any(row[how]["launches"] for how in fronts):
+                launching = stats.setdefault("launching_runs_by_model", {})
+                launching[p.name] = launching.get(p.name, 0) + 1
             for how in fronts:
                 res = row[how]
                 stats["seconds_by_model"][p.name] = stats["seconds_by_model"].get(p.name, 0.0) + res.get("seconds", 0.0)

@@ -3,10 +3,14 @@ tests/native/fuzz (ASan + UBSan, leaks are findings) one after another, each unt
 `--runs` inputs (default 10 million) or `--max-seconds` passed, from the committed seeds plus the
 corpus earlier runs left in `--work`. The JSON (written after each entry point, so a stopped run keeps
 what it finished) records per entry point: executions, edges covered (`cov`), features (`ft`), corpus
-size, crash/leak/timeout artifacts, sanitizer reports, seconds, executions per second.
+size, crash/leak/timeout artifacts, sanitizer reports, seconds, executions per second, and the CPU
+seconds the fuzzer got (a niced run on a loaded machine gets a small share of a core: its wall-clock
+rate says little about the harness, its rate per CPU second does). `--total-seconds` shares one
+wall-clock budget: each entry point gets what is left divided by the entry points still to run.
 
     nice -n 19 python -m bench.quality.fuzz [--entries plan,expr,...] [--runs 10000000] [--max-seconds 3600]
-                                            [--work /tmp/plus_ep_fuzz] [--out bench/results/DATE-fuzz.json]
+                                            [--total-seconds S] [--work /tmp/plus_ep_fuzz]
+                                            [--out bench/results/DATE-fuzz.json]
 
 Needs clang with libFuzzer (`apt-get install clang libclang-rt-dev`). Seconds and rates are this
 machine's under whatever else runs on it (recorded: load averages before and after).
@@ -45,6 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--entries", default=",".join(fuzz.ENTRIES))
     ap.add_argument("--runs", type=int, default=10_000_000)
     ap.add_argument("--max-seconds", type=int, default=4 * 3600, help="per entry point")
+    ap.add_argument("--total-seconds", type=int, default=None, help="one budget shared by all entry points")
     ap.add_argument("--work", default="/tmp/plus_ep_fuzz")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -60,18 +65,26 @@ def main(argv=None) -> int:
     record = {
         "what": "libFuzzer long run of the launcher's parsers (tests/native/fuzz): ASan + UBSan, leaks are "
                 "findings; from the committed seeds plus the corpus earlier runs left",
-        "env": {**env_info(), "clang": cc, "load_average_1_5_15_before": list(os.getloadavg())},
+        "env": {**env_info(), "clang": cc, "nice": os.nice(0), "load_average_1_5_15_before": list(os.getloadavg())},
         "source": _source(),
         "runs_per_entry": args.runs, "max_seconds_per_entry": args.max_seconds, "entries": {},
     }
-    for entry in entries:
+    start = time.monotonic()
+    for i, entry in enumerate(entries):
         t0 = time.time()
-        r = fuzz.run(exes[entry], entry, work / entry, seconds=args.max_seconds, runs=args.runs,
+        seconds = args.max_seconds
+        if args.total_seconds is not None:
+            left = args.total_seconds - (time.monotonic() - start)
+            seconds = max(1, min(seconds, int(left / (len(entries) - i))))
+        r = fuzz.run(exes[entry], entry, work / entry, seconds=seconds, runs=args.runs,
                      jobs_log=work / f"{entry}.log")
         row = {k: v for k, v in dataclasses.asdict(r).items() if k not in ("log_tail", "entry")}
         row["seconds"] = round(r.seconds, 1)
         row["execs_per_second"] = round(r.execs / r.seconds) if r.seconds else 0
+        row["cpu_seconds"] = round(r.cpu_seconds, 1)
+        row["execs_per_cpu_second"] = round(r.execs / r.cpu_seconds) if r.cpu_seconds else 0
         row["crashes"] = [os.path.basename(c) for c in r.crashes]
+        row["max_seconds"] = seconds
         row["started"] = datetime.datetime.fromtimestamp(t0, datetime.timezone.utc).isoformat(timespec="seconds")
         row["reached_runs"] = r.execs >= args.runs
         record["entries"][entry] = row

@@ -6,7 +6,7 @@ graph inputs declared [b, s, 64] and [b, t, 64] become one symbol. The kernels i
 dims, so this module returns what the plan must say about them (kernels/CONTRACT.md §3):
 
     a = analyse(view, nodes, inputs, outputs, em.shape, tight={...})
-    a.subs       # {t: n + m}, {s: Max(s_0, s_1)}: dims the kernels use, over symbols the launcher binds
+    a.subs       # {t: n + m}, {s: Max(s_0, s_1)*Min(1, s_0, s_1)}: dims the kernels use, over bound symbols
     a.own        # {"z": [b, t_2, 64]}: inputs the kernels broadcast, each broadcast axis a symbol of its own
     a.bcast      # [("z", 1, t_2, n + m)]: the plan's `bcast in` records (that axis is 1 or the dim it meets)
     a.equal      # [(t, n + m, "Concat node 'cat' axis 1")]: the plan's `equal` records
@@ -24,9 +24,9 @@ dims, so this module returns what the plan must say about them (kernels/CONTRACT
   dim in a broadcasting op, may be 1 at run time while the other is N: ONNX broadcasts, so the kernels
   read that input with stride 0 along the axis (`(t_2 == 1 ? 0 : i1)`, pull.Emitter) and the plan
   checks the axis is 1 or N. Where no input axis gives N any more, N is an equation's other side
-  (`t = n + m`) or the largest of the broadcast axes (`s = Max(s_0, s_1)` for `x + z`). An axis that
-  reaches any other use on its own (a GEMM operand, a Reshape, a subgraph output, a reduction) stays a
-  dim the launcher binds and checks as before.
+  (`t = n + m`) or what broadcasting the axes gives (`broadcast_dim`: the largest, 0 where one is 0).
+  An axis that reaches any other use on its own (a GEMM operand, a Reshape, a subgraph output, a
+  reduction) stays a dim the launcher binds and checks as before.
 """
 from __future__ import annotations
 
@@ -208,7 +208,7 @@ def _broadcasts(view, order, inputs, outputs, shape, eqs, tight_symbols) -> Assu
         if s in defined:
             out.subs[s] = defined[s]
         else:
-            out.subs[s] = sympy.Max(*[fresh[o] for o in sorted(candidates) if occ_dim[o] == s])
+            out.subs[s] = broadcast_dim([fresh[o] for o in sorted(candidates) if occ_dim[o] == s])
     for (k, a) in sorted(candidates):
         t = inputs[k]
         own = out.own.setdefault(t, list(dims[t]))
@@ -216,6 +216,15 @@ def _broadcasts(view, order, inputs, outputs, shape, eqs, tight_symbols) -> Assu
         s = occ_dim[(k, a)]
         out.bcast.append((t, a, fresh[(k, a)], out.subs.get(s, s)))
     return out
+
+
+def broadcast_dim(dims: list):
+    """The dim ONNX broadcasting gives axes of `dims` (each 1 or the result; the plan's `bcast` records
+    check that): the largest, but 0 where one is 0 (`[0] + [1]` is `[0]`, not `[1]`).
+
+        broadcast_dim([s_0, s_1])   # Max(s_0, s_1)*Min(1, s_0, s_1): 3 for (3, 1), 0 for (0, 1)
+    """
+    return sympy.Max(*dims) * sympy.Min(1, *dims)
 
 
 def _bound_symbols(dims, inputs, occ_dim, cand) -> set:

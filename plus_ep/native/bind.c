@@ -171,6 +171,22 @@ static void put_dims(sbuf* s, const int64_t* dims, int rank) {
  * exactly is a Reshape (or another view) that ONNX Runtime refuses too. */
 #define RESHAPE_SAYS "the original graph's Reshape refuses these inputs too (ONNX Runtime: \"The input tensor " \
                      "cannot be reshaped to the requested shape\")"
+#define DISABLE_SAYS "if ONNX Runtime runs these inputs, rewrite with `plus-ep rewrite IN -o OUT --disable <pattern>`"
+
+/* What the original graph says of a run whose shape-tensor values and tensors disagree with what the
+ * kernels need: its Reshape refuses them, unless a shape-tensor element the plan reads is 0, which ONNX
+ * Reshape (allowzero 0) takes as "the input's own dim" and ORT may well run. */
+static void put_reshape_says(sbuf* s, const plus_plan* p, const plus_env* env, const char* otherwise) {
+    for (int j = 0; j < p->n_shapev; j++) {
+        const plus_shapev* sv = &p->shapev[j];
+        if ((env->bound >> sv->sym & 1u) && env->sym[sv->sym] == 0) {
+            put(s, "element %d of input %d is 0, which a Reshape reads as its input's own dim (allowzero 0) and "
+                "these kernels do not; " DISABLE_SAYS, sv->elem, sv->input);
+            return;
+        }
+    }
+    put(s, "%s", otherwise);
+}
 
 static int elem_count(const int64_t* dims, int rank, int64_t* out) {
     int64_t n = 1;
@@ -198,7 +214,8 @@ static int check_in_extents(const plus_plan* p, const plus_tensor_desc* inputs, 
         put(&s, " has %" PRId64 " elements but the kernels read %" PRId64 " (plan line %d `%s`; ", have, want,
             x->e.line, plus_plan_line(p, x->e.line));
         put_symbols(&s, p, env);
-        put(&s, "): " RESHAPE_SAYS);
+        put(&s, "): ");
+        put_reshape_says(&s, p, env, RESHAPE_SAYS);
         return -1;
     }
     return 0;
@@ -219,6 +236,13 @@ static int check_bcast(const plus_plan* p, const plus_tensor_desc* inputs, const
         if (names && names[x->index] && names[x->index][0]) put(&s, " '%s'", names[x->index]);
         put(&s, " ");
         put_dims(&s, t->dims, t->rank);
+        if (want == 1) {   /* ONNX broadcasts the other side (a dim bound elsewhere in the node) against this one */
+            put(&s, ": dim %d is %" PRId64 " where the other operands give 1, which ONNX broadcasts against it and "
+                "these kernels cannot (plan line %d `%s`; ", x->dim, have, x->line, plus_plan_line(p, x->line));
+            put_symbols(&s, p, env);
+            put(&s, "): " DISABLE_SAYS);
+            return -1;
+        }
         put(&s, ": dim %d is %" PRId64 " where the other operands give %" PRId64 ", neither equal nor 1 (plan line %d `%s`; ",
             x->dim, have, want, x->line, plus_plan_line(p, x->line));
         put_symbols(&s, p, env);
@@ -243,8 +267,9 @@ static int check_equal(const plus_plan* p, const plus_env* env, char* err, size_
         put(&s, "the kernels take (%s) = %" PRId64 " and (%s) = %" PRId64 " as one dim, and these inputs make them differ "
             "(plan line %d `%s`; ", at, a, bt, b, x->line, plus_plan_line(p, x->line));
         put_symbols(&s, p, env);
-        put(&s, "): the original graph's node refuses such shapes unless a dim of 1 broadcasts there; if ONNX Runtime "
-            "runs them, rewrite with `plus-ep rewrite IN -o OUT --disable <pattern>`");
+        put(&s, "): ");
+        put_reshape_says(&s, p, env, "the original graph's node refuses such shapes unless a dim of 1 broadcasts there; "
+                         DISABLE_SAYS);
         return -1;
     }
     return 0;
@@ -265,7 +290,8 @@ static int check_out_extents(const plus_plan* p, const plus_binding* b, char* er
         put(&s, "%s %d dim %d is (%s)/(%s) = %" PRId64 "/%" PRId64 ", which does not divide exactly (plan line %d `%s`; ",
             x->out ? "output" : "input", x->index, x->dim, nt, dt, num, den, x->line, plus_plan_line(p, x->line));
         put_symbols(&s, p, &b->env);
-        put(&s, "): " RESHAPE_SAYS);
+        put(&s, "): ");
+        put_reshape_says(&s, p, &b->env, RESHAPE_SAYS);
         return -1;
     }
     for (int j = 0; j < p->n_extent; j++) {
@@ -281,7 +307,8 @@ static int check_out_extents(const plus_plan* p, const plus_binding* b, char* er
         put(&s, " (%" PRId64 " elements, plan line %d) but the kernels write %" PRId64 " (plan line %d `%s`; ",
             b->out_elems[o], p->out[o].line, want, x->e.line, plus_plan_line(p, x->e.line));
         put_symbols(&s, p, &b->env);
-        put(&s, "): " RESHAPE_SAYS);
+        put(&s, "): ");
+        put_reshape_says(&s, p, &b->env, RESHAPE_SAYS);
         return -1;
     }
     return 0;

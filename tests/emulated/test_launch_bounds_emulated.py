@@ -90,6 +90,8 @@ def test_cases_1_to_3_refuse_with_the_node_named_or_run_as_ort_does(tmp_path, re
         (rows, gpt2_like_rows(), _feeds(6, (2, 100))),     # 1, second export: (2, 100, 96) with 6 rows
         (rows, gpt2_like_rows(), _feeds(6, (2, 3))),       # consistent: runs
         (chain, gpt2_like(), _feeds(25, (5, 1))),          # the mask's batch disagrees with X2's 25 rows
+        (chain, gpt2_like(), _feeds(5, (0, 1))),           # a 0 the Reshape reads as X2's rows: ORT runs it
+        (rows, gpt2_like_rows(), _feeds(5, (0, 1))),
     ]
     for shape in ([1, 4, 96], [2, 3, 96]):                 # 2: the node in a constant-shape graph
         m = _copied_into_constant_graph(chain, shape)
@@ -102,6 +104,9 @@ def test_cases_1_to_3_refuse_with_the_node_named_or_run_as_ort_does(tmp_path, re
                 assert "cannot be reshaped" in why      # ORT CPU refuses these inputs too
                 tied = "mask" in feeds and feeds["mask"].shape == (5, 1)   # refused by the shape tensor's element 0 (its `equal`)
                 _refused(row[how], *(["element 0 of shape tensor"] if tied else ["cannot be reshaped"]))
+            elif "mask" in feeds and feeds["mask"].shape[0] == 0:   # refused, saying why, not that ORT refuses
+                _refused(row[how], "element 0 of input 0 is 0, which a Reshape reads as its input's own dim", "--disable")
+                assert "refuses these inputs too" not in row[how]["error"], row[how]["error"]
             else:
                 _ran(row[how], want)
 

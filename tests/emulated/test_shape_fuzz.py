@@ -26,3 +26,26 @@ def test_shape_fuzz_smoke(tmp_path):
     fams = stats["families"]
     assert sum(f["match"] for f in fams.values()) >= len(SMOKE), fams     # most runs compute something
     assert sum(f["refused_as_ort"] for f in fams.values()) >= 1, fams     # and some are refused as ORT refuses
+
+
+def test_out_of_range_gather_index_gives_cuda_zeros_not_a_silent_row(tmp_path):
+    """ORT CPU refuses a Gather index past the data; ORT's CUDA Gather and PlusEP's kernels read zeros
+    there. The fuzzer counts such a run only when its outputs are ORT CPU's on the model whose data has
+    a zero row the out-of-range indices are sent to (shape_fuzz.zero_row_oracle); any other value is a
+    finding."""
+    import numpy as np
+    from tests.support.emulated_runs import run_cases
+    (p,) = shape_fuzz.prepare(only=["t5_rmsnorm"])
+    rows = p.gather_range["ids"]
+    feeds = [{"ids": np.array([[3, rows], [rows + 1, 0]], np.int64)}, {"ids": np.array([[1, rows - 1]], np.int64)}]
+    (results,) = run_cases(tmp_path, [(p.rewritten, feeds)])
+    for f, row in zip(feeds, results):
+        want, why = shape_fuzz.oracle(p.original, f)
+        zero_want, _ = shape_fuzz.zero_row_oracle(p, f)
+        assert (want is None) == (zero_want is not None), (why, f)
+        if zero_want is not None:
+            assert "out of data bounds" in why, why
+            assert not np.any(zero_want[0][0, 1]) and np.any(zero_want[0][0, 0]), zero_want[0]   # zeros where out of range
+        for how, res in row.items():
+            cat, detail = shape_fuzz.classify(p, f, res, want, why, zero_want)
+            assert cat == ("gather_oob_as_cuda" if want is None else "match"), (how, cat, detail)

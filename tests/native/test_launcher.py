@@ -335,6 +335,13 @@ def test_bind_checks_broadcast_and_equal_records(h):
     assert "out0 float32 [4,4]" in h.ok("bind", plan, "1:1x4", "1:4x1")      # 1 + 4 == 4 + 1
     msg = h.err("bind", plan, "1:2x4", "1:2x1")
     assert "(s0,s1,+) = 6 and (s2,s3,+) = 3" in msg and "Concat node 'cat' axis 0" in msg, msg
+    # z's dim 0 meets a dim bound elsewhere in the node (s0): z 2 against 1 is ONNX broadcasting the other
+    # side, which these kernels cannot; refused saying so and the way out, not that ORT refuses it
+    plan = h.file(BCAST_PLAN.replace("bcast in 1 0 s0,s2,max", "bcast in 1 0 s0").replace("bcast in 0 0 s0,s2,max\n", "")
+                  .replace("equal s0,s1,+ s2,s3,+ Concat node 'cat' axis 0\n", ""))
+    msg = h.err("bind", plan, "1:1x8", "1:2x8")
+    assert "input 1 {2,8}: dim 0 is 2 where the other operands give 1, which ONNX broadcasts against it" in msg, msg
+    assert "--disable" in msg and "ONNX Runtime too" not in msg and msg.count("\n") <= 1, msg
 
 
 def test_bind_checks_extents_and_exact_quotients(h):

@@ -1,7 +1,8 @@
 """Models whose dims the rewrite takes as equal but ONNX broadcasts at run time (size 1 against N), and
 feeds for them: issue 37's `Concat(p, q) + z` and `x + z`, a GEMM epilogue's residual, LayerNorm and
 Softmax over a sum with a broadcasting operand. Each model's declared dims name different symbols (or
-the same one); ONNX Runtime's shape inference merges them, the run keeps them apart.
+the same one); ONNX Runtime's shape inference merges them, the run keeps them apart. Among the feeds,
+0 against 1: ONNX broadcasts to 0 (an empty output), not to the larger dim.
 
     m = MODELS["concat_add"]()
     feeds = FEEDS["concat_add"]        # [(name, {input: array})]: ORT CPU runs some, refuses others
@@ -116,7 +117,8 @@ def _pair(a, b, names=("x", "z")):
 
 _ADD = [("z along s", _pair((2, 8, H), (2, 1, H))), ("x along s", _pair((2, 1, H), (2, 8, H))),
         ("x along b", _pair((1, 8, H), (2, 8, H))), ("both ways", _pair((1, 8, H), (2, 1, H))),
-        ("equal", _pair((2, 8, H), (2, 8, H))), ("3 against 8", _pair((2, 8, H), (2, 3, H)))]
+        ("equal", _pair((2, 8, H), (2, 8, H))), ("3 against 8", _pair((2, 8, H), (2, 3, H))),
+        ("0 rows against 1", _pair((2, 0, H), (2, 1, H))), ("1 batch against 0", _pair((1, 8, H), (0, 8, H)))]
 
 FEEDS = {
     "add": _ADD,
@@ -127,6 +129,8 @@ FEEDS = {
         ("equal", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 8, H, seed=3)}),
         ("3 against 8", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 3, H, seed=3)}),
         ("9 against 8", {"p": _f(2, 3, H, seed=1), "q": _f(2, 5, H, seed=2), "z": _f(2, 9, H, seed=3)}),
+        ("Concat over batch 1 against z's 2 (refused)",
+         {"p": _f(1, 3, H, seed=1), "q": _f(1, 5, H, seed=2), "z": _f(2, 8, H, seed=3)}),
     ],
     "gemm_concat": [
         ("equal", {"X": _f(2, 8, 32, seed=1), "p": _f(2, 3, H, seed=2), "q": _f(2, 5, H, seed=3)}),
@@ -142,10 +146,13 @@ FEEDS = {
         ("3 against 8", {"X": _f(2, 8, 32, seed=1), "R": _f(2, 3, H, seed=2)}),
     ],
     "layernorm_sum": [("z along s", _pair((2, 8, H), (2, 1, H))), ("z along b", _pair((2, 8, H), (1, 8, H))),
-                      ("x along s", _pair((2, 1, H), (2, 8, H))), ("3 against 8", _pair((2, 8, H), (2, 3, H)))],
+                      ("x along s", _pair((2, 1, H), (2, 8, H))), ("3 against 8", _pair((2, 8, H), (2, 3, H))),
+                      ("z 0 rows against 1", _pair((2, 1, H), (2, 0, H)))],
     "softmax_sum": [("mask [b, 1, k]", _pair((2, 5, 40), (2, 1, 40), ("x", "m"))),
                     ("mask [b, s, 1]", _pair((2, 5, 40), (2, 5, 1), ("x", "m"))),
                     ("mask [1, 1, k]", _pair((2, 5, 40), (1, 1, 40), ("x", "m"))),
                     ("x [b, 1, k]", _pair((2, 1, 40), (2, 5, 40), ("x", "m"))),
-                    ("7 against 5", _pair((2, 5, 40), (2, 7, 40), ("x", "m")))],
+                    ("7 against 5", _pair((2, 5, 40), (2, 7, 40), ("x", "m"))),
+                    ("mask 0 rows against 1", _pair((2, 1, 40), (2, 0, 40), ("x", "m"))),
+                    ("x [b, s, 0] against 1", _pair((2, 5, 0), (2, 5, 1), ("x", "m")))],
 }

@@ -3,7 +3,8 @@ kernel on the PTX interpreter, its bounds and race checkers on), many runs in on
 on the original graph is the oracle.
 
     results = run_cases(tmp_path, [(rewritten, feeds), ...])      # one child process for the batch
-    results[k]["custom_op"]  # {"outputs": [arrays] | None, "error": str | None, "launches": [launch, ...]}
+    results[k]["custom_op"]  # {"outputs": [arrays] | None, "error": str | None, "launches": [launch, ...],
+                             #  "seconds": the run's wall-clock time}
                              # launch: [entry, interpreter error | None, checker findings, grid, node]
     want, why = oracle(original, feeds)                          # ORT CPU: ([arrays], None) or (None, its error)
 
@@ -23,7 +24,7 @@ from tests.support.emulated_models import run_child
 FRONT_ENDS = ("custom_op", "plugin_ep")
 
 RUNNER = r"""
-import json, pickle, sys
+import json, pickle, sys, time
 import numpy as np, onnx, onnxruntime as ort
 from plus_ep.verification.emulator import Emulator
 emu = Emulator.get()
@@ -52,11 +53,13 @@ for model_path, feeds_path, fronts in spec["cases"]:
         for k, feeds in enumerate(runs):
             emu.reset_records()
             res = {"outputs": None, "error": err}
+            t0 = time.perf_counter()
             if sess is not None:
                 try:
                     res["outputs"] = sess.run(None, feeds)
                 except Exception as e:
                     res["error"] = str(e)
+            res["seconds"] = time.perf_counter() - t0
             res["launches"] = [[r.entry, r.error, len(r.findings), list(r.grid), r.node] for r in emu.records]
             rows[k][how] = res
     out.append(rows)
@@ -83,16 +86,30 @@ def run_cases(tmp_path, cases, arch="sm_80", fronts=FRONT_ENDS, timeout=900) -> 
     return [r if isinstance(feeds, list) else r[0] for r, (_, feeds) in zip(rows, cases)]
 
 
+_ORACLE_SESSIONS: dict = {}   # serialized model -> ORT CPU session (or its creation error); the last few
+
+
 def oracle(model, feeds):
     """ORT CPU on the original graph (no PlusEP, no graph optimisations: ONNX's semantics, not those of
     ORT's own fusions, e.g. SkipLayerNormalization refusing a skip that broadcasts): (outputs, None) or
-    (None, ORT's error)."""
+    (None, ORT's error). The session of a model is kept for its next runs (the last 16 models)."""
     import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    key = model if isinstance(model, bytes) else model.SerializeToString()
+    sess = _ORACLE_SESSIONS.pop(key, None)
+    if sess is None:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            sess = ort.InferenceSession(key, so, providers=["CPUExecutionProvider"])
+        except Exception as e:   # noqa: BLE001 - ORT's own refusal is an answer
+            sess = str(e)
+    _ORACLE_SESSIONS[key] = sess
+    while len(_ORACLE_SESSIONS) > 16:
+        _ORACLE_SESSIONS.pop(next(iter(_ORACLE_SESSIONS)))
+    if isinstance(sess, str):
+        return None, sess
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         return sess.run(None, feeds), None
     except Exception as e:   # noqa: BLE001 - ORT's own refusal is an answer
         return None, str(e)

@@ -126,6 +126,7 @@ class FuzzResult:
     returncode: int = 0
     log_tail: str = ""
     sanitizer_reports: int = 0
+    cpu_seconds: float = 0.0   # user + system time the fuzzer process got (under load, far below `seconds`)
 
 
 def env(trust_any: bool = True) -> dict:
@@ -154,13 +155,19 @@ def run(exe: Path, entry: str, work: Path, seconds: int | None = None, runs: int
     if runs is not None:
         args.append(f"-runs={runs}")
     args += [*extra, str(corpus)] + ([str(seeds)] if seeds.is_dir() else [])
+    import resource
     import time
-    t0 = time.monotonic()
+
+    def cpu():
+        u = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return u.ru_utime + u.ru_stime
+    t0, c0 = time.monotonic(), cpu()
     r = subprocess.run(args, capture_output=True, text=True, env=env(entry != "trust"), cwd=str(work))
     log = r.stderr
     if jobs_log:
         jobs_log.write_text(log)
-    res = FuzzResult(entry, time.monotonic() - t0, returncode=r.returncode, log_tail=log[-6000:])
+    res = FuzzResult(entry, time.monotonic() - t0, returncode=r.returncode, log_tail=log[-6000:],
+                     cpu_seconds=cpu() - c0)
     m = re.search(r"stat::number_of_executed_units:\s*(\d+)", log)
     res.execs = int(m.group(1)) if m else 0
     last = re.findall(r"cov: (\d+) ft: (\d+) corp: (\d+)", log)

@@ -48,33 +48,8 @@
 #error "gemm_sm90a_ws.cuh needs wgmma and TMA: compile it with --gpu-architecture=sm_90a"
 #endif
 
-#ifndef PLUS_BM
-#define PLUS_BM 128
-#endif
-#ifndef PLUS_BN
-#define PLUS_BN 256
-#endif
-#ifndef PLUS_BK
-#define PLUS_BK 64
-#endif
-#ifndef PLUS_STAGES
-#define PLUS_STAGES 4
-#endif
-#ifndef PLUS_SPLITK
-#define PLUS_SPLITK 1
-#endif
-#ifndef PLUS_MATH
-#define PLUS_MATH 2
-#endif
-#ifndef PLUS_B_TRANS
-#define PLUS_B_TRANS 0
-#endif
-#ifndef PLUS_EPI_M_FASTEST
-#define PLUS_EPI_M_FASTEST 0
-#endif
-#ifndef PLUS_GATED
-#define PLUS_GATED 0
-#endif
+#include "gemm_sm90a_params.cuh"
+
 #ifndef PLUS_PERSISTENT
 #define PLUS_PERSISTENT 1
 #endif
@@ -90,9 +65,6 @@
 #define PLUS_WS_CLUSTER_DIMS
 #endif
 
-#if PLUS_MATH != 2
-#error "gemm_sm90a_ws.cuh only implements PLUS_MATH 2 (f16/bf16 wgmma)"
-#endif
 #ifdef PLUS_HAS_ROW_TILE
 #error "gemm_sm90a_ws.cuh has no row tile (gemm_sm90a.cuh's cluster does)"
 #endif

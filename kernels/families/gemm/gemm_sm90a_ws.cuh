@@ -73,9 +73,11 @@ static_assert(PLUS_SPLITK == 1 && !PLUS_GATED && !PLUS_PERSISTENT && PLUS_WS_CLU
               "gemm_sm90a_ws: the row finish needs whole sums of one product and one unit per CTA");
 #endif
 static_assert(PLUS_WS_CLUSTER == 1 || PLUS_WS_CLUSTER == 2, "gemm_sm90a_ws: B multicast over 1 or 2 CTAs");
-static_assert(PLUS_WS_CLUSTER == 1 || (PLUS_B_TRANS ? (PLUS_BN / (PLUS_GATED ? 2 : 1)) % (2 * 8) == 0
-                                                    : (PLUS_BN / 64) % 2 == 0),
-              "gemm_sm90a_ws: multicast halves of B must be whole boxes");
+// K-major B: each CTA loads 1/CL of the rows of a product (whole 8-row swizzle atoms); MN-major B: the CTAs
+// take its 64-column boxes in turn (rank, rank + CL, ...), so each loads at least one
+static_assert(PLUS_WS_CLUSTER == 1 || (PLUS_B_TRANS ? (PLUS_BN / (PLUS_GATED ? 2 : 1)) % (PLUS_WS_CLUSTER * 8) == 0
+                                                    : PLUS_BN / 64 >= PLUS_WS_CLUSTER),
+              "gemm_sm90a_ws: multicast shares of B must be whole boxes");
 #if PLUS_GATED
 static_assert(PLUS_EPI_M_FASTEST == 0, "gemm_sm90a_ws: the gated epilogue walks the tile with n fastest");
 #endif
@@ -393,19 +395,20 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
         // n fastest: lane l of warp q takes column l % EPI_W of rows q RPW + l / EPI_W + 4 RPW i; m fastest: lane l
         // takes row l (+ 32) of columns q + 4 j (unsigned, powers of two: shifts, no division)
         constexpr unsigned RPW = 32 / EPI_W;           // rows per warp and step, n fastest
+        constexpr unsigned STEPS = 16 / RPW;           // 64 x EPI_W elements over 128 threads (m fastest: EPI_W 32)
         const unsigned lr = mf ? (unsigned)lane : (unsigned)warp * RPW + (unsigned)lane / EPI_W;
         const unsigned lc = mf ? (unsigned)warp : (unsigned)lane % EPI_W;
-        const unsigned steps = mf ? 16u : 16u / RPW;   // 64 x EPI_W elements over 128 threads
+        const plus_u32 lsrc = mf ? stg + (lc * TLD + lr) * 4u : stg + (lr * SLD + lc) * 4u;
         const long long nbase = t.n0 + cc;
-#pragma unroll 1
-        for (unsigned i = 0; i < steps; ++i) {
-          const unsigned r = mf ? lr + 32u * (i & 1u) : lr + 4u * RPW * i;
-          const unsigned c = mf ? lc + 4u * (i >> 1) : lc;
-          const long long m = mrow + r, n = nbase + c;
-          if (m >= M || n >= N) continue;
-          const float v = mf ? ld_f(stg + (plus_u32)(c * TLD + r) * 4u) : ld_f(stg + (plus_u32)(r * SLD + c) * 4u);
+        // step i's element of this lane: row lr + dr(i), column lc + dc(i), staged dsrc(i) bytes past lsrc
+        auto dr = [&](unsigned i) { return mf ? 32u * (i & 1u) : 4u * RPW * i; };
+        auto dc = [&](unsigned i) { return mf ? 4u * (i >> 1) : 0u; };
+        auto dsrc = [&](unsigned i) { return mf ? (dc(i) * TLD + dr(i)) * 4u : dr(i) * SLD * 4u; };
+        auto emit = [&](unsigned i) {
+          const long long m = mrow + lr + dr(i), n = nbase + lc + dc(i);
+          const float v = ld_f(lsrc + dsrc(i));
 #if PLUS_GATED
-          const float v1 = ld_f(stg + (plus_u32)(r * SLD + c + EPI_W) * 4u);
+          const float v1 = ld_f(lsrc + dsrc(i) + EPI_W * 4u);
 #if PLUS_SPLITK > 1
           const long long plane = shape.batch * M * shape.N, at = (t.b * M + m) * shape.N + n;
           ((float*)args.scratch[0])[(2LL * t.split) * plane + at] = v;
@@ -420,6 +423,15 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
 #else
           plus_epilogue(args, t.b, m, n, v);
 #endif
+        };
+        if (mrow + 64 <= M && nbase + EPI_W <= N) {
+          // the whole 64 x EPI_W chunk is inside C: no per-element bounds, constant offsets
+#pragma unroll
+          for (unsigned i = 0; i < STEPS; ++i) emit(i);
+        } else {
+#pragma unroll 1
+          for (unsigned i = 0; i < STEPS; ++i)
+            if (mrow + lr + dr(i) < M && nbase + lc + dc(i) < N) emit(i);
         }
       }
     }

@@ -198,7 +198,8 @@ def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_
     they can have them: the TMA tiles (gemm_sm90a_ws.cuh) join the menu."""
     width = 2 * symdim.parse(N) if gated else N
     choices = routes.gemm_routes(M, width, K, nbatch, dt, job.target, job.syms, allow_splitk=allow_splitk,
-                                 a_batch=a_batch, menu=menu, cluster_split=not gated, tma=tmaps is not None)
+                                 a_batch=a_batch, menu=menu, cluster_split=not gated, tma=tmaps is not None,
+                                 gated=gated)
     max_split = max(c.split for _, c in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
         job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split * (2 if gated else 1)},*,4,*")

@@ -476,6 +476,10 @@ CATALOGUE = [
       "for (int j = rank; j < BN / 64; j += CL) {", "for (int j = rank; j < BN / 64 / CL * CL; j += CL) {",
       "a multicast pair shares B's 64-column boxes as whole halves: the third box of a 192-wide tile is never "
       "loaded and its stage's transaction count never completes", ["tma"]),
+    M("ws_release_to_one_peer", "tma", GEMM_T + "gemm_sm90a_ws.cuh",
+      "for (int q = 1; q < CL; ++q)", "for (int q = 1; q < 2; ++q)",
+      "a consumer releases a multicast stage to its next peer only (right for a pair): in a cluster of four, two "
+      "peers' producers wait for releases that never come", ["tma"]),
     M("ws_gated_menu_keeps_192", "tma", GEMM_T + "routes.py",
       "if not gated or c.bn % 128 == 0", "if not gated or c.bn % 64 == 0",
       "a gated pair is offered the 192-wide TMA tiles, whose halves are not whole boxes: the kernel does not compile "

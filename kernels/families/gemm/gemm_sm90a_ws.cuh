@@ -31,12 +31,13 @@
 //   and the epilogue hands both sums of an element to plus_epilogue_gated.
 // * Row finish (PLUS_HAS_ROW_FINISH, one unit per CTA: PLUS_PERSISTENT 0): after the tile, every thread
 //   joins and the CTA counts itself on its row group as gemm_hooks.cuh's plus_finish_rows does.
-// * B multicast (PLUS_WS_CLUSTER 2): a thread-block cluster of two CTAs takes the two m tiles of one n tile
-//   together; each CTA loads its own A box and half of the B boxes, multicast into both CTAs, so L2 serves B
-//   once per pair. A stage then counts a release from every consumer of both CTAs (consumers arrive on their
-//   own and the peer's `empty`), the barriers are initialised before a cluster barrier, and a final one keeps
-//   each CTA's shared memory until its peer is done with it. A pair whose second m tile lies past M loads M's
-//   last rows there (never stored).
+// * B multicast (PLUS_WS_CLUSTER 2 or 4): a thread-block cluster of CL CTAs takes CL consecutive m tiles of one
+//   n tile together; each CTA loads its own A box and its share of B (MN-major: the 64-column boxes rank,
+//   rank + CL, ..., none when BN/64 < CL ranks; K-major: 1/CL of the rows), multicast into every CTA of the
+//   cluster, so L2 serves B once per cluster. A stage then counts a release from every consumer of every CTA
+//   (consumers arrive on their own and each peer's `empty`), the barriers are initialised before a cluster
+//   barrier, and a final one keeps each CTA's shared memory until its peers are done with it. A cluster's m
+//   tile past M loads M's last rows there (never stored).
 //
 // Tensor maps (the kernel's second parameter, built by the launcher from the plan's `tmap` records): by
 // default A = maps.m[0] over (K, M, batch of A), B = maps.m[1] over (N, K, batch of B) (B_TRANS 0) or (K, N,
@@ -72,12 +73,12 @@
 static_assert(PLUS_SPLITK == 1 && !PLUS_GATED && !PLUS_PERSISTENT && PLUS_WS_CLUSTER == 1,
               "gemm_sm90a_ws: the row finish needs whole sums of one product and one unit per CTA");
 #endif
-static_assert(PLUS_WS_CLUSTER == 1 || PLUS_WS_CLUSTER == 2, "gemm_sm90a_ws: B multicast over 1 or 2 CTAs");
-// K-major B: each CTA loads 1/CL of the rows of a product (whole 8-row swizzle atoms); MN-major B: the CTAs
-// take its 64-column boxes in turn (rank, rank + CL, ...), so each loads at least one
-static_assert(PLUS_WS_CLUSTER == 1 || (PLUS_B_TRANS ? (PLUS_BN / (PLUS_GATED ? 2 : 1)) % (PLUS_WS_CLUSTER * 8) == 0
-                                                    : PLUS_BN / 64 >= PLUS_WS_CLUSTER),
-              "gemm_sm90a_ws: multicast shares of B must be whole boxes");
+static_assert(PLUS_WS_CLUSTER == 1 || PLUS_WS_CLUSTER == 2 || PLUS_WS_CLUSTER == 4,
+              "gemm_sm90a_ws: B multicast over 1, 2 or 4 CTAs");
+// K-major B: each CTA loads 1/CL of the rows of a product, whole 8-row swizzle atoms (MN-major B: the CTAs take
+// its 64-column boxes in turn, any number of them)
+static_assert(PLUS_WS_CLUSTER == 1 || !PLUS_B_TRANS || (PLUS_BN / (PLUS_GATED ? 2 : 1)) % (PLUS_WS_CLUSTER * 8) == 0,
+              "gemm_sm90a_ws: multicast shares of a K-major B must be whole 8-row atoms");
 #if PLUS_GATED
 static_assert(PLUS_EPI_M_FASTEST == 0, "gemm_sm90a_ws: the gated epilogue walks the tile with n fastest");
 #endif
@@ -154,7 +155,7 @@ PLUS_DEV float ld_f(plus_u32 src) {
 }
 
 // A work unit: (split, batch, m tile, n tile) from its linear index, n fastest. With B multicast the index
-// counts pairs of m tiles (tiles_m is then the pairs') and `rank` picks the CTA's tile of the pair.
+// counts clusters of CL m tiles (tiles_m is then the clusters') and `rank` picks the CTA's tile of them.
 struct Unit {
   long long b, m0, n0;   // n0: the first output column (per product when gated)
   int split;
@@ -191,7 +192,7 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
   const PlusGemmShape shape = plus_gemm_shape(args);
   const long long M = shape.M, K = shape.K;
   const long long tiles_n = (shape.N + NCOLS - 1) / NCOLS, tiles_m = (M + (long long)BM * CL - 1) / ((long long)BM * CL);
-  const long long units = tiles_n * tiles_m * shape.batch * PLUS_SPLITK;   // pairs of m tiles with multicast
+  const long long units = tiles_n * tiles_m * shape.batch * PLUS_SPLITK;   // CL m tiles each with multicast
 #if PLUS_WS_CLUSTER > 1
   const int rank = (int)plus_cluster_ctarank();
   const long long ufirst = blockIdx.x / CL;
@@ -247,7 +248,7 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
           plus_mbar_arrive_expect_tx(bar, STAGE_BYTES);
           const plus_u32 sa = smem + stage * STAGE_BYTES, sb = sa + A_BYTES;
           const int k0 = (int)((kt0 + kt) * BK);
-          // a pair's m tile past M would bring only fill: load M's last rows instead (never stored)
+          // a cluster's m tile past M would bring only fill: load M's last rows instead (never stored)
           plus_tma_load_3d(sa, ma, k0, (int)min(t.m0, M - 1), za, bar);
 #if PLUS_B_TRANS
           // K-major B: rows are n; with multicast each CTA loads 1/CL of the rows of each product

@@ -262,7 +262,7 @@ def _ws_variant(job, M, N, nbatch, trans_b, dt, hooks, m_fastest, extra, cond, c
     prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
     prefix += hooks + per_batch + tmaps.hooks() + f'#include "{routes.gemm_header(cfg)}"\n'
     cols = cfg.bn // 2 if gated else cfg.bn
-    cl = sm90a_configs.ws_cluster(cfg)          # CTAs per cluster (B multicast): units count pairs of m tiles
+    cl = sm90a_configs.ws_cluster(cfg)          # CTAs per cluster (B multicast): units count groups of m tiles
     units = (f"{job.syms.rpn(N)},{cols},cdiv,{job.syms.rpn(M)},{cfg.bm * cl},cdiv,*,{job.syms.rpn(nbatch)},*,"
              f"{splitk},*")
     cap = routes.ws_grid(cfg, 1 << 30, job.target.arch) // cl

@@ -79,7 +79,7 @@ def gemm_header(cfg) -> str:
 
 def ws_grid(cfg, units: int, arch) -> int:
     """CTAs of a persistent gemm_sm90a_ws.cuh launch: one per SM (the ring fills an SM's shared memory), never
-    more than its work units (units: pairs of m tiles with B multicast, whose clusters hold two CTAs)."""
+    more than its work units (units: groups of m tiles with B multicast, one per cluster of as many CTAs)."""
     cl = gemm_sm90a_configs.ws_cluster(cfg)
     # clusters stay inside a GPC: the clusters that fit at once (perfmodel.slots), as many CTAs each
     slots = perfmodel.slots(arch, perfmodel.occupancy(arch, cfg.threads, cfg.smem_bytes), cl) // cl
@@ -152,9 +152,9 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     busiest = 1                   # work units of the busiest CTA (a persistent kernel's CTAs take several)
     mcast = gemm_sm90a_configs.ws_cluster(cfg)     # CTAs sharing one n tile's B through TMA multicast
     if gemm_sm90a_configs.is_ws(cfg) and persistent:
-        pairs = math.ceil(tiles_m / mcast) * tiles_n * batch * parts
-        ctas = ws_grid(cfg, pairs, arch)
-        busiest = math.ceil(pairs / (ctas // mcast))
+        units = math.ceil(tiles_m / mcast) * tiles_n * batch * parts
+        ctas = ws_grid(cfg, units, arch)
+        busiest = math.ceil(units / (ctas // mcast))
     # mma.sync and SIMT tiles feed their math from shared memory through registers: a tile whose
     # reuse bm*bn/(bm+bn) is under 64 issues that much more shared-memory traffic per FLOP, modelled as that
     # much more work (the previous route model's rule). wgmma reads its operands from shared memory itself.

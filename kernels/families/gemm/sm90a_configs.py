@@ -119,10 +119,12 @@ WS_CONFIGS = (
     # one consumer: small M, or a narrow N
     _ws("ws_64x256x64_s5", 64, 256, 5),
     _ws("ws_64x128x64_s8", 64, 128, 8),
-    # two CTAs of a cluster share one n tile's B, multicast by TMA (half the L2 reads of B)
+    # the CTAs of a cluster share one n tile's B, multicast by TMA (L2 reads B once per cluster)
     _ws("ws_128x256x64_s4_c2", 128, 256, 4),
     _ws("ws_128x128x64_s6_c2", 128, 128, 6),
     _ws("ws_128x192x64_s5_c2", 128, 192, 5),
+    # four CTAs share B (three boxes: rank 3 loads only its A): L2 serves B once per four m tiles
+    _ws("ws_128x192x64_s5_c4", 128, 192, 5),
 )
 WS_BY_NAME = {c.name: c for c in WS_CONFIGS}
 

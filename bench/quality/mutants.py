@@ -66,7 +66,8 @@ SUBSETS: dict[str, list] = {
             ("tests/cpu/test_golden.py", "tma"),
             ("tests/cpu/test_gemm_tma_model.py", None),
             ("tests/cpu/test_gemm_norm_cluster_routes.py", None),
-            ("tests/emulated/test_gemm_issue_table.py", None)],
+            ("tests/emulated/test_gemm_issue_table.py", None),
+            ("tests/cpu/test_gemm_tma_compile.py", None)],
     # the sm_90a attention body; its planted-bug tests plant these same edits themselves (left out)
     "attention_wgmma": [("tests/emulated/test_attention_sm90a.py", "matches_float64 or loads_each"),
                         ("tests/emulated/test_ptx_golden.py", "wgmma"),
@@ -480,6 +481,11 @@ CATALOGUE = [
       "for (int q = 1; q < CL; ++q)", "for (int q = 1; q < 2; ++q)",
       "a consumer releases a multicast stage to its next peer only (right for a pair): in a cluster of four, two "
       "peers' producers wait for releases that never come", ["tma"]),
+    M("ws_producer_regs_40", "tma", GEMM_T + "gemm_sm90a_ws.cuh",
+      "constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = CONSUMERS == 2 ? 224 : 160;",
+      "constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = CONSUMERS == 2 ? 232 : 160;",
+      "the producer warpgroup keeps 40 registers: a horizontal group's multicast tiles spill, the build excludes "
+      "them and BERT's QKV group falls back to 128 x 128 tiles", ["tma"]),
     M("ws_gated_menu_keeps_192", "tma", GEMM_T + "routes.py",
       "if not gated or c.bn % 128 == 0", "if not gated or c.bn % 64 == 0",
       "a gated pair is offered the 192-wide TMA tiles, whose halves are not whole boxes: the kernel does not compile "

@@ -12,7 +12,7 @@
 //   issues the TMA copies: the A box [64 k][BM m], and B as one box [64 k][BN n] (B_TRANS 1) or BN/64 boxes
 //   [64 k][64 n] (B_TRANS 0), under the 128-byte swizzle, i.e. the wgmma canonical layouts of gemm_sm90a.cuh.
 //   Past the edges TMA fills zeros. The other 127 threads have nothing to do. With two consumers the
-//   warpgroup gives its registers to them (setmaxnreg 40 / 232).
+//   warpgroup gives its registers to them (setmaxnreg 56 / 224).
 // * warpgroups 1.. BM/64, the consumers: warpgroup w owns rows [64(w-1), +64) of the tile and all its BN
 //   columns (BN/2 fp32 accumulators per thread). Per k-tile: wait for the full stage, 4 wgmma m64nBNk16,
 //   commit, wait for the previous k-tile's group (wait_group 1), then its thread 0 releases the previous
@@ -142,7 +142,9 @@ constexpr bool SETMAXNREG = CONSUMERS >= 2
                             && false
 #endif
     ;
-constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = CONSUMERS == 2 ? 232 : 160;
+// The producer keeps 56: its unit walk (64-bit), a horizontal group's map hooks and the multicast's box loop spill
+// under 40; two consumers of 64 x 256 (128 accumulators each) fit in 224. 128 x 56 + 256 x 224 <= 65536.
+constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = CONSUMERS == 2 ? 224 : 160;
 
 PLUS_DEV void st_f2(plus_u32 dst, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(x), "f"(y) : "memory");

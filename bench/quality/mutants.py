@@ -65,7 +65,9 @@ SUBSETS: dict[str, list] = {
             ("tests/emulated/test_gemm_tma_routes.py", None),
             ("tests/cpu/test_golden.py", "tma"),
             ("tests/cpu/test_gemm_tma_model.py", None),
-            ("tests/cpu/test_gemm_norm_cluster_routes.py", None)],
+            ("tests/cpu/test_gemm_norm_cluster_routes.py", None),
+            ("tests/emulated/test_gemm_issue_table.py", None),
+            ("tests/cpu/test_gemm_tma_compile.py", None)],
     # the sm_90a attention body; its planted-bug tests plant these same edits themselves (left out)
     "attention_wgmma": [("tests/emulated/test_attention_sm90a.py", "matches_float64 or loads_each"),
                         ("tests/emulated/test_ptx_golden.py", "wgmma"),
@@ -481,6 +483,34 @@ CATALOGUE = [
       "out[16 * w + g + 8 * (r & 1), 2 * t + h + 8 * (r >> 1)]", "out[16 * w + g + 8 * (r >> 1), 2 * t + h + 8 * (r & 1)]",
       "wgmma with A from registers reads registers 1 and 2 as each other's (rows g+8 and columns 8-15 exchanged)",
       ["interpreter", "attention_wgmma"]),
+    M("ws_epilogue_whole_chunk_past_m", "tma", GEMM_T + "gemm_sm90a_ws.cuh",
+      "if (mrow + 64 <= M && nbase + EPI_W <= N) {", "if (mrow < M && nbase + EPI_W <= N) {",
+      "the epilogue's unguarded path also takes a chunk whose rows cross M: stores past the last row of C", ["tma"]),
+    M("ws_epilogue_whole_chunk_past_n", "tma", GEMM_T + "gemm_sm90a_ws.cuh",
+      "if (mrow + 64 <= M && nbase + EPI_W <= N) {", "if (mrow + 64 <= M && nbase < N) {",
+      "the epilogue's unguarded path also takes a chunk whose columns cross N: stores into the next row's start",
+      ["tma"]),
+    M("ws_multicast_boxes_in_halves", "tma", GEMM_T + "gemm_sm90a_ws.cuh",
+      "for (int j = rank; j < BN / 64; j += CL) {", "for (int j = rank; j < BN / 64 / CL * CL; j += CL) {",
+      "a multicast pair shares B's 64-column boxes as whole halves: the third box of a 192-wide tile is never "
+      "loaded and its stage's transaction count never completes", ["tma"]),
+    M("ws_release_to_one_peer", "tma", GEMM_T + "gemm_sm90a_ws.cuh",
+      "for (int q = 1; q < CL; ++q)", "for (int q = 1; q < 2; ++q)",
+      "a consumer releases a multicast stage to its next peer only (right for a pair): in a cluster of four, two "
+      "peers' producers wait for releases that never come", ["tma"]),
+    M("ws_producer_regs_40", "tma", GEMM_T + "gemm_sm90a_ws.cuh",
+      "constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = CONSUMERS == 2 ? 224 : 160;",
+      "constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = CONSUMERS == 2 ? 232 : 160;",
+      "the producer warpgroup keeps 40 registers: a horizontal group's multicast tiles spill, the build excludes "
+      "them and BERT's QKV group falls back to 128 x 128 tiles", ["tma"]),
+    M("ws_gated_menu_keeps_192", "tma", GEMM_T + "routes.py",
+      "if not gated or c.bn % 128 == 0", "if not gated or c.bn % 64 == 0",
+      "a gated pair is offered the 192-wide TMA tiles, whose halves are not whole boxes: the kernel does not compile "
+      "and the gated MLP stays unfused", ["tma"]),
+    M("ws_192_issues_misread", "tma", GEMM_T + "sm90a_configs.py",
+      '"ws_128x192x64_s5": (6609, 443)', '"ws_128x192x64_s5": (6609, 4430)',
+      "the route model charges the 128 x 192 TMA tile ten times the warp instructions per k-tile the interpreter "
+      "counts: BERT's b16 GEMMs go back to the 128 x 256 tiles", ["tma"]),
     # ---- the PTX interpreter --------------------------------------------------------------------------------
     M("interp_fma_zero_sign", "interpreter", "kernels/ptx/semantics.py",
       'z = np.where(same, np.copysign(0.0, c64), -0.0 if mode == "rm" else 0.0).astype(np.float32)',

@@ -56,7 +56,7 @@ def test_cluster_tiles_compile_without_spills():
             res = nvrtc.compile_cubin(v.source, "sm_90a", name="gemm_norm.cu")
             assert nvrtc.check_resources(res, dynamic_smem=int(r.launches[0].smem), arch="sm_90a") == [], v.name
     # every cluster-only tile, forced (the others excluded), compiles too
-    everything = {c.name for c in sm90a.CONFIGS + sm90a.CLUSTER_CONFIGS}
+    everything = {c.name for c in sm90a.CONFIGS + sm90a.CLUSTER_CONFIGS + sm90a.WS_CONFIGS}
     for c in sm90a.CLUSTER_CONFIGS:
         if c.name in {name.split("/")[0] for name in seen}:
             continue
@@ -78,11 +78,11 @@ def test_ptx_declares_the_cluster():
 
 def test_failed_tiles_fall_back_to_a_wider_cluster_tile():
     """Tiles the kernel build excluded (they spilled or did not fit when compiled) are skipped: the wider
-    tile widths with usable configs serve (768 = 3 x 256 or 2 x 512), before the two-kernel plan (which the
-    model may still prefer at the smallest M, where a few CTAs' epilogues are issue-bound)."""
+    tile widths with usable configs serve (768 = 3 x 256 or 2 x 512), beside the one-launch finish and two-kernel
+    plans (which the model may still prefer at the smallest M, where a few CTAs' epilogues are issue-bound)."""
     excluded = {c.name for c in sm90a.cluster_menu(128)}
     rd, _, _ = render_subgraph(norm_model("M", 768, 64, TensorProto.FLOAT16)[0], excluded=excluded)
-    row = [v for v in rd.variants if not v.name.endswith("-finish")]
+    row = [v for v in rd.variants if "PLUS_HAS_ROW_TILE" in v.source]
     assert row and all(v.name.split("/")[1].split("-")[0] in ("cluster3", "cluster2") for v in row)
     assert not {v.name.split("/")[0] for v in rd.variants} & excluded
     assert _entries(rd)[-1] == ["plus_gemm"]

@@ -26,8 +26,9 @@ def test_tma_tiles_win_bert_b16_by_the_model():
 
 
 def test_the_choice_follows_the_issue_term(monkeypatch):
-    """Ten times the counted issues per k-tile of every TMA tile: the cp.async tiles are faster again."""
-    table = {name: (a, 10 * b if name.startswith("ws_") else b) for name, (a, b) in gc.ISSUES.items()}
+    """Ten times the counted issues of every TMA tile (per tile and per k-tile): the cp.async tiles are faster
+    again."""
+    table = {name: (10 * a, 10 * b) if name.startswith("ws_") else (a, b) for name, (a, b) in gc.ISSUES.items()}
     monkeypatch.setattr(gc, "ISSUES", table)
     for n, k, b, ab in SHAPES:
         assert not gc.is_ws(_route(n, k, b, ab).cfg), (n, k)
@@ -36,12 +37,26 @@ def test_the_choice_follows_the_issue_term(monkeypatch):
 def test_a_one_tile_launch_takes_its_counted_issues():
     """One 64 x 128 tile over one k-tile issues ISSUES' a + b warp instructions (counted by the interpreter,
     tests/emulated/test_gemm_issue_table.py); its four warp schedulers issue one a cycle each, so the launch takes
-    at least that long plus the wave's latency (perfmodel: a wave takes its largest term plus the latency), well
-    above its tensor time (1 MFLOP) and its memory time (40 KB)."""
+    at least that long plus the wave's latency (perfmodel: a wave takes its largest term plus the latency), above
+    its tensor time (1 MFLOP on one SM) and its memory time (40 KB at twice one SM's share of the L2)."""
     from plus_ep.kernels import perfmodel
     cfg = gc.WS_BY_NAME["ws_64x128x64_s8"]
     a, b = gc.ISSUES[cfg.name]
     p = perfmodel.part("sm_90a")
     issue_us, latency_us = (a + b) / (4 * p.clock_hz) * 1e6, perfmodel.LATENCY_WAVES * p.dram_latency_s * 1e6
-    assert issue_us > 1.0
+    tensor_us = 2 * 64 * 128 * 64 / (p.unit_peak("wgmma.fp16") / 132) * 1e6
+    l2_us = (64 + 128) * 64 * 2 / (perfmodel.SHARE * p.l2_bytes_per_s / 132) * 1e6
+    assert issue_us > max(tensor_us, l2_us), (issue_us, tensor_us, l2_us)
     assert R.gemm_time(cfg, 64, 128, 64, 1, "sm_90a", persistent=False) >= issue_us + latency_us - 1e-9
+
+
+def test_192_wide_tiles_balance_the_persistent_grid_at_bert_b16():
+    """FFN1 (2048 x 3072) is 192 tiles of 128 x 256, 96 multicast pairs on 66 clusters: a third of the CTAs idle
+    for the second round. 128 x 192 makes 256 tiles, two full rounds of 32 clusters of four, whose CTAs share B
+    (L2 reads it once per four m tiles): the model picks it there and for the QKV group, faster by more than a
+    tenth."""
+    wide, narrow = gc.WS_BY_NAME["ws_128x256x64_s4_c2"], gc.WS_BY_NAME["ws_128x192x64_s5_c4"]
+    for n, k, b, ab in SHAPES:
+        choice = _route(n, k, b, ab)
+        assert choice.cfg is narrow, (n, choice.cfg.name)
+        assert choice.us < 0.9 * R.gemm_time(wide, M, n, k, b, "sm_90a", a_batch=ab), n

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto
 
 import plus_ep
+from plus_ep.kernels.families.gemm.routes import forced_exclusions
 from plus_ep.kernels.render import render
 from plus_ep.kernels.target import Target
 from tests.support import gated_models as M
@@ -16,10 +17,18 @@ from tests.support import gated_models as M
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 
 
+@pytest.fixture(autouse=True)
+def cp_async_wgmma(monkeypatch):
+    """sm_90a on the cp.async wgmma tiles (gemm_sm90a.cuh), whose gated, unaligned and cluster split-K paths these
+    tests pin; the TMA tiles' gated kernels are tests/emulated/test_gemm_tma_routes.py's."""
+    monkeypatch.setenv("PLUS_EP_GEMM_TILES", "wg_*")
+
+
 def _sources(r, arch):
     sg = r.subgraphs[0]
     ins, outs = r.view.graph_index.boundary(sg.nodes)
-    return [v.source for v in render(r.view, sg, ins, outs, Target(arch, r.fp32_math), node_name="g").variants]
+    target = Target(arch, r.fp32_math, forced_exclusions(arch))
+    return [v.source for v in render(r.view, sg, ins, outs, target, node_name="g").variants]
 
 
 def _verify(model, fp32_math, pattern, want_defines, seq=5):

@@ -28,7 +28,8 @@ def _tma(name: str, k: int) -> float:
     return run(Case(name), 1, cfg.bm, cfg.bn, k, grid=1, checks=False)[3].counters["warp_instructions"]
 
 
-@pytest.mark.parametrize("name,count", [("wg_64x128x64_w64x128_s4", _cp_async), ("ws_64x128x64_s8", _tma)])
+@pytest.mark.parametrize("name,count", [("wg_64x128x64_w64x128_s4", _cp_async), ("ws_64x128x64_s8", _tma),
+                                        ("ws_128x192x64_s5", _tma)])
 def test_issue_table_matches_the_interpreter(name, count):
     lo, hi = count(name, 128), count(name, 384)
     per_ktile = (hi - lo) / 4

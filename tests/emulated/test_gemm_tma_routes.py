@@ -69,6 +69,18 @@ def test_bert_fp16_on_tma_gemms(tmp_path, ws_only):
     assert any("gemm_sm90a_ws.cuh" in s and "#define PLUS_EPI_M_FASTEST 2\n" in s for s in srcs)
 
 
+@pytest.mark.slow
+def test_bert_fp16_on_four_cta_multicast_tiles(tmp_path, monkeypatch):
+    """Every GEMM forced onto 128 x 192 tiles whose clusters of four share B (the launcher's cluster launch, the
+    tmap records' boxes): M = 600 is two clusters of m tiles, the second with three tiles past M; FFN1's 384
+    columns two n tiles; the LayerNorm GEMMs through scratch and plus_row."""
+    monkeypatch.setenv("PLUS_EP_GEMM_TILES", "ws_128x192x64_s5_c4")
+    model = to_fp16(build_bert(layers=1, hidden=128, heads=2, intermediate=384))
+    r = _verify(tmp_path, model, batch=5, seq=120, expect_ws=3)
+    assert all("#define PLUS_WS_CLUSTER 4\n" in s for v in _sources(r).values() for s in v
+               if "gemm_sm90a" in s), "a GEMM left the forced tile"
+
+
 @pytest.mark.parametrize("make", [lambda: gated_pair_model(TensorProto.FLOAT16, act="silu", inter=136),
                                   lambda: gated_combined_model(TensorProto.FLOAT16, form="slice", inter=136)],
                          ids=["pair", "combined"])

@@ -37,8 +37,11 @@ def demo_bert(hidden, ffn):
 
 @pytest.mark.parametrize("math,archs,hidden,ffn", [("exact", ["sm_80"], 80, 144), ("tf32", ["sm_80"], 80, 144),
                                                    ("fp16", ["sm_80", "sm_90a"], 160, 288)])
-def test_demo_bert_through_its_kernels(math, archs, hidden, ffn):
+def test_demo_bert_through_its_kernels(math, archs, hidden, ffn, monkeypatch):
     from plus_ep.kernels.families.flash_attention import configs as ac
+    # sm_90a on the cp.async wgmma tiles, whose grids span the tiles (the persistent TMA tiles' grid is one CTA
+    # per SM; tests/emulated/test_gemm_tma_routes.py verifies them at multi-tile shapes)
+    monkeypatch.setenv("PLUS_EP_GEMM_TILES", "wg_*")
     model, feeds = demo_bert(hidden, ffn)
     run = check_model_on_kernels(model, feeds, archs, math, fp32_math="tf32" if math == "tf32" else "exact")
     assert any(n.startswith("plus_ep/attention/") for n in run.fused), run.fused

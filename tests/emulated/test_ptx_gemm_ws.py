@@ -40,7 +40,16 @@ def test_every_config_several_units_per_cta(cfg):
     (Case("ws_128x128x64_s6", "__nv_bfloat16", 1, hooks="epilogue"), (2, 130, 72, 136)),
     (Case("ws_64x128x64_s8", "half", 0, splitk=2, hooks="epilogue"), (1, 65, 136, 320)),
     (Case("ws_64x128x64_s8", "half", 0, m_fastest=1), (1, 100, 72, 64)),
-], ids=["f16-trans", "multicast-trans", "bf16", "bf16-trans-hooked", "splitk2", "m-fastest"])
+    # three 64-column boxes of B over a multicast pair (rank 0 loads two, rank 1 one); K-major: 96 rows each
+    (Case("ws_128x192x64_s5_c2", "__nv_bfloat16", 0, hooks="epilogue"), (2, 300, 400, 136)),
+    (Case("ws_128x192x64_s5_c2", "half", 1, m_fastest=1), (1, 520, 200, 72)),
+    # whole chunks only (M, N multiples of the tile), several units per CTA: the epilogue's unguarded path
+    (Case("ws_128x192x64_s5", "half", 0, hooks="epilogue"), (1, 256, 384, 128)),
+    # four CTAs share B: MN-major, three boxes (rank 3 loads none); K-major, 48 rows each; M past the last group
+    (Case("ws_128x192x64_s5_c4", "half", 0, hooks="epilogue"), (2, 700, 200, 136)),
+    (Case("ws_128x192x64_s5_c4", "__nv_bfloat16", 1), (1, 1100, 392, 72)),
+], ids=["f16-trans", "multicast-trans", "bf16", "bf16-trans-hooked", "splitk2", "m-fastest", "192-multicast-hooked",
+        "192-multicast-trans-m-fastest", "192-whole-chunks", "192-c4-hooked", "192-c4-trans"])
 def test_variants(case, shape):
     got, ref, findings, _ = run(case, *shape, grid=2)
     _ok(got, ref, findings, case.dtype, rel=1e-6 if case.hooks != "default" else None)

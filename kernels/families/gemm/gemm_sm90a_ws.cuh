@@ -12,7 +12,7 @@
 //   issues the TMA copies: the A box [64 k][BM m], and B as one box [64 k][BN n] (B_TRANS 1) or BN/64 boxes
 //   [64 k][64 n] (B_TRANS 0), under the 128-byte swizzle, i.e. the wgmma canonical layouts of gemm_sm90a.cuh.
 //   Past the edges TMA fills zeros. The other 127 threads have nothing to do. With two consumers the
-//   warpgroup gives its registers to them (setmaxnreg 40 / 232).
+//   warpgroup gives its registers to them (setmaxnreg 56 / 224).
 // * warpgroups 1.. BM/64, the consumers: warpgroup w owns rows [64(w-1), +64) of the tile and all its BN
 //   columns (BN/2 fp32 accumulators per thread). Per k-tile: wait for the full stage, 4 wgmma m64nBNk16,
 //   commit, wait for the previous k-tile's group (wait_group 1), then its thread 0 releases the previous
@@ -31,12 +31,13 @@
 //   and the epilogue hands both sums of an element to plus_epilogue_gated.
 // * Row finish (PLUS_HAS_ROW_FINISH, one unit per CTA: PLUS_PERSISTENT 0): after the tile, every thread
 //   joins and the CTA counts itself on its row group as gemm_hooks.cuh's plus_finish_rows does.
-// * B multicast (PLUS_WS_CLUSTER 2): a thread-block cluster of two CTAs takes the two m tiles of one n tile
-//   together; each CTA loads its own A box and half of the B boxes, multicast into both CTAs, so L2 serves B
-//   once per pair. A stage then counts a release from every consumer of both CTAs (consumers arrive on their
-//   own and the peer's `empty`), the barriers are initialised before a cluster barrier, and a final one keeps
-//   each CTA's shared memory until its peer is done with it. A pair whose second m tile lies past M loads M's
-//   last rows there (never stored).
+// * B multicast (PLUS_WS_CLUSTER 2 or 4): a thread-block cluster of CL CTAs takes CL consecutive m tiles of one
+//   n tile together; each CTA loads its own A box and its share of B (MN-major: the 64-column boxes rank,
+//   rank + CL, ..., none when BN/64 < CL ranks; K-major: 1/CL of the rows), multicast into every CTA of the
+//   cluster, so L2 serves B once per cluster. A stage then counts a release from every consumer of every CTA
+//   (consumers arrive on their own and each peer's `empty`), the barriers are initialised before a cluster
+//   barrier, and a final one keeps each CTA's shared memory until its peers are done with it. A cluster's m
+//   tile past M loads M's last rows there (never stored).
 //
 // Tensor maps (the kernel's second parameter, built by the launcher from the plan's `tmap` records): by
 // default A = maps.m[0] over (K, M, batch of A), B = maps.m[1] over (N, K, batch of B) (B_TRANS 0) or (K, N,
@@ -48,33 +49,8 @@
 #error "gemm_sm90a_ws.cuh needs wgmma and TMA: compile it with --gpu-architecture=sm_90a"
 #endif
 
-#ifndef PLUS_BM
-#define PLUS_BM 128
-#endif
-#ifndef PLUS_BN
-#define PLUS_BN 256
-#endif
-#ifndef PLUS_BK
-#define PLUS_BK 64
-#endif
-#ifndef PLUS_STAGES
-#define PLUS_STAGES 4
-#endif
-#ifndef PLUS_SPLITK
-#define PLUS_SPLITK 1
-#endif
-#ifndef PLUS_MATH
-#define PLUS_MATH 2
-#endif
-#ifndef PLUS_B_TRANS
-#define PLUS_B_TRANS 0
-#endif
-#ifndef PLUS_EPI_M_FASTEST
-#define PLUS_EPI_M_FASTEST 0
-#endif
-#ifndef PLUS_GATED
-#define PLUS_GATED 0
-#endif
+#include "gemm_sm90a_params.cuh"
+
 #ifndef PLUS_PERSISTENT
 #define PLUS_PERSISTENT 1
 #endif
@@ -90,9 +66,6 @@
 #define PLUS_WS_CLUSTER_DIMS
 #endif
 
-#if PLUS_MATH != 2
-#error "gemm_sm90a_ws.cuh only implements PLUS_MATH 2 (f16/bf16 wgmma)"
-#endif
 #ifdef PLUS_HAS_ROW_TILE
 #error "gemm_sm90a_ws.cuh has no row tile (gemm_sm90a.cuh's cluster does)"
 #endif
@@ -100,10 +73,12 @@
 static_assert(PLUS_SPLITK == 1 && !PLUS_GATED && !PLUS_PERSISTENT && PLUS_WS_CLUSTER == 1,
               "gemm_sm90a_ws: the row finish needs whole sums of one product and one unit per CTA");
 #endif
-static_assert(PLUS_WS_CLUSTER == 1 || PLUS_WS_CLUSTER == 2, "gemm_sm90a_ws: B multicast over 1 or 2 CTAs");
-static_assert(PLUS_WS_CLUSTER == 1 || (PLUS_B_TRANS ? (PLUS_BN / (PLUS_GATED ? 2 : 1)) % (2 * 8) == 0
-                                                    : (PLUS_BN / 64) % 2 == 0),
-              "gemm_sm90a_ws: multicast halves of B must be whole boxes");
+static_assert(PLUS_WS_CLUSTER == 1 || PLUS_WS_CLUSTER == 2 || PLUS_WS_CLUSTER == 4,
+              "gemm_sm90a_ws: B multicast over 1, 2 or 4 CTAs");
+// K-major B: each CTA loads 1/CL of the rows of a product, whole 8-row swizzle atoms (MN-major B: the CTAs take
+// its 64-column boxes in turn, any number of them)
+static_assert(PLUS_WS_CLUSTER == 1 || !PLUS_B_TRANS || (PLUS_BN / (PLUS_GATED ? 2 : 1)) % (PLUS_WS_CLUSTER * 8) == 0,
+              "gemm_sm90a_ws: multicast shares of a K-major B must be whole 8-row atoms");
 #if PLUS_GATED
 static_assert(PLUS_EPI_M_FASTEST == 0, "gemm_sm90a_ws: the gated epilogue walks the tile with n fastest");
 #endif
@@ -167,7 +142,9 @@ constexpr bool SETMAXNREG = CONSUMERS >= 2
                             && false
 #endif
     ;
-constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = CONSUMERS == 2 ? 232 : 160;
+// The producer keeps 56: its unit walk (64-bit), a horizontal group's map hooks and the multicast's box loop spill
+// under 40; two consumers of 64 x 256 (128 accumulators each) fit in 224. 128 x 56 + 256 x 224 <= 65536.
+constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = CONSUMERS == 2 ? 224 : 160;
 
 PLUS_DEV void st_f2(plus_u32 dst, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(x), "f"(y) : "memory");
@@ -180,7 +157,7 @@ PLUS_DEV float ld_f(plus_u32 src) {
 }
 
 // A work unit: (split, batch, m tile, n tile) from its linear index, n fastest. With B multicast the index
-// counts pairs of m tiles (tiles_m is then the pairs') and `rank` picks the CTA's tile of the pair.
+// counts clusters of CL m tiles (tiles_m is then the clusters') and `rank` picks the CTA's tile of them.
 struct Unit {
   long long b, m0, n0;   // n0: the first output column (per product when gated)
   int split;
@@ -217,7 +194,7 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
   const PlusGemmShape shape = plus_gemm_shape(args);
   const long long M = shape.M, K = shape.K;
   const long long tiles_n = (shape.N + NCOLS - 1) / NCOLS, tiles_m = (M + (long long)BM * CL - 1) / ((long long)BM * CL);
-  const long long units = tiles_n * tiles_m * shape.batch * PLUS_SPLITK;   // pairs of m tiles with multicast
+  const long long units = tiles_n * tiles_m * shape.batch * PLUS_SPLITK;   // CL m tiles each with multicast
 #if PLUS_WS_CLUSTER > 1
   const int rank = (int)plus_cluster_ctarank();
   const long long ufirst = blockIdx.x / CL;
@@ -273,7 +250,7 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
           plus_mbar_arrive_expect_tx(bar, STAGE_BYTES);
           const plus_u32 sa = smem + stage * STAGE_BYTES, sb = sa + A_BYTES;
           const int k0 = (int)((kt0 + kt) * BK);
-          // a pair's m tile past M would bring only fill: load M's last rows instead (never stored)
+          // a cluster's m tile past M would bring only fill: load M's last rows instead (never stored)
           plus_tma_load_3d(sa, ma, k0, (int)min(t.m0, M - 1), za, bar);
 #if PLUS_B_TRANS
           // K-major B: rows are n; with multicast each CTA loads 1/CL of the rows of each product
@@ -421,19 +398,20 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
         // n fastest: lane l of warp q takes column l % EPI_W of rows q RPW + l / EPI_W + 4 RPW i; m fastest: lane l
         // takes row l (+ 32) of columns q + 4 j (unsigned, powers of two: shifts, no division)
         constexpr unsigned RPW = 32 / EPI_W;           // rows per warp and step, n fastest
+        constexpr unsigned STEPS = 16 / RPW;           // 64 x EPI_W elements over 128 threads (m fastest: EPI_W 32)
         const unsigned lr = mf ? (unsigned)lane : (unsigned)warp * RPW + (unsigned)lane / EPI_W;
         const unsigned lc = mf ? (unsigned)warp : (unsigned)lane % EPI_W;
-        const unsigned steps = mf ? 16u : 16u / RPW;   // 64 x EPI_W elements over 128 threads
+        const plus_u32 lsrc = mf ? stg + (lc * TLD + lr) * 4u : stg + (lr * SLD + lc) * 4u;
         const long long nbase = t.n0 + cc;
-#pragma unroll 1
-        for (unsigned i = 0; i < steps; ++i) {
-          const unsigned r = mf ? lr + 32u * (i & 1u) : lr + 4u * RPW * i;
-          const unsigned c = mf ? lc + 4u * (i >> 1) : lc;
-          const long long m = mrow + r, n = nbase + c;
-          if (m >= M || n >= N) continue;
-          const float v = mf ? ld_f(stg + (plus_u32)(c * TLD + r) * 4u) : ld_f(stg + (plus_u32)(r * SLD + c) * 4u);
+        // step i's element of this lane: row lr + dr(i), column lc + dc(i), staged dsrc(i) bytes past lsrc
+        auto dr = [&](unsigned i) { return mf ? 32u * (i & 1u) : 4u * RPW * i; };
+        auto dc = [&](unsigned i) { return mf ? 4u * (i >> 1) : 0u; };
+        auto dsrc = [&](unsigned i) { return mf ? (dc(i) * TLD + dr(i)) * 4u : dr(i) * SLD * 4u; };
+        auto emit = [&](unsigned i) {
+          const long long m = mrow + lr + dr(i), n = nbase + lc + dc(i);
+          const float v = ld_f(lsrc + dsrc(i));
 #if PLUS_GATED
-          const float v1 = ld_f(stg + (plus_u32)(r * SLD + c + EPI_W) * 4u);
+          const float v1 = ld_f(lsrc + dsrc(i) + EPI_W * 4u);
 #if PLUS_SPLITK > 1
           const long long plane = shape.batch * M * shape.N, at = (t.b * M + m) * shape.N + n;
           ((float*)args.scratch[0])[(2LL * t.split) * plane + at] = v;
@@ -448,6 +426,15 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
 #else
           plus_epilogue(args, t.b, m, n, v);
 #endif
+        };
+        if (mrow + 64 <= M && nbase + EPI_W <= N) {
+          // the whole 64 x EPI_W chunk is inside C: no per-element bounds, constant offsets
+#pragma unroll
+          for (unsigned i = 0; i < STEPS; ++i) emit(i);
+        } else {
+#pragma unroll 1
+          for (unsigned i = 0; i < STEPS; ++i)
+            if (mrow + lr + dr(i) < M && nbase + lc + dc(i) < N) emit(i);
         }
       }
     }

@@ -198,7 +198,8 @@ def _variants(job, M, N, K, nbatch, dt, trans_b, hooks, m_fastest, extra, allow_
     they can have them: the TMA tiles (gemm_sm90a_ws.cuh) join the menu."""
     width = 2 * symdim.parse(N) if gated else N
     choices = routes.gemm_routes(M, width, K, nbatch, dt, job.target, job.syms, allow_splitk=allow_splitk,
-                                 a_batch=a_batch, menu=menu, cluster_split=not gated, tma=tmaps is not None)
+                                 a_batch=a_batch, menu=menu, cluster_split=not gated, tma=tmaps is not None,
+                                 gated=gated)
     max_split = max(c.split for _, c in choices)
     if max_split > 1:      # split-K partials live in scratch[0] (no row program in this subgraph)
         job.plan.scratch.append(f"{job.syms.rpn(nbatch * M * N)},{max_split * (2 if gated else 1)},*,4,*")
@@ -261,7 +262,7 @@ def _ws_variant(job, M, N, nbatch, trans_b, dt, hooks, m_fastest, extra, cond, c
     prefix = "".join(f"#define {k} {v}\n" for k, v in defines.items())
     prefix += hooks + per_batch + tmaps.hooks() + f'#include "{routes.gemm_header(cfg)}"\n'
     cols = cfg.bn // 2 if gated else cfg.bn
-    cl = sm90a_configs.ws_cluster(cfg)          # CTAs per cluster (B multicast): units count pairs of m tiles
+    cl = sm90a_configs.ws_cluster(cfg)          # CTAs per cluster (B multicast): units count groups of m tiles
     units = (f"{job.syms.rpn(N)},{cols},cdiv,{job.syms.rpn(M)},{cfg.bm * cl},cdiv,*,{job.syms.rpn(nbatch)},*,"
              f"{splitk},*")
     cap = routes.ws_grid(cfg, 1 << 30, job.target.arch) // cl

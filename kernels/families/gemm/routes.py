@@ -42,12 +42,13 @@ def gemm_math(dtype, fp32_math) -> int:
     return gemm_configs.MATH_TF32 if fp32_math == "tf32" else gemm_configs.MATH_SIMT
 
 
-def gemm_menu(math_, arch, tma=False):
+def gemm_menu(math_, arch, tma=False, gated=False):
     """The plain GEMM menu of a math path on an arch; on sm_90a the wgmma tiles plus the small ones (64 x 64)
     that spread a weight-dominated GEMM over more SMs, and with `tma` (the operands have tensor maps,
-    tma.py) the warp-specialised persistent TMA tiles."""
+    tma.py) the warp-specialised persistent TMA tiles; `gated` (two products side by side in a tile) keeps
+    the TMA tiles whose halves are whole 64-column boxes (BN 128 or 256)."""
     if math_ == gemm_configs.MATH_F16 and arch_table.get(arch).wgmma:
-        ws = gemm_sm90a_configs.WS_CONFIGS if tma else ()
+        ws = tuple(c for c in gemm_sm90a_configs.WS_CONFIGS if not gated or c.bn % 128 == 0) if tma else ()
         return gemm_sm90a_configs.CONFIGS + gemm_sm90a_configs.SMALL_CONFIGS + ws
     return gemm_configs.configs(math_)
 
@@ -78,7 +79,7 @@ def gemm_header(cfg) -> str:
 
 def ws_grid(cfg, units: int, arch) -> int:
     """CTAs of a persistent gemm_sm90a_ws.cuh launch: one per SM (the ring fills an SM's shared memory), never
-    more than its work units (units: pairs of m tiles with B multicast, whose clusters hold two CTAs)."""
+    more than its work units (units: groups of m tiles with B multicast, one per cluster of as many CTAs)."""
     cl = gemm_sm90a_configs.ws_cluster(cfg)
     # clusters stay inside a GPC: the clusters that fit at once (perfmodel.slots), as many CTAs each
     slots = perfmodel.slots(arch, perfmodel.occupancy(arch, cfg.threads, cfg.smem_bytes), cl) // cl
@@ -151,9 +152,9 @@ def gemm_time(cfg, m, n, k, batch, arch, split=1, csplit=1, cx=1, a_batch=None, 
     busiest = 1                   # work units of the busiest CTA (a persistent kernel's CTAs take several)
     mcast = gemm_sm90a_configs.ws_cluster(cfg)     # CTAs sharing one n tile's B through TMA multicast
     if gemm_sm90a_configs.is_ws(cfg) and persistent:
-        pairs = math.ceil(tiles_m / mcast) * tiles_n * batch * parts
-        ctas = ws_grid(cfg, pairs, arch)
-        busiest = math.ceil(pairs / (ctas // mcast))
+        units = math.ceil(tiles_m / mcast) * tiles_n * batch * parts
+        ctas = ws_grid(cfg, units, arch)
+        busiest = math.ceil(units / (ctas // mcast))
     # mma.sync and SIMT tiles feed their math from shared memory through registers: a tile whose
     # reuse bm*bn/(bm+bn) is under 64 issues that much more shared-memory traffic per FLOP, modelled as that
     # much more work (the previous route model's rule). wgmma reads its operands from shared memory itself.
@@ -227,12 +228,12 @@ def _waste(cfg, m, n) -> float:
 
 
 def gemm_routes(M, N, K, batch, dtype, target, syms, allow_splitk=True, menu=None, a_batch=None,
-                cluster_split=True, tma=False):
+                cluster_split=True, tma=False, gated=False):
     """[(condition rpn, GemmChoice)] in order; the last condition is ALWAYS. `menu`: the configs to choose
-    from (default: the arch's menu for the math, with the TMA tiles when `tma`); `a_batch`: distinct A
-    matrices (a group shares one); `cluster_split`: see gemm_candidates."""
+    from (default: the arch's menu for the math, with the TMA tiles when `tma`, those a gated pair fits when
+    `gated`); `a_batch`: distinct A matrices (a group shares one); `cluster_split`: see gemm_candidates."""
     arch = target.arch
-    menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch, tma) if menu is None else menu
+    menu = gemm_menu(gemm_math(dtype, target.fp32_math), arch, tma, gated) if menu is None else menu
     n, k = _static(N), _static(K)
     b = _static(batch, 1)
     ab = None if a_batch is None else _static(a_batch, 1)

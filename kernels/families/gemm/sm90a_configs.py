@@ -114,12 +114,17 @@ WS_CONFIGS = (
     # big GEMMs: 2 consumers of 64 x 256 (128 accumulators each; the producer gives them its registers)
     _ws("ws_128x256x64_s4", 128, 256, 4),
     _ws("ws_128x128x64_s6", 128, 128, 6),
+    # three 64-column boxes of B: 2048 x 3072 is 256 tiles, under two per SM where 128 x 256 leaves a third idle
+    _ws("ws_128x192x64_s5", 128, 192, 5),
     # one consumer: small M, or a narrow N
     _ws("ws_64x256x64_s5", 64, 256, 5),
     _ws("ws_64x128x64_s8", 64, 128, 8),
-    # two CTAs of a cluster share one n tile's B, multicast by TMA (half the L2 reads of B)
+    # the CTAs of a cluster share one n tile's B, multicast by TMA (L2 reads B once per cluster)
     _ws("ws_128x256x64_s4_c2", 128, 256, 4),
     _ws("ws_128x128x64_s6_c2", 128, 128, 6),
+    _ws("ws_128x192x64_s5_c2", 128, 192, 5),
+    # four CTAs share B (three boxes: rank 3 loads only its A): L2 serves B once per four m tiles
+    _ws("ws_128x192x64_s5_c4", 128, 192, 5),
 )
 WS_BY_NAME = {c.name: c for c in WS_CONFIGS}
 
@@ -154,8 +159,8 @@ ISSUES = {
     "wg_128x128x64_w64x128_s5": (16620, 922), "wg_64x128x64_w64x128_s4": (8364, 500),
     "wg_64x64x64_w64x64_s4": (4280, 576), "wg_128x64x64_w64x64_s4": (8608, 1128),
     "wg_64x256x64_w64x256_s4": (15508, 1072), "wg_64x512x64_w64x256_s3": (31200, 2056),
-    "ws_128x256x64_s4": (28895, 494), "ws_128x128x64_s6": (14256, 386),
-    "ws_64x256x64_s5": (14599, 241), "ws_64x128x64_s8": (7263, 209),
+    "ws_128x256x64_s4": (9047, 494), "ws_128x128x64_s6": (4944, 386), "ws_128x192x64_s5": (6609, 443),
+    "ws_64x256x64_s5": (4675, 241), "ws_64x128x64_s8": (2607, 209),
 }
 
 

@@ -271,9 +271,24 @@ def _fuzz_settings(fn):
     return fn
 
 
+@pytest.fixture(scope="module")
+def _draws_independent_of_loaded_modules():
+    """Hypothesis mixes constants from the source of every loaded non-test module into its draws, so
+    the derandomized examples depended on what earlier tests in the process had imported (a pytest-xdist
+    worker drew other graphs than a serial run). The pool is emptied while the fuzz runs."""
+    from hypothesis.internal.conjecture import providers
+    assert hasattr(providers, "_get_local_constants") and hasattr(providers, "CONSTANTS_CACHE"), \
+        "hypothesis changed how it draws source constants: make the fuzz's examples independent of imports again"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(providers, "_get_local_constants", providers.Constants)
+        providers.CONSTANTS_CACHE.cache.clear()
+        yield
+        providers.CONSTANTS_CACHE.cache.clear()
+
+
 @_fuzz_settings
 @given(case=fuzz_graphs.cases())
-def test_fuzz_hypothesis(case):
+def test_fuzz_hypothesis(_draws_independent_of_loaded_modules, case):
     note(repr(case))
     note(onnx.printer.to_text(case.model.graph))
     if SAVE:

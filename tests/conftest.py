@@ -40,8 +40,19 @@ def _kernel_cache_for_the_run(tmp_path_factory):
     if "PLUS_EP_ZOO_DIR" not in os.environ:
         os.environ["PLUS_EP_ZOO_DIR"] = str(config.zoo_dir())
     if "PLUS_EP_CACHE_DIR" not in os.environ:
-        os.environ["PLUS_EP_CACHE_DIR"] = str(tmp_path_factory.mktemp("plus_ep_cache"))
+        if os.environ.get("PYTEST_XDIST_WORKER"):     # pytest -n: the workers share one (writes are atomic)
+            shared = tmp_path_factory.getbasetemp().parent / "plus_ep_cache"
+            shared.mkdir(exist_ok=True)
+            os.environ["PLUS_EP_CACHE_DIR"] = str(shared)
+        else:
+            os.environ["PLUS_EP_CACHE_DIR"] = str(tmp_path_factory.mktemp("plus_ep_cache"))
     yield
+
+
+@pytest.hookimpl(optionalhook=True)      # an xdist hook: pytest without xdist ignores it
+def pytest_xdist_auto_num_workers(config):
+    """`pytest -n auto`: one worker per core, at most 4 (each compiles kernels and loads ORT and torch)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="session")

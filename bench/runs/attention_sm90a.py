@@ -71,8 +71,9 @@ def _private_cache():
     import os
     import tempfile
 
+    from plus_ep import config
     from plus_ep.kernels.render import clear_render_cache
-    old = os.environ.get("PLUS_EP_CACHE_DIR")
+    old = config.get("PLUS_EP_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="attention_sm90a_cache_") as cache:
         os.environ["PLUS_EP_CACHE_DIR"] = cache
         clear_render_cache()

@@ -35,8 +35,11 @@ Reshape) that were moved into it so contraction stays acyclic but that have no n
 Stmt. They are passed as ``support`` and run *lazily*: when a Stmt (or another support node)
 needs one of their outputs, the node runs then, provided its own inputs are available at that
 point (recursively through other support nodes). Running them lazily rather than up front keeps
-the program-order check meaningful for support nodes that read tensors produced inside the tree
-(Shape of an intermediate): such a node can only run after its Stmt producer.
+the program-order check meaningful for support nodes that read tensors produced inside the tree.
+One exception: a Shape node of an intermediate needs only its dims, which the kernel knows from the
+symbolic shapes, so a statement may come before the intermediate's producer (Expand(b, Shape(t)) placed
+ahead of t). Such a Shape reads ``shapes[t]`` under the bound symbols; when t's statement runs later,
+its run-time shape must equal what was read, and t must be produced by the end.
 """
 from __future__ import annotations
 
@@ -113,6 +116,10 @@ def _run_node(node: onnx.NodeProto, values: dict, opset: int) -> dict:
 
 
 _label = describe_node
+
+
+def _is_shape(node) -> bool:
+    return node.op_type == "Shape" and node.domain in ("", "ai.onnx") and bool(node.input and node.input[0])
 
 
 # ---- symbolic sizes ----------------------------------------------------------------------------
@@ -261,6 +268,27 @@ def run_pgraph(pgraph: PGraph, feeds: Mapping[str, np.ndarray], consts: Mapping[
     support_of = {t: n for n in support for t in n.output if t}
     done_support: set = set()
     counter = [0]
+    shapes_known = shapes or {}
+    promised: dict = {}        # tensor -> (dims a Shape node read before its statement ran, who read them)
+
+    def unavailable(t, where):
+        return InterpreterError(
+            f"{where} reads '{t}', which is not available at this point in program order "
+            f"(not a feed, a constant, or the output of an earlier statement)")
+
+    def shape_read(node, sw):
+        """A Shape node's output from its input's symbolic dims, when the input is a later statement's."""
+        t = node.input[0]
+        if t not in shapes_known:
+            raise unavailable(t, sw)
+        sizes = [d if isinstance(d, (int, np.integer)) else eval_size(d, checker.bound) if isinstance(d, str)
+                 else None for d in shapes_known[t]]
+        if any(d is None for d in sizes):
+            raise InterpreterError(f"{sw} reads '{t}' before a statement produces it, and its dims "
+                                   f"{shapes_known[t]} are not known from the feeds")
+        promised[t] = (tuple(int(d) for d in sizes), sw)
+        start, end = ops.attr(node, "start", 0), ops.attr(node, "end")
+        return {node.output[0]: np.array(sizes[start:end], np.int64)}
 
     def need(t, where, stack=()):
         """Make tensor t available (running support nodes lazily) or raise."""
@@ -268,13 +296,14 @@ def run_pgraph(pgraph: PGraph, feeds: Mapping[str, np.ndarray], consts: Mapping[
             return
         node = support_of.get(t)
         if node is None or id(node) in done_support or id(node) in stack:
-            raise InterpreterError(
-                f"{where} reads '{t}', which is not available at this point in program order "
-                f"(not a feed, a constant, or the output of an earlier statement)")
+            raise unavailable(t, where)
         sw = f"support {_label(node)} (needed by {where})"
-        for u in dict.fromkeys(x for x in node.input if x):
-            need(u, sw, stack + (id(node),))
-        out = _run_node(node, values, opset)
+        if _is_shape(node) and node.input[0] not in values and node.input[0] not in support_of:
+            out = shape_read(node, sw)
+        else:
+            for u in dict.fromkeys(x for x in node.input if x):
+                need(u, sw, stack + (id(node),))
+            out = _run_node(node, values, opset)
         done_support.add(id(node))
         st["support"] += 1
         for o, v in out.items():
@@ -296,6 +325,9 @@ def run_pgraph(pgraph: PGraph, feeds: Mapping[str, np.ndarray], consts: Mapping[
                                        f"(a statement placed twice, or a feed overwritten)")
             values[o] = produced[o] = v
             checker.bind(o, v, where)
+            if o in promised and np.shape(v) != promised[o][0]:
+                raise InterpreterError(f"{where} produces '{o}' of shape {np.shape(v)}, but {promised[o][1]} "
+                                       f"read its shape as {promised[o][0]} from its symbolic dims")
         for frame in frames:
             checker.check_loop(frame, list(out), values, where)
         evaluated = {id(f[0]): f[1] for f in frames if f[1] is not None}
@@ -340,6 +372,9 @@ def run_pgraph(pgraph: PGraph, feeds: Mapping[str, np.ndarray], consts: Mapping[
     walk(pgraph.body, [])
     for t in pgraph.outputs:
         need(t, f"+Graph output '{t}'")
+    for t, (_, who) in promised.items():
+        if t not in values:
+            raise InterpreterError(f"{who} read the shape of '{t}', which no statement produces")
     return produced
 
 

@@ -344,6 +344,11 @@ CATALOGUE = [
     M("identify_no_cycle_check", "identify", "graph_rewrites/identify.py",
       "if not self.acyclic_with(trial):", "if False:",
       "growth no longer refuses members that would make the fused node part of a cycle", ["identify"]),
+    M("interp_shape_of_later_intermediate", "identify", "graph_rewrites/interpret.py",
+      "if _is_shape(node) and node.input[0] not in values and node.input[0] not in support_of:",
+      "if False:",
+      "the +Graph interpreter runs a Shape of an intermediate only after the intermediate's statement, so a "
+      "valid order (Expand(b, Shape(t)) placed before t) is refused", ["identify"]),
     # ---- the launcher (C): expressions and binding ---------------------------------------------------------
     M("bind_bcast_other_side_as_refused", "launcher", "plus_ep/native/bind.c",
       "        if (want == 1) {", "        if (0 && want == 1) {",

@@ -503,3 +503,53 @@ def test_partition_check_catches_corruption():
 
     for edit in (body_op, body_wiring, node_inputs, order):
         corrupt(edit)
+
+
+def test_shape_of_an_intermediate_read_before_its_statement():
+    """Found by the fuzzer (hypothesis, 2026-11-29): Expand(in5, Shape(abs_4)) with abs_4 = Abs(x1 + s2) computed
+    in the same softmax subgraph. The Shape node is a support node (no nest); the +Graph places the Expand
+    first (it reads only in5, and the kernel takes its extent from abs_4's symbolic dims [n, 8]), so the
+    interpreter ran the Shape before abs_4 existed and failed ("reads 'abs_4', which is not available at this
+    point in program order"). It now reads the dims from the symbolic shape under the bound symbols and checks
+    them against abs_4's run-time shape once its statement runs."""
+    h16 = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float16), name)   # noqa: E731
+    nodes = [helper.make_node("Add", ["x1", "s2"], ["add_3"]),
+             helper.make_node("Abs", ["add_3"], ["abs_4"]),
+             helper.make_node("Shape", ["abs_4"], ["shape_6"]),
+             helper.make_node("Expand", ["in5", "shape_6"], ["expand_7"]),
+             helper.make_node("Add", ["expand_7", "abs_4"], ["add_8"]),
+             helper.make_node("Add", ["add_8", "s9"], ["add_10"]),
+             helper.make_node("Softmax", ["add_10"], ["y"], axis=-1)]
+    case = _case(nodes, [helper.make_tensor_value_info("x1", F16, ["n", 8]),
+                         helper.make_tensor_value_info("in5", F16, [8])],
+                 [helper.make_tensor_value_info("y", F16, ["n", 8])], [h16("s2", -0.5), h16("s9", 0.25)])
+    case.dtype = F16
+    res = check_case(case)
+    assert [sg.pattern.name for sg in res.subgraphs] == ["softmax"]
+    assert len(res.subgraphs[0].nodes) == len(nodes)            # the Shape node is inside the subgraph
+    # the pre-read dims are checked, not trusted: a symbolic shape that disagrees with the run is refused
+    from plus_ep.graph_rewrites.interpret import InterpreterError
+    res.view.shapes["abs_4"] = ["n", 1]
+    feeds = {"x1": np.ones((2, 8), np.float16), "in5": np.ones(8, np.float16)}
+    with pytest.raises(InterpreterError, match=r"produces 'abs_4' of shape \(2, 8\), but support Shape"):
+        run_subgraph(res, res.subgraphs[0], feeds)
+
+
+def test_sliced_shape_of_an_intermediate_through_a_concat():
+    """The same order as above through a support chain (Shape(t, start=-1) -> Concat([1], .) -> Expand) in a
+    float32 row reduction: the Expand runs first, the Shape's `start` slices the dims read from t's symbolic
+    shape [n, 8], and the reduction matches ORT."""
+    i64 = lambda name, v: numpy_helper.from_array(np.asarray(v, np.int64), name)   # noqa: E731
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]),
+             helper.make_node("Tanh", ["m"], ["t"]),
+             helper.make_node("Shape", ["t"], ["tail"], start=-1),
+             helper.make_node("Concat", ["one", "tail"], ["shp"], axis=0),
+             helper.make_node("Expand", ["b", "shp"], ["e"]),
+             helper.make_node("Sub", ["e", "t"], ["d"]),
+             helper.make_node("ReduceSum", ["d", "ax"], ["y"], keepdims=1)]
+    case = _case(nodes, [helper.make_tensor_value_info("x", F32, ["n", 8]),
+                         helper.make_tensor_value_info("b", F32, [8])],
+                 [helper.make_tensor_value_info("y", F32, ["n", 1])],
+                 [_const("s", 1.5), i64("one", [1]), i64("ax", [-1])])
+    res = check_case(case)
+    assert [(sg.pattern.name, len(sg.nodes)) for sg in res.subgraphs] == [("row_reduction", len(nodes))]

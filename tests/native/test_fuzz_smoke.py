@@ -43,3 +43,25 @@ def test_fuzz_smoke(built, entry, tmp_path):
     assert r.returncode == 0 and not r.crashes and not r.sanitizer_reports, (
         f"fuzz_{entry}: exit {r.returncode}, artifacts {r.crashes}\n{r.log_tail}")
     assert r.execs > 1000 and r.cov > 20, f"fuzz_{entry} barely ran: {r}"
+
+
+_BIG_PARENT = r"""
+import subprocess, sys
+import numpy as np
+from tests.support import fuzz
+big = np.ones(50_000_000)          # 400 MB touched: this process's peak RSS
+big += 1
+probe = [sys.executable, "-c", "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"]
+print(subprocess.run(fuzz.own_peak_rss(probe), capture_output=True, text=True, check=True).stdout.strip())
+"""
+
+
+def test_a_fuzzer_started_from_a_big_process_has_its_own_peak_rss():
+    """libFuzzer's -rss_limit_mb reads ru_maxrss, which Linux carries across fork and exec: started straight from
+    a late, 3 GB pytest process every fuzzer stopped as out-of-memory on its first input."""
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", _BIG_PARENT], capture_output=True, text=True, cwd=str(root), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) < 200, f"the fuzzer's peak RSS is its parent's: {r.stdout.strip()} MB"

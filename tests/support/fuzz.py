@@ -140,6 +140,17 @@ def env(trust_any: bool = True) -> dict:
     return e
 
 
+def own_peak_rss(args: list) -> list:
+    """`args` behind a shell that forks it: Linux carries a process's peak RSS (ru_maxrss, which libFuzzer's
+    -rss_limit_mb reads) across fork and exec, so a fuzzer started straight from a 3 GB pytest process reports
+    "out-of-memory" on its first input. Forked from the small shell, its peak is its own.
+
+    >>> own_peak_rss(["fuzz_plan", "-runs=1"])[:3]
+    ['sh', '-c', '"$@"; exit $?']
+    """
+    return ["sh", "-c", '"$@"; exit $?', "sh", *map(str, args)]
+
+
 def run(exe: Path, entry: str, work: Path, seconds: int | None = None, runs: int | None = None,
         jobs_log: Path | None = None, extra=()) -> FuzzResult:
     """Fuzz `exe` from the committed seeds of `entry` (copied into `work/corpus`, which grows) for
@@ -162,7 +173,7 @@ def run(exe: Path, entry: str, work: Path, seconds: int | None = None, runs: int
         u = resource.getrusage(resource.RUSAGE_CHILDREN)
         return u.ru_utime + u.ru_stime
     t0, c0 = time.monotonic(), cpu()
-    r = subprocess.run(args, capture_output=True, text=True, env=env(entry != "trust"), cwd=str(work))
+    r = subprocess.run(own_peak_rss(args), capture_output=True, text=True, env=env(entry != "trust"), cwd=str(work))
     log = r.stderr
     if jobs_log:
         jobs_log.write_text(log)

@@ -96,7 +96,7 @@ SWAP_A_FRAGMENT = replace_once(
     "        { const unsigned t_ = a[1]; a[1] = a[2]; a[2] = t_; }\n"
     "        for (int np = 0; np < NKT / 2; ++np) {\n          unsigned bf[4];")
 SOFTMAX_BASE_2 = replace_once("constexpr float LOG2E = 1.4426950408889634f;", "constexpr float LOG2E = 1.0f;")
-NO_RESCALE = replace_once("        o[n][2 * rh] *= alpha;\n        o[n][2 * rh + 1] *= alpha;\n", "")
+NO_RESCALE = replace_once("      o[n][2 * rh] *= alpha;\n      o[n][2 * rh + 1] *= alpha;\n", "")
 
 
 def swap_cubins(model: onnx.ModelProto, a: str, b: str, arch: str = "sm_80") -> None:

@@ -163,7 +163,8 @@ def census_sources() -> list[tuple[str, str, str]]:
     for p in sorted(GOLDEN.glob("*.cu")):
         text = p.read_text()
         # a source that includes an sm_90a-only template (wgmma, TMA: its #error says so) compiles there only
-        only_90a = any(f'#include "{h}"' in text for h in ("gemm_sm90a.cuh", "gemm_sm90a_ws.cuh"))
+        only_90a = any(f'#include "{h}"' in text for h in ("gemm_sm90a.cuh", "gemm_sm90a_ws.cuh")) \
+            or "#define PLUS_ATTN_WGMMA 1" in text         # attention.cuh then includes attention_sm90a.cuh
         for arch in (("sm_90a",) if only_90a else ARCHS):
             out.append((f"golden-{p.stem}", text, arch))
     return out

@@ -31,7 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from bench.harness.env_info import env_info
-from bench.runs.perfmodel_calibration import forced_attention_config, profile_one, remodel
+from bench.runs.perfmodel_calibration import forced_attention_config, private_cache, profile_one, remodel
 from plus_ep.kernels import perfmodel
 
 
@@ -58,33 +58,12 @@ def without_body():
     """Today's routes: the sm_90a body out of the menu (a private cache, the render cache emptied both sides)."""
     from plus_ep.kernels.families.flash_attention import routes as ar
     real = ar.wgmma_menu
-    with forced_attention_config(None), _private_cache():
+    with private_cache("attention_sm90a_cache_"):
         ar.wgmma_menu = lambda *a, **k: []
         try:
             yield
         finally:
             ar.wgmma_menu = real
-
-
-@contextlib.contextmanager
-def _private_cache():
-    import os
-    import tempfile
-
-    from plus_ep import config
-    from plus_ep.kernels.render import clear_render_cache
-    old = config.get("PLUS_EP_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="attention_sm90a_cache_") as cache:
-        os.environ["PLUS_EP_CACHE_DIR"] = cache
-        clear_render_cache()
-        try:
-            yield
-        finally:
-            clear_render_cache()
-            if old is None:
-                os.environ.pop("PLUS_EP_CACHE_DIR", None)
-            else:
-                os.environ["PLUS_EP_CACHE_DIR"] = old
 
 
 def row(what: dict, node: dict) -> dict:

@@ -82,35 +82,44 @@ def gemm_model(m: int, n: int, k: int) -> onnx.ModelProto:
 
 
 @contextlib.contextmanager
+def private_cache(prefix: str = "perfmodel_cal_cache_"):
+    """A private kernel cache root for the block, the in-process render cache emptied on entry and on exit, so
+    that no cache hands a render made under a forced route to anyone else (or the other way round)."""
+    from plus_ep import config
+    from plus_ep.kernels.render import clear_render_cache
+    old = config.get("PLUS_EP_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix=prefix) as cache:
+        os.environ["PLUS_EP_CACHE_DIR"] = cache
+        clear_render_cache()
+        try:
+            yield
+        finally:
+            clear_render_cache()
+            if old is None:
+                os.environ.pop("PLUS_EP_CACHE_DIR", None)
+            else:
+                os.environ["PLUS_EP_CACHE_DIR"] = old
+
+
+@contextlib.contextmanager
 def forced_attention_config(name: str | None):
-    """The attention route held to one config of the menu (None: today's route), in a private cache root and
-    with the in-process render cache emptied on both sides, so that no cache ever hands out a forced render."""
+    """The attention route held to one config of the menu (None: today's route), in a private_cache."""
     if name is None:
         yield
         return
     from plus_ep.kernels.families.flash_attention import routes as ar
-    from plus_ep.kernels.render import clear_render_cache
     real = ar.attention_routes
 
     def forced(B, H, Sq, Skv, D, target, syms, math_=0, **_):
         picks = real(B, H, Sq, Skv, D, target, syms, math_)
         menu = {c.name: c for c in ar.ac.all_configs()}
         return [(cond, menu[name]) for cond, _ in picks]
-    from plus_ep import config
-    old = config.get("PLUS_EP_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="perfmodel_cal_cache_") as cache:
-        os.environ["PLUS_EP_CACHE_DIR"] = cache
+    with private_cache():
         ar.attention_routes = forced
-        clear_render_cache()
         try:
             yield
         finally:
             ar.attention_routes = real
-            clear_render_cache()
-            if old is None:
-                os.environ.pop("PLUS_EP_CACHE_DIR", None)
-            else:
-                os.environ["PLUS_EP_CACHE_DIR"] = old
 
 
 def static_counts(model: onnx.ModelProto, nvdisasm: str) -> list[dict]:

@@ -32,7 +32,7 @@ def test_regressions_replay(built, entry, tmp_path):
     cases = sorted((fuzz.FUZZ / "regressions" / entry).glob("*")) if (fuzz.FUZZ / "regressions" / entry).is_dir() else []
     if not cases:
         pytest.skip(f"no regression inputs for {entry}")
-    r = subprocess.run([str(built[entry]), *map(str, cases)], capture_output=True, text=True, env=fuzz.env(entry != "trust"),
+    r = subprocess.run(fuzz.own_peak_rss([built[entry], *cases]), capture_output=True, text=True, env=fuzz.env(entry != "trust"),
                        cwd=str(tmp_path), timeout=120)
     assert r.returncode == 0 and "ERROR:" not in r.stderr and "runtime error" not in r.stderr, r.stderr[-4000:]
 

@@ -95,8 +95,11 @@ t_kill = time.monotonic()
 while time.monotonic() - t_kill < 240:           # Serve's controller starts a replacement (5-8 s idle,
     # a minute and more on a loaded 2-core machine)
     now = replicas()
-    served_new = {r[4] for r in log[:] if r[6]} - {None}
-    if len(now) == 2 and victim not in now and len(served_new) >= 2:
+    # a replica that is neither of the two first ones has answered (an answer the victim gave just before
+    # the kill can be logged after it, so "two replicas answered since the kill" is not enough)
+    fresh = [name for name in now if name not in before]
+    served_fresh = any(r[4] and any(name.endswith(r[4]) for name in fresh) for r in log[:])
+    if len(now) == 2 and victim not in now and served_fresh:
         break
     time.sleep(0.1)
 restarted.set()

@@ -1,13 +1,17 @@
-"""Attention routes: the attention template's config per shape (kernels/families/flash_attention/configs.py menus), chosen
-by an analytic model, not by tuning: the tile whose waves of CTAs over the arch's SMs do the least padded
-work (waves x query tile x key length) wins, ties to the larger query tile; where the target excludes every tensor-core config
-the SIMT menu serves. A symbolic query length is sampled at the shared SAMPLES (kernels/routes.py);
-neighbouring samples with the same choice form one route, the last route is ALWAYS.
+"""Attention routes: the attention template's config per shape (kernels/families/flash_attention/configs.py menus),
+chosen by an analytic model, not by tuning. Where ISSUES times every tile of the menu (f16/bf16 at head dims 64 and
+128), the modelled fastest (`attention_time`, kernels/perfmodel.py) wins; within MODEL_TIE of it, the tile padding
+the fewest query rows, then the larger query tile. Elsewhere (no counts) the tile whose waves of CTAs over the arch's
+SMs do the least padded work (waves x query tile x key length) wins, ties to the larger query tile; where the target
+excludes every tensor-core config the SIMT menu serves. A symbolic query length is sampled at the shared SAMPLES
+(kernels/routes.py); neighbouring samples with the same choice form one route, the last route is ALWAYS.
 
-On an arch with wgmma, for f16/bf16 operands the sm_90a body can serve (`wgmma=True`: plain [B, H, S, D]
-tensors the TMA reads, render.py `_wgmma_operands`), each sample's pick is then compared with the sm_90a
-body's config by kernels/perfmodel.py (`attention_time`: the interpreter's instruction counts per key tile,
-ISSUES) and the faster modelled one is taken; a pick the table does not cover stays.
+On an arch with wgmma, for f16/bf16 operands the sm_90a body can serve (`wgmma=True`: plain [B, H, S, D] tensors
+the TMA reads, render.py `_wgmma_operands`), its configs join the timed menu (or, for an untimed menu, are compared
+with the waves rule's pick and taken when modelled faster).
+
+    routes = attention_routes(1, 32, 4096, 4096, 64, Target("sm_80"), syms, math_=MATH_F16)
+    # [("1", tc_d64_q128_kv64_w8)]: modelled 695 us against the one-warp q16 tile's 1880 us
 """
 from __future__ import annotations
 
@@ -44,6 +48,11 @@ ISSUES = {
     "tc_d128_q32_kv64_w2": ((4542, 4445), (0, 2176)), "tc_d128_q16_kv32_w1": ((2082, 1989.5), (0, 576)),
     "wg_d64_q128_kv128_s2": ((3944, 4460), (0, 16896)), "wg_d128_q128_kv128_s2": ((6174, 6185), (0, 16896)),
 }
+
+
+# Modelled times within this fraction of the fastest count as a tie (the tile padding fewer query rows wins): the
+# model's terms are coarse, and a memory-bound decode should not take a 128-row tile on a rounding.
+MODEL_TIE = 0.02
 
 
 def attention_time(cfg, b: int, h: int, sq: int, skv: int, arch) -> float | None:
@@ -95,6 +104,14 @@ def attention_routes(B, H, Sq, Skv, D, target, syms, math_=0, wgmma=False):
     wg = wgmma_menu(dp, target, math_) if wgmma and dp == D else []
 
     def best(sq, skv):
+        timed = [(attention_time(c, b, h, sq, skv, arch), c) for c in menu]
+        if all(t is not None for t, _ in timed):
+            # every tile has counts: the modelled fastest; within MODEL_TIE of it, the least padded query rows,
+            # then the larger query tile, then mma.sync
+            timed += [(t, c) for t, c in ((attention_time(c, b, h, sq, skv, arch), c) for c in wg) if t is not None]
+            fastest = min(t for t, _ in timed)
+            return min((c for t, c in timed if t <= fastest * (1 + MODEL_TIE)),
+                       key=lambda c: (math.ceil(sq / c.bq) * c.bq, -c.bq, c.wgmma))
         def cost(c):
             blocks = math.ceil(sq / c.bq) * b * h
             per_sm = max(1, arch_table.get(arch).threads_per_sm // (c.warps * 32))

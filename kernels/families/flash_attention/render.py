@@ -221,6 +221,7 @@ def render_attention(job):
     a = _problem(job, em)
     hooks, strided, past_strided = _operand_hooks(job, em, a)
     hooks += _score_hooks(job, em, a)
+    hooks += _causal_hooks(job, a)
     hooks += _prob_hooks(job, em, a)
     hooks += _output_hooks(job, a)
     return _variants(job, a, hooks, strided, past_strided)
@@ -347,6 +348,17 @@ def _score_hooks(job, em, a: _Attention) -> list:
                      "PLUS_DEV float plus_key_bias(const PlusArgs& args, long long b, long long h, long long j) {\n"
                      f"{em.take()}\n  return {dtypes.convert(val, ct, 'float')};\n}}\n")
     return hooks
+
+
+def _causal_hooks(job, a: _Attention) -> list:
+    """PLUS_HAS_ATTN_CAUSAL with the diagonal offset the roles proved (AttentionRoles.causal): each block then stops
+    at the key tile of its last row's last visible key; the score hook still masks inside it. Not with a KV cache
+    (its writer block stores every key tile)."""
+    c = job.roles.causal
+    if c is None or a.cache is not None:
+        return []
+    return ["#define PLUS_HAS_ATTN_CAUSAL 1\n"
+            f"PLUS_DEV long long plus_attn_causal(const PlusArgs&) {{ return {c}LL; }}\n"]
 
 
 def _prob_hooks(job, em, a: _Attention) -> list:

@@ -46,3 +46,33 @@ def test_unmodelled_menus_keep_the_waves_rule():
     """No counts for head dim 80 (or tf32, SIMT): the waves-of-padded-rows rule still chooses there."""
     assert ar.attention_time(ac.configs_for(ac.MATH_F16, 80)[0], 1, 1, 64, 64, "sm_80") is None
     assert pick(1, 32, 4096, 4096, 80, "sm_80").name == "tc_d80_q16_kv32_w1"
+
+
+@pytest.mark.parametrize("name", ["tc_d64_q64_kv64_w4", "tc_d128_q16_kv32_w1", "wg_d64_q128_kv128_s2"])
+@pytest.mark.parametrize("sq,skv,c", [(256, 256, 0), (70, 129, 59), (129, 70, -59), (300, 300, 5), (1, 4096, 4095)])
+def test_key_tiles_counts_the_tiles_holding_a_visible_key(name, sq, skv, c):
+    """Brute force: a query tile visits key tile t when some row i of it sees a key of t (j <= i + c), up to
+    the last such tile (the kernel's loop is a prefix)."""
+    cfg = ac.by_name(name)
+    want = 0
+    for q0 in range(0, sq, cfg.bq):
+        last = max((t for t in range(-(-skv // cfg.bkv)) for i in range(q0, min(q0 + cfg.bq, sq))
+                    if t * cfg.bkv <= i + c), default=-1)
+        want += last + 1
+    assert ar.key_tiles(cfg, sq, skv, c) == want
+    assert ar.key_tiles(cfg, sq, skv) == -(-sq // cfg.bq) * -(-skv // cfg.bkv)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_causal_skip_halves_the_modelled_long_prefill(d):
+    """b1 x 32 x 4096 on the sm_90a body: skipping the tiles above the diagonal models at 50-60 % of the full loop
+    (the diagonal tiles and the per-CTA work stay), and the causal route still takes the fastest."""
+    body = ac.WGMMA_CONFIGS[d][0]
+    full = ar.attention_time(body, 1, 32, 4096, 4096, "sm_90a")
+    skip = ar.attention_time(body, 1, 32, 4096, 4096, "sm_90a", causal=0)
+    assert 0.5 * full < skip < 0.6 * full, (full, skip)
+    cfg = ar.attention_routes(1, 32, 4096, 4096, d, Target("sm_90a"), symdim.Symbols(), math_=ac.MATH_F16,
+                              wgmma=True, causal=0)[0][1]
+    menu = list(ac.configs_for(ac.MATH_F16, d)) + [body]
+    assert ar.attention_time(cfg, 1, 32, 4096, 4096, "sm_90a", 0) == min(
+        ar.attention_time(c, 1, 32, 4096, 4096, "sm_90a", 0) for c in menu)

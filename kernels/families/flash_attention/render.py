@@ -464,10 +464,12 @@ def _variants(job, a: _Attention, hooks, strided, past_strided) -> list:
     B, H, Sq, Skv, D, cache = a.B, a.H, a.Sq, a.Skv, a.D, a.cache
     out_variants = []
     wg_ops = _wgmma_operands(job, job.emitter(), a)
-    plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=a.math_, wgmma=wg_ops is not None)
+    causal = job.roles.causal if cache is None else None      # the key tiles the route model counts
+    plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=a.math_, wgmma=wg_ops is not None,
+                                   causal=causal)
     if wg_ops is not None and wg_ops[3] and not symdim.parse(Skv).is_Integer and any(c.wgmma for _, c in plan):
         plan = _wgmma_guard(job, a, plan, routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms,
-                                                                  math_=a.math_))
+                                                                  math_=a.math_, causal=causal))
     decode = decode_route(job, cache, a.math_, D, Sq) if cache is not None else None
     if decode is not None:      # a static query count small enough: the decode route alone
         plan = [decode] if decode[0] == ALWAYS else [decode] + plan

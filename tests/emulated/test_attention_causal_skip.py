@@ -30,8 +30,8 @@ def visited_tiles(cfg, B, H, Sq, Skv, skip):
 
 
 MMA_CASES = [("tc_d64_q64_kv64_w4", "half", False, 129, 129), ("tc_d64_q64_kv64_w4", "half", False, 70, 129),
-             ("tc_d64_q64_kv64_w4", "__nv_bfloat16", False, 129, 70), ("tc_d128_q32_kv64_w2", "half", True, 70, 200),
-             ("simt_d64_q32_kv32_w4", "float", False, 70, 129)]
+             ("tc_d64_q64_kv64_w4", "__nv_bfloat16", False, 129, 70), ("tc_d128_q32_kv64_w2", "half", True, 40, 130),
+             ("simt_d64_q32_kv32_w4", "float", False, 40, 70)]
 
 
 @pytest.mark.parametrize("name,dtype,gqa,sq,skv", MMA_CASES, ids=["-".join(map(str, c)) for c in MMA_CASES])

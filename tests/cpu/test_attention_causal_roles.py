@@ -37,6 +37,16 @@ def test_only_provable_minus_inf_masks_skip(form, arch, body):
     assert offsets(rd) == [[str(want)] if want is not None else []], offsets(rd)
 
 
+@pytest.mark.parametrize("form,want", [("lowest", 59), ("lowest_pad", None)])
+def test_a_folded_fp32_mask_at_the_lowest_float_skips_only_alone(form, want):
+    """torch.onnx's dynamo export of `is_causal` at static shapes: QKᵀ + a constant filled with -3.4e38. Alone it
+    leaves every row a visible key (exp(lowest - max) is 0 in fp32); beside a padding term a row may see none,
+    whose softmax is then uniform over every key, skipped or not: refused."""
+    sg, rd = rendered(C.model(form, 2, 2, 70, 129, 64, TensorProto.FLOAT), "sm_80")
+    assert sg.roles.causal == want
+    assert offsets(rd) == [[str(want)] if want is not None else []]
+
+
 def test_diagonal_offset_is_the_trilu_k():
     sg, rd = rendered(C.model("equal", 1, 2, 129, 129, 64, k=-3), "sm_80")
     assert sg.roles.causal == -3 and offsets(rd) == [["-3"]]

@@ -9,6 +9,10 @@ Mask forms (`form`):
   upper  as `equal` with an upper Trilu (masks the wrong side): not skippable
   input  the bool mask a graph input, Where(mask, 0, -inf) added: not provable, not skippable
   row    as `equal` with the Trilu over [1, Skv] broadcast along the queries: not skippable
+  const  the mask a constant [Sq, Skv] initializer, -inf above the diagonal, added (the dynamo exporter folds it)
+  lowest as `const` filled with the float's lowest and no padding term (the dynamo exporter's fill): skippable
+         in fp32 (every row keeps a visible key); fp16's lowest, -65504, is no proof that exp gives 0
+  lowest_pad  as `lowest` with the padding term: a padded row could see no key, not skippable
 k = Skv - Sq (bottom-right: query i sees keys j <= i + Skv - Sq), a constant since the shapes are static."""
 from __future__ import annotations
 
@@ -17,8 +21,8 @@ from onnx import TensorProto, helper
 
 from tests.support.graphs import Graph
 
-SKIPPABLE = ("equal", "bool")
-FORMS = ("equal", "bool", "min", "upper", "input", "row")
+SKIPPABLE = ("equal", "bool", "const")
+FORMS = ("equal", "bool", "min", "upper", "input", "row", "const", "lowest", "lowest_pad")
 
 
 def model(form: str, B: int, H: int, Sq: int, Skv: int, D: int, dtype=TensorProto.FLOAT16, k: int | None = None):
@@ -27,7 +31,8 @@ def model(form: str, B: int, H: int, Sq: int, Skv: int, D: int, dtype=TensorProt
     g.input("q", [B, H, Sq, D], dtype)
     g.input("k", [B, H, Skv, D], dtype)
     g.input("v", [B, H, Skv, D], dtype)
-    g.input("pad", [B, 1, 1, Skv], dtype)
+    if form != "lowest":
+        g.input("pad", [B, 1, 1, Skv], dtype)
     g.init("scale", np.array(D ** -0.5, npdt))
     g.init("zero", np.array(0, npdt))
     g.init("ninf", np.array(-np.inf, npdt))
@@ -45,12 +50,18 @@ def model(form: str, B: int, H: int, Sq: int, Skv: int, D: int, dtype=TensorProt
         tri = g.op("Unsqueeze", g.op("Cast", g.op("Trilu", ones, "diag", upper=0), to=TensorProto.BOOL),
                    g.init("axes", np.array([0, 1], np.int64)))
         s = g.op("Where", tri, s, "ninf" if form == "bool" else "lowest")
+    elif form in ("const", "lowest", "lowest_pad"):
+        c = Skv - Sq if k is None else k
+        visible = np.arange(Skv)[None, :] <= np.arange(Sq)[:, None] + c
+        fill = -np.inf if form == "const" else np.finfo(npdt).min
+        s = g.op("Add", s, g.init("causal_bias", np.where(visible, 0, fill).astype(npdt)))
     elif form == "input":
         g.input("causal", [1, 1, Sq, Skv], TensorProto.BOOL)
         s = g.op("Add", s, g.op("Where", "causal", "zero", "ninf"))
     else:
         raise ValueError(form)
-    s = g.op("Add", s, "pad")
+    if form != "lowest":
+        s = g.op("Add", s, "pad")
     p = g.op("Softmax", s, axis=-1)
     p = g.op("Where", g.op("IsNaN", p), "zero", p)
     g.op("MatMul", p, "v", out="o")
@@ -70,7 +81,8 @@ def feeds(form: str, B: int, H: int, Sq: int, Skv: int, D: int, dtype=TensorProt
     pad[0, ..., -1] = np.finfo(npdt).min
     if B > 1:
         pad[1, ..., :pad_keys] = -np.inf
-    out["pad"] = pad
+    if form != "lowest":
+        out["pad"] = pad
     if form == "input":
         out["causal"] = (np.arange(Skv)[None, :] <= np.arange(Sq)[:, None] + (Skv - Sq))[None, None]
     return out

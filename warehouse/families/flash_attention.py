@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from ...graph_rewrites.family import Family, Roles
 from ...graph_rewrites.index import describe_node
@@ -106,13 +106,18 @@ def _probability_chain(view, members: set, sm: int, pv: int):
 _SHAPE_ONLY = ("Identity", "Unsqueeze", "Expand")
 
 
-def causal_offset(view, logits: str) -> int | None:
+def causal_offset(view, logits: str, scores: str | None = None) -> int | None:
     """c when the graph provably sets `logits` (the Softmax's input) to -inf for every pair with key j > query
     i + c, whatever the inputs: a term on its path (through Add, Cast to a float type, Identity and Mul / Div by a
     positive constant) is Where(C, x, -inf) with C false there, or Where(E, -inf, x) with E true there, C / E
     built (inside the subgraph or before it) from a lower Trilu with a constant k over the query and key axes:
     Trilu(X, k) cast to bool, its Equal to 0 (torch.onnx's `is_causal` mask), Not, And / Or, and Identity /
-    Unsqueeze / Expand that keep those two axes. None otherwise: a mask tensor the graph receives, a finite fill
+    Unsqueeze / Expand that keep those two axes; or a constant [.., Sq, Skv] float term whose entries past some
+    diagonal are all -inf (the dynamo exporter folds the mask of static shapes: c from its values), or all at most
+    -1e30 (the float's lowest, as that exporter fills) when the logits are just the `scores` (QKᵀ, or it times a
+    constant) plus that term and every row keeps a key (c >= 0): each row's maximum is then a real logit, and a
+    masked key's exp(lowest - max) is exactly 0 in fp32, whether its tile runs or not. None
+    otherwise: a mask tensor the graph receives, another finite fill
     (the float's lowest value: a fully masked row then averages every key), a sliced mask table, a Trilu
     broadcast along the queries.
 
@@ -174,9 +179,34 @@ def causal_offset(view, logits: str) -> int | None:
             return nonzero_above(n.input[0], depth + 1)
         return None
 
+    def const_above(t, alone: bool):  # a constant [.., Sq, Skv] term (torch.onnx's dynamo export folds its mask)
+        v = view.const(t)
+        if v is None and t in view.initializers and keeps(t):      # larger than the view keeps
+            init = next(i for i in view.model.graph.initializer if i.name == t)
+            v = None if init.external_data else numpy_helper.to_array(init)
+        if v is None or np.ndim(v) < 2 or not keeps(t) or np.asarray(v).dtype.kind != "f":
+            return None
+        v = np.asarray(v, np.float64).reshape(-1, *np.shape(v)[-2:])
+        masked = np.isneginf(v) | (v <= -1e30) if alone else np.isneginf(v)
+        i, j = np.nonzero((~masked).any(axis=0))
+        c = int(np.max(j - i)) if i.size else -v.shape[-2]
+        if alone and not np.isneginf(v[masked]).all() and (c < 0 or (~masked).sum(-1).min() == 0):
+            return None        # a finite fill needs a visible key in every row
+        return c if c < v.shape[-1] - 1 else None
+
+    def only_scores(t) -> bool:    # t is the QKᵀ product, or it times / over a positive constant
+        n = node(t)
+        if t == scores:
+            return True
+        return n is not None and n.op_type in ("Mul", "Div") and (
+            (n.input[0] == scores and const(n.input[1], lambda v: np.full(v.shape, positive(v)))) or
+            (n.op_type == "Mul" and n.input[1] == scores and const(n.input[0], lambda v: np.full(v.shape, positive(v)))))
+
     def neg_inf_above(t, depth):   # t[.., i, j] == -inf for j > i + c
         n = node(t)
-        if n is None or depth > 16:
+        if n is None:
+            return const_above(t, False) if depth else None
+        if depth > 16:
             return None
         if n.op_type == "Where":
             c, x, y = n.input[:3]
@@ -187,6 +217,11 @@ def causal_offset(view, logits: str) -> int | None:
                          neg_inf_above(x, depth + 1) if const(y, np.isneginf) else None,
                          neg_inf_above(y, depth + 1) if const(x, np.isneginf) else None)
         if n.op_type == "Add":
+            x, y = n.input[:2]
+            if depth == 0 and scores is not None and node(y) is None and only_scores(x):
+                return const_above(y, True)
+            if depth == 0 and scores is not None and node(x) is None and only_scores(y):
+                return const_above(x, True)
             return first(*(neg_inf_above(x, depth + 1) for x in n.input[:2]))
         if n.op_type in ("Mul", "Div"):
             x, y = n.input[:2]
@@ -287,7 +322,7 @@ def attention_roles(view, members):
     mask = [t for t in inputs if any(t in view.graph_index.reads[p] for p in score_side)
             and t not in (q, k) and view.const(t) is None]
     return AttentionRoles(q, k, v, mm1.output[0], smn.input[0], smn.output[0], mm2.output[0], qk, sm, pv,
-                          tuple(chain), guard, tuple(mask), quantized, causal_offset(view, smn.input[0]))
+                          tuple(chain), guard, tuple(mask), quantized, causal_offset(view, smn.input[0], mm1.output[0]))
 
 
 

@@ -49,3 +49,30 @@ def test_causal_skip_matches_the_graph(form, math, sq, skv, d):
     assert c["ok"], c
     if form != "lowest":
         assert not np.any(got[1, :, :5]), "batch row 1's first rows see only padded keys: 0 under the NaN guard"
+
+
+@pytest.mark.parametrize("form", ["upper", "lowest_pad"])
+def test_unprovable_masks_run_every_key_tile(form):
+    """An upper Trilu (keys below the diagonal hidden) and fp32's lowest beside a padding term: no skip, and the
+    kernel matches the graph (a skip bounded by the upper Trilu's k would drop every key a row sees)."""
+    B, H, sq, skv, d = 2, 1, 70, 70, 64
+    dtype = TensorProto.FLOAT16 if form == "upper" else TensorProto.FLOAT
+    model = C.model(form, B, H, sq, skv, d, dtype, k=-1 if form == "upper" else None)
+    r = rewrite_detailed(model, archs=None)
+    (sg,) = r.subgraphs
+    ins, outs = r.view.graph_index.boundary(sg.nodes)
+    rd = render(r.view, sg, ins, outs, Target("sm_80", "tf32"), node_name=f"unproved_{form}")
+    feeds = C.feeds(form, B, H, sq, skv, d, dtype, seed=3)
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    outside = [t for t in ins if t not in feeds and t not in consts]
+    if outside:
+        consts.update(zip(outside, ReferenceEvaluator(model).run(outside, {i.name: feeds[i.name]
+                                                                          for i in model.graph.input})))
+    npdt = np.float16 if dtype == TensorProto.FLOAT16 else np.float32
+    (got,) = run_rendered(rd, [feeds[t] if t in feeds else consts[t] for t in ins], [np.zeros((B, H, sq, d), npdt)],
+                          name=f"unproved_{form}")
+    want = evaluate(model.graph, [feeds[i.name] for i in model.graph.input],
+                    math="fp16" if form == "upper" else "tf32").outputs[0]
+    c = compare(got, want)
+    assert c["ok"], c
+    assert sg.roles.causal is None and "PLUS_HAS_ATTN_CAUSAL" not in rd.variants[0].source

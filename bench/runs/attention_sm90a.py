@@ -10,9 +10,11 @@ sm_90a and profiled with `--sample-ctas` CTAs interpreted, counts scaled (bench/
 profile_one; DRAM bytes = the compulsory ones). Three kernels per shape: the route's choice (the sm_90a body), the
 mma.sync route today's rule picks (`today_route`: the body kept out of the menu) and the mma.sync menu's largest
 tile (`today_largest`). Efficiency = FLOPs / modelled time / the dense fp16 tensor peak (989.4 TFLOP/s); FLOPs
-= 4 S² D H B, halved for causal as FlashAttention counts them (`efficiency`), and the work the kernel executes,
-the full square (`efficiency_executed`): neither kernel skips the key tiles above the diagonal, the mask comes
-through the score hook (docs/design-notes.md, "Causal attention"). `--table` also measures the sm_90a body's
+= 4 S² D H B, halved for causal as FlashAttention counts them (`efficiency`), and the full square
+(`efficiency_executed`). `--mask input` (the default) passes the causal mask as a bool input, which the kernels
+cannot prove causal: every key tile runs, masked by the score hook; `--mask trilu` builds it as torch.onnx's
+`is_causal` export does, which they prove, and each block stops at its last visible key tile
+(docs/design-notes.md, "Causal attention"). `--table` also measures the sm_90a body's
 instructions and MUFU operations per key tile (routes.py ISSUES). Every time is MODELLED, not measured, and not
 verified on a GPU.
 """
@@ -35,14 +37,27 @@ from bench.runs.perfmodel_calibration import forced_attention_config, private_ca
 from plus_ep.kernels import perfmodel
 
 
-def attention_model(batch: int, heads: int, seq: int, dim: int, causal: bool) -> onnx.ModelProto:
-    """softmax(Q·Kᵀ·dim^-0.5 [masked by a bool causal input])·V in fp16, Q, K, V [batch, heads, seq, dim]."""
+def attention_model(batch: int, heads: int, seq: int, dim: int, causal: bool, mask: str = "input") -> onnx.ModelProto:
+    """softmax(Q·Kᵀ·dim^-0.5 [causal])·V in fp16, Q, K, V [batch, heads, seq, dim]. The causal mask: `input` a bool
+    [1, 1, seq, seq] input through Where(mask, s, -inf) (the kernels cannot prove it causal: every key tile runs),
+    `trilu` torch.onnx's `is_causal` form, Where(Equal(Trilu(Expand(1, [seq, seq])), 0), -inf, 0) added (proved:
+    the key tiles above the diagonal are skipped, attention.cuh PLUS_HAS_ATTN_CAUSAL)."""
     f16 = TensorProto.FLOAT16
     ins = [helper.make_tensor_value_info(n, f16, [batch, heads, seq, dim]) for n in "qkv"]
     inits = [numpy_helper.from_array(np.array(dim ** -0.5, np.float16), "scale")]
     nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
              helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s"])]
-    if causal:
+    if causal and mask == "trilu":
+        inits += [numpy_helper.from_array(np.array(-np.inf, np.float16), "ninf"),
+                  numpy_helper.from_array(np.array(0, np.float16), "zero"),
+                  numpy_helper.from_array(np.array(1, np.float16), "one"),
+                  numpy_helper.from_array(np.array([seq, seq], np.int64), "dims")]
+        nodes += [helper.make_node("Expand", ["one", "dims"], ["ones"]),
+                  helper.make_node("Trilu", ["ones"], ["tri"], upper=0),
+                  helper.make_node("Equal", ["tri", "zero"], ["above"]),
+                  helper.make_node("Where", ["above", "ninf", "zero"], ["bias"]),
+                  helper.make_node("Add", ["s", "bias"], ["sm"])]
+    elif causal:
         ins.append(helper.make_tensor_value_info("causal", TensorProto.BOOL, [1, 1, seq, seq]))
         inits.append(numpy_helper.from_array(np.array(-np.inf, np.float16), "ninf"))
         nodes.append(helper.make_node("Where", ["causal", "s", "ninf"], ["sm"]))
@@ -111,6 +126,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--table", action="store_true", help="also measure the body's issues per key tile")
+    ap.add_argument("--mask", choices=("input", "trilu"), default="input",
+                    help="the causal mask's form (attention_model): trilu lets the kernels skip key tiles")
+    ap.add_argument("--causal-only", action="store_true", help="only the causal shapes")
     a = ap.parse_args(argv)
     from plus_ep.kernels.families.flash_attention import configs as ac
     t0 = time.perf_counter()
@@ -132,8 +150,8 @@ def main(argv=None) -> int:
         if a.out:
             pathlib.Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for dim in (int(x) for x in a.dims.split(",")):
-        for causal in (False, True):
-            model = attention_model(1, a.heads, a.seq, dim, causal)
+        for causal in (True,) if a.causal_only else (False, True):
+            model = attention_model(1, a.heads, a.seq, dim, causal, a.mask)
             for kernel, ctx in (("sm90a_route", contextlib.nullcontext()), ("today_route", without_body()),
                                 ("today_largest", None)):
                 if ctx is None:
@@ -142,7 +160,7 @@ def main(argv=None) -> int:
                     r = profile_one(model, a.sample_ctas)
                 node = r["node"]
                 what = {"kernel": kernel, "head_dim": dim, "heads": a.heads, "batch": 1, "seq": a.seq,
-                        "causal": causal}
+                        "causal": causal, **({"mask": a.mask} if causal else {})}
                 rows.append(row(what, node))
                 runs.append({**what, "rewrite_s": r["rewrite_s"], "profile_s": r["profile_s"], "node": node})
                 print(json.dumps({k: rows[-1][k] for k in ("kernel", "head_dim", "causal", "modelled_us",

@@ -1,7 +1,7 @@
 // PlusEP generated kernel source (kernels/CONTRACT.md §2); edit a copy through PLUS_EP_OVERRIDE_DIR
 // node:    wg_attention
 // pattern: attention (template flash_attention)
-// route:   0 of 1, taken when `1` is the first non-zero condition
+// route:   1 of 2, taken when `1` is the first non-zero condition
 // variant: wg_d64_q128_kv128_s2
 // symbols: batch = args.v[0], seq = args.v[1], batch_3 = args.v[2], seq_3 = args.v[3]
 // +Graph:

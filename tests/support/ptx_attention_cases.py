@@ -110,8 +110,10 @@ def _rest_of_new_menus():
 EXTRA_CASES += _rest_of_new_menus()
 
 
-def run_attention(cfg, dtype, causal, strided, gqa, arch="sm_80", Sq=None, Skv=None, mutate=None, seed=0):
-    """Launch `cfg` on the interpreter with random Q/K/V ([B, H, S, D]); (got, ref, bound, launch result)."""
+def run_attention(cfg, dtype, causal, strided, gqa, arch="sm_80", Sq=None, Skv=None, mutate=None, seed=0,
+                  skip_tiles=False):
+    """Launch `cfg` on the interpreter with random Q/K/V ([B, H, S, D]); (got, ref, bound, launch result).
+    `skip_tiles` (with `causal`): the blocks stop at their last visible key tile (PLUS_HAS_ATTN_CAUSAL)."""
     B, Hh, Hkv = (1, 2, 1) if gqa else (1, 2, 2)
     Sq = Sq or cfg.bq - 3
     Skv = Skv or cfg.bkv + 7
@@ -125,7 +127,7 @@ def run_attention(cfg, dtype, causal, strided, gqa, arch="sm_80", Sq=None, Skv=N
     ptrs = [dev.upload(x, n) for x, n in ((qd, "Q"), (kd, "K"), (vd, "V"))]
     out_like = np.zeros((B, Hh, Sq, D), qd.dtype)
     pout = dev.alloc(out_like.nbytes, "O", fill=0xFF)
-    src = ac.source(cfg, dtype, causal=causal, strided=strided)
+    src = ac.source(cfg, dtype, causal=causal, strided=strided, skip_tiles=skip_tiles)
     mod = H.module(src, arch, cfg.name) if mutate is None else mutate(src, arch)
     params = H.plus_args(ins=ptrs, outs=(pout,), v=(B, Hh, Hkv, Sq, Skv))
     r = mod.kernel("plus_attention").launch(cfg.grid(B, Hh, Sq), (cfg.threads, 1, 1), cfg.smem_bytes, params,

@@ -41,9 +41,9 @@ PLUS_DEV float plus_key_bias(const PlusArgs& a, long long b, long long h, long l
 
 
 def source(cfg, dtype: str = "half", scale: float = 0.125, causal: bool = False, key_bias: bool = False,
-           mutate=None, mask: bool = False, key_major: bool = False) -> str:
+           mutate=None, mask: bool = False, key_major: bool = False, skip_tiles: bool = False) -> str:
     hooks = (SCORE_MASK if mask else SCORE) % {"scale": scale} + (KEY_BIAS if key_bias else "")
-    text = ac.source(cfg, dtype, causal=causal, hooks=hooks,
+    text = ac.source(cfg, dtype, causal=causal, hooks=hooks, skip_tiles=skip_tiles,
                      extra_defines={"PLUS_K_KEY_MAJOR": 1} if key_major else None)
     if mutate is not None:
         body = BODY.read_text()
@@ -70,12 +70,13 @@ def tensor_maps(cfg, dt: int, pq: int, pk: int, pv: int, B: int, H: int, Sq: int
 
 def run(cfg, B: int, H: int, Sq: int, Skv: int, dtype: str = "half", causal: bool = False, mask: bool = False,
         key_bias: bool = False, masked_rows: bool = False, mutate=None, seed: int = 0, checks: bool = True,
-        key_major: bool = False):
+        key_major: bool = False, skip_tiles: bool = False):
     """Launch one case on random operands; returns (output float64 [B, H, Sq, D], float64 reference, findings,
     the launch result). `mask`: an additive mask with -inf entries; `key_bias`: a padding term (-1e4 on the last
     keys of batch 0, -inf on every key of batch 1's last key tile); `masked_rows`: query rows whose keys are all
     masked (their output is 0: the template's default PLUS_MASKED_ROW_NAN 0); `key_major`: K stored as a
-    materialised Kᵀ [B, H, D, Skv] (PLUS_K_KEY_MAJOR)."""
+    materialised Kᵀ [B, H, D, Skv] (PLUS_K_KEY_MAJOR); `skip_tiles` (with `causal`): the blocks stop at their last
+    visible key tile (PLUS_HAS_ATTN_CAUSAL)."""
     rng = np.random.default_rng(seed)
     D = cfg.head_dim
     scale = D ** -0.5
@@ -99,9 +100,9 @@ def run(cfg, B: int, H: int, Sq: int, Skv: int, dtype: str = "half", causal: boo
     po = dev.output(out, "O")
     args = PH.plus_args([pq, pk, pv, pm, pkb], [po], [], [B, H, H, Sq, Skv])
     masked = mask or masked_rows
-    mod = PH.module(source(cfg, dtype, scale, causal, key_bias, mutate, masked, key_major), "sm_90a",
+    mod = PH.module(source(cfg, dtype, scale, causal, key_bias, mutate, masked, key_major, skip_tiles), "sm_90a",
                     f"wg_attn_{cfg.name}_{dtype}_{int(causal)}_{int(key_bias)}_{int(masked)}_{int(key_major)}"
-                    + ("_mut" if mutate else ""))
+                    + ("_skip" if skip_tiles else "") + ("_mut" if mutate else ""))
     kern = mod.kernel("plus_attention")
     blob = tensor_maps(cfg, TM.F16 if dtype == "half" else TM.BF16, pq, pk, pv, B, H, Sq, Skv, key_major)
     r = kern.launch((-(-Sq // cfg.bq), H, B), (cfg.threads, 1, 1), cfg.smem_bytes, PH.with_tmaps(kern, args, blob),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from ...graph_rewrites.family import Family, Roles
 from ...graph_rewrites.index import describe_node
@@ -103,12 +103,147 @@ def _probability_chain(view, members: set, sm: int, pv: int):
     return chain, guard, quantized
 
 
+_SHAPE_ONLY = ("Identity", "Unsqueeze", "Expand")
+
+
+def causal_offset(view, logits: str, scores: str | None = None) -> int | None:
+    """c when the graph provably sets `logits` (the Softmax's input) to -inf for every pair with key j > query
+    i + c, whatever the inputs: a term on its path (through Add, Cast to a float type, Identity and Mul / Div by a
+    positive constant) is Where(C, x, -inf) with C false there, or Where(E, -inf, x) with E true there, C / E
+    built (inside the subgraph or before it) from a lower Trilu with a constant k over the query and key axes:
+    Trilu(X, k) cast to bool, its Equal to 0 (torch.onnx's `is_causal` mask), Not, And / Or, and Identity /
+    Unsqueeze / Expand that keep those two axes; or a constant [.., Sq, Skv] float term whose entries past some
+    diagonal are all -inf (the dynamo exporter folds the mask of static shapes: c from its values), or all at most
+    -1e30 (the float's lowest, as that exporter fills) when the logits are just the `scores` (QKᵀ, or it times a
+    constant) plus that term and every row keeps a key (c >= 0): each row's maximum is then a real logit, and a
+    masked key's exp(lowest - max) is exactly 0 in fp32, whether its tile runs or not. None
+    otherwise: a mask tensor the graph receives, another finite fill
+    (the float's lowest value: a fully masked row then averages every key), a sliced mask table, a Trilu
+    broadcast along the queries.
+
+        # Add(scores, Where(Equal(Trilu(Expand(1.0, [Sq, Skv]), k=0, upper=0), 0), -inf, 0)) -> 0"""
+    qk = [str(d) for d in (view.shape(logits) or [])[-2:]]
+    if len(qk) != 2:
+        return None
+
+    def node(t):
+        p = view.producer.get(t) if t else None
+        return view.nodes[p] if p is not None else None
+
+    def keeps(t) -> bool:          # the last two axes are exactly (query, key): no broadcast along them
+        sh = view.shape(t) or []
+        return len(sh) >= 2 and [str(d) for d in sh[-2:]] == qk
+
+    def const(t, test) -> bool:
+        v = view.const(t) if t else None
+        return v is not None and np.size(v) >= 1 and bool(np.all(test(np.asarray(v, np.float64))))
+
+    def positive(v):
+        return v.size == 1 and np.isfinite(v).all() and v.reshape(-1)[0] > 0
+
+    def first(*cs):
+        cs = [c for c in cs if c is not None]
+        return min(cs) if cs else None
+
+    def zero_above(t, depth):      # t[.., i, j] == 0 (false) for j > i + c
+        n = node(t)
+        if n is None or depth > 12 or not keeps(t):
+            return None
+        if n.op_type == "Trilu":
+            kv = view.const(n.input[1]) if len(n.input) > 1 and n.input[1] else np.zeros(1, np.int64)
+            if attr(n, "upper", 1) or kv is None or np.size(kv) != 1 or not keeps(n.input[0]):
+                return None
+            return int(np.asarray(kv).reshape(-1)[0])
+        if n.op_type in _SHAPE_ONLY or n.op_type == "Cast":
+            return zero_above(n.input[0], depth + 1)
+        if n.op_type in ("Mul", "And"):
+            return first(*(zero_above(x, depth + 1) for x in n.input[:2]))
+        if n.op_type == "Not":
+            return nonzero_above(n.input[0], depth + 1)
+        return None
+
+    def nonzero_above(t, depth):   # t[.., i, j] != 0 (true) for j > i + c
+        n = node(t)
+        if n is None or depth > 12 or not keeps(t):
+            return None
+        if n.op_type == "Equal":
+            x, y = n.input[:2]
+            if const(y, lambda v: v == 0):
+                return zero_above(x, depth + 1)
+            return zero_above(y, depth + 1) if const(x, lambda v: v == 0) else None
+        if n.op_type == "Not":
+            return zero_above(n.input[0], depth + 1)
+        if n.op_type == "Or":
+            return first(*(nonzero_above(x, depth + 1) for x in n.input[:2]))
+        if n.op_type in _SHAPE_ONLY or (n.op_type == "Cast" and attr(n, "to") == TensorProto.BOOL):
+            return nonzero_above(n.input[0], depth + 1)
+        return None
+
+    def const_above(t, alone: bool):  # a constant [.., Sq, Skv] term (torch.onnx's dynamo export folds its mask)
+        v = view.const(t)
+        if v is None and t in view.initializers and keeps(t):      # larger than the view keeps
+            init = next(i for i in view.model.graph.initializer if i.name == t)
+            v = None if init.external_data else numpy_helper.to_array(init)
+        if v is None or np.ndim(v) < 2 or not keeps(t) or np.asarray(v).dtype.kind != "f":
+            return None
+        v = np.asarray(v, np.float64).reshape(-1, *np.shape(v)[-2:])
+        masked = np.isneginf(v) | (v <= -1e30) if alone else np.isneginf(v)
+        i, j = np.nonzero((~masked).any(axis=0))
+        c = int(np.max(j - i)) if i.size else -v.shape[-2]
+        if alone and not np.isneginf(v[masked]).all() and (c < 0 or (~masked).sum(-1).min() == 0):
+            return None        # a finite fill needs a visible key in every row
+        return c if c < v.shape[-1] - 1 else None
+
+    def only_scores(t) -> bool:    # t is the QKᵀ product, or it times / over a positive constant
+        n = node(t)
+        if t == scores:
+            return True
+        return n is not None and n.op_type in ("Mul", "Div") and (
+            (n.input[0] == scores and const(n.input[1], lambda v: np.full(v.shape, positive(v)))) or
+            (n.op_type == "Mul" and n.input[1] == scores and const(n.input[0], lambda v: np.full(v.shape, positive(v)))))
+
+    def neg_inf_above(t, depth):   # t[.., i, j] == -inf for j > i + c
+        n = node(t)
+        if n is None:
+            return const_above(t, False) if depth else None
+        if depth > 16:
+            return None
+        if n.op_type == "Where":
+            c, x, y = n.input[:3]
+            if not keeps(t):
+                return None
+            return first(zero_above(c, 0) if const(y, np.isneginf) else None,
+                         nonzero_above(c, 0) if const(x, np.isneginf) else None,
+                         neg_inf_above(x, depth + 1) if const(y, np.isneginf) else None,
+                         neg_inf_above(y, depth + 1) if const(x, np.isneginf) else None)
+        if n.op_type == "Add":
+            x, y = n.input[:2]
+            if depth == 0 and scores is not None and node(y) is None and only_scores(x):
+                return const_above(y, True)
+            if depth == 0 and scores is not None and node(x) is None and only_scores(y):
+                return const_above(x, True)
+            return first(*(neg_inf_above(x, depth + 1) for x in n.input[:2]))
+        if n.op_type in ("Mul", "Div"):
+            x, y = n.input[:2]
+            if const(y, lambda v: np.full(v.shape, positive(v))):
+                return neg_inf_above(x, depth + 1)
+            if n.op_type == "Mul" and const(x, lambda v: np.full(v.shape, positive(v))):
+                return neg_inf_above(y, depth + 1)
+            return None
+        if n.op_type == "Identity" or (n.op_type == "Cast" and attr(n, "to") in _FLOATS):
+            return neg_inf_above(n.input[0], depth + 1)
+        return None
+
+    return neg_inf_above(logits, 0)
+
+
 @dataclass(frozen=True)
 class AttentionRoles(Roles):
     """Q, K (as the QKᵀ MatMul reads it) and V; the scores (QKᵀ), logits (the Softmax's input), probabilities
     and output tensors; the QKᵀ, Softmax and PV nodes; the probability chain between Softmax and PV; whether
     the graph guards fully masked rows (Where(IsNaN(p), 0, p): 0, else NaN); the mask inputs; whether the chain
-    quantizes the probabilities (QuantizeLinear/DequantizeLinear, per tensor: the normalised values are needed)."""
+    quantizes the probabilities (QuantizeLinear/DequantizeLinear, per tensor: the normalised values are needed);
+    `causal`: c when the logits are provably -inf for every key j > query i + c (`causal_offset`), else None."""
     q: str
     k: str
     v: str
@@ -123,6 +258,7 @@ class AttentionRoles(Roles):
     nan_guard: bool
     mask: tuple
     quantized_probs: bool = False
+    causal: int | None = None
 
 
 def attention_roles(view, members):
@@ -186,7 +322,7 @@ def attention_roles(view, members):
     mask = [t for t in inputs if any(t in view.graph_index.reads[p] for p in score_side)
             and t not in (q, k) and view.const(t) is None]
     return AttentionRoles(q, k, v, mm1.output[0], smn.input[0], smn.output[0], mm2.output[0], qk, sm, pv,
-                          tuple(chain), guard, tuple(mask), quantized)
+                          tuple(chain), guard, tuple(mask), quantized, causal_offset(view, smn.input[0], mm1.output[0]))
 
 
 

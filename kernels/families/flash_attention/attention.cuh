@@ -73,6 +73,11 @@
 //                        it once per key tile into shared memory, consecutive threads taking consecutive keys
 //                        (coalesced), instead of once per (query row, key) pair. One head per block only
 //                        (PLUS_ATTN_GQA_PACK 1). Default: none.
+//   PLUS_HAS_ATTN_CAUSAL long long plus_attn_causal(args) = c: the score hook gives -inf for every pair with
+//                        j > i + c (a causal mask, c = past keys). The block then stops its key loop at the tile
+//                        of its last query row's last visible key (tiles wholly above the diagonal are skipped;
+//                        the hook still masks inside the diagonal tile). Not with PLUS_ATTN_KV_CACHE (its
+//                        writer block stores every key tile it loads). Default: none (every key tile).
 //   PLUS_HAS_ATTN_SIDE   void plus_attn_side(args, long long first, long long stride): tensors the subgraph
 //                        outputs beside O that do not depend on it (the extended mask a later layer reads);
 //                        every thread of the grid computes elements first, first + stride, ... (first = its
@@ -265,6 +270,10 @@ PLUS_DEV float plus_v(const PlusArgs& a, long long b, long long hkv, long long j
 PLUS_DEV int plus_attn_splits(const PlusArgs& a) { return (int)a.v[5]; }
 #endif
 
+#if defined(PLUS_HAS_ATTN_CAUSAL) && PLUS_ATTN_KV_CACHE
+#error "PLUS_HAS_ATTN_CAUSAL: no KV cache (the writer block stores every key tile it loads)"
+#endif
+
 #ifndef PLUS_HAS_SCORE
 PLUS_DEV float plus_score(const PlusArgs&, long long, long long, long long, long long, float s) { return s; }
 #endif
@@ -449,6 +458,12 @@ PLUS_DEV Tile make_tile(const PlusArgs& args) {
   t.Skv = (int)s.Skv;
   t.rows = t.Sq * G;
   t.n_tiles = (t.Skv + BKV - 1) / BKV;
+#ifdef PLUS_HAS_ATTN_CAUSAL
+  {  // the last visible key of the block's last row bounds the key tiles (none when it is before key 0)
+    const long long jmax = (long long)row_i(min(t.q0 + BQ, t.rows) - 1) + plus_attn_causal(args);
+    t.n_tiles = jmax < 0 ? 0 : (int)min((long long)t.n_tiles, jmax / BKV + 1);
+  }
+#endif
 #if PLUS_ATTN_SPLIT
   const int per = (t.n_tiles + t.nsplit - 1) / t.nsplit;
   t.kt0 = min(t.split * per, t.n_tiles);

@@ -261,12 +261,14 @@ def suggest(math: int, head_dim: int, batch: int, heads: int, seq_q: int, sm_cou
 
 
 def source(cfg: AttnConfig, qkv_type: str, *, causal: bool = False, strided: bool = False,
-           hooks: str = "", extra_defines: dict[str, int] | None = None) -> str:
+           hooks: str = "", extra_defines: dict[str, int] | None = None, skip_tiles: bool = False) -> str:
     """A complete generated source for `cfg` (the layout of CONTRACT §2): used by tests and benchmarks;
     the real codegen writes its own with the hooks of the fused subgraph. `qkv_type` is the C type of
     Q/K/V ("float", "half" or "__nv_bfloat16"). `causal`: key j masked for query i when j > i + (Skv - Sq)
     (bottom-right, as a decoder's mask), through the score hook as a model's causal mask reaches the
-    template (composed with a score hook in `hooks`: its logit, then the mask)."""
+    template (composed with a score hook in `hooks`: its logit, then the mask). `skip_tiles` (with `causal`): also
+    declare the mask's diagonal (PLUS_HAS_ATTN_CAUSAL, offset Skv - Sq), so each block stops at its last visible
+    key tile."""
     defs = dict(defines(cfg))
     defs["PLUS_QKV_STRIDED"] = int(bool(strided))
     defs.update(extra_defines or {})
@@ -285,5 +287,9 @@ def source(cfg: AttnConfig, qkv_type: str, *, causal: bool = False, strided: boo
                      "long long j, float s) {\n"
                      "  const PlusAttnShape sh = plus_attn_shape(args);\n"
                      f"  return j <= i + (sh.Skv - sh.Sq) ? {base} : -CUDART_INF_F;\n}}")
+        if skip_tiles:
+            lines.append("#define PLUS_HAS_ATTN_CAUSAL 1\n"
+                         "PLUS_DEV long long plus_attn_causal(const PlusArgs& args) {\n"
+                         "  const PlusAttnShape sh = plus_attn_shape(args);\n  return sh.Skv - sh.Sq;\n}")
     lines.append('#include "attention.cuh"')
     return "\n".join(lines) + "\n"

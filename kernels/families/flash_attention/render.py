@@ -221,6 +221,7 @@ def render_attention(job):
     a = _problem(job, em)
     hooks, strided, past_strided = _operand_hooks(job, em, a)
     hooks += _score_hooks(job, em, a)
+    hooks += _causal_hooks(job, a)
     hooks += _prob_hooks(job, em, a)
     hooks += _output_hooks(job, a)
     return _variants(job, a, hooks, strided, past_strided)
@@ -349,6 +350,17 @@ def _score_hooks(job, em, a: _Attention) -> list:
     return hooks
 
 
+def _causal_hooks(job, a: _Attention) -> list:
+    """PLUS_HAS_ATTN_CAUSAL with the diagonal offset the roles proved (AttentionRoles.causal): each block then stops
+    at the key tile of its last row's last visible key; the score hook still masks inside it. Not with a KV cache
+    (its writer block stores every key tile)."""
+    c = job.roles.causal
+    if c is None or a.cache is not None:
+        return []
+    return ["#define PLUS_HAS_ATTN_CAUSAL 1\n"
+            f"PLUS_DEV long long plus_attn_causal(const PlusArgs&) {{ return {c}LL; }}\n"]
+
+
 def _prob_hooks(job, em, a: _Attention) -> list:
     """The probability hook when the graph quantizes the probabilities between the Softmax and the PV MatMul
     (QuantizeLinear/DequantizeLinear per tensor, AttentionRoles.quantized_probs): what the PV MatMul reads, as a
@@ -452,10 +464,12 @@ def _variants(job, a: _Attention, hooks, strided, past_strided) -> list:
     B, H, Sq, Skv, D, cache = a.B, a.H, a.Sq, a.Skv, a.D, a.cache
     out_variants = []
     wg_ops = _wgmma_operands(job, job.emitter(), a)
-    plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=a.math_, wgmma=wg_ops is not None)
+    causal = job.roles.causal if cache is None else None      # the key tiles the route model counts
+    plan = routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms, math_=a.math_, wgmma=wg_ops is not None,
+                                   causal=causal)
     if wg_ops is not None and wg_ops[3] and not symdim.parse(Skv).is_Integer and any(c.wgmma for _, c in plan):
         plan = _wgmma_guard(job, a, plan, routes.attention_routes(B, H, Sq, Skv, D, job.target, job.syms,
-                                                                  math_=a.math_))
+                                                                  math_=a.math_, causal=causal))
     decode = decode_route(job, cache, a.math_, D, Sq) if cache is not None else None
     if decode is not None:      # a static query count small enough: the decode route alone
         plan = [decode] if decode[0] == ALWAYS else [decode] + plan

@@ -1,13 +1,17 @@
-"""Attention routes: the attention template's config per shape (kernels/families/flash_attention/configs.py menus), chosen
-by an analytic model, not by tuning: the tile whose waves of CTAs over the arch's SMs do the least padded
-work (waves x query tile x key length) wins, ties to the larger query tile; where the target excludes every tensor-core config
-the SIMT menu serves. A symbolic query length is sampled at the shared SAMPLES (kernels/routes.py);
-neighbouring samples with the same choice form one route, the last route is ALWAYS.
+"""Attention routes: the attention template's config per shape (kernels/families/flash_attention/configs.py menus),
+chosen by an analytic model, not by tuning. Where ISSUES times every tile of the menu (f16/bf16 at head dims 64 and
+128), the modelled fastest (`attention_time`, kernels/perfmodel.py) wins; within MODEL_TIE of it, the tile padding
+the fewest query rows, then the larger query tile. Elsewhere (no counts) the tile whose waves of CTAs over the arch's
+SMs do the least padded work (waves x query tile x key length) wins, ties to the larger query tile; where the target
+excludes every tensor-core config the SIMT menu serves. A symbolic query length is sampled at the shared SAMPLES
+(kernels/routes.py); neighbouring samples with the same choice form one route, the last route is ALWAYS.
 
-On an arch with wgmma, for f16/bf16 operands the sm_90a body can serve (`wgmma=True`: plain [B, H, S, D]
-tensors the TMA reads, render.py `_wgmma_operands`), each sample's pick is then compared with the sm_90a
-body's config by kernels/perfmodel.py (`attention_time`: the interpreter's instruction counts per key tile,
-ISSUES) and the faster modelled one is taken; a pick the table does not cover stays.
+On an arch with wgmma, for f16/bf16 operands the sm_90a body can serve (`wgmma=True`: plain [B, H, S, D] tensors
+the TMA reads, render.py `_wgmma_operands`), its configs join the timed menu (or, for an untimed menu, are compared
+with the waves rule's pick and taken when modelled faster).
+
+    routes = attention_routes(1, 32, 4096, 4096, 64, Target("sm_80"), syms, math_=MATH_F16)
+    # [("1", tc_d64_q128_kv64_w8)]: modelled 695 us against the one-warp q16 tile's 1880 us
 """
 from __future__ import annotations
 
@@ -46,24 +50,47 @@ ISSUES = {
 }
 
 
-def attention_time(cfg, b: int, h: int, sq: int, skv: int, arch) -> float | None:
+# Modelled times within this fraction of the fastest count as a tie (the tile padding fewer query rows wins): the
+# model's terms are coarse, and a memory-bound decode should not take a 128-row tile on a rounding.
+MODEL_TIE = 0.02
+
+
+def key_tiles(cfg, sq: int, skv: int, causal: int | None = None) -> int:
+    """Key tiles the query tiles of one (batch, head) visit: all of them, or under a causal mask of diagonal offset
+    `causal` (key j visible to query i when j <= i + causal, attention.cuh PLUS_HAS_ATTN_CAUSAL) each query tile's
+    up to its last row's last visible key.
+
+        key_tiles(tc_d64_q64_kv64_w4, 256, 256, causal=0)   # 1 + 2 + 3 + 4 = 10 of 16"""
+    n, qtiles = math.ceil(skv / cfg.bkv), math.ceil(sq / cfg.bq)
+    if causal is None:
+        return qtiles * n
+    total = 0
+    for qt in range(qtiles):
+        jmax = min((qt + 1) * cfg.bq, sq) - 1 + causal
+        total += 0 if jmax < 0 else min(n, jmax // cfg.bkv + 1)
+    return total
+
+
+def attention_time(cfg, b: int, h: int, sq: int, skv: int, arch, causal: int | None = None) -> float | None:
     """Modelled microseconds of one f16 attention launch of `cfg` (perfmodel.launch_time) at batch b, h heads,
-    sq queries and skv keys: the padded tiles' tensor FLOPs on the tile's instruction class (wgmma for the
-    sm_90a body, mma.sync otherwise), its instructions and MUFU operations (ISSUES), every CTA reading its Q
-    tile and all K/V tiles through L2 and writing its O tile, Q, K, V and O once from DRAM. None when ISSUES has
-    no entry for the config."""
+    sq queries and skv keys: the visited tiles' (`key_tiles`, a causal skip's with `causal`) tensor FLOPs on the
+    tile's instruction class (wgmma for the sm_90a body, mma.sync otherwise), its instructions and MUFU operations
+    (ISSUES), every CTA reading its Q tile and its K/V tiles through L2 and writing its O tile, Q, K, V and O once
+    from DRAM. Causal CTAs are averaged (the model's waves take equal CTAs). None when ISSUES has no entry for the
+    config."""
     if cfg.name not in ISSUES:
         return None
     (wa, wb), (ua, ub) = ISSUES[cfg.name]
     d = cfg.head_dim
-    tiles, ctas = math.ceil(skv / cfg.bkv), math.ceil(sq / cfg.bq) * h * b
-    flops = ctas * 4.0 * cfg.bq * tiles * cfg.bkv * d
+    ctas = math.ceil(sq / cfg.bq) * h * b
+    tiles = key_tiles(cfg, sq, skv, causal) * h * b
+    flops = 4.0 * cfg.bq * tiles * cfg.bkv * d
     unit = "wgmma" if cfg.wgmma else "mma"
     return perfmodel.launch_time(
         arch, ctas=ctas, threads=cfg.threads, smem=cfg.smem_bytes, flops=flops, tensor={f"{unit}.fp16": flops},
-        warp_instructions=ctas * (wa + wb * tiles), mufu=ctas * (ua + ub * tiles),
+        warp_instructions=ctas * wa + wb * tiles, mufu=ctas * ua + ub * tiles,
         dram_bytes=b * h * (2 * sq + 2 * skv) * d * 2,
-        l2_bytes=ctas * (2 * cfg.bq + 2 * tiles * cfg.bkv) * d * 2).modelled_us
+        l2_bytes=(ctas * 2 * cfg.bq + tiles * 2 * cfg.bkv) * d * 2).modelled_us
 
 
 def wgmma_menu(D, target, math_) -> list:
@@ -76,7 +103,7 @@ def wgmma_menu(D, target, math_) -> list:
         return []
 
 
-def attention_routes(B, H, Sq, Skv, D, target, syms, math_=0, wgmma=False):
+def attention_routes(B, H, Sq, Skv, D, target, syms, math_=0, wgmma=False, causal=None):
     arch = target.arch
     dp = _padded(D)
     def menu_of(m):
@@ -95,6 +122,15 @@ def attention_routes(B, H, Sq, Skv, D, target, syms, math_=0, wgmma=False):
     wg = wgmma_menu(dp, target, math_) if wgmma and dp == D else []
 
     def best(sq, skv):
+        timed = [(attention_time(c, b, h, sq, skv, arch, causal), c) for c in menu]
+        if all(t is not None for t, _ in timed):
+            # every tile has counts: the modelled fastest; within MODEL_TIE of it, the least padded query rows,
+            # then the larger query tile, then mma.sync
+            timed += [(t, c) for t, c in ((attention_time(c, b, h, sq, skv, arch, causal), c) for c in wg)
+                      if t is not None]
+            fastest = min(t for t, _ in timed)
+            return min((c for t, c in timed if t <= fastest * (1 + MODEL_TIE)),
+                       key=lambda c: (math.ceil(sq / c.bq) * c.bq, -c.bq, c.wgmma))
         def cost(c):
             blocks = math.ceil(sq / c.bq) * b * h
             per_sm = max(1, arch_table.get(arch).threads_per_sm // (c.warps * 32))
@@ -129,4 +165,5 @@ def attention_defines(cfg, D) -> dict:
     return ac.defines(cfg)
 
 
-__all__ = ["ISSUES", "attention_defines", "attention_math", "attention_routes", "attention_time", "wgmma_menu"]
+__all__ = ["ISSUES", "attention_defines", "attention_math", "attention_routes", "attention_time", "key_tiles",
+           "wgmma_menu"]

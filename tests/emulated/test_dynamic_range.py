@@ -59,8 +59,8 @@ def _ort(model, x):
         ["y", "s", "z"], {"x": x})
 
 
-def _range_subgraph():
-    r = rewrite_detailed(dql_model(), compile_kernels=False)
+def _range_subgraph(shape=SHAPE):
+    r = rewrite_detailed(dql_model(shape), compile_kernels=False)
     assert sorted(s.pattern.name for s in r.subgraphs) == ["dynamic_range", "elementwise"]
     (sg,) = [s for s in r.subgraphs if s.pattern.name == "dynamic_range"]
     ins, outs = r.view.graph_index.boundary(sg.nodes)
@@ -86,6 +86,22 @@ def test_range_kernel_gives_ort_scale_and_zero_point(kind, order, repeat):
     got = dict(zip(outs, got))
     assert got["s"].tobytes() == np.asarray(ss, np.float32).tobytes(), (got["s"], ss)
     assert int(got["z"]) == int(zs)
+
+
+@pytest.mark.parametrize("x", [np.arange(-24, 27, dtype=np.float32) * 0.5,          # one CTA, ties of x / s
+                               np.linspace(1, 4, 36, dtype=np.float32).reshape(4, 9),   # lo = 0
+                               np.full((2, 3), -0.0, np.float32)],                      # -0: hi == lo == 0
+                         ids=["flat-ties", "positive-2d", "negative-zeros"])
+def test_one_cta_ranks_one_and_two(x):
+    """Ranks 1 and 2 (the pattern's loops collapse whatever the rank), a single CTA: ORT CPU's scale and zero point."""
+    r, rd, ins, outs = _range_subgraph(x.shape)
+    model = dql_model(x.shape)
+    ys, ss, zs = _ort(model, x)
+    templates = [np.zeros([int(d) for d in (r.view.shape(t) or [])], onnx.helper.tensor_dtype_to_np_dtype(
+        r.view.dtypes[t])) for t in outs]
+    got, _ = launch_route(rd, [x], templates, name="dr_small")
+    got = dict(zip(outs, got))
+    assert got["s"].tobytes() == np.asarray(ss, np.float32).tobytes() and int(got["z"]) == int(zs)
 
 
 def test_dynamic_quantize_linear_is_two_launches_through_the_launcher(tmp_path):

@@ -16,6 +16,7 @@ import plus_ep
 from plus_ep.kernels.render import render
 from plus_ep.kernels.target import Target
 from plus_ep.rewrite import rewrite_detailed
+from tests.support.quant_models import linear_model
 from tests.support.run_rendered import launch_route
 
 SHAPE = (3, 70, 96)            # 20160 elements: 10 CTAs of 256 threads, 8 elements each
@@ -127,32 +128,11 @@ def test_dynamic_quantize_linear_is_two_launches_through_the_launcher(tmp_path):
         assert got[f"sm_80/{name}"].tobytes() == np.asarray(want).tobytes(), name
 
 
-def dynamic_linear(shape, n, seed=0):
-    """quantize_dynamic's linear layer: DynamicQuantizeLinear(x), MatMulInteger with its zero point and an int8
-    weight [K, n], the scales' product and a bias; x of `shape` [.., K]."""
-    from onnx import numpy_helper
-    rng = np.random.default_rng(seed)
-    k = shape[-1]
-    inits = [numpy_helper.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "w"),
-             numpy_helper.from_array(np.array(0.004, np.float32), "sw"),
-             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "bias")]
-    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "sx", "zx"]),
-             helper.make_node("MatMulInteger", ["xq", "w", "zx"], ["acc"]),
-             helper.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT),
-             helper.make_node("Mul", ["sx", "sw"], ["s"]),
-             helper.make_node("Mul", ["accf", "s"], ["mm"]),
-             helper.make_node("Add", ["mm", "bias"], ["y"])]
-    g = helper.make_graph(nodes, "dyn_linear", [helper.make_tensor_value_info("x", T.FLOAT, list(shape))],
-                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
-    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)],
-                                                               ir_version=10))
-
-
 def test_ragged_dynamic_linear_quantizes_a_in_the_gemm(tmp_path):
     """M = 99 and K = 70 (neither a tile multiple, K not a 16-byte chunk multiple): the range kernel and one 8-bit
     GEMM quantizing x as it loads it; the output equals ORT CPU's on the original layer to the last float
     roundings of the epilogue (the integer sums are exact)."""
-    model = dynamic_linear((3, 33, 70), 40)
+    model = linear_model("dynamic", k=70, n=40, rows=33)
     r = rewrite_detailed(model, archs=["sm_80"], progress=False)
     assert r.kernels.failures == []
     assert sorted(s.pattern.name for s in r.subgraphs) == ["dynamic_range", "gemm_quantized_a"]

@@ -588,11 +588,11 @@ PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0
   }
 }
 
-#if PLUS_B_NBITS
-// The B tile [BN][BK] of a quantised B: each 16-byte chunk (CE consecutive k of one n) is decoded by
-// plus_b_chunk and written to shared memory at the chunk's (swizzled) place, as load_tile's guarded path.
-template <int R, int C, int LDS, bool SWZ>
-PLUS_DEV void load_tile_nbits(const PlusArgs& args, long long b, plus_ab_t* s, int n0, int n_lim, int k0, int k_lim) {
+#if PLUS_B_NBITS || PLUS_A_QUANT
+// One R x C tile written 16-byte chunk by chunk (CE consecutive columns of one row) at the chunk's (swizzled)
+// place, as load_tile's guarded path; `fill(r, c, e)` makes the chunk's elements e[0..CE) at row r, column c.
+template <int R, int C, int LDS, bool SWZ, typename Fill>
+PLUS_DEV void fill_tile(plus_ab_t* s, Fill fill) {
   constexpr int CPR = C / CE;
   constexpr int TOTAL = R * CPR;
   constexpr int ITERS = (TOTAL + PLUS_THREADS - 1) / PLUS_THREADS;
@@ -601,46 +601,39 @@ PLUS_DEV void load_tile_nbits(const PlusArgs& args, long long b, plus_ab_t* s, i
     const int c = threadIdx.x + i * PLUS_THREADS;
     if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
       const int r = c / CPR, cc = (c % CPR) * CE;
-      float v[CE];
-      b_chunk<CE>(args, b, n0 + r, n_lim, k0 + cc, k_lim, v);
       union {
         uint4 u;
         plus_ab_t e[CE];
       } w;
-#pragma unroll
-      for (int j = 0; j < CE; ++j) w.e[j] = plus_cvt<plus_ab_t>(v[j]);
+      fill(r, cc, w.e);
       *(uint4*)(s + r * LDS + chunk_pos<SWZ>(r, cc / CE) * CE) = w.u;
     }
   }
 }
 #endif
 
+#if PLUS_B_NBITS
+// The B tile [BN][BK] of a quantised B: each 16-byte chunk (CE consecutive k of one n) decoded by plus_b_chunk.
+template <int R, int C, int LDS, bool SWZ>
+PLUS_DEV void load_tile_nbits(const PlusArgs& args, long long b, plus_ab_t* s, int n0, int n_lim, int k0, int k_lim) {
+  fill_tile<R, C, LDS, SWZ>(s, [&](int r, int cc, plus_ab_t (&e)[CE]) {
+    float v[CE];
+    b_chunk<CE>(args, b, n0 + r, n_lim, k0 + cc, k_lim, v);
+#pragma unroll
+    for (int j = 0; j < CE; ++j) e[j] = plus_cvt<plus_ab_t>(v[j]);
+  });
+}
+#endif
+
 #if PLUS_A_QUANT
-// The A tile [BM][BK] of a quantized float A: each 16-byte chunk (CE consecutive k of one m) from plus_a_quant,
-// 0 past the matrix, written to shared memory at the chunk's (swizzled) place, as load_tile's guarded path.
+// The A tile [BM][BK] of a quantized float A: each element from plus_a_quant, 0 past the matrix.
 template <int R, int C, int LDS, bool SWZ>
 PLUS_DEV void load_tile_aquant(const PlusArgs& args, long long b, plus_ab_t* s, int m0, int m_lim, int k0, int k_lim) {
-  constexpr int CPR = C / CE;
-  constexpr int TOTAL = R * CPR;
-  constexpr int ITERS = (TOTAL + PLUS_THREADS - 1) / PLUS_THREADS;
+  fill_tile<R, C, LDS, SWZ>(s, [&](int r, int cc, plus_ab_t (&e)[CE]) {
 #pragma unroll 1
-  for (int i = 0; i < ITERS; ++i) {
-    const int c = threadIdx.x + i * PLUS_THREADS;
-    if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
-      const int r = c / CPR, cc = (c % CPR) * CE;
-      union {
-        uint4 u;
-        plus_ab_t e[CE];
-      } w;
-      w.u = make_uint4(0u, 0u, 0u, 0u);
-      if (m0 + r < m_lim) {
-#pragma unroll 1
-        for (int j = 0; j < CE; ++j)
-          if (k0 + cc + j < k_lim) w.e[j] = plus_a_quant(args, b, m0 + r, k0 + cc + j);
-      }
-      *(uint4*)(s + r * LDS + chunk_pos<SWZ>(r, cc / CE) * CE) = w.u;
-    }
-  }
+    for (int j = 0; j < CE; ++j)
+      e[j] = m0 + r < m_lim && k0 + cc + j < k_lim ? plus_a_quant(args, b, m0 + r, k0 + cc + j) : (plus_ab_t)0;
+  });
 }
 #endif
 

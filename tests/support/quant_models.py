@@ -9,17 +9,20 @@ from onnx import helper, numpy_helper
 K8, N8 = 96, 80
 
 
-def linear_model(kind: str):
+def linear_model(kind: str, k: int = K8, n: int = N8, rows=70):
     """A quantized linear layer as ORT's tools write it. "qdq" (quantize_static, QDQ): Q/DQ of the activation
     (int8, zero point -7), a constant int8 weight with per-column scales, bias, ReLU and the requantization of the
     consumer. "dynamic" (quantize_dynamic): DynamicQuantizeLinear (uint8, a zero point computed per run),
     MatMulInteger with that zero point, the scales' product and the bias. "qdq_view": "qdq" whose activation reaches
-    the MatMul through a Transpose and a Reshape of the dequantized values (BERT's attention output projection)."""
+    the MatMul through a Transpose and a Reshape of the dequantized values (BERT's attention output projection).
+    "dynamic_ln": "dynamic" with N = K, the residual x and a LayerNormalization after the bias (BERT's output
+    projections, opset 17). `k`, `n`, `rows`: the weight's [K, N] and x's second axis (the "dynamic" kind's)."""
     rng = np.random.default_rng(11)
-    w = rng.integers(-127, 128, (K8, N8)).astype(np.int8)
-    sw = (rng.random(N8) * 0.01 + 0.002).astype(np.float32)
+    n8 = k if kind == "dynamic_ln" else n
+    w = rng.integers(-127, 128, (k, n8)).astype(np.int8)
+    sw = (rng.random(n8) * 0.01 + 0.002).astype(np.float32)
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(sw, "sw"),
-             numpy_helper.from_array(rng.standard_normal(N8).astype(np.float32), "bias")]
+             numpy_helper.from_array(rng.standard_normal(n8).astype(np.float32), "bias")]
     if kind in ("qdq", "qdq_view"):
         inits += [numpy_helper.from_array(np.array(0.05, np.float32), "sx"),
                   numpy_helper.from_array(np.array(-7, np.int8), "zx"), numpy_helper.from_array(np.zeros(N8, np.int8), "zw"),
@@ -43,10 +46,17 @@ def linear_model(kind: str):
                  helper.make_node("Mul", ["sx", "sw"], ["s"]),
                  helper.make_node("Mul", ["accf", "s"], ["mm"]),
                  helper.make_node("Add", ["mm", "bias"], ["y"])]
-    xshape = ["B", 2, 70, K8 // 2] if kind == "qdq_view" else ["B", 70, K8]
+        if kind == "dynamic_ln":
+            inits += [numpy_helper.from_array((rng.random(n8) + 0.5).astype(np.float32), "gamma"),
+                      numpy_helper.from_array(rng.standard_normal(n8).astype(np.float32), "beta")]
+            nodes[-1].output[0] = "h"
+            nodes += [helper.make_node("Add", ["h", "x"], ["hr"]),
+                      helper.make_node("LayerNormalization", ["hr", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5)]
+    xshape = ["B", 2, 70, K8 // 2] if kind == "qdq_view" else ["B", rows, k]
     g = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("x", T.FLOAT, xshape)],
                           [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17 if kind == "dynamic_ln" else 13)],
+                          ir_version=10)
     return onnx.shape_inference.infer_shapes(m)
 
 

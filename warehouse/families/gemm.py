@@ -2,6 +2,14 @@
 residual add), its roles, how its subgraphs join horizontal groups and take MatMulNBits weight decoders.
 
 Element-wise ops merge into the N loop by Primitive 1, so one +Graph covers every epilogue chain.
+
+A dynamically quantized activation (DynamicQuantizeLinear as graph_rewrites/contrib/quant.py expands it: the
+dynamic_range kernel computes the scale and zero point) is quantized by the 8-bit GEMM as it loads A:
+
+    x f32 -> QuantizeLinear(s, z) -> MatMulInteger(., w8) - z colsum(w8) -> Cast, * s sw, + bias [-> LayerNorm]
+
+gemm_quantized_a (and gemm_rownorm's gemm_layernorm_quantized_a) are the plain bodies with prologue growth
+allowed; their role finder accepts that one prologue and refuses every other.
 """
 from __future__ import annotations
 
@@ -76,6 +84,45 @@ def decoded_weights(view, roles: GemmRoles) -> list:
     return [roles.b] if view.nodes[roles.gemm].op_type == "MatMul" else []
 
 
+@dataclass(frozen=True)
+class QuantizedARoles(GemmRoles):
+    """A GEMM subgraph whose A operand is quantized in the kernel: `a` is the float32 activation read from memory,
+    `quantize` the QuantizeLinear node (a GraphView position) between it and the MatMulInteger."""
+    quantize: int = -1
+
+
+def quantized_a_roles(view, members):
+    """The MatMulInteger, its QuantizeLinear prologue on A and B, or why the subgraph is not that."""
+    dots = [p for p in members if view.nodes[p].op_type in DOTS]
+    if len(dots) != 1:
+        return f"a gemm subgraph has exactly one MatMul or Gemm (found {len(dots)})"
+    dot = view.nodes[dots[0]]
+    if dot.op_type != "MatMulInteger" or any(len(dot.input) > k and dot.input[k] for k in (2, 3)):
+        return f"{describe_node(dot)}: only a MatMulInteger without zero points quantizes its A in the kernel"
+    qs = [p for p in members if view.nodes[p].output[0] == dot.input[0]]
+    if len(qs) != 1 or view.nodes[qs[0]].op_type != "QuantizeLinear" or view.nodes[qs[0]].domain not in ("", "ai.onnx"):
+        return f"{describe_node(dot)}: A is not a QuantizeLinear inside the subgraph"
+    q = view.nodes[qs[0]]
+    inputs = view.graph_index.boundary(members)[0]
+    x, b = q.input[0], dot.input[1]
+    if x not in inputs or b not in inputs:
+        return f"{describe_node(q)}: the activation and the weight must be read from memory"
+    if view.dtypes.get(x) != TensorProto.FLOAT or view.dtypes.get(q.output[0]) not in (TensorProto.UINT8,
+                                                                                          TensorProto.INT8):
+        return f"{describe_node(q)}: quantizes a float32 activation to uint8 or int8 only"
+    for t in q.input[1:]:
+        if t and (t not in inputs or view.shape(t) not in ([], [1])):
+            return f"{describe_node(q)}: scale and zero point are per-tensor values from memory"
+    gi = view.graph_index
+    if any(p not in members for p in gi.consumers.get(q.output[0], ())) or q.output[0] in gi.graph_outputs:
+        return f"{describe_node(q)}: its 8-bit output is also read outside the GEMM"
+    anc = gi.ancestors[dots[0]]
+    others = [p for p in members if p not in (dots[0], qs[0]) and anc >> p & 1]
+    if others:
+        return f"{describe_node(view.nodes[others[0]])}: the only prologue is A's QuantizeLinear"
+    return QuantizedARoles(dots[0], x, b, tuple(t for t in inputs if t not in (x, b)), quantize=qs[0])
+
+
 GEMM = Family(
     "gemm", "MatMul/Gemm with an element-wise epilogue", roles=GemmRoles, find_roles=gemm_roles,
     joins=Joins(operand=lambda r: r.a, signature=gemm_signature, anchor=lambda r: r.gemm,
@@ -93,3 +140,9 @@ def gemm(b):
 def batched_gemm(b):
     """Both operands batched [B, M, K] x [B, K, N]."""
     return b.MatMul(b.input("x", ["B", "M", "K"]), b.input("w", ["B", "K", "N"]))
+
+
+@pattern("gemm_quantized_a", allow_prologue=True, family=GEMM, roles=quantized_a_roles)
+def gemm_quantized_a(b):
+    """Row-major activations [M, K] quantized in the kernel, times 8-bit weights [K, N]."""
+    return b.MatMul(b.input("x", ["M", "K"]), b.input("w", ["K", "N"]))

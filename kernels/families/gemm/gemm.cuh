@@ -37,6 +37,10 @@
 //   float plus_prologue_a(const PlusArgs&, long long b, long long m, long long k, float x)
 //        optional (PLUS_HAS_PROLOGUE_A): applied once to every in-range A element of a tile after it
 //        has landed in shared memory and before the MMA reads it (out-of-range zero fill is untouched)
+//   plus_ab_t plus_a_quant(const PlusArgs&, long long b, long long m, long long k)
+//        with PLUS_A_QUANT 1 (PLUS_MATH 3 only): A is not read through plus_a_ptr; the hook returns the 8-bit
+//        element A[b][m][k] (a float activation quantized by the generated QuantizeLinear), called for every
+//        in-range element of an A tile on its way into the A stage (synchronous loads); the rest are 0
 //   template <int W> void plus_b_chunk(const PlusArgs&, long long b, long long n, long long k, int avail,
 //                                      float (&v)[W])
 //        with PLUS_B_NBITS 1 (and PLUS_B_TRANS 1): B is not read through plus_b_ptr but decoded by the hook,
@@ -100,6 +104,12 @@
 #endif
 #ifndef PLUS_B_NBITS
 #define PLUS_B_NBITS 0
+#endif
+#ifndef PLUS_A_QUANT
+#define PLUS_A_QUANT 0
+#endif
+#if PLUS_A_QUANT && PLUS_MATH != 3
+#error "gemm.cuh: PLUS_A_QUANT quantizes A for the 8-bit GEMM (PLUS_MATH 3)"
 #endif
 #if PLUS_B_NBITS && !PLUS_B_TRANS
 #error "gemm.cuh: PLUS_B_NBITS decodes a [N][K] B (PLUS_B_TRANS 1)"
@@ -578,11 +588,11 @@ PLUS_DEV void load_tile(plus_ab_t* s, const plus_ab_t* g, long long ld, int row0
   }
 }
 
-#if PLUS_B_NBITS
-// The B tile [BN][BK] of a quantised B: each 16-byte chunk (CE consecutive k of one n) is decoded by
-// plus_b_chunk and written to shared memory at the chunk's (swizzled) place, as load_tile's guarded path.
-template <int R, int C, int LDS, bool SWZ>
-PLUS_DEV void load_tile_nbits(const PlusArgs& args, long long b, plus_ab_t* s, int n0, int n_lim, int k0, int k_lim) {
+#if PLUS_B_NBITS || PLUS_A_QUANT
+// One R x C tile written 16-byte chunk by chunk (CE consecutive columns of one row) at the chunk's (swizzled)
+// place, as load_tile's guarded path; `fill(r, c, e)` makes the chunk's elements e[0..CE) at row r, column c.
+template <int R, int C, int LDS, bool SWZ, typename Fill>
+PLUS_DEV void fill_tile(plus_ab_t* s, Fill fill) {
   constexpr int CPR = C / CE;
   constexpr int TOTAL = R * CPR;
   constexpr int ITERS = (TOTAL + PLUS_THREADS - 1) / PLUS_THREADS;
@@ -591,17 +601,39 @@ PLUS_DEV void load_tile_nbits(const PlusArgs& args, long long b, plus_ab_t* s, i
     const int c = threadIdx.x + i * PLUS_THREADS;
     if (TOTAL % PLUS_THREADS == 0 || c < TOTAL) {
       const int r = c / CPR, cc = (c % CPR) * CE;
-      float v[CE];
-      b_chunk<CE>(args, b, n0 + r, n_lim, k0 + cc, k_lim, v);
       union {
         uint4 u;
         plus_ab_t e[CE];
       } w;
-#pragma unroll
-      for (int j = 0; j < CE; ++j) w.e[j] = plus_cvt<plus_ab_t>(v[j]);
+      fill(r, cc, w.e);
       *(uint4*)(s + r * LDS + chunk_pos<SWZ>(r, cc / CE) * CE) = w.u;
     }
   }
+}
+#endif
+
+#if PLUS_B_NBITS
+// The B tile [BN][BK] of a quantised B: each 16-byte chunk (CE consecutive k of one n) decoded by plus_b_chunk.
+template <int R, int C, int LDS, bool SWZ>
+PLUS_DEV void load_tile_nbits(const PlusArgs& args, long long b, plus_ab_t* s, int n0, int n_lim, int k0, int k_lim) {
+  fill_tile<R, C, LDS, SWZ>(s, [&](int r, int cc, plus_ab_t (&e)[CE]) {
+    float v[CE];
+    b_chunk<CE>(args, b, n0 + r, n_lim, k0 + cc, k_lim, v);
+#pragma unroll
+    for (int j = 0; j < CE; ++j) e[j] = plus_cvt<plus_ab_t>(v[j]);
+  });
+}
+#endif
+
+#if PLUS_A_QUANT
+// The A tile [BM][BK] of a quantized float A: each element from plus_a_quant, 0 past the matrix.
+template <int R, int C, int LDS, bool SWZ>
+PLUS_DEV void load_tile_aquant(const PlusArgs& args, long long b, plus_ab_t* s, int m0, int m_lim, int k0, int k_lim) {
+  fill_tile<R, C, LDS, SWZ>(s, [&](int r, int cc, plus_ab_t (&e)[CE]) {
+#pragma unroll 1
+    for (int j = 0; j < CE; ++j)
+      e[j] = m0 + r < m_lim && k0 + cc + j < k_lim ? plus_a_quant(args, b, m0 + r, k0 + cc + j) : (plus_ab_t)0;
+  });
 }
 #endif
 
@@ -630,8 +662,14 @@ PLUS_DEV void gemm_block(const PlusArgs& args, const Block& blk, unsigned char* 
   // Issue the loads of k tile `kt` into pipeline stage `stage` (one commit group per call site).
   auto issue = [&](int kt, int stage) {
     const int k0 = blk.kbeg + kt * PLUS_BK;
+#if PLUS_A_QUANT
+    load_tile_aquant<PLUS_BM, PLUS_BK, PLUS_GEMM_LDA_S, KSWZ>(args, blk.b, As0 + stage * PLUS_GEMM_A_STAGE, blk.m0,
+                                                        blk.M, k0, blk.kend);
+    (void)A; (void)lda; (void)vec_a;
+#else
     load_tile<PLUS_BM, PLUS_BK, PLUS_GEMM_LDA_S, KSWZ>(As0 + stage * PLUS_GEMM_A_STAGE, A, lda, blk.m0, blk.M, k0,
                                                  blk.kend, vec_a);
+#endif
 #if PLUS_B_NBITS
     load_tile_nbits<PLUS_BN, PLUS_BK, PLUS_GEMM_LDB_S, KSWZ>(args, blk.b, Bs0 + stage * PLUS_GEMM_B_STAGE, blk.n0,
                                                        blk.N, k0, blk.kend);

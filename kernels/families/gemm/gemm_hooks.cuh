@@ -107,24 +107,7 @@ PLUS_DEV void plus_epilogue_gated(const PlusArgs& args, long long b, long long m
 #ifdef PLUS_HAS_GROUP_N
 #error "gemm_hooks.cuh: a ragged group's CTAs past a member's N never arrive (PLUS_HAS_ROW_FINISH)"
 #endif
-PLUS_DEV bool plus_last_arrival(unsigned long long* word, unsigned arrivals) {
-  unsigned long long id;
-  asm volatile("mov.u64 %0, %%gridid;" : "=l"(id));
-  const unsigned long long tag = id % 0xFFFFFFFFFFFEull + 1ull;   // 1 .. 2^48 - 2: never 0 (reset) nor all ones
-  unsigned long long cur = 0ull;
-  for (;;) {
-    const unsigned long long next = ((cur >> 16) == tag ? cur : tag << 16) + 1ull;
-    const unsigned long long seen = atomicCAS(word, cur, next);
-    if (seen == cur) {
-      cur = next;
-      break;
-    }
-    cur = seen;
-  }
-  if ((cur & 0xFFFFull) != arrivals) return false;
-  *word = 0ull;               // every arrival of this launch has counted: ready for the next launch
-  return true;
-}
+#include "plus_arrival.cuh"
 
 PLUS_DEV void plus_finish_rows(const PlusArgs& args, long long group, unsigned arrivals, long long lo, long long hi) {
   __shared__ int plus_last;

@@ -29,6 +29,7 @@ def _operands(job, em, seed, roles=None):
                               "the gemm template reads its operands from memory")
     dta, dtb = em.dtype(a), em.dtype(b)
     if seed.op_type == "MatMulInteger":
+        dta = int8.a_type(job, em, dta)             # quantized in the kernel: the QuantizeLinear's type
         int8.check(seed, dta, dtb)
         return a, b, dta
     if dta != dtb or dta not in dtypes.FLOATS:
@@ -112,7 +113,7 @@ def _setup(job):
     epi = {t: (*job.out_ptr(t), em.shape(t)) for t in job.outputs if t in dep_c and t not in dep_row}
     row_out = [t for t in job.outputs if t in dep_row]
     side = [t for t in job.outputs if t not in dep_c]
-    tmaps = None if nb else tma.operands(dt, pr.M, pr.K, nbatch, trans_b, pr.batch, [(ka, em.shape(a))],
+    tmaps = None if nb or int8.quantizes_a(job) else tma.operands(dt, pr.M, pr.K, nbatch, trans_b, pr.batch, [(ka, em.shape(a))],
                                          [(kb, em.shape(b), pr.N, pr.K if trans_b else pr.N)])
     return SimpleNamespace(seed=seed, em=em, dt=dt, M=pr.M, N=pr.N, K=pr.K, trans_b=trans_b, a_off=pr.a_off, b_off=pr.b_off,
                            ka=ka, kb=kb, nbatch=nbatch, cout=cout, row_nodes=row_nodes, fwd=fwd, dep_c=dep_c,
@@ -146,7 +147,7 @@ def _render_plain(job, st, extra, menu) -> list:
     if st.nb:
         hooks += nbits.chunk_hook(job, st.em, st.nb)
     if st.i8:
-        hooks = int8.b_typedef(st.em, st.seed) + hooks
+        hooks = int8.b_typedef(st.em, st.seed) + hooks + int8.a_quant_hook(job)
     return _variants(job, st.M, st.N, st.K, st.nbatch, st.dt, st.trans_b, hooks, m_fastest, extra, menu=menu,
                      allow_splitk=not st.i8, tmaps=st.tma)
 

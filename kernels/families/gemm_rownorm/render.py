@@ -102,5 +102,5 @@ def _two_kernel_parts(job, st, finish=False) -> tuple:
     if st.nb:
         hooks += nbits.chunk_hook(job, em, st.nb)
     if st.i8:
-        hooks = int8.b_typedef(em, st.seed) + hooks
+        hooks = int8.b_typedef(em, st.seed) + hooks + int8.a_quant_hook(job)
     return hooks, [(src, entry, launch)], m_fastest, finished

@@ -5,6 +5,12 @@ program order, each a strided pass over the row followed by a block reduction, t
 row-shaped outputs. Element values are pulled (pull.py), so any element-wise prologue and epilogue
 and any layout of the reduced axes work; reduction results are per-row scalars bound in the emitter.
 
+Register mode (a static row length of at most REGISTER_BLOCK elements): each thread owns the elements
+j = me + W * e (e < E = cdiv(L, W)) of its row, W = 32 (a warp per row, THREADS / 32 rows per block,
+warp reductions, no barrier) when L <= REGISTER_WARP, else W = THREADS (a block per row). The rows'
+inputs are pulled once into E registers per thread (`xr<k>[e]`) and every later pass and store reads them
+there, so a LayerNorm loads each element once instead of once per pass.
+
 Tile mode (`tile_hook`, the sm_90a GEMM's PLUS_HAS_ROW_TILE hook, kernels/families/gemm_rownorm/tile.py): the same
 program over a CTA's BM x BN slice of rows whose CTAs form a thread-block cluster along the row. A pass is
 a warp per row over the CTA's columns (warp reduction), the row's partial in a shared array, a cluster
@@ -29,6 +35,8 @@ ROW_OPS = set(REDUCE_OPS) | ops.with_role("row")
 _COMBINE = {"sum": ("0.0f", "{a} + {v}", "plus_block_sum"), "max": ("-CUDART_INF_F", "fmaxf({a}, {v})", "plus_block_max"),
             "min": ("CUDART_INF_F", "fminf({a}, {v})", "plus_block_min"), "prod": ("1.0f", "{a} * {v}", "plus_block_prod")}
 THREADS = 256
+REGISTER_WARP = 1024    # register mode, a warp per row: rows of at most this many elements (32 per lane)
+REGISTER_BLOCK = 4096   # register mode, a block per row: at most this many (16 per thread)
 FINISH_FN = "plus_row_finish"   # the rows as a device function of the one-launch GEMM + row program
 
 
@@ -75,10 +83,13 @@ class RowProgram:
         self._passes = 0
         self.external = set(em.bound)   # tensors the caller bound (a GEMM-side x): not the rows' statistics
         self._fwd = None
+        self._reg = None            # register mode: (W, E) while body() renders (module docstring)
+        self._elem = False          # register mode: inside a loop over this thread's elements (e, j)
+        self._outer_idx = None      # register mode: the row's outer index, named once per row
 
     # ---- indices -----------------------------------------------------------------------------
     def x_index(self, row="row", j="j") -> list:
-        o = iter(self.em.delinear(row, self.outer))
+        o = iter(self._outer_idx if self._outer_idx and row == "row" else self.em.delinear(row, self.outer))
         i = iter(self.em.delinear(j, self.inner))
         return [next(i) if k in self.axes else next(o) for k in range(len(self.x_shape))]
 
@@ -149,6 +160,16 @@ class RowProgram:
             return self._tile_pass(name, kind, value_fn)
         em = self.em
         ident, comb, block = _COMBINE[kind]
+        if self._reg:
+            em.emit(f"float {name}_acc = {ident};")
+            scope = self._open_elements()
+            v = value_fn(self.x_index())
+            em.emit(f"{name}_acc = {comb.format(a=name + '_acc', v=v)};")
+            self._close_elements(scope)
+            reduce = (f"{block.replace('plus_block_', 'plus_warp_')}({name}_acc)" if self._reg[0] == 32
+                      else f"{block}({name}_acc, red)")
+            em.emit(f"const float {name} = {reduce};")
+            return name
         em.emit(f"float {name}_acc = {ident};")
         em.emit("for (long long j = threadIdx.x; j < L; j += blockDim.x) {")
         saved_memo, saved_indent = dict(em.memo), em.indent
@@ -284,7 +305,11 @@ class RowProgram:
 
     def body(self, stores: dict) -> str:
         """The kernel; `stores` maps output tensor -> (pointer expr, dtype). Row-shaped outputs are stored
-        by every thread over the row; per-row outputs (a reduction's result) once, by thread 0."""
+        by every thread over the row; per-row outputs (a reduction's result) once, by thread 0 (lane 0 of
+        the row's warp in register mode)."""
+        self._reg = self.register_mode()
+        if self._reg:
+            return self._register_body(stores)
         inner = self._rows_code(stores)
         return (f'extern "C" __global__ void {bounds(THREADS)} {self.entry}(const PlusArgs args) {{\n'
                 f"  __shared__ float red[33];\n"
@@ -333,8 +358,140 @@ class RowProgram:
         return em.take()
 
     def launch(self, syms):
+        """(grid, block, dynamic shared memory) of body(): a block per row, or THREADS / 32 rows per block
+        (register mode, a warp per row); at most 65535 blocks, each looping over its rows."""
         rows = syms.rpn(self.rows)
-        return (f"{rows},65535,min", "1", "1"), (str(THREADS), "1", "1"), "0"
+        reg = self.register_mode()
+        per = THREADS // reg[0] if reg else 1
+        grid = f"{rows},{per},cdiv,65535,min" if per > 1 else f"{rows},65535,min"
+        return (grid, "1", "1"), (str(THREADS), "1", "1"), "0"
+
+    # ---- register mode (module docstring) ------------------------------------------------------
+    def register_mode(self) -> tuple | None:
+        """(W, E) of register mode for these rows, or None (a symbolic or longer row: the strided passes).
+        E.g. rows of 768: (32, 24), a warp per row with 24 elements per lane; rows of 3000: (256, 12)."""
+        length = symdim.parse(self.length)
+        if not length.is_Integer or not 0 < int(length) <= REGISTER_BLOCK:
+            return None
+        n = int(length)
+        w = 32 if n <= REGISTER_WARP else THREADS
+        return w, -(-n // w)
+
+    def _open_elements(self):
+        """Open the unrolled loop over this thread's elements e (column j = me + W * e) of the row."""
+        w, e_count = self._reg
+        em = self.em
+        scope = (dict(em.memo), em.indent)
+        em.emit("#pragma unroll")
+        em.emit(f"for (int e = 0; e < {e_count}; ++e) {{")
+        em.indent += "  "
+        em.emit(f"const long long j = me + {w}LL * e;")
+        if w * e_count != int(symdim.parse(self.length)):
+            em.emit("if (j < L) {")
+            em.indent += "  "
+        self._elem = True
+        return scope
+
+    def _close_elements(self, scope):
+        em = self.em
+        memo, indent = scope
+        w, e_count = self._reg
+        if w * e_count != int(symdim.parse(self.length)):
+            em.indent = indent + "  "
+            em.emit("}")
+        em.indent, em.memo = indent, memo
+        em.emit("}")
+        self._elem = False
+
+    def _name_outer_index(self):
+        """Name the row's outer index once per row (`const long long o0 = (row) / seq;`), so that element
+        loads index with it instead of dividing per element (linear() still folds it back into `row`)."""
+        em = self.em
+        names = []
+        for k, part in enumerate(em._delinear("row", self.outer)):
+            names.append(part if part in ("row", "0") else f"o{k}")
+            if part not in ("row", "0"):
+                em.emit(f"const long long o{k} = {part};")
+        if len(self.outer) > 1:
+            em._delin.append((tuple(names), list(self.outer), "row"))
+        self._outer_idx = names
+
+    def _cache_inputs(self):
+        """Pull each row node's input x once into registers xr<k>[e] and bind x to them at (row, j) inside
+        element loops; any other read of x (another element, outside the loops) is pulled as before."""
+        em = self.em
+        rowdep = {o for n in self.nodes for o in n.output if o}
+        for n in em.nodes:
+            if any(i in rowdep for i in n.input if i):
+                rowdep.update(o for o in n.output if o)
+        cached = []
+        for node in self.nodes:
+            x = node.input[0]
+            if x in cached or x in rowdep or len(em.shape(x)) != len(self.x_shape) or any(
+                    sympy.simplify(a - b) != 0 for a, b in zip(em.shape(x), self.x_shape)):
+                continue
+            cached.append(x)
+        for k, x in enumerate(cached):
+            name = f"xr{k}"
+            at = len(em.lines)
+            scope = self._open_elements()
+            canon = list(self.x_index())
+            val, ct = em.value(x, canon)
+            em.emit(f"{name}[e] = {val};")
+            self._close_elements(scope)
+            em.lines.insert(at, f"{em.indent}{ct} {name}[{self._reg[1]}];")
+            prev = em.bound.get(x)
+
+            def read(idx, x=x, name=name, ct=ct, canon=canon, prev=prev):
+                if self._elem and list(idx) == canon:
+                    return f"{name}[e]", ct
+                if prev is not None:
+                    return prev(idx)
+                del em.bound[x]
+                try:
+                    return em.value(x, idx)
+                finally:
+                    em.bound[x] = read
+            em.bound[x] = read
+
+    def _register_body(self, stores: dict) -> str:
+        em, (w, _) = self.em, self._reg
+        row_check.check(self, stores)
+        em.reset()
+        em.indent = "    "
+        self._name_outer_index()
+        self._cache_inputs()
+        self._bind_all()
+        per_row, row_shaped = self.split_stores(stores)
+        if per_row:
+            em.emit("if (me == 0) {")
+            saved_indent, saved_memo = em.indent, dict(em.memo)
+            em.indent += "  "
+            self._stores(per_row, self.per_row_index)
+            em.indent, em.memo = saved_indent, saved_memo
+            em.emit("}")
+        scope = self._open_elements()
+        self._stores(row_shaped)
+        self._close_elements(scope)
+        lines = em.lines
+        for k in range(len(self.outer)):          # an outer index no load or store reads
+            decl = f"{em.indent}const long long o{k} = "
+            if not any(re.search(rf"\bo{k}\b", ln) for ln in lines if not ln.startswith(decl)):
+                em.lines = lines = [ln for ln in lines if not ln.startswith(decl)]
+        inner = em.take()
+        if w == 32:
+            head = ("  const int me = threadIdx.x & 31;   // this lane's first column; a warp per row\n"
+                    f"  for (long long row = (long long)blockIdx.x * {THREADS // 32} + (threadIdx.x >> 5); "
+                    f"row < rows; row += (long long)gridDim.x * {THREADS // 32}) {{\n")
+            tail = ""
+        else:
+            head = ("  __shared__ float red[33];\n  const int me = threadIdx.x;\n"
+                    "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n")
+            tail = "    __syncthreads();\n"
+        return (f'extern "C" __global__ void {bounds(THREADS)} {self.entry}(const PlusArgs args) {{\n'
+                f"  const long long rows = {em.c(self.rows)};\n"
+                f"  const long long L = {em.c(self.length)};\n"
+                f"{head}{inner}\n{tail}  }}\n}}\n")
 
     # ---- tile mode (the sm_90a GEMM's row tile over a thread-block cluster) ---------------------
     def _open_scope(self, loop: str):

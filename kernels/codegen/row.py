@@ -86,6 +86,8 @@ class RowProgram:
         self._reg = None            # register mode: (W, E) while body() renders (module docstring)
         self._elem = False          # register mode: inside a loop over this thread's elements (e, j)
         self._outer_idx = None      # register mode: the row's outer index, named once per row
+        self._x_fn = None           # tile mode: the hook rewriting the staged accumulator to x, until the first pass
+        self._x_args = ""           # tile mode: its trailing arguments (the GEMM-side values along the row)
 
     # ---- indices -----------------------------------------------------------------------------
     def x_index(self, row="row", j="j") -> list:
@@ -440,19 +442,25 @@ class RowProgram:
             em.emit(f"{name}[e] = {val};")
             self._close_elements(scope)
             em.lines.insert(at, f"{em.indent}{ct} {name}[{self._reg[1]}];")
-            prev = em.bound.get(x)
+            self._bind_register(x, canon, f"{name}[e]", ct)
 
-            def read(idx, x=x, name=name, ct=ct, canon=canon, prev=prev):
-                if self._elem and list(idx) == canon:
-                    return f"{name}[e]", ct
-                if prev is not None:
-                    return prev(idx)
-                del em.bound[x]
-                try:
-                    return em.value(x, idx)
-                finally:
-                    em.bound[x] = read
-            em.bound[x] = read
+    def _bind_register(self, t, canon, expr, ct):
+        """Inside an element (column) loop, read `t` at index `canon` as `expr` (its register copy); any other
+        read of `t` is pulled as before."""
+        em = self.em
+        prev = em.bound.get(t)
+
+        def read(idx):
+            if self._elem and list(idx) == canon:
+                return expr, ct
+            if prev is not None:
+                return prev(idx)
+            del em.bound[t]
+            try:
+                return em.value(t, idx)
+            finally:
+                em.bound[t] = read
+        em.bound[t] = read
 
     def _register_body(self, stores: dict) -> str:
         em, (w, _) = self.em, self._reg
@@ -520,8 +528,57 @@ class RowProgram:
             self._declare(name, f"const float {name} = plus_rt_stat[{k}][r];")
 
     def _column_loop(self):
-        self._open_scope("for (int c = lane; c < cols; c += 32)")
+        """Open the loop over this lane's columns c = lane + 32 k of the CTA's slice (k < BN / 32, unrolled); the
+        first pass's loop first rewrites the staged accumulator to x in place (`x_fn`)."""
+        self.em.emit("#pragma unroll")
+        self._open_scope("for (int k = 0; k < PLUS_BN / 32; ++k)")
+        self.em.emit("const int c = lane + 32 * k;")
+        self.em.emit("if (c >= cols) continue;")
+        if self._x_fn:
+            self.em.emit(f"tile[r * ld + c] = {self._x_fn}(args, b, m0 + r, n0 + c, tile[r * ld + c]{self._x_args});"
+                         "   // x, in place")
+            self._x_fn = None
         self._declare("j", "const long long j = n0 + c;")
+        self._elem = True
+
+    def _column_weights(self, x_cols=()) -> list:
+        """Values that vary along the row only, loaded once per CTA into registers w<n>[PLUS_BN / 32] by this
+        lane's columns: each norm's scale and bias (a LayerNorm's gamma, beta), read there by every row's
+        stores, and the tensors `x_cols` (GEMM-side, e.g. a bias added before the norm), whose register names
+        (`w<n>[k]`, in order) are returned for the x hook's trailing arguments."""
+        em = self.em
+        out_shape = list(self.x_shape)
+        weights = [t for node in self.nodes if node.op_type not in REDUCE_OPS
+                   and node.op_type not in ("Softmax", "LogSoftmax") for t in node.input[1:3] if t]
+        names = []
+        for n, t in enumerate([t for t in weights if self._along_row(t)] + list(x_cols)):
+            shp = em.shape(t)
+            canon = em.broadcast(self.x_index(), shp, out_shape)
+            memo, indent = dict(em.memo), em.indent
+            at = len(em.lines)
+            em.emit("#pragma unroll")
+            em.emit("for (int k = 0; k < PLUS_BN / 32; ++k) {")
+            em.indent += "  "
+            em.emit("const int c = lane + 32 * k;")
+            em.emit("if (c >= cols) continue;")
+            em.emit("const long long j = n0 + c;")
+            val, ct = em.value(t, canon)
+            em.emit(f"w{n}[k] = {val};")
+            em.indent, em.memo = indent, memo
+            em.emit("}")
+            em.lines.insert(at, f"{indent}{ct} w{n}[PLUS_BN / 32];")
+            if t in x_cols:
+                names.append(f"w{n}[k]")
+            else:
+                self._bind_register(t, canon, f"w{n}[k]", ct)
+        return names
+
+    def _along_row(self, t) -> bool:
+        """`t` (broadcast against the rows) varies along the reduced axes only, and the emitter pulls it."""
+        shp = self.em.shape(t)
+        off = len(self.x_shape) - len(shp)
+        return off >= 0 and t not in self.em.bound and all(
+            sympy.simplify(d - 1) == 0 for k, d in enumerate(shp) if off + k not in self.axes)
 
     def _close(self):
         """Close the open per-row scope of the last pass: its new scalars go to plus_rt_stat."""
@@ -547,6 +604,7 @@ class RowProgram:
         self._column_loop()
         v = value_fn(self.x_index())
         em.emit(f"{name}_acc = {comb.format(a=name + '_acc', v=v)};")
+        self._elem = False
         self._close_scope(indent + "  ")
         em.emit(f"{name}_acc = {warp}({name}_acc);")
         em.emit(f"if (lane == 0) {part}[r] = {name}_acc;")
@@ -560,7 +618,7 @@ class RowProgram:
                            f"[](float a, float v) {{ return {combine}; }})")
         return name
 
-    def tile_hook(self, stores: dict, x_fn: str) -> str:
+    def tile_hook(self, stores: dict, x_fn: str, x_cols=()) -> str:
         """The sm_90a GEMM's `plus_row_tile` hook (CONTRACT.md §2.1): the row program over the CTA's slice
         of the staged accumulator tile. `x_fn` names a hook (args, b, m, n, acc) -> float that stores the
         GEMM-side outputs and returns the row program's input x (the emitter reads x as `tile[r * ld + c]`);
@@ -579,6 +637,9 @@ class RowProgram:
         self.tile, self.scalars, self._open, self._passes, self._decls = True, [], None, 0, []
         em.reset()
         em.indent = "  "
+        extra = self._column_weights(x_cols)
+        self._x_fn = x_fn
+        self._x_args = "".join(f", {e}" for e in extra)
         self._bind_all()
         self._close()
         em.emit("plus_cluster_arrive();      // every remote read is done: release the other ranks")
@@ -586,6 +647,7 @@ class RowProgram:
         self._row_scope("for (int r = warp; r < rows; r += nwarps)")
         self._column_loop()
         self._stores(stores)
+        self._elem = False
         self._close_scope(indent + "  ")
         self._close_scope(indent)
         em.memo = memo
@@ -601,8 +663,4 @@ class RowProgram:
                 f"  __shared__ float plus_rt_stat[{stat}][PLUS_BM];   // per-row scalars, the same in every rank\n"
                 "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;\n"
                 f"  const long long L = {em.c(self.length)};\n"
-                "  // x, in place; each element is rewritten and first re-read by the same thread\n"
-                "  for (int r = warp; r < rows; r += nwarps)\n"
-                "    for (int c = lane; c < cols; c += 32)\n"
-                f"      tile[r * ld + c] = {x_fn}(args, b, m0 + r, n0 + c, tile[r * ld + c]);\n"
                 f"{inner}\n}}\n")

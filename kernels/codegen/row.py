@@ -13,9 +13,12 @@ there, so a LayerNorm loads each element once instead of once per pass.
 
 Tile mode (`tile_hook`, the sm_90a GEMM's PLUS_HAS_ROW_TILE hook, kernels/families/gemm_rownorm/tile.py): the same
 program over a CTA's BM x BN slice of rows whose CTAs form a thread-block cluster along the row. A pass is
-a warp per row over the CTA's columns (warp reduction), the row's partial in a shared array, a cluster
-barrier, then one thread per row combines the partials of every rank in rank order (plus_cluster.cuh) and
-computes the row's scalars (mean, rstd, ...) into shared `plus_rt_stat`, which later passes read.
+a warp per four rows, each lane over its columns lane + 32 k, the four rows reduced across the warp together
+(plus_warp_reduce4), the rows' partials in a shared array, a cluster barrier, then one thread per row combines
+the partials of every rank in rank order (plus_cluster.cuh) and computes the row's scalars (mean, rstd, ...)
+into shared `plus_rt_stat`, which later passes read. The first pass also rewrites the staged accumulator to
+the row program's input x in place; values that vary along the row only (gamma, beta, a GEMM bias) are loaded
+once per CTA into registers.
 """
 from __future__ import annotations
 
@@ -523,6 +526,10 @@ class RowProgram:
     def _row_scope(self, loop: str):
         """Open `loop` over the tile's rows r (row = m0 + r), with this row's scalars so far."""
         self._open_scope(loop)
+        self._row_values()
+
+    def _row_values(self):
+        """Declare row r's number and its scalars so far (dropped when nothing reads them)."""
         self._declare("row", "const long long row = m0 + r;")
         for k, name in enumerate(self.scalars):
             self._declare(name, f"const float {name} = plus_rt_stat[{k}][r];")
@@ -593,27 +600,34 @@ class RowProgram:
 
     def _tile_pass(self, name, kind, value_fn):
         em = self.em
-        ident, comb, block = _COMBINE[kind]
-        warp = block.replace("plus_block_", "plus_warp_")
+        ident, comb, _ = _COMBINE[kind]
         part = f"plus_rt_part[{self._passes % 2}]"      # double-buffered: see tile_hook
         self._passes += 1
         self._close()
         memo, indent = dict(em.memo), em.indent
-        self._row_scope("for (int r = warp; r < rows; r += nwarps)")
-        em.emit(f"float {name}_acc = {ident};")
+        combine = comb.format(a="a", v="v")
+        # four rows per warp at a time, reduced together (plus_warp_reduce4): lane l ends with row r4 + l / 8
+        self._open_scope("for (int r4 = warp * 4; r4 < rows; r4 += nwarps * 4)")
+        em.emit(f"float {name}_acc[4];")
+        em.emit("#pragma unroll")
+        self._open_scope("for (int i = 0; i < 4; ++i)")
+        em.emit("const int r = r4 + i;")
+        em.emit(f"{name}_acc[i] = {ident};")
+        em.emit("if (r >= rows) continue;")
+        self._row_values()
         self._column_loop()
         v = value_fn(self.x_index())
-        em.emit(f"{name}_acc = {comb.format(a=name + '_acc', v=v)};")
+        em.emit(f"{name}_acc[i] = {comb.format(a=name + '_acc[i]', v=v)};")
         self._elem = False
+        self._close_scope(indent + "    ")
         self._close_scope(indent + "  ")
-        em.emit(f"{name}_acc = {warp}({name}_acc);")
-        em.emit(f"if (lane == 0) {part}[r] = {name}_acc;")
+        em.emit(f"const float {name}_row = plus_warp_reduce4({name}_acc, [](float a, float v) {{ return {combine}; }});")
+        em.emit(f"if ((lane & 7) == 0 && r4 + (lane >> 3) < rows) {part}[r4 + (lane >> 3)] = {name}_row;")
         self._close_scope(indent)
         em.memo = dict(memo)
         em.emit("plus_cluster_sync();")
         self._row_scope("for (int r = threadIdx.x; r < rows; r += blockDim.x)")
         self._open = (memo, indent, len(self.scalars))
-        combine = comb.format(a="a", v="v")
         self._scalar(name, f"plus_cluster_reduce<PLUS_CLUSTER_X>(&{part}[r], {ident}, "
                            f"[](float a, float v) {{ return {combine}; }})")
         return name

@@ -97,8 +97,6 @@ def test_embedding_layernorm(dtype):
                    [helper.make_tensor_value_info("Y", dtype, [B, S, L])],
                    [numpy_helper.from_array(a, k) for k, a in (("W", word), ("P", pos), ("g", g), ("b", b))])
     rd, ins = _render(model, "layernorm")
-    src = rd.variants[0].source
-    assert "const long long o1 = (row) % 5LL;" in src and "plus_warp_sum(" in src
     arrays = {"ids": ids, "W": word, "P": pos, "g": g, "b": b}
     (got,) = run_rendered(rd, [arrays[t] for t in ins], [np.zeros((B, S, L), dt)], name=f"embed_ln_{dtype}")
     x = word[ids % V].astype(np.float64) + pos.astype(np.float64)      # the kernel adds in fp32 (exact here)
@@ -106,6 +104,8 @@ def test_embedding_layernorm(dtype):
     # the kernel keeps the Add's result unrounded: allow the difference that rounding makes
     bound = bound + np.abs(_ln_bound(x, g, b, np.dtype(dt).name)[0] - ref)
     _check(got, ref, bound, f"embedding LayerNorm {np.dtype(dt).name}")
+    src = rd.variants[0].source        # after the values: a wrong index fails on them first
+    assert "const long long o1 = (row) % 5LL;" in src and "plus_warp_sum(" in src
 
 
 @pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])

@@ -40,6 +40,7 @@ _COMBINE = {"sum": ("0.0f", "{a} + {v}", "plus_block_sum"), "max": ("-CUDART_INF
 THREADS = 256
 REGISTER_WARP = 1024    # register mode, a warp per row: rows of at most this many elements (32 per lane)
 REGISTER_BLOCK = 4096   # register mode, a block per row: at most this many (16 per thread)
+SPREAD = 256            # register mode, a warp per row: at least this many blocks while rows last
 FINISH_FN = "plus_row_finish"   # the rows as a device function of the one-launch GEMM + row program
 
 
@@ -363,12 +364,14 @@ class RowProgram:
         return em.take()
 
     def launch(self, syms):
-        """(grid, block, dynamic shared memory) of body(): a block per row, or THREADS / 32 rows per block
-        (register mode, a warp per row); at most 65535 blocks, each looping over its rows."""
+        """(grid, block, dynamic shared memory) of body(): a block per row, or (register mode, a warp per row)
+        min(rows, max(cdiv(rows, THREADS / 32), SPREAD)) blocks, so that a few rows still spread over the SMs
+        (128 rows: 128 blocks of one busy warp; 2048 rows: 256 blocks of 8); at most 65535, each looping."""
         rows = syms.rpn(self.rows)
         reg = self.register_mode()
         per = THREADS // reg[0] if reg else 1
-        grid = f"{rows},{per},cdiv,65535,min" if per > 1 else f"{rows},65535,min"
+        # a warp per row: THREADS / 32 rows per block, but at least SPREAD blocks while there are rows for them
+        grid = f"{rows},{per},cdiv,{SPREAD},max,{rows},min,65535,min" if per > 1 else f"{rows},65535,min"
         return (grid, "1", "1"), (str(THREADS), "1", "1"), "0"
 
     # ---- register mode (module docstring) ------------------------------------------------------
@@ -491,8 +494,10 @@ class RowProgram:
                 em.lines = lines = [ln for ln in lines if not ln.startswith(decl)]
         inner = em.take()
         if w == 32:
+            # warp w of block b takes rows b + w * gridDim.x (+ a multiple of gridDim.x * THREADS / 32): with
+            # fewer rows than blocks x warps, the first warp of every block is busy before any second one
             head = ("  const int me = threadIdx.x & 31;   // this lane's first column; a warp per row\n"
-                    f"  for (long long row = (long long)blockIdx.x * {THREADS // 32} + (threadIdx.x >> 5); "
+                    "  for (long long row = blockIdx.x + (long long)gridDim.x * (threadIdx.x >> 5); "
                     f"row < rows; row += (long long)gridDim.x * {THREADS // 32}) {{\n")
             tail = ""
         else:

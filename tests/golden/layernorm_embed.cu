@@ -19,7 +19,7 @@ extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
   const long long rows = (batch * seq);
   const long long L = 64LL;
   const int me = threadIdx.x & 31;   // this lane's first column; a warp per row
-  for (long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5); row < rows; row += (long long)gridDim.x * 8) {
+  for (long long row = blockIdx.x + (long long)gridDim.x * (threadIdx.x >> 5); row < rows; row += (long long)gridDim.x * 8) {
     const long long o1 = (row) % seq;
     float xr0[2];
     #pragma unroll

@@ -331,7 +331,7 @@ CATALOGUE = [
       'em.emit("if (j < L) {")', 'em.emit("if (j <= L) {")',
       "register mode: a row not a multiple of the lanes reads and stores one element past its end", ["row"]),
     M("row_register_any_index", "row", "kernels/codegen/row.py",
-      "if self._elem and list(idx) == canon:", "if self._elem:",
+      "lambda idx: self._elem and list(idx) == canon,", "lambda idx: self._elem,",
       "register mode: a read of x at another element of the row takes the thread's own register copy", ["row"]),
     M("row_register_outer_index", "row", "kernels/codegen/row.py",
       'em.emit(f"const long long o{k} = {part};")', 'em.emit(f"const long long o{k} = row;")',

@@ -44,6 +44,25 @@ SPREAD = 256            # register mode, a warp per row: at least this many bloc
 FINISH_FN = "plus_row_finish"   # the rows as a device function of the one-launch GEMM + row program
 
 
+def bind_at(em: Emitter, t: str, when, value):
+    """Bind `t` in `em` so that a read at an index where when(idx) holds is value(idx) -> (expr, ctype), and every
+    other read is pulled as before (the earlier binding, else t's producer or input). E.g. a row's input at
+    (row, j) from its register copy `xr0[e]`, anywhere else loaded."""
+    prev = em.bound.get(t)
+
+    def read(idx):
+        if when(idx):
+            return value(idx)
+        if prev is not None:
+            return prev(idx)
+        del em.bound[t]
+        try:
+            return em.value(t, idx)
+        finally:
+            em.bound[t] = read
+    em.bound[t] = read
+
+
 def reduced_axes(em: Emitter, node) -> list:
     rank = len(em.shape(node.input[0]))
     if node.op_type in REDUCE_OPS:
@@ -348,13 +367,7 @@ class RowProgram:
         em.indent = "    "
         self._bind_all()
         per_row, row_shaped = self.split_stores(stores)
-        if per_row:
-            em.emit("if (threadIdx.x == 0) {")
-            saved_indent, saved_memo = em.indent, dict(em.memo)
-            em.indent += "  "
-            self._stores(per_row, self.per_row_index)
-            em.indent, em.memo = saved_indent, saved_memo
-            em.emit("}")
+        self._per_row_stores(per_row, "threadIdx.x == 0")
         em.emit("for (long long j = threadIdx.x; j < L; j += blockDim.x) {")
         saved_indent = em.indent
         em.indent += "  "
@@ -362,6 +375,18 @@ class RowProgram:
         em.indent = saved_indent
         em.emit("}")
         return em.take()
+
+    def _per_row_stores(self, per_row: dict, who: str):
+        """Store the per-row outputs once per row, by the thread for which `who` holds."""
+        if not per_row:
+            return
+        em = self.em
+        em.emit(f"if ({who}) {{")
+        saved_indent, saved_memo = em.indent, dict(em.memo)
+        em.indent += "  "
+        self._stores(per_row, self.per_row_index)
+        em.indent, em.memo = saved_indent, saved_memo
+        em.emit("}")
 
     def launch(self, syms):
         """(grid, block, dynamic shared memory) of body(): a block per row, or (register mode, a warp per row)
@@ -453,20 +478,7 @@ class RowProgram:
     def _bind_register(self, t, canon, expr, ct):
         """Inside an element (column) loop, read `t` at index `canon` as `expr` (its register copy); any other
         read of `t` is pulled as before."""
-        em = self.em
-        prev = em.bound.get(t)
-
-        def read(idx):
-            if self._elem and list(idx) == canon:
-                return expr, ct
-            if prev is not None:
-                return prev(idx)
-            del em.bound[t]
-            try:
-                return em.value(t, idx)
-            finally:
-                em.bound[t] = read
-        em.bound[t] = read
+        bind_at(self.em, t, lambda idx: self._elem and list(idx) == canon, lambda idx: (expr, ct))
 
     def _register_body(self, stores: dict) -> str:
         em, (w, _) = self.em, self._reg
@@ -477,13 +489,7 @@ class RowProgram:
         self._cache_inputs()
         self._bind_all()
         per_row, row_shaped = self.split_stores(stores)
-        if per_row:
-            em.emit("if (me == 0) {")
-            saved_indent, saved_memo = em.indent, dict(em.memo)
-            em.indent += "  "
-            self._stores(per_row, self.per_row_index)
-            em.indent, em.memo = saved_indent, saved_memo
-            em.emit("}")
+        self._per_row_stores(per_row, "me == 0")
         scope = self._open_elements()
         self._stores(row_shaped)
         self._close_elements(scope)

@@ -38,7 +38,7 @@ from ..gemm.hooks import frontier, gemm_hooks
 from ..gemm.render import ENTRY
 from ...codegen.pull import RenderError
 from ....limits import LITERAL_ELEMENTS
-from ...codegen.row import RowProgram
+from ...codegen.row import RowProgram, bind_at
 
 X_FN = "plus_row_x"
 
@@ -177,14 +177,8 @@ def _bind_columns(em, x, idx, N) -> dict:
         k, ct = len(used), dtypes.compute(em.dtype(t))
         used[t] = None
 
-        def read(i, t=t, k=k, ct=ct, canon=canon):
-            if list(i) == list(canon):
-                used[t] = ct
-                return f"col{k}", ct
-            del em.bound[t]
-            try:
-                return em.value(t, i)
-            finally:
-                em.bound[t] = read
-        em.bound[t] = read
+        def param(i, t=t, k=k, ct=ct):
+            used[t] = ct
+            return f"col{k}", ct
+        bind_at(em, t, lambda i, canon=canon: list(i) == list(canon), param)
     return used

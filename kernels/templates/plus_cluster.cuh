@@ -37,3 +37,19 @@ PLUS_DEV float plus_cluster_reduce(const float* part, float ident, Combine combi
 }
 
 #endif  // __CUDA_ARCH__ >= 900
+
+// Four rows' partials reduced across a warp at once (v[i]: this lane's partial of row i): 6 shuffles instead of
+// 4 x 5. Lane l returns the reduction over all 32 lanes of row l >> 3 (lanes 0-7: row 0, ..., 24-31: row 3).
+template <typename Combine>
+PLUS_DEV float plus_warp_reduce4(const float (&v)[4], Combine combine) {
+  const unsigned lane = threadIdx.x & 31u;
+  const bool h16 = lane & 16u, h8 = lane & 8u;
+  // offset 16: lanes 0-15 keep rows 0 and 1, lanes 16-31 rows 2 and 3
+  const float a = combine(h16 ? v[2] : v[0], __shfl_xor_sync(0xffffffffu, h16 ? v[0] : v[2], 16));
+  const float b = combine(h16 ? v[3] : v[1], __shfl_xor_sync(0xffffffffu, h16 ? v[1] : v[3], 16));
+  // offset 8: lanes with bit 3 clear keep the first of the pair, set the second
+  float c = combine(h8 ? b : a, __shfl_xor_sync(0xffffffffu, h8 ? a : b, 8));
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) c = combine(c, __shfl_xor_sync(0xffffffffu, c, o));
+  return c;
+}

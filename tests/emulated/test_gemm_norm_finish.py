@@ -63,7 +63,9 @@ def test_one_launch_finish_matches_float64(M, N, K, dt, arch, kw, grid):
 
 def test_one_launch_equals_two_kernel_plan(monkeypatch):
     """fp32 (SIMT on sm_80): the one launch and the two-kernel plan store the same row input and run the same
-    row program, over 128 instead of 256 threads: equal up to the order of the row sums."""
+    row program, over 128 threads a row or a warp a row (register mode): equal up to the order of the row sums,
+    each within verify's LayerNorm bound of the exact result, so within twice that of each other (rows of
+    variance ~4e-4 multiply a different rounding of the mean by rstd ~50)."""
     M, N, K = 21, 136, 1024
     one = _render(M, N, K, F32, "sm_80", sum_out=True)
     got_one, _ = _launch(*one, M, N, F32, "sm_80")
@@ -74,7 +76,9 @@ def test_one_launch_equals_two_kernel_plan(monkeypatch):
     got_two, _ = _launch(*two, M, N, F32, "sm_80", order="linear")
     clear_render_cache()
     assert np.array_equal(got_one["S"], got_two["S"])
-    np.testing.assert_allclose(got_one["Y"], got_two["Y"], rtol=0, atol=2e-6)
+    _, _, bound = reference_bound(one[1], F32, bias=True)
+    err = np.abs(got_one["Y"].astype(np.float64) - got_two["Y"])
+    assert (err <= 2 * bound).all(), f"max difference {err.max():.3g}, worst over the bound {(err / bound).max():.3g}"
 
 
 def test_finish_counts_every_column_tile():

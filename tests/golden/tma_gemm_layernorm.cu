@@ -72,31 +72,40 @@ PLUS_DEV const PlusTmap* plus_tma_b(const PlusTmaps& maps, long long plus_bg, in
 extern "C" __global__ void PLUS_BOUNDS(256) plus_row(const PlusArgs args) {
   const long long batch = args.v[0];
   const long long seq = args.v[1];
-  __shared__ float red[33];
   const long long rows = (batch * seq);
   const long long L = 128LL;
-  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    float r0s_acc = 0.0f;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
+  const int me = threadIdx.x & 31;   // this lane's first column; a warp per row
+  for (long long row = blockIdx.x + (long long)gridDim.x * (threadIdx.x >> 5); row < rows; row += (long long)gridDim.x * 8) {
+    float xr0[4];
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const long long j = me + 32LL * e;
       const float x1 = plus_load<float>(args.scratch[0], (row) * 128LL + j);
-      r0s_acc = r0s_acc + x1;
+      xr0[e] = x1;
     }
-    const float r0s = plus_block_sum(r0s_acc, red);
+    float r0s_acc = 0.0f;
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const long long j = me + 32LL * e;
+      r0s_acc = r0s_acc + xr0[e];
+    }
+    const float r0s = plus_warp_sum(r0s_acc);
     const float mean0 = r0s / (float)L;
     float r0q_acc = 0.0f;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      const float x2 = plus_load<float>(args.scratch[0], (row) * 128LL + j);
-      r0q_acc = r0q_acc + (x2 - mean0) * (x2 - mean0);
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const long long j = me + 32LL * e;
+      r0q_acc = r0q_acc + (xr0[e] - mean0) * (xr0[e] - mean0);
     }
-    const float r0q = plus_block_sum(r0q_acc, red);
+    const float r0q = plus_warp_sum(r0q_acc);
     const float rstd0 = rsqrtf(r0q / (float)L + 9.999999960041972e-13f);
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      const float x3 = plus_load<float>(args.scratch[0], (row) * 128LL + j);
-      const float x4 = plus_f(plus_load<__half>(args.in[4], j));
-      const float x5 = plus_f(plus_load<__half>(args.in[5], j));
-      const float t6 = (((x3 - mean0) * rstd0) * x4) + x5;
-      plus_store<__half>(args.out[0], (row) * 128LL + j, plus_cvt<__half>(t6));
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const long long j = me + 32LL * e;
+      const float x2 = plus_f(plus_load<__half>(args.in[4], j));
+      const float x3 = plus_f(plus_load<__half>(args.in[5], j));
+      const float t4 = (((xr0[e] - mean0) * rstd0) * x2) + x3;
+      plus_store<__half>(args.out[0], (row) * 128LL + j, plus_cvt<__half>(t4));
     }
-    __syncthreads();
   }
 }

@@ -37,7 +37,8 @@ from ...codegen.forward import emit_stores
 from ..gemm.hooks import frontier, gemm_hooks
 from ..gemm.render import ENTRY
 from ...codegen.pull import RenderError
-from ...codegen.row import RowProgram
+from ....limits import LITERAL_ELEMENTS
+from ...codegen.row import RowProgram, bind_at
 
 X_FN = "plus_row_x"
 
@@ -136,8 +137,8 @@ def _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N) 
     prog = RowProgram(rows, row_nodes)
     if not prog.trailing or symdim.parse(prog.length) != symdim.parse(N):
         raise RenderError(f"{job.node_name}: the rows are not the GEMM's N")
-    tile = prog.tile_hook({t: job.out_ptr(t) for t in row_out}, X_FN)
-
+    saved = list(em.lines), dict(em.memo), dict(em.bound)
+    used = _bind_columns(em, x, fwd[x][0], N)
     emit_stores(em, fwd, epi)          # GEMM-side outputs, e.g. the residual sum when it is an output
     val, ct = em.value(x, fwd[x][0])
     val = dtypes.convert(val, ct, "float")
@@ -145,7 +146,39 @@ def _hooks_text(job, em, cout, fwd, row_nodes, dep_c, dep_row, epi, row_out, N) 
     if st != "float":                  # x as the graph holds it (fp16/bf16), then widened again
         val = f"plus_f(plus_cvt<{st}>({val}))"
     em.emit(f"return {val};")
+    em.bound = saved[2]
+    cols = [t for t in used if used[t]]
+    try:
+        tile = prog.tile_hook({t: job.out_ptr(t) for t in row_out}, X_FN, cols)
+    except RenderError:
+        em.lines, em.memo = saved[0], saved[1]
+        raise
     body = em.take()
-    x_fn = (f"PLUS_DEV float {X_FN}(const PlusArgs& args, long long b, long long m, long long n, float acc) {{\n"
-            f"{body}\n}}\n")
+    params = "".join(f", {used[t]} col{k}" for k, t in enumerate(cols))
+    x_fn = (f"PLUS_DEV float {X_FN}(const PlusArgs& args, long long b, long long m, long long n, float acc{params}) "
+            f"{{\n{body}\n}}\n")
     return x_fn, tile
+
+
+def _bind_columns(em, x, idx, N) -> dict:
+    """Bind each input of the GEMM-side subgraph that varies along the row only (a bias [N]) to a parameter
+    `col<k>` of the x hook where it is read at x's own column; returns {input: its C type, or None while no
+    read used the parameter}, in parameter order. The row tile loads them once per CTA (row.py
+    _column_weights); any other read is pulled as before."""
+    shape_x = em.shape(x)
+    used = {}
+    for t in em.inputs:
+        arr = em._const(t)
+        shp = em.shape(t) if t not in em.bound else None
+        if not shp or (arr is not None and arr.size <= LITERAL_ELEMENTS) or len(shp) > len(shape_x) or \
+                symdim.parse(shp[-1]) != symdim.parse(N) or any(symdim.parse(d) != 1 for d in shp[:-1]):
+            continue
+        canon = em.broadcast(idx, shp, shape_x)
+        k, ct = len(used), dtypes.compute(em.dtype(t))
+        used[t] = None
+
+        def param(i, t=t, k=k, ct=ct):
+            used[t] = ct
+            return f"col{k}", ct
+        bind_at(em, t, lambda i, canon=canon: list(i) == list(canon), param)
+    return used

@@ -50,7 +50,7 @@ def run():
              for i in model.graph.input}
     feeds["pad"][1, ..., -5:] = -1e4
     kr = run_on_kernels(model, feeds, archs=("sm_80",), fp32_math="exact")     # ORT + launcher + emulated driver
-    records = [[node, entry, grid, block, smem, error] for node, entry, grid, error, _, _, block, smem
+    records = [[node, entry, grid, block, smem, error] for node, entry, grid, error, _, _, block, smem, _
                in kr.launches["sm_80"]]
     return model, kr.rewritten, feeds, records, kr.outputs["sm_80"]
 

@@ -1,5 +1,6 @@
 """The 8-bit TMA GEMM (kernels/families/gemm/gemm_sm90a_ws.cuh, PLUS_MATH 3) on the PTX interpreter, without the
-launcher: one variant's source (int8/uint8 A and B, B stored [N, K]; the default epilogue storing the s32 sum, or a
+launcher: one variant's source (int8/uint8 A and B, B stored [N, K] (b_trans 1) or [K, N] (0: transposed in shared
+memory by the kernel); the default epilogue storing the s32 sum, or a
 hooked one that dequantizes, corrects A's zero point, adds a bias, applies ReLU and requantizes to int8 as the
 fold's epilogue does), its tensor maps as the launcher's `tmap` records encode them, one persistent launch.
 The reference is exact integer numpy (int64 sums wrapped to s32, then the epilogue in float64 on values whose
@@ -38,6 +39,7 @@ class Case:
     bt: str = "s8"
     hooks: str = "default"      # default (C = the s32 sum, int32) | requant (the fold's epilogue, int8 output)
     m_fastest: int = 0
+    b_trans: int = 1
 
     @property
     def config(self):
@@ -45,7 +47,7 @@ class Case:
 
 
 def source(c: Case, mutate=None) -> str:
-    defines = gc.ws_defines(c.config, b_trans=1)
+    defines = gc.ws_defines(c.config, b_trans=c.b_trans)
     if c.m_fastest:
         defines["PLUS_EPI_M_FASTEST"] = c.m_fastest
     head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
@@ -65,7 +67,8 @@ def source(c: Case, mutate=None) -> str:
 
 
 def operands(c: Case, batch, M, N, K, rng, full_range=True):
-    """Random A [batch, M, K] and B [batch, N, K] of the case's types over their whole range (or small values)."""
+    """Random A [batch, M, K] and B [batch, N, K] (as the product reads it) of the case's types over their whole
+    range (or small values)."""
     def draw(t, shape):
         info = np.iinfo(NPTYPE[t])
         lo, hi = (info.min, info.max) if full_range else (-3 if t == "s8" else 0, 3)
@@ -93,16 +96,19 @@ def run(c: Case, batch: int, M: int, N: int, K: int, grid: int | None = None, mu
     corr = rng.integers(-8, 9, N).astype(np.float32)
     bias = rng.integers(-8, 9, N).astype(np.float32) / 4
     dev = H.Device()
-    pa, pb = dev.upload(a, "A"), dev.upload(b, "B")
+    pa, pb = dev.upload(a, "A"), dev.upload(b if c.b_trans else b.transpose(0, 2, 1), "B")
     ps, pc_, pbias = dev.upload(scale, "scale"), dev.upload(corr, "corr"), dev.upload(bias, "bias")
     out = np.zeros((batch, M, N), np.int32 if c.hooks == "default" else np.int8)
     pc = dev.output(out, "C")
     cl = gc.ws_cluster(cfg)
-    maps = [TM.encode_tiled(TM.U8, pa, (K, M, batch), (K, M * K), (cfg.bk, cfg.bm, 1), swizzle=TM.SWIZZLE_128B),
-            TM.encode_tiled(TM.U8, pb, (K, N, batch), (K, N * K), (cfg.bk, cfg.bn // cl, 1),
-                            swizzle=TM.SWIZZLE_128B)]
+    maps = [TM.encode_tiled(TM.U8, pa, (K, M, batch), (K, M * K), (cfg.bk, cfg.bm, 1), swizzle=TM.SWIZZLE_128B)]
+    if c.b_trans:
+        maps.append(TM.encode_tiled(TM.U8, pb, (K, N, batch), (K, N * K), (cfg.bk, cfg.bn // cl, 1),
+                                    swizzle=TM.SWIZZLE_128B))
+    else:                                   # [K, N]: boxes [128 k][128 n]
+        maps.append(TM.encode_tiled(TM.U8, pb, (N, K, batch), (N, K * N), (128, cfg.bk, 1), swizzle=TM.SWIZZLE_128B))
     args = H.plus_args([pa, pb, ps, pc_, pbias], [pc], [], [batch, M, N, K])
-    mod = H.module(source(c, mutate), "sm_90a", f"ws8_{c.cfg}_{c.at}{c.bt}_{c.hooks}_{c.m_fastest}"
+    mod = H.module(source(c, mutate), "sm_90a", f"ws8_{c.cfg}_{c.at}{c.bt}_{c.hooks}_{c.m_fastest}_{c.b_trans}"
                    + ("_mut" if mutate else ""))
     k = mod.kernel("plus_gemm")
     params = H.with_tmaps(k, args, b"".join(maps))

@@ -100,9 +100,9 @@ def ws_threads(bm: int) -> int:
 
 
 def ws_smem_bytes(bm: int, bn: int, stages: int) -> int:
-    """PLUS_SMEM_BYTES of gemm_sm90a_ws.cuh: the stage ring, each consumer's epilogue staging buffer (64 rows x 40
-    floats: 32 columns and a pad, or 16 of each product gated; 32 x 68 transposed fits too), the 2 x stages
-    mbarriers, 1 KB to realign the base."""
+    """PLUS_SMEM_BYTES of gemm_sm90a_ws.cuh: the stage ring (128-byte rows: 64 16-bit or 128 8-bit elements of k),
+    each consumer's epilogue staging buffer (64 rows x 40 floats: 32 columns and a pad, or 16 of each product
+    gated; 32 x 68 transposed fits too), the 2 x stages mbarriers, 1 KB to realign the base."""
     return stages * (bm + bn) * BK * 2 + (bm // 64) * WS_STAGING_FLOATS * 4 + stages * 16 + 1024
 
 
@@ -128,8 +128,10 @@ WS_CONFIGS = (
     _ws("ws_128x192x64_s5_c4", 128, 192, 5),
 )
 # The same template on 8-bit integers (PLUS_MATH 3, ONNX MatMulInteger): wgmma m64nBNk32 with exact s32 sums,
-# BK = 128 (a stage holds the same bytes as the f16 tile's), B stored [N, K] (8-bit wgmma reads K-major only),
-# never split along K. The s32 accumulators take the registers the fp32 ones do.
+# BK = 128 (a stage holds the same bytes as the f16 tile's), never split along K; the s32 accumulators take the
+# fp32 ones' registers. 8-bit wgmma reads K-major operands only: WS8_CONFIGS take B stored [N, K] (B_TRANS 1),
+# WS8T_CONFIGS a B stored [K, N] (B_TRANS 0, MatMulInteger's), which their consumers transpose in shared memory
+# (boxes of 128 columns: BN 128 or 256), charged by the issue table.
 WS8_CONFIGS = (
     _ws("ws8_128x256x128_s4", 128, 256, 4, MATH_INT8),
     _ws("ws8_128x128x128_s6", 128, 128, 6, MATH_INT8),
@@ -142,11 +144,24 @@ WS8_CONFIGS = (
     _ws("ws8_128x256x128_s4_c2", 128, 256, 4, MATH_INT8),
     _ws("ws8_128x192x128_s5_c2", 128, 192, 5, MATH_INT8),
 )
-WS_BY_NAME = {c.name: c for c in WS_CONFIGS + WS8_CONFIGS}
+WS8T_CONFIGS = (
+    _ws("ws8t_128x256x128_s4", 128, 256, 4, MATH_INT8),
+    _ws("ws8t_128x128x128_s6", 128, 128, 6, MATH_INT8),
+    _ws("ws8t_64x256x128_s5", 64, 256, 5, MATH_INT8),
+    _ws("ws8t_64x128x128_s8", 64, 128, 8, MATH_INT8),
+    _ws("ws8t_128x256x128_s4_c2", 128, 256, 4, MATH_INT8),
+    _ws("ws8t_128x128x128_s6_c2", 128, 128, 6, MATH_INT8),
+)
+WS_BY_NAME = {c.name: c for c in WS_CONFIGS + WS8_CONFIGS + WS8T_CONFIGS}
+
+
+def transposes_b(cfg) -> bool:
+    """An 8-bit TMA tile for a B stored [K, N] (B_TRANS 0), transposed in shared memory by its consumers."""
+    return cfg.name.startswith("ws8t_")
 
 
 def is_ws(cfg) -> bool:
-    return cfg.name.startswith(("ws_", "ws8_"))
+    return cfg.name.startswith(("ws_", "ws8_", "ws8t_"))
 
 
 def ws_cluster(cfg) -> int:
@@ -180,6 +195,9 @@ ISSUES = {
     # 8-bit (k-tiles of 128 elements, measured at K = 256 and 768; the default epilogue storing the s32 sums)
     "ws8_128x256x128_s4": (8030, 480), "ws8_128x128x128_s6": (4461, 384), "ws8_128x192x128_s5": (5850, 431),
     "ws8_64x256x128_s5": (4158, 235), "ws8_64x128x128_s8": (2364, 207), "ws8_64x192x128_s6": (3074, 208),
+    # ... transposing a [K, N] B in shared memory (B_TRANS 0)
+    "ws8t_128x256x128_s4": (8081, 3370), "ws8t_128x128x128_s6": (4421, 1872), "ws8t_64x256x128_s5": (4188, 3037),
+    "ws8t_64x128x128_s8": (2368, 1603),
 }
 
 
@@ -199,6 +217,7 @@ def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int 
 
 
 __all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "ISSUES", "MATH_F16",
-           "SMALL_CONFIGS", "WARPGROUP", "WS8_CONFIGS", "WS_BY_NAME", "WS_CONFIGS",
-           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "is_ws", "issues", "reduce_grid",
+           "SMALL_CONFIGS", "WARPGROUP", "WS8T_CONFIGS", "WS8_CONFIGS", "WS_BY_NAME", "WS_CONFIGS",
+           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "is_ws", "issues",
+           "reduce_grid", "transposes_b",
            "ws_cluster", "ws_defines", "ws_smem_bytes", "ws_threads"]

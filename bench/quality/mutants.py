@@ -547,7 +547,7 @@ CATALOGUE = [
       "the epilogue's unguarded path also takes a chunk whose columns cross N: stores into the next row's start",
       ["tma"]),
     M("ws_multicast_boxes_in_halves", "tma", GEMM_T + "gemm_sm90a_ws.cuh",
-      "for (int j = rank; j < BN / 64; j += CL) {", "for (int j = rank; j < BN / 64 / CL * CL; j += CL) {",
+      "for (int j = rank; j < BN / BOX_N; j += CL) {", "for (int j = rank; j < BN / BOX_N / CL * CL; j += CL) {",
       "a multicast pair shares B's 64-column boxes as whole halves: the third box of a 192-wide tile is never "
       "loaded and its stage's transaction count never completes", ["tma"]),
     M("ws_release_to_one_peer", "tma", GEMM_T + "gemm_sm90a_ws.cuh",

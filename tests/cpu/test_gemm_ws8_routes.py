@@ -98,3 +98,15 @@ def test_small_gemm_keeps_mma_sync_where_it_models_faster():
     cands = routes.gemm_candidates(64, 64, 128, 1, menu, t, allow_splitk=False)
     assert cands[0].us == min(c.us for c in cands)
     assert not gc.is_ws(cands[0].cfg), cands[0].label     # one small tile: the persistent ring does not pay
+
+
+@pytest.mark.parametrize("tile", ["ws8t_128x256x128_s4_c2", "ws8_128x192x128_s5_c2"])
+def test_8bit_tiles_compile_to_sass_without_spills(tile):
+    """The widest 8-bit tiles (two consumers of 128 s32 accumulators; the transposing one with its block registers)
+    assemble for sm_90a within the registers setmaxnreg gives the consumers, no spills, their shared memory."""
+    from plus_ep.kernels.compile import nvrtc
+    from tests.support.ws8_gemm_cases import Case, source
+    cfg = gc.WS_BY_NAME[tile]
+    src = source(Case(tile, "u8", "s8", hooks="requant", b_trans=int(not gc.transposes_b(cfg))))
+    res = nvrtc.compile_cubin(src, "sm_90a", name=f"{tile}.cu")
+    assert nvrtc.check_resources(res, dynamic_smem=cfg.smem_bytes, arch="sm_90a") == [], tile

@@ -1,5 +1,7 @@
 """Quantized linear layers as quantize_static writes them (QDQ: int8 activation with a zero point, constant int8 weights
-[K, N] with per-column scales, bias; one layer with ReLU and the consumer's requantization, and three layers of
+[K, N] with per-column scales, bias; one layer with ReLU and the consumer's requantization, its activation
+quantized by a point-wise kernel (a Transpose and Reshape before the MatMul, as BERT's attention output
+projection: the GEMM reads the int8 copy, not quantizing A itself), and three layers of
 different widths sharing their input: a horizontal group, as BERT's Q, K and V), rewritten for sm_90a with the
 8-bit mma.sync tiles taken out of the menu so the routes take the 8-bit TMA tiles (gemm_sm90a_ws.cuh, B transposed
 in shared memory): the plans carry int8 tensor maps, and `plus-ep verify` runs the kernels through the launcher and
@@ -36,10 +38,11 @@ def _rewritten_on_tma_tiles(model, monkeypatch, tmp_path, maps_per_kernel):
 
 
 def test_qdq_linear_on_the_8bit_tma_gemm(tmp_path, monkeypatch):
-    model = linear_model("qdq")
+    model = linear_model("qdq_view")
     path = _rewritten_on_tma_tiles(model, monkeypatch, tmp_path, 2)
     x = (np.random.default_rng(12).standard_normal((2, 70, K8)) * 3).astype(np.float32)
     x[0, 0, :4] = [1e4, -1e4, 0.025, -0.375]                        # saturation, ties of x / 0.05
+    x = np.ascontiguousarray(x.reshape(2, 70, 2, K8 // 2).transpose(0, 2, 1, 3))    # the view's input
     np.savez(tmp_path / "x.npz", x=x)
     rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False,
                          outputs_to=str(tmp_path / "y.npz"))

@@ -5,7 +5,8 @@
 //   ldmatrix.m8n8.x4 [.trans] .b16    four 8x8 b16 matrices; lane 8k+r gives the address of row r of matrix k
 //   mma.sync m16n8k16 (f16/bf16) / m16n8k8 (tf32), row.col, fp32 accumulators
 //   fence.proxy.async.shared::cta     orders generic-proxy shared writes before async-proxy reads (wgmma)
-//   wgmma.fence / commit_group / wait_group and wgmma.mma_async m64nNk16 with shared-memory descriptors
+//   wgmma.fence / commit_group / wait_group and wgmma.mma_async m64nNk16 with shared-memory descriptors, m64nNk32
+//     .s32 with 8-bit integer operands
 //     (sm_90a only: declared when __CUDA_ARCH_FEAT_SM90_ALL is defined)
 //   %cluster_ctarank, barrier.cluster.arrive.release / wait.acquire, mapa.shared::cluster,
 //     ld.shared::cluster (.f32, .v4.f32) (thread-block clusters, sm_90+: declared when __CUDA_ARCH__ >= 900)
@@ -185,6 +186,11 @@ template <int R> PLUS_DEV void plus_wgmma_fence_regs(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+template <int R> PLUS_DEV void plus_wgmma_fence_regs(int (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 // wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"):
 //   bits  0-13 start address >> 4      bits 16-29 leading-dimension byte offset >> 4
 //   bits 32-45 stride-dimension byte offset >> 4   bits 49-51 base offset (0: tiles are 1024-aligned)
@@ -254,6 +260,47 @@ PLUS_DEV void plus_wgmma_m64k16(float (&d)[N / 2], plus_u64 desc_a, plus_u64 des
     static_assert(N == 256, "wgmma N must be 64, 128, 192 or 256");
     if constexpr (bf16) PLUS_WG_MMA(256, "bf16", "128", "129", "130", "131");
     else PLUS_WG_MMA(256, "f16", "128", "129", "130", "131");
+  }
+}
+
+// s32 accumulators of wgmma.mma_async.m64nNk32 with 8-bit integer operands: N/2 registers per thread.
+#define PLUS_WG_I8(d, i)                                                                             \
+  "+r"(d[(i) + 0]), "+r"(d[(i) + 1]), "+r"(d[(i) + 2]), "+r"(d[(i) + 3]), "+r"(d[(i) + 4]), \
+      "+r"(d[(i) + 5]), "+r"(d[(i) + 6]), "+r"(d[(i) + 7])
+#define PLUS_WG_I32(d, i) PLUS_WG_I8(d, i), PLUS_WG_I8(d, (i) + 8), PLUS_WG_I8(d, (i) + 16), PLUS_WG_I8(d, (i) + 24)
+#define PLUS_WG_IOPS_64(d) PLUS_WG_I32(d, 0)
+#define PLUS_WG_IOPS_128(d) PLUS_WG_I32(d, 0), PLUS_WG_I32(d, 32)
+#define PLUS_WG_IOPS_192(d) PLUS_WG_I32(d, 0), PLUS_WG_I32(d, 32), PLUS_WG_I32(d, 64)
+#define PLUS_WG_IOPS_256(d) PLUS_WG_I32(d, 0), PLUS_WG_I32(d, 32), PLUS_WG_I32(d, 64), PLUS_WG_I32(d, 96)
+
+// D(64 x N, s32) (+)= A(64 x 32, smem desc) * B(32 x N, smem desc), 8-bit integers (TA, TB: "s8" or "u8"), both
+// K-major (the only layout of 8-bit wgmma operands); exact sums, wrapping modulo 2^32. IA/IB/IS: operand numbers
+// of the A descriptor, B descriptor and scale-d after the N/2 accumulators.
+#define PLUS_WG_MMA_I8(N, TA, TB, IA, IB, IS)                                                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n"                                             \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32." TA "." TB " " PLUS_WG_REGS_##N ", %" IA ", %" \
+               IB ", p;\n}\n"                                                                                 \
+               : PLUS_WG_IOPS_##N(d)                                                                           \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define PLUS_WG_MMA_I8_TYPES(N, IA, IB, IS)                      \
+  if constexpr (AS && BS) PLUS_WG_MMA_I8(N, "s8", "s8", IA, IB, IS); \
+  else if constexpr (AS) PLUS_WG_MMA_I8(N, "s8", "u8", IA, IB, IS);  \
+  else if constexpr (BS) PLUS_WG_MMA_I8(N, "u8", "s8", IA, IB, IS);  \
+  else PLUS_WG_MMA_I8(N, "u8", "u8", IA, IB, IS)
+
+// One wgmma.mma_async.m64nNk32 of 8-bit integers; AS / BS: A / B signed (.s8) or unsigned (.u8). scale_d 0:
+// D = A B, 1: D += A B. E.g. plus_wgmma_m64k32_i8<true, true, 128>(acc, desc_a, desc_b) for int8 x int8.
+template <bool AS, bool BS, int N>
+PLUS_DEV void plus_wgmma_m64k32_i8(int (&d)[N / 2], plus_u64 desc_a, plus_u64 desc_b, int scale_d = 1) {
+  if constexpr (N == 64) {
+    PLUS_WG_MMA_I8_TYPES(64, "32", "33", "34");
+  } else if constexpr (N == 128) {
+    PLUS_WG_MMA_I8_TYPES(128, "64", "65", "66");
+  } else if constexpr (N == 192) {
+    PLUS_WG_MMA_I8_TYPES(192, "96", "97", "98");
+  } else {
+    static_assert(N == 256, "wgmma N must be 64, 128, 192 or 256");
+    PLUS_WG_MMA_I8_TYPES(256, "128", "129", "130");
   }
 }
 

@@ -35,6 +35,9 @@ def test_every_emitted_form_is_implemented():
                  "cp.async.wait_group", "shfl.sync.bfly.b32", "fma.rn.f32", "cvt.rna.tf32.f32"):
         assert must in total, must
     assert any(f.startswith("wgmma.mma_async") for f in total)
+    # the 8-bit TMA GEMM's wgmma forms, every signedness pair (tests/support/ptx_sources.py)
+    assert {f.rsplit(".", 2)[-2] + "." + f.rsplit(".", 1)[-1] for f in total
+            if f.startswith("wgmma.mma_async") and ".s32." in f} == {"s8.s8", "u8.s8", "s8.u8", "u8.u8"}
     assert not lacking, "forms the interpreter lacks:\n" + "\n".join(
         f"  {f}: first at {where} ({why})" for f, (where, why) in sorted(lacking.items()))
     print(f"census: {len(jobs)} compiles, {len(total)} forms, {sum(total.values())} static instructions, "

@@ -100,8 +100,8 @@ def plan_tmaps(tmaps, ptrs, syms: dict) -> bytes:
     out = []
     for dtype, buf, index, offset, dims, strides, box, swizzle in tmaps:
         assert buf == "in" and swizzle in (0, 128), (buf, swizzle)
-        es = 2 if dtype in (10, 16) else 4
-        code = {10: TM.F16, 16: TM.BF16}[dtype]
+        es = 2 if dtype in (10, 16) else 1 if dtype in (2, 3) else 4
+        code = {10: TM.F16, 16: TM.BF16, 2: TM.U8, 3: TM.U8}[dtype]
         out.append(TM.encode_tiled(code, ptrs[index] + rpn(offset, syms) * es, [rpn(e, syms) for e in dims],
                                    [rpn(e, syms) * es for e in strides], box,
                                    swizzle=TM.SWIZZLE_128B if swizzle == 128 else TM.SWIZZLE_NONE))

@@ -130,6 +130,14 @@ def census_sources() -> list[tuple[str, str, str]]:
     for v in WGMMA_EXTRAS + GATED_WGMMA + RAGGED_WGMMA + (Variant("wg_128x256x64_w64x256_s4", "half", 0, 1, hooks="fused"),
                                            Variant("wg_256x128x64_w128x128_s4", "__nv_bfloat16", 0, 1, splitk=2)):
         out.append((f"wgmma-{v.id}", wgmma_source(v), "sm_90a"))
+    # the 8-bit TMA GEMM (gemm_sm90a_ws.cuh, PLUS_MATH 3): every config (B [N, K], or [K, N] transposed in shared
+    # memory), the four signedness pairs, both epilogues
+    from tests.support import ws8_gemm_cases as W8
+    for i, cfg in enumerate(gc90.WS8_CONFIGS + gc90.WS8T_CONFIGS):
+        at, bt = (("s8", "s8"), ("u8", "s8"), ("s8", "u8"), ("u8", "u8"))[i % 4]
+        c = W8.Case(cfg.name, at, bt, hooks=("default", "requant")[i % 2], m_fastest=int(i % 3 == 2),
+                    b_trans=int(not gc90.transposes_b(cfg)))
+        out.append((f"ws8-{cfg.name}-{at}{bt}-{c.hooks}-m{c.m_fastest}", W8.source(c), "sm_90a"))
     # the key-bias and side-output hooks (a padding mask split off the score, the extended mask stored by
     # the attention kernel itself) on the tensor-core and SIMT paths
     for cfg, dtype in ((ac.by_name("tc_d64_q64_kv64_w4"), "half"), (ac.by_name("simt_d64_q32_kv32_w4"), "float")):

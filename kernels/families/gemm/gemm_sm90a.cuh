@@ -55,6 +55,9 @@
 // templates read (tile, stages, splits, math, B layout, epilogue order, gated) in gemm_sm90a_params.cuh
 // ------------------------------------------------------------------------------------------------------
 #include "gemm_sm90a_params.cuh"
+#if PLUS_MATH != 2
+#error "gemm_sm90a.cuh: f16/bf16 only (PLUS_MATH 2); 8-bit integers take gemm_sm90a_ws.cuh"
+#endif
 
 #ifndef PLUS_WM
 #define PLUS_WM 64

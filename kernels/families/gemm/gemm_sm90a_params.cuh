@@ -1,6 +1,6 @@
 // gemm_sm90a_params.cuh: the variant parameters both sm_90a GEMM templates read (gemm_sm90a.cuh, cp.async;
 // gemm_sm90a_ws.cuh, TMA), with their defaults: a 128 x 256 x 64 tile over 4 stages, no K split, f16/bf16
-// wgmma (PLUS_MATH 2, the only math either implements), B stored [K, N], the epilogue walking n fastest, one
+// wgmma (PLUS_MATH 2; gemm_sm90a_ws.cuh also takes 3, 8-bit integers), B stored [K, N], the epilogue walking n fastest, one
 // product. The codegen defines the variant's values before including a template, e.g.
 //
 //   #define PLUS_BM 64
@@ -38,6 +38,6 @@
 #define PLUS_GATED 0
 #endif
 
-#if PLUS_MATH != 2
-#error "the sm_90a GEMM templates only implement PLUS_MATH 2 (f16/bf16 wgmma); use gemm.cuh for SIMT fp32 or TF32"
+#if PLUS_MATH != 2 && PLUS_MATH != 3
+#error "the sm_90a GEMM templates implement PLUS_MATH 2 (f16/bf16 wgmma) and, gemm_sm90a_ws.cuh only, 3 (8-bit integers); use gemm.cuh for SIMT fp32 or TF32"
 #endif

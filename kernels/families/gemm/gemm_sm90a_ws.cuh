@@ -3,6 +3,15 @@
 //
 //   C[b, m, n] = sum_k A[b, m, k] * B[b, k, n]      A, B: half or __nv_bfloat16 (plus_ab_t), fp32 accumulate
 //
+// PLUS_MATH 3, 8-bit integers (ONNX MatMulInteger): A plus_ab_t, B plus_b_t (PLUS_HAS_B_T; default plus_ab_t),
+// each signed or unsigned char, exact s32 sums (wgmma m64nBNk32 .s32, wrapping modulo 2^32) handed to the
+// epilogue hook as an int. A k-tile is BK = 128 elements: one 128-byte swizzle row, as 64 16-bit elements are.
+// No K split, no gated pair. 8-bit wgmma reads both operands K-major: a B stored [N, K] (PLUS_B_TRANS 1) lands
+// so; a B stored [K, N] (PLUS_B_TRANS 0, ONNX MatMulInteger's) arrives as BN/128 boxes [128 k][128 n], which the
+// consumers transpose in place into that layout once the stage is full, while the previous k-tile's wgmma
+// group runs: 4 x 4 byte blocks swapped pairwise across the diagonal of each box (prmt), then fence.proxy.async
+// and a named barrier over every consumer thread (1 + CONSUMERS) before their wgmmas read it.
+//
 // Same hooks as gemm_sm90a.cuh (gemm_hooks.cuh: shape, epilogue, gated epilogue, ragged groups, row finish),
 // but A and B are read through tensor maps, never through plus_a_ptr / plus_b_ptr.
 //
@@ -83,6 +92,20 @@ static_assert(PLUS_WS_CLUSTER == 1 || !PLUS_B_TRANS || (PLUS_BN / (PLUS_GATED ? 
 static_assert(PLUS_EPI_M_FASTEST == 0, "gemm_sm90a_ws: the gated epilogue walks the tile with n fastest");
 #endif
 
+#if PLUS_MATH == 3
+#define PLUS_WS_ELEM 1     /* bytes per operand element: 8-bit integers */
+#ifndef PLUS_HAS_B_T
+typedef plus_ab_t plus_b_t;
+#endif
+static_assert(sizeof(plus_ab_t) == 1 && sizeof(plus_b_t) == 1, "gemm_sm90a_ws: PLUS_MATH 3 needs 8-bit plus_ab_t and plus_b_t");
+static_assert(PLUS_B_TRANS == 1 || PLUS_BN % 128 == 0, "gemm_sm90a_ws: an 8-bit B stored [K, N] comes in boxes of 128 columns");
+#define PLUS_WS_TRANSPOSE (!PLUS_B_TRANS)   /* the consumers turn B's [k][n] boxes K-major */
+static_assert(PLUS_SPLITK == 1 && !PLUS_GATED, "gemm_sm90a_ws: 8-bit GEMMs are never split along K nor gated");
+#else
+#define PLUS_WS_ELEM 2
+#define PLUS_WS_TRANSPOSE 0
+static_assert(sizeof(plus_ab_t) == 2, "gemm_sm90a_ws: plus_ab_t must be half or __nv_bfloat16");
+#endif
 #define PLUS_WS_CONSUMERS ((PLUS_BM) / 64)
 #define PLUS_THREADS (128 * (1 + PLUS_WS_CONSUMERS))
 // Epilogue staging per consumer warpgroup: 64 rows x (32 columns, or 16 of each product gated, + 8 pad) fp32,
@@ -92,16 +115,15 @@ static_assert(PLUS_EPI_M_FASTEST == 0, "gemm_sm90a_ws: the gated epilogue walks 
 // Stage ring (A then B per stage), epilogue staging, the 2 x STAGES mbarriers, and 1 KiB to realign the
 // dynamic shared-memory base to the 1024-byte swizzle-atom boundary.
 #define PLUS_SMEM_BYTES                                                                           \
-  ((PLUS_STAGES) * ((PLUS_BM) + (PLUS_BN)) * (PLUS_BK) * 2 + PLUS_WS_CONSUMERS * PLUS_WS_STAGE_FLOATS * 4 + \
+  ((PLUS_STAGES) * ((PLUS_BM) + (PLUS_BN)) * (PLUS_BK) * PLUS_WS_ELEM + PLUS_WS_CONSUMERS * PLUS_WS_STAGE_FLOATS * 4 + \
    (PLUS_STAGES) * 16 + 1024)
 
-static_assert(PLUS_BK == 64, "gemm_sm90a_ws: BK must be 64 (one 128-byte swizzle row of 16-bit elements)");
+static_assert(PLUS_BK * PLUS_WS_ELEM == 128, "gemm_sm90a_ws: BK must be one 128-byte swizzle row (64 16-bit or 128 8-bit elements)");
 static_assert(PLUS_BM == 64 || PLUS_BM == 128 || PLUS_BM == 192, "gemm_sm90a_ws: BM is 64, 128 or 192 (one consumer per 64 rows)");
 static_assert(PLUS_BN % 64 == 0 && PLUS_BN >= 64 && PLUS_BN <= 256, "gemm_sm90a_ws: BN must be 64, 128, 192 or 256");
 static_assert(!PLUS_GATED || PLUS_BN % 128 == 0, "gemm_sm90a_ws: a gated tile holds whole 64-column boxes of each product");
 static_assert(PLUS_STAGES >= 2 && PLUS_STAGES <= 16, "gemm_sm90a_ws: 2 to 16 stages");
 static_assert(PLUS_SMEM_BYTES <= 232448, "gemm_sm90a_ws: the stage ring exceeds 227 KiB of shared memory");
-static_assert(sizeof(plus_ab_t) == 2, "gemm_sm90a_ws: plus_ab_t must be half or __nv_bfloat16");
 
 #include "gemm_hooks.cuh"
 #include "plus_tma.cuh"
@@ -129,8 +151,17 @@ namespace plus_ws {
 constexpr int BM = PLUS_BM, BN = PLUS_BN, BK = PLUS_BK, STAGES = PLUS_STAGES, THREADS = PLUS_THREADS;
 constexpr int CONSUMERS = PLUS_WS_CONSUMERS;
 constexpr int CL = PLUS_WS_CLUSTER;                      // CTAs sharing (multicasting) one n tile's B
-constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-constexpr int MN_BLOCK_BYTES = BK * 128;                 // MN-major B: one [64 k][64 n] box
+constexpr int A_BYTES = BM * BK * PLUS_WS_ELEM, B_BYTES = BN * BK * PLUS_WS_ELEM, STAGE_BYTES = A_BYTES + B_BYTES;
+#if PLUS_MATH == 3
+typedef int acc_t;                                       // exact s32 sums
+constexpr int KSTEP = 32;                                // k of one wgmma (32 bytes of a swizzle row either way)
+#else
+typedef float acc_t;
+constexpr int KSTEP = 16;
+#endif
+constexpr int MN_BLOCK_BYTES = BK * 128;                 // MN-major B: one [BK k][128 bytes of n] box
+constexpr int BOX_N = 128 / PLUS_WS_ELEM;                // columns of one such box (64 16-bit, 128 8-bit)
+constexpr int TRANSPOSED_BAR = 1 + CONSUMERS;            // named barrier: a stage's B transposed (PLUS_WS_TRANSPOSE)
 constexpr int NCOLS = PLUS_GATED ? BN / 2 : BN;          // output columns of a tile (per product)
 constexpr int EPI_W = PLUS_WS_EPI_W;
 constexpr int SLD = EPI_W * (PLUS_GATED ? 2 : 1) + 8;    // staging row stride, n fastest (floats)
@@ -155,6 +186,67 @@ PLUS_DEV float ld_f(plus_u32 src) {
   asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(src) : "memory");
   return x;
 }
+// the s32 sums of an 8-bit GEMM through the same staging buffer
+PLUS_DEV void st_f2(plus_u32 dst, int x, int y) {
+  asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(dst), "r"(x), "r"(y) : "memory");
+}
+PLUS_DEV void st_f(plus_u32 dst, int x) { asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(dst), "r"(x) : "memory"); }
+PLUS_DEV int ld_i(plus_u32 src) {
+  int x;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(x) : "r"(src) : "memory");
+  return x;
+}
+PLUS_DEV void ld_acc(plus_u32 src, float& x) { x = ld_f(src); }
+PLUS_DEV void ld_acc(plus_u32 src, int& x) { x = ld_i(src); }
+
+#if PLUS_WS_TRANSPOSE
+PLUS_DEV plus_u32 ld_w(plus_u32 a) {
+  plus_u32 x;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(x) : "r"(a) : "memory");
+  return x;
+}
+PLUS_DEV void st_w(plus_u32 a, plus_u32 x) { asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(x) : "memory"); }
+// The word of row r (a multiple of 4) + i, bytes c..c + 3 (c a multiple of 4) of a [128][128] byte box at `box`
+// (1024-aligned) under the 128-byte swizzle, byte (r, c) at r * 128 + ((c / 16 ^ r % 8) * 16) + c % 16: the fields
+// are disjoint bits, so rows r + i differ from row r by i * 128 and a chunk index XORed with i, i.e. by XOR i * 0x90.
+PLUS_DEV plus_u32 sw128_row0(plus_u32 box, unsigned r, unsigned c) {
+  return box + r * 128u + ((((c >> 4) ^ r) & 7u) << 4) + (c & 15u);
+}
+// a 4 x 4 byte block (word i = row i, byte j = column j) transposed: byte j of word i <- byte i of word j
+PLUS_DEV void transpose4(plus_u32 (&w)[4]) {
+  const plus_u32 a = __byte_perm(w[0], w[1], 0x5140), b = __byte_perm(w[2], w[3], 0x5140);
+  const plus_u32 c = __byte_perm(w[0], w[1], 0x7362), d = __byte_perm(w[2], w[3], 0x7362);
+  w[0] = __byte_perm(a, b, 0x5410);
+  w[1] = __byte_perm(a, b, 0x7632);
+  w[2] = __byte_perm(c, d, 0x5410);
+  w[3] = __byte_perm(c, d, 0x7632);
+}
+// A [128 k][128 n] box of B transposed in place into [128 n][128 k] (both swizzled): its 32 x 32 blocks of 4 x 4
+// bytes, (bi, bj) swapped with (bj, bi), each transposed. The 528 pairs bi <= bj fold into 16 rows of 33: row r
+// holds (r, r..31) and (31 - r, 31 - r..31). Thread `q0` of `step` takes pairs q0, q0 + step, ...
+PLUS_DEV void transpose_box(plus_u32 box, unsigned q0, unsigned step) {
+#pragma unroll 1
+  for (unsigned q = q0; q < 528u; q += step) {
+    const unsigned r = q / 33u, c = q % 33u;
+    const bool upper = c < 32u - r;
+    const unsigned bi = upper ? r : 31u - r, bj = upper ? r + c : c - 1u;
+    const plus_u32 at_p = sw128_row0(box, 4 * bi, 4 * bj), at_t = sw128_row0(box, 4 * bj, 4 * bi);
+    plus_u32 p[4], t[4];
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) {
+      p[i] = ld_w(at_p ^ (i * 0x90u));
+      t[i] = ld_w(at_t ^ (i * 0x90u));
+    }
+    transpose4(p);
+    transpose4(t);
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) {
+      st_w(at_t ^ (i * 0x90u), p[i]);
+      st_w(at_p ^ (i * 0x90u), t[i]);
+    }
+  }
+}
+#endif
 
 // A work unit: (split, batch, m tile, n tile) from its linear index, n fastest. With B multicast the index
 // counts clusters of CL m tiles (tiles_m is then the clusters') and `rank` picks the CTA's tile of them.
@@ -274,10 +366,10 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
           }
 #else
 #pragma unroll
-          for (int j = rank; j < BN / 64; j += CL) {
+          for (int j = rank; j < BN / BOX_N; j += CL) {
             // a box starting past N would bring only fill: load the last columns instead (never stored)
             const int half = PLUS_GATED ? (j >= BN / 128) : 0;
-            const long long c = t.n0 + 64LL * (PLUS_GATED ? j % (BN / 128) : j);
+            const long long c = t.n0 + (long long)BOX_N * (PLUS_GATED ? j % (BN / 128) : j);
             const int col = (int)min(c, N - 1);
 #if PLUS_GATED
             const PlusTmap* mp = half ? mb1 : mb;
@@ -307,8 +399,8 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
     const int w = wg - 1;                                   // rows [64 w, 64 w + 64) of the tile
     const int wt = tid % 128, warp = wt / 32, lane = tid % 32;
     const plus_u32 a_off = (plus_u32)(w * 64) * 128u;
-#if PLUS_B_TRANS
-    constexpr plus_u32 B_LBO = 16, B_SBO = 1024, B_K16_STEP = 32;      // K-major: LBO unused
+#if PLUS_B_TRANS || PLUS_MATH == 3
+    constexpr plus_u32 B_LBO = 16, B_SBO = 1024, B_K16_STEP = 32;      // K-major (8-bit: as transposed): LBO unused
 #else
     constexpr plus_u32 B_LBO = MN_BLOCK_BYTES, B_SBO = 1024, B_K16_STEP = 2 * 1024;   // MN-major
 #endif
@@ -325,7 +417,7 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
     const plus_u64 desc_b0 = plus_wgmma_desc_sw128(smem + A_BYTES, B_LBO, B_SBO);
     int stage = 0;
     plus_u32 phase = 0;
-    float acc[BN / 2];
+    acc_t acc[BN / 2];
 #pragma unroll 1
     for (long long u = ufirst; u < units; u += ustep) {
       const Unit t = unit_of(u, tiles_n, tiles_m, shape.batch, rank);
@@ -334,21 +426,33 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
       const long long kt0 = t.split * per_split;
       const long long nk = max(0LL, min(ktiles, kt0 + per_split) - kt0);
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < BN / 2; ++i) acc[i] = (acc_t)0;
       int prev = -1;
 #pragma unroll 1
       for (long long kt = 0; kt < nk; ++kt) {
         plus_mbar_wait(full + 8 * stage, phase);
+#if PLUS_WS_TRANSPOSE
+        // B's [k][n] boxes turned K-major by every consumer thread together (the previous group still runs)
+#pragma unroll 1
+        for (int j = 0; j < BN / BOX_N; ++j)
+          transpose_box(smem + stage * STAGE_BYTES + A_BYTES + j * MN_BLOCK_BYTES, (unsigned)(tid - 128), 128 * CONSUMERS);
+        plus_fence_proxy_async();                      // the generic writes, before wgmma's async-proxy reads
+        plus_named_sync(TRANSPOSED_BAR, 128 * CONSUMERS);
+#endif
         // descriptors of stage `stage`: those of stage 0 with the start address moved (its field holds address
         // >> 4, and shared addresses stay below 256 KiB: no carry out of the field)
         const plus_u64 step = (plus_u64)((plus_u32)stage * (STAGE_BYTES >> 4));
         plus_wgmma_fence_regs(acc);
         plus_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
+        for (int kk = 0; kk < BK / KSTEP; ++kk) {
           const plus_u64 da = desc_a0 + step + (plus_u64)(kk * 32 >> 4);
           const plus_u64 db = desc_b0 + step + (plus_u64)(kk * B_K16_STEP >> 4);
+#if PLUS_MATH == 3
+          plus_wgmma_m64k32_i8<((plus_ab_t)-1 < 0), ((plus_b_t)-1 < 0), BN>(acc, da, db);
+#else
           plus_wgmma_m64k16<plus_ab_t, BN, PLUS_B_TRANS ? 0 : 1>(acc, da, db);
+#endif
         }
         plus_wgmma_commit();
         plus_wgmma_wait<1>();                          // the previous k-tile's group has read its stage
@@ -409,7 +513,8 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
         auto dsrc = [&](unsigned i) { return mf ? (dc(i) * TLD + dr(i)) * 4u : dr(i) * SLD * 4u; };
         auto emit = [&](unsigned i) {
           const long long m = mrow + lr + dr(i), n = nbase + lc + dc(i);
-          const float v = ld_f(lsrc + dsrc(i));
+          acc_t v;
+          ld_acc(lsrc + dsrc(i), v);
 #if PLUS_GATED
           const float v1 = ld_f(lsrc + dsrc(i) + EPI_W * 4u);
 #if PLUS_SPLITK > 1
@@ -421,7 +526,7 @@ extern "C" __global__ void PLUS_WS_CLUSTER_DIMS __launch_bounds__(PLUS_THREADS, 
 #endif
 #elif PLUS_SPLITK > 1
           ((float*)args.scratch[0])[(((long long)t.split * shape.batch + t.b) * M + m) * shape.N + n] = v;
-#elif !defined(PLUS_HAS_EPILOGUE)
+#elif !defined(PLUS_HAS_EPILOGUE) && PLUS_MATH != 3
           ((plus_c_t*)args.out[0])[(t.b * M + m) * shape.N + n] = plus_cvt<plus_c_t>(v);
 #else
           plus_epilogue(args, t.b, m, n, v);

@@ -2,8 +2,9 @@
 gemm template with PLUS_MATH 3, whose mainloop multiplies int8/uint8 operands on the tensor cores (mma.sync
 m16n8k32, exact s32 sums) and hands the epilogue the exact sum as an int; the epilogue's Cast to float, the scales,
 the zero-point correction, bias, activation, residual and the requantization of the consumer are the subgraph's
-element-wise ops. The same mma.sync menu on every arch (sm_90a included: no 8-bit wgmma template yet), never split
-along K (the partial sums would go through fp32 scratch)."""
+element-wise ops. The same mma.sync menu on every arch; on sm_90a also the 8-bit TMA tiles (gemm_sm90a_ws.cuh, wgmma
+k32) where the operands have tensor maps (routes.gemm_menu). Never split along K (the partial sums would go through
+fp32 scratch)."""
 from __future__ import annotations
 
 from ...codegen import dtypes

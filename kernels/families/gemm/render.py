@@ -134,8 +134,12 @@ def _side_and_menu(job, st) -> tuple:
     """(point-wise kernels of the outputs the GEMM does not compute, the config menu: None for the arch's)."""
     extra = job.side_kernels(st.side)
     # a MatMulNBits B is decoded by gemm.cuh's mainloop (nbits.py): that template's menu on every arch
-    # an 8-bit GEMM (MatMulInteger): the mma.sync m16n8k32 menu on every arch, exact sums, never split (int8.py)
-    menu = gemm_configs.configs(routes.gemm_math(st.dt, job.fp32_math)) if st.nb or st.i8 else None
+    # an 8-bit GEMM (MatMulInteger): the mma.sync m16n8k32 menu on every arch, and on sm_90a the 8-bit TMA tiles
+    # when the operands have tensor maps; exact sums, never split (int8.py)
+    if st.i8:
+        return extra, routes.gemm_menu(gemm_configs.MATH_INT8, job.target.arch, tma=st.tma is not None,
+                                       b_kmajor=st.trans_b)
+    menu = gemm_configs.configs(routes.gemm_math(st.dt, job.fp32_math)) if st.nb else None
     return extra, menu
 
 

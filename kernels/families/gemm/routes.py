@@ -42,11 +42,16 @@ def gemm_math(dtype, fp32_math) -> int:
     return gemm_configs.MATH_TF32 if fp32_math == "tf32" else gemm_configs.MATH_SIMT
 
 
-def gemm_menu(math_, arch, tma=False, gated=False):
+def gemm_menu(math_, arch, tma=False, gated=False, b_kmajor=False):
     """The plain GEMM menu of a math path on an arch; on sm_90a the wgmma tiles plus the small ones (64 x 64)
     that spread a weight-dominated GEMM over more SMs, and with `tma` (the operands have tensor maps,
     tma.py) the warp-specialised persistent TMA tiles; `gated` (two products side by side in a tile) keeps
-    the TMA tiles whose halves are whole 64-column boxes (BN 128 or 256)."""
+    the TMA tiles whose halves are whole 64-column boxes (BN 128 or 256). 8-bit operands: the mma.sync menu,
+    plus on sm_90a with `tma` the 8-bit TMA tiles: for B stored [N, K] (`b_kmajor`) or, transposing its boxes in
+    shared memory, [K, N] (8-bit wgmma reads K-major operands only)."""
+    if math_ == gemm_configs.MATH_INT8 and tma and not gated and arch_table.get(arch).wgmma:
+        return gemm_configs.configs(math_) + (gemm_sm90a_configs.WS8_CONFIGS if b_kmajor
+                                              else gemm_sm90a_configs.WS8T_CONFIGS)
     if math_ == gemm_configs.MATH_F16 and arch_table.get(arch).wgmma:
         ws = tuple(c for c in gemm_sm90a_configs.WS_CONFIGS if not gated or c.bn % 128 == 0) if tma else ()
         return gemm_sm90a_configs.CONFIGS + gemm_sm90a_configs.SMALL_CONFIGS + ws
@@ -63,12 +68,12 @@ def forced_exclusions(arch) -> frozenset:
     if not pats or not arch_table.get(arch).wgmma:
         return frozenset()
     names = [c.name for c in gemm_sm90a_configs.CONFIGS + gemm_sm90a_configs.CLUSTER_CONFIGS
-             + gemm_sm90a_configs.WS_CONFIGS]
+             + gemm_sm90a_configs.WS_CONFIGS + gemm_sm90a_configs.WS8_CONFIGS + gemm_sm90a_configs.WS8T_CONFIGS]
     return frozenset(n for n in names if not any(fnmatch(n, p) for p in pats))
 
 
 def _is_sm90a(cfg) -> bool:
-    return cfg.name.startswith(("wg_", "ws_"))
+    return cfg.name.startswith(("wg_", "ws_", "ws8_", "ws8t_"))
 
 
 def gemm_header(cfg) -> str:

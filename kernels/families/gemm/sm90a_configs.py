@@ -16,7 +16,7 @@ is a warpgroup's tile, not a warp's.
 
 from __future__ import annotations
 
-from .configs import MATH_F16, GemmConfig, grid, reduce_grid
+from .configs import MATH_F16, MATH_INT8, GemmConfig, grid, reduce_grid
 from .configs import defines as _defines
 
 WARPGROUP = 128
@@ -100,14 +100,15 @@ def ws_threads(bm: int) -> int:
 
 
 def ws_smem_bytes(bm: int, bn: int, stages: int) -> int:
-    """PLUS_SMEM_BYTES of gemm_sm90a_ws.cuh: the stage ring, each consumer's epilogue staging buffer (64 rows x 40
-    floats: 32 columns and a pad, or 16 of each product gated; 32 x 68 transposed fits too), the 2 x stages
-    mbarriers, 1 KB to realign the base."""
+    """PLUS_SMEM_BYTES of gemm_sm90a_ws.cuh: the stage ring (128-byte rows: 64 16-bit or 128 8-bit elements of k),
+    each consumer's epilogue staging buffer (64 rows x 40 floats: 32 columns and a pad, or 16 of each product
+    gated; 32 x 68 transposed fits too), the 2 x stages mbarriers, 1 KB to realign the base."""
     return stages * (bm + bn) * BK * 2 + (bm // 64) * WS_STAGING_FLOATS * 4 + stages * 16 + 1024
 
 
-def _ws(name: str, bm: int, bn: int, stages: int) -> GemmConfig:
-    return GemmConfig(name, MATH_F16, bm, bn, BK, 64, bn, stages, ws_threads(bm), ws_smem_bytes(bm, bn, stages))
+def _ws(name: str, bm: int, bn: int, stages: int, math: int = MATH_F16) -> GemmConfig:
+    bk = BK if math == MATH_F16 else 2 * BK     # one 128-byte swizzle row: 64 16-bit or 128 8-bit elements
+    return GemmConfig(name, math, bm, bn, bk, 64, bn, stages, ws_threads(bm), ws_smem_bytes(bm, bn, stages))
 
 
 WS_CONFIGS = (
@@ -126,11 +127,41 @@ WS_CONFIGS = (
     # four CTAs share B (three boxes: rank 3 loads only its A): L2 serves B once per four m tiles
     _ws("ws_128x192x64_s5_c4", 128, 192, 5),
 )
-WS_BY_NAME = {c.name: c for c in WS_CONFIGS}
+# The same template on 8-bit integers (PLUS_MATH 3, ONNX MatMulInteger): wgmma m64nBNk32 with exact s32 sums,
+# BK = 128 (a stage holds the same bytes as the f16 tile's), never split along K; the s32 accumulators take the
+# fp32 ones' registers. 8-bit wgmma reads K-major operands only: WS8_CONFIGS take B stored [N, K] (B_TRANS 1),
+# WS8T_CONFIGS a B stored [K, N] (B_TRANS 0, MatMulInteger's), which their consumers transpose in shared memory
+# (boxes of 128 columns: BN 128 or 256), charged by the issue table.
+WS8_CONFIGS = (
+    _ws("ws8_128x256x128_s4", 128, 256, 4, MATH_INT8),
+    _ws("ws8_128x128x128_s6", 128, 128, 6, MATH_INT8),
+    _ws("ws8_128x192x128_s5", 128, 192, 5, MATH_INT8),
+    _ws("ws8_64x256x128_s5", 64, 256, 5, MATH_INT8),
+    _ws("ws8_64x128x128_s8", 64, 128, 8, MATH_INT8),
+    # one consumer of 64 x 192: BERT-base's N = 768 projections at M = 2048 fill 128 SMs without a K split
+    _ws("ws8_64x192x128_s6", 64, 192, 6, MATH_INT8),
+    _ws("ws8_64x192x128_s6_c2", 64, 192, 6, MATH_INT8),
+    _ws("ws8_128x256x128_s4_c2", 128, 256, 4, MATH_INT8),
+    _ws("ws8_128x192x128_s5_c2", 128, 192, 5, MATH_INT8),
+)
+WS8T_CONFIGS = (
+    _ws("ws8t_128x256x128_s4", 128, 256, 4, MATH_INT8),
+    _ws("ws8t_128x128x128_s6", 128, 128, 6, MATH_INT8),
+    _ws("ws8t_64x256x128_s5", 64, 256, 5, MATH_INT8),
+    _ws("ws8t_64x128x128_s8", 64, 128, 8, MATH_INT8),
+    _ws("ws8t_128x256x128_s4_c2", 128, 256, 4, MATH_INT8),
+    _ws("ws8t_128x128x128_s6_c2", 128, 128, 6, MATH_INT8),
+)
+WS_BY_NAME = {c.name: c for c in WS_CONFIGS + WS8_CONFIGS + WS8T_CONFIGS}
+
+
+def transposes_b(cfg) -> bool:
+    """An 8-bit TMA tile for a B stored [K, N] (B_TRANS 0), transposed in shared memory by its consumers."""
+    return cfg.name.startswith("ws8t_")
 
 
 def is_ws(cfg) -> bool:
-    return cfg.name.startswith("ws_")
+    return cfg.name.startswith(("ws_", "ws8_", "ws8t_"))
 
 
 def ws_cluster(cfg) -> int:
@@ -141,7 +172,7 @@ def ws_cluster(cfg) -> int:
 
 def ws_defines(cfg: GemmConfig, *, b_trans: int = 0, splitk: int = 1, persistent: bool = True) -> dict[str, int]:
     """The `#define`s of a gemm_sm90a_ws.cuh variant."""
-    out = {"PLUS_MATH": MATH_F16, "PLUS_BM": cfg.bm, "PLUS_BN": cfg.bn, "PLUS_BK": cfg.bk, "PLUS_STAGES": cfg.stages,
+    out = {"PLUS_MATH": cfg.math, "PLUS_BM": cfg.bm, "PLUS_BN": cfg.bn, "PLUS_BK": cfg.bk, "PLUS_STAGES": cfg.stages,
            "PLUS_SPLITK": int(splitk), "PLUS_B_TRANS": int(bool(b_trans))}
     if ws_cluster(cfg) > 1:
         out["PLUS_WS_CLUSTER"] = ws_cluster(cfg)
@@ -161,6 +192,12 @@ ISSUES = {
     "wg_64x256x64_w64x256_s4": (15508, 1072), "wg_64x512x64_w64x256_s3": (31200, 2056),
     "ws_128x256x64_s4": (9047, 494), "ws_128x128x64_s6": (4944, 386), "ws_128x192x64_s5": (6609, 443),
     "ws_64x256x64_s5": (4675, 241), "ws_64x128x64_s8": (2607, 209),
+    # 8-bit (k-tiles of 128 elements, measured at K = 256 and 768; the default epilogue storing the s32 sums)
+    "ws8_128x256x128_s4": (8030, 480), "ws8_128x128x128_s6": (4461, 384), "ws8_128x192x128_s5": (5850, 431),
+    "ws8_64x256x128_s5": (4158, 235), "ws8_64x128x128_s8": (2364, 207), "ws8_64x192x128_s6": (3074, 208),
+    # ... transposing a [K, N] B in shared memory (B_TRANS 0)
+    "ws8t_128x256x128_s4": (8081, 3370), "ws8t_128x128x128_s6": (4421, 1872), "ws8t_64x256x128_s5": (4188, 3037),
+    "ws8t_64x128x128_s8": (2368, 1603),
 }
 
 
@@ -180,6 +217,7 @@ def defines(cfg: GemmConfig, *, b_trans: int = 0, aligned: int = 0, splitk: int 
 
 
 __all__ = ["BK", "BY_NAME", "CLUSTER_CONFIGS", "CLUSTER_MAX", "CLUSTER_WIDTHS", "CONFIGS", "GemmConfig", "ISSUES", "MATH_F16",
-           "SMALL_CONFIGS", "WARPGROUP", "WS_BY_NAME", "WS_CONFIGS",
-           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "is_ws", "issues", "reduce_grid",
+           "SMALL_CONFIGS", "WARPGROUP", "WS8T_CONFIGS", "WS8_CONFIGS", "WS_BY_NAME", "WS_CONFIGS",
+           "cluster_bn", "cluster_menu", "defines", "gemm_smem_bytes", "gemm_threads", "grid", "is_ws", "issues",
+           "reduce_grid", "transposes_b",
            "ws_cluster", "ws_defines", "ws_smem_bytes", "ws_threads"]

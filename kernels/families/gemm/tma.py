@@ -5,13 +5,14 @@ plan's `tmap` records for a config (kernels/CONTRACT.md §3) and the hooks that 
     t.hooks()                  # PLUS_HAS_TMA_MAPS, PLUS_TMAPS, plus_tma_a / plus_tma_b (/ plus_tma_b1)
     t.records(cfg, syms)       # the kernel line's tmap tuples (kernels/wire/plan.py tmap)
 
-A map reads rows of whole 16-byte chunks (K and B's row stride static multiples of 8 elements) of an f16 or
-bf16 tensor that either has the launch's whole batch (its batch dims equal the output's: batch coordinate b)
+A map reads rows of whole 16-byte chunks (K and B's row stride static multiples of 8 16-bit or 16 8-bit elements)
+of an f16, bf16, int8 or uint8 tensor that either has the launch's whole batch (its batch dims equal the output's: batch coordinate b)
 or one matrix for every batch index (coordinate 0); anything else (a partly broadcast batch, a symbolic or
 odd row length) keeps the cp.async templates. Maps are 3-D: (inner, rows, batch). A: (K, M, batches of A);
 B: (N, K, ...) with B_TRANS 0, (K, N, ...) with B_TRANS 1; a gated B1 is B0's map moved by `b1_offset`
 elements. Boxes: A [64 k][BM m], B [64 k][64 n] (B_TRANS 0, BN/64 of them) or [64 k][BN n] (B_TRANS 1; BN/2
-per product gated), all under the 128-byte swizzle.
+per product gated), all under the 128-byte swizzle; 8-bit boxes are 128 elements wide (cfg.bk: one 128-byte row),
+B_TRANS 0: [128 k][128 n] (the kernel transposes them in shared memory).
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from onnx import TensorProto
 from ...codegen import symdim
 from ...wire.plan import MAX_TMAPS_PER_KERNEL, tmap
 
-BK = 64
 TMA_DTYPES = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+TMA_8BIT = (TensorProto.INT8, TensorProto.UINT8)
 
 
 def batch_kind(shape, batch) -> str | None:
@@ -37,9 +38,10 @@ def batch_kind(shape, batch) -> str | None:
     return None
 
 
-def _whole_chunks(x) -> bool:
+def _whole_chunks(x, elem: int = 2) -> bool:
+    """`x` elements of `elem` bytes are a static, positive number of 16-byte chunks."""
     e = symdim.parse(x)
-    return bool(e.is_Integer and int(e) > 0 and int(e) % 8 == 0)
+    return bool(e.is_Integer and int(e) > 0 and (int(e) * elem) % 16 == 0)
 
 
 @dataclass
@@ -94,7 +96,7 @@ class Operands:
         for k, kind in self.a:
             nb = nbatch if kind == "full" else 1
             out.append(tmap(self.dt, "in", k, (rpn(self.K), rpn(self.M), rpn(nb)),
-                            (rpn(self.K), rpn(self.M * self.K)), (BK, cfg.bm, 1), 128))
+                            (rpn(self.K), rpn(self.M * self.K)), (cfg.bk, cfg.bm, 1), 128))
         bn = (cfg.bn // 2 if gated else cfg.bn) // cluster
         bs = list(self.b) + ([self.b1[:4]] if self.b1 else [])
         offsets = ["0"] * len(self.b) + ([rpn(self.b1[4])] if self.b1 else [])
@@ -102,10 +104,10 @@ class Operands:
             nb = nbatch if kind == "full" else 1
             if self.trans_b:
                 out.append(tmap(self.dt, "in", k, (rpn(self.K), rpn(n), rpn(nb)), (rpn(ld), rpn(n * ld)),
-                                (BK, bn, 1), 128, off))
+                                (cfg.bk, bn, 1), 128, off))
             else:
                 out.append(tmap(self.dt, "in", k, (rpn(n), rpn(self.K), rpn(nb)), (rpn(ld), rpn(self.K * ld)),
-                                (64, BK, 1), 128, off))
+                                (cfg.bk, cfg.bk, 1), 128, off))
         return tuple(out)
 
 
@@ -119,7 +121,8 @@ def operands(dt, M, K, nbatch, trans_b, batch, a_list, b_list, b1=None, members=
     or one per member); `b_list`: [(job input index, shape, N, B's row stride)] per member; `b1`: a gated
     product's (job input index, shape, N, row stride, offset in elements) or None; `batch`: the launch's
     batch dims of one member."""
-    if dt not in TMA_DTYPES or not _whole_chunks(K):
+    elem = 1 if dt in TMA_8BIT else 2
+    if not (dt in TMA_DTYPES or (dt in TMA_8BIT and b1 is None)) or not _whole_chunks(K, elem):
         return None
     a = []
     for k, shape in a_list:
@@ -130,7 +133,7 @@ def operands(dt, M, K, nbatch, trans_b, batch, a_list, b_list, b1=None, members=
     b = []
     for k, shape, n, ld in b_list + ([b1[:4]] if b1 else []):
         kind = batch_kind(shape, batch)
-        if kind is None or not _whole_chunks(ld) or not symdim.parse(n).is_Integer:
+        if kind is None or not _whole_chunks(ld, elem) or not symdim.parse(n).is_Integer:
             return None
         b.append((k, kind, symdim.parse(n), symdim.parse(ld)))
     t = Operands(dt, symdim.parse(M), symdim.parse(K), symdim.parse(nbatch), bool(trans_b), a, b[:len(b_list)],

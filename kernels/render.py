@@ -25,8 +25,8 @@ from .codegen import assumed, pointwise, shapevals, symdim
 from .compile import sources
 from .families import NoKernelHalf, kernel_half
 from .target import Target
-from .wire.plan import (Launch, Plan, Route, add_assumptions, add_extents, check_bound, checked_composite_dims,
-                        input_tokens)
+from .wire.plan import (Launch, Plan, Route, add_assumptions, add_extents, add_zero_meanings, check_bound,
+                        checked_composite_dims, input_tokens)
 from ..limits import LITERAL_ELEMENTS, MAX_IN, MAX_OUT, MAX_SHAPEV, MAX_SYM
 from .codegen.pull import Emitter, RenderError
 from .codegen.row import RowProgram
@@ -72,6 +72,7 @@ class Job:
             self.plan.outputs.append((em.dtype(t), [self.syms.rpn(d) for d in em.shape(t)]))
         add_extents(self.plan, self.syms, self.inputs, self.outputs, self.nodes, em.shape, em.input_shape, self.own)
         add_assumptions(self.plan, self.syms, self.inputs, self.assumed)
+        add_zero_meanings(self.plan, self.syms, self.inputs, self.nodes, em.shape, self.assumed.shape_values)
 
     def _shape_values(self):
         """Symbols no input axis gives, bound from the values of input shape tensors (the plan's

@@ -138,3 +138,48 @@ _RULES = {
     "Add": _binary(lambda x, y: x + y), "Sub": _binary(lambda x, y: x - y),
     "Mul": _binary(lambda x, y: x * y), "Div": _binary(_div),
 }
+
+
+POSITIONAL = ("Cast", "Identity", "Squeeze", "Unsqueeze")   # readers that keep each element where it is
+
+
+def zero_meaning(nodes, t, j, shape, values=()):
+    """What a 0 at element `j` of shape tensor `t` (elements `values`, where known) means to the `nodes`
+    (a fused subgraph) that read it: ONNX Reshape with allowzero 0 copies its data input's dim `j` there
+    (`shape(x)[j]`, sympy), any other reader takes the 0 as is (sympy 0). None where that is not one dim:
+    the readers disagree, the Reshape's input has no dim `j` (ONNX Runtime refuses such a 0), a Reshape
+    with allowzero 1 also reads a -1 (ONNX: invalid), or the elements reach a Reshape's shape through a
+    node that moves them. E.g. Reshape(x [rows, 96], t) with t = [batch, seq, 96]:
+    zero_meaning(nodes, "t", 0, shape) == rows; j=1: 96; j=2: None."""
+    readers = [(n, k) for n in nodes for k, x in enumerate(n.input) if x == t]
+    means = []
+    for n, k in readers:
+        if n.op_type == "Reshape" and k == 1:
+            allowzero = next((a.i for a in n.attribute if a.name == "allowzero"), 0)
+            dims = shape(n.input[0])
+            if allowzero:
+                means.append(None if any(v == -1 for v in values) else sympy.Integer(0))
+            else:
+                means.append(dims[j] if j < len(dims) else None)
+        elif n.op_type in POSITIONAL and k == 0 and n.output and n.output[0]:
+            means.append(zero_meaning(nodes, n.output[0], j, shape, values))
+        else:
+            means.append(None if any(_reaches_reshape(nodes, o) for o in n.output if o) else sympy.Integer(0))
+    if any(m is None for m in means):
+        return None
+    firsts = means[:1] or [sympy.Integer(0)]
+    return firsts[0] if all(sympy.simplify(m - firsts[0]) == 0 for m in means) else None
+
+
+def _reaches_reshape(nodes, t, _seen=None) -> bool:
+    """Whether tensor `t`'s values reach the shape input of a Reshape among `nodes`."""
+    seen = _seen if _seen is not None else set()
+    if t in seen:
+        return False
+    seen.add(t)
+    for n in nodes:
+        for k, x in enumerate(n.input):
+            if x == t and ((n.op_type == "Reshape" and k == 1) or any(_reaches_reshape(nodes, o, seen)
+                                                                     for o in n.output if o)):
+                return True
+    return False

@@ -74,6 +74,7 @@ class Plan:
     routes: list = field(default_factory=list)
     archs: list = field(default_factory=list)
     shapev: list = field(default_factory=list)    # (K, input i, element j): symbol K from a shape tensor
+    shapev_zero: list = field(default_factory=list)   # (i, j, `shapev` fields after j): what a 0 there binds
     vals: list | None = None                      # `val` expressions; None: v[K] = sK for bound symbols
     extents: list = field(default_factory=list)   # ("in"|"out", index, rpn): elements the kernels touch
     exact: list = field(default_factory=list)     # ("in"|"out", index, dim): a quotient dim that must divide
@@ -89,7 +90,8 @@ class Plan:
         for i, (dt, dims) in enumerate(self.inputs):
             lines.append(" ".join(["in", str(i), str(dt), str(len(dims)), *dims]))
         # after the `in` lines (their inputs must be declared), before anything reading the symbols
-        lines += [f"shapev s{k} {i} {j}" for k, i, j in self.shapev]
+        zero = {(i, j): z for i, j, z in self.shapev_zero}
+        lines += [f"shapev s{k} {i} {j}" + (f" {zero[i, j]}" if (i, j) in zero else "") for k, i, j in self.shapev]
         for i, (dt, dims) in enumerate(self.outputs):
             lines.append(" ".join(["out", str(i), str(dt), str(len(dims)), *dims]))
         lines += [f"extent {kind} {i} {e}" for kind, i, e in self.extents]
@@ -139,7 +141,8 @@ def merge(parts, archs) -> Plan:
     RenderError when the groups disagree on the node's inputs, outputs or symbols."""
     (first_archs, base), rest = parts[0], parts[1:]
     for group_archs, p in rest:
-        if (p.inputs, p.outputs, p.syms, p.shapev) != (base.inputs, base.outputs, base.syms, base.shapev):
+        if (p.inputs, p.outputs, p.syms, p.shapev, p.shapev_zero) != (base.inputs, base.outputs, base.syms, base.shapev,
+                                                                      base.shapev_zero):
             raise RenderError(f"{base.node}: the renders for {group_archs[0]} and {first_archs[0]} disagree on "
                               "the node's inputs, outputs or symbols")
     plan = copy.copy(base)
@@ -305,6 +308,30 @@ def add_assumptions(plan: Plan, syms: symdim.Symbols, inputs, assumed) -> None:
         raise RenderError(f"{plan.node}: more than {MAX_RECORDS} broadcast axes or assumed dims (plan.c's limit)")
 
 
+def add_zero_meanings(plan: Plan, syms: symdim.Symbols, inputs, nodes, shape, values=None) -> None:
+    """The `zero` field of each `shapev` line (CONTRACT.md §3): what the subgraph's `nodes` make of a 0 at
+    that element (kernels/codegen/shapevals.zero_meaning: a Reshape with allowzero 0 copies its input's
+    dim there), as an expression over the symbols bound before the line (input axes, earlier `shapev`
+    lines), else `-` (the launcher refuses the 0); `infer` after it where the tensor also holds a -1 the
+    Reshape infers (a copied 0 leaves it nothing to divide by: refused). E.g. GPT-2's Reshape(X2 @ W + B
+    [s0, 96], [batch, seq, 96]): `shapev s1 0 0 s0`, `shapev s2 0 1 96`. `shape(t)`: tensor t's sympy
+    dims; `values`: {shape tensor: its elements} where known (codegen/assumed.Assumed.shape_values)."""
+    from ..codegen import shapevals
+    bound = {syms.names[int(t[1:])] for t in bound_symbols(dataclasses.replace(plan, shapev=[]))}   # input axes
+    plan.shapev_zero = []
+    for k, i, j in plan.shapev:
+        vals = (values or {}).get(inputs[i], ())
+        e = shapevals.zero_meaning(nodes, inputs[i], j, shape, vals)
+        try:
+            z = syms.rpn(e) if e is not None and {str(f) for f in e.free_symbols} <= bound else "-"
+        except symdim.DimError:
+            z = "-"
+        if z != "-" and not e.is_Integer and any(v == -1 for v in vals):
+            z += " infer"        # a Reshape that also infers a -1 refuses a 0 it copies
+        plan.shapev_zero.append((i, j, z))
+        bound.add(syms.names[k])
+
+
 def check_bound(plan: Plan, node_name: str, sources=()):
     """Every symbol the plan's expressions or the kernels use must be bound by an input dim or a
     shape tensor's value (`shapev`)."""
@@ -380,10 +407,12 @@ def parse(text: str) -> Plan:
                     raise PlanSyntaxError(no, line, f"rank {tok[2]} but {len(tok) - 3} dims")
                 table.append((int(tok[1]), list(tok[3:])))
             elif kind == "shapev":
-                need(3, "shapev <sK> <i> <j>")
-                if not re.fullmatch(r"s\d+", tok[0]):
-                    raise PlanSyntaxError(no, line, "expected `shapev <sK> <i> <j>`")
+                need(3, "shapev <sK> <i> <j> [<zero>]")
+                if not re.fullmatch(r"s\d+", tok[0]) or len(tok) > 5 or tok[4:] not in ([], ["infer"]):
+                    raise PlanSyntaxError(no, line, "expected `shapev <sK> <i> <j> [<zero> [infer]]`")
                 plan.shapev.append((int(tok[0][1:]), int(tok[1]), int(tok[2])))
+                if len(tok) >= 4:
+                    plan.shapev_zero.append((int(tok[1]), int(tok[2]), " ".join(tok[3:])))
             elif kind in ("val", "scratch"):
                 need(2, f"{kind} <k> <expr>")
                 table = vals if kind == "val" else plan.scratch

@@ -106,9 +106,19 @@ static int no_route(const plus_plan* p, const plus_binding* b, int g, int first,
 
 int plus_plan_input_on_host(const plus_plan* p, int i) { return i >= 0 && i < p->n_in && p->in[i].host; }
 
-/* `shapev` lines: symbols from the values of host-resident shape tensors. */
+/* What the original graph says of such inputs: a quotient or element count that does not come out
+ * exactly is a Reshape (or another view) that ONNX Runtime refuses too. */
+#define RESHAPE_SAYS "the original graph's Reshape refuses these inputs too (ONNX Runtime: \"The input tensor " \
+                     "cannot be reshaped to the requested shape\")"
+/* After a 0 the Reshape copied: a -1 elsewhere in its shape may have taken up what the kernels' dims cannot. */
+#define ZEROS_SAYS "ONNX Runtime's Reshape refuses such inputs too (\"The input tensor cannot be reshaped to the " \
+                   "requested shape\") unless a -1 in the shape takes up the difference; " DISABLE_SAYS
+#define DISABLE_SAYS "if ONNX Runtime runs these inputs, rewrite with `plus-ep rewrite IN -o OUT --disable <pattern>`"
+
+/* `shapev` lines: symbols from the values of host-resident shape tensors. A 0 binds the line's `zero`
+ * (ONNX Reshape, allowzero 0: its input's dim there), recorded in *zeros; `-` refuses it. */
 static int bind_shapev(const plus_plan* p, const plus_tensor_desc* inputs, const char* const* names, plus_env* env,
-                       char* err, size_t errlen) {
+                       uint32_t* zeros, char* err, size_t errlen) {
     char lab[PLUS_NAME_LEN + 16];
     for (int j = 0; j < p->n_shapev; j++) {
         const plus_shapev* sv = &p->shapev[j];
@@ -135,12 +145,40 @@ static int bind_shapev(const plus_plan* p, const plus_tensor_desc* inputs, const
                      sym_label(p, sv->sym, lab, sizeof lab), sv->line, plus_plan_line(p, sv->line));
             return -1;
         }
+        if (x == 0 && sv->zero == PLUS_ZERO_REFUSE) {
+            snprintf(err, errlen, "input %d%s%s%s: element %d is 0, which the original graph's Reshape cannot take "
+                     "there (with allowzero 0 its input has no dim %d to copy, which ONNX Runtime refuses too; with allowzero 1 "
+                     "the shape also holds a -1, invalid ONNX) or these kernels cannot take for %s (plan line %d `%s`); "
+                     DISABLE_SAYS,
+                     sv->input, nm[0] ? " '" : "", nm, nm[0] ? "'" : "", sv->elem, sv->elem,
+                     sym_label(p, sv->sym, lab, sizeof lab), sv->line, plus_plan_line(p, sv->line));
+            return -1;
+        }
+        if (x == 0 && sv->zero == PLUS_ZERO_EXPR) {
+            if (plus_expr_eval(p, sv->zexpr, env, &x, err, errlen)) return -1;
+            if (x < 0) {
+                snprintf(err, errlen, "input %d%s%s%s: element %d is 0, which the Reshape reads as its input's dim "
+                         "there, but that evaluates to %" PRId64 " (plan line %d `%s`)", sv->input, nm[0] ? " '" : "", nm,
+                         nm[0] ? "'" : "", sv->elem, x, sv->line, plus_plan_line(p, sv->line));
+                return -1;
+            }
+            if (x == 0 && sv->infer) {
+                snprintf(err, errlen, "input %d%s%s%s: element %d is 0, which the original graph's Reshape reads as its "
+                         "input's dim %d, also 0, leaving the -1 in its shape nothing to divide by (plan line %d `%s`): "
+                         RESHAPE_SAYS, sv->input, nm[0] ? " '" : "", nm, nm[0] ? "'" : "", sv->elem, sv->elem, sv->line,
+                         plus_plan_line(p, sv->line));
+                return -1;
+            }
+            if (x) *zeros |= 1u << j;   /* a 0 the line keeps (allowzero 1) or copies as 0 needs no word */
+        }
         if (env->bound >> sv->sym & 1u) {
             if (env->sym[sv->sym] != x) {
-                snprintf(err, errlen, "input %d%s%s%s: element %d is %" PRId64 " but %s = %" PRId64
-                         " from an input axis (plan line %d `%s`)", sv->input, nm[0] ? " '" : "", nm, nm[0] ? "'" : "",
-                         sv->elem, x, sym_label(p, sv->sym, lab, sizeof lab), env->sym[sv->sym], sv->line,
-                         plus_plan_line(p, sv->line));
+                sbuf s = {err, errlen, 0};
+                put(&s, "input %d%s%s%s: element %d is ", sv->input, nm[0] ? " '" : "", nm, nm[0] ? "'" : "", sv->elem);
+                if (*zeros >> j & 1u) put(&s, "0, which the Reshape reads as its input's dim there, %" PRId64 ",", x);
+                else put(&s, "%" PRId64, x);
+                put(&s, " but %s = %" PRId64 " from an input axis (plan line %d `%s`)",
+                    sym_label(p, sv->sym, lab, sizeof lab), env->sym[sv->sym], sv->line, plus_plan_line(p, sv->line));
                 return -1;
             }
         } else {
@@ -167,25 +205,32 @@ static void put_dims(sbuf* s, const int64_t* dims, int rank) {
     put(s, "}");
 }
 
-/* What the original graph says of such inputs: a quotient or element count that does not come out
- * exactly is a Reshape (or another view) that ONNX Runtime refuses too. */
-#define RESHAPE_SAYS "the original graph's Reshape refuses these inputs too (ONNX Runtime: \"The input tensor " \
-                     "cannot be reshaped to the requested shape\")"
-#define DISABLE_SAYS "if ONNX Runtime runs these inputs, rewrite with `plus-ep rewrite IN -o OUT --disable <pattern>`"
-
 /* What the original graph says of a run whose shape-tensor values and tensors disagree with what the
- * kernels need: its Reshape refuses them, unless a shape-tensor element the plan reads is 0, which ONNX
- * Reshape (allowzero 0) takes as "the input's own dim" and ORT may well run. */
-static void put_reshape_says(sbuf* s, const plus_plan* p, const plus_env* env, const char* otherwise) {
+ * kernels need: its Reshape refuses them too (`otherwise`), saying first which 0 elements it read as its
+ * input's dims (allowzero 0, as binding did: `zeros`). A 0 a plan without `zero` fields took as is may be
+ * one ORT runs: then the message says so instead. */
+static void put_reshape_says(sbuf* s, const plus_plan* p, const plus_env* env, uint32_t zeros, const char* otherwise) {
     for (int j = 0; j < p->n_shapev; j++) {
         const plus_shapev* sv = &p->shapev[j];
-        if ((env->bound >> sv->sym & 1u) && env->sym[sv->sym] == 0) {
+        if (sv->zero == PLUS_ZERO_ASIS && (env->bound >> sv->sym & 1u) && env->sym[sv->sym] == 0) {
             put(s, "element %d of input %d is 0, which a Reshape reads as its input's own dim (allowzero 0) and "
-                "these kernels do not; " DISABLE_SAYS, sv->elem, sv->input);
+                "these kernels do not (a plan written before `shapev` said what a 0 means: re-run `plus-ep rewrite`); "
+                DISABLE_SAYS, sv->elem, sv->input);
             return;
         }
     }
-    put(s, "%s", otherwise);
+    if (!zeros) {
+        put(s, "%s", otherwise);
+        return;
+    }
+    for (int j = 0; j < p->n_shapev; j++)
+        if (zeros >> j & 1u) {
+            char lab[PLUS_NAME_LEN + 16];
+            put(s, "element %d of input %d is 0, which the Reshape (allowzero 0) reads as its input's dim there: "
+                "%s = %" PRId64 "; ", p->shapev[j].elem, p->shapev[j].input,
+                sym_label(p, p->shapev[j].sym, lab, sizeof lab), env->sym[p->shapev[j].sym]);
+        }
+    put(s, ZEROS_SAYS);
 }
 
 static int elem_count(const int64_t* dims, int rank, int64_t* out) {
@@ -198,7 +243,8 @@ static int elem_count(const int64_t* dims, int rank, int64_t* out) {
 
 /* `extent in` lines: what the kernels read of each present input is exactly its element count. */
 static int check_in_extents(const plus_plan* p, const plus_tensor_desc* inputs, const char* const* names,
-                            const plus_env* env, char* err, size_t errlen) {
+                            const plus_binding* b, char* err, size_t errlen) {
+    const plus_env* env = &b->env;
     for (int j = 0; j < p->n_extent; j++) {
         const plus_extent* x = &p->extent[j];
         int i = x->index;
@@ -215,7 +261,7 @@ static int check_in_extents(const plus_plan* p, const plus_tensor_desc* inputs, 
             x->e.line, plus_plan_line(p, x->e.line));
         put_symbols(&s, p, env);
         put(&s, "): ");
-        put_reshape_says(&s, p, env, RESHAPE_SAYS);
+        put_reshape_says(&s, p, env, b->zeros, RESHAPE_SAYS);
         return -1;
     }
     return 0;
@@ -254,7 +300,8 @@ static int check_bcast(const plus_plan* p, const plus_tensor_desc* inputs, const
 }
 
 /* `equal` lines: dims the rewrite took as equal are equal for this run. */
-static int check_equal(const plus_plan* p, const plus_env* env, char* err, size_t errlen) {
+static int check_equal(const plus_plan* p, const plus_binding* bd, char* err, size_t errlen) {
+    const plus_env* env = &bd->env;
     for (int j = 0; j < p->n_equal; j++) {
         const plus_equal* x = &p->equal[j];
         int64_t a, b;
@@ -268,7 +315,7 @@ static int check_equal(const plus_plan* p, const plus_env* env, char* err, size_
             "(plan line %d `%s`; ", at, a, bt, b, x->line, plus_plan_line(p, x->line));
         put_symbols(&s, p, env);
         put(&s, "): ");
-        put_reshape_says(&s, p, env, "the original graph's node refuses such shapes unless a dim of 1 broadcasts there; "
+        put_reshape_says(&s, p, env, bd->zeros, "the original graph's node refuses such shapes unless a dim of 1 broadcasts there; "
                          DISABLE_SAYS);
         return -1;
     }
@@ -291,7 +338,7 @@ static int check_out_extents(const plus_plan* p, const plus_binding* b, char* er
             x->out ? "output" : "input", x->index, x->dim, nt, dt, num, den, x->line, plus_plan_line(p, x->line));
         put_symbols(&s, p, &b->env);
         put(&s, "): ");
-        put_reshape_says(&s, p, &b->env, RESHAPE_SAYS);
+        put_reshape_says(&s, p, &b->env, b->zeros, RESHAPE_SAYS);
         return -1;
     }
     for (int j = 0; j < p->n_extent; j++) {
@@ -308,7 +355,7 @@ static int check_out_extents(const plus_plan* p, const plus_binding* b, char* er
             b->out_elems[o], p->out[o].line, want, x->e.line, plus_plan_line(p, x->e.line));
         put_symbols(&s, p, &b->env);
         put(&s, "): ");
-        put_reshape_says(&s, p, &b->env, RESHAPE_SAYS);
+        put_reshape_says(&s, p, &b->env, b->zeros, RESHAPE_SAYS);
         return -1;
     }
     return 0;
@@ -350,7 +397,7 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
         if (!inputs[i].present && !p->in_optional[i]) return absent_error(p, 0, i, names, err, errlen);
         if (inputs[i].present && bind_input(p, i, &inputs[i], names, &b->env, err, errlen)) return -1;
     }
-    if (bind_shapev(p, inputs, names, &b->env, err, errlen)) return -1;
+    if (bind_shapev(p, inputs, names, &b->env, &b->zeros, err, errlen)) return -1;
     for (size_t i = 0; i < n_in; i++)   /* expression dims, now that every symbol is bound */
         for (int d = 0; inputs[i].present && d < p->in[i].rank; d++) {
             if (p->in[i].kind[d] != PLUS_DIM_EXPR) continue;
@@ -361,14 +408,18 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
             snprintf(why, sizeof why, "dim %d must be %" PRId64 " from the other dims", d, want);
             return input_error(p, i, names, &inputs[i], why, err, errlen);
         }
-    if (check_bcast(p, inputs, names, &b->env, err, errlen) || check_in_extents(p, inputs, names, &b->env, err, errlen))
+    if (check_bcast(p, inputs, names, &b->env, err, errlen) || check_in_extents(p, inputs, names, b, err, errlen))
         return -1;
     for (int i = 0; i < p->n_val; i++)
         if (plus_expr_eval(p, p->val[i], &b->env, &b->env.v[p->val_slot[i]], err, errlen)) return -1;
     for (int o = 0; o < p->n_out; o++)
         for (int d = 0; d < p->out[o].rank; d++) {
             int64_t x;
-            if (plus_expr_eval(p, p->out[o].dim[d], &b->env, &x, err, errlen)) return -1;
+            if (plus_expr_eval(p, p->out[o].dim[d], &b->env, &x, err, errlen)) {   /* a quotient by a 0 the run gave */
+                sbuf s = {err, errlen, strlen(err)};
+                put(&s, "; these kernels have no output shape for such inputs: " DISABLE_SAYS);
+                return -1;
+            }
             if (x < 0) {
                 snprintf(err, errlen, "output %d dim %d evaluates to %" PRId64 " (plan line %d `%s`)", o, d, x,
                          p->out[o].line, plus_plan_line(p, p->out[o].line));
@@ -385,7 +436,7 @@ int plus_bind(const plus_plan* p, const plus_tensor_desc* inputs, size_t n_in, s
         }
         b->empty &= b->out_elems[o] == 0;
     }
-    if (check_out_extents(p, b, err, errlen) || check_equal(p, &b->env, err, errlen)) return -1;
+    if (check_out_extents(p, b, err, errlen) || check_equal(p, b, err, errlen)) return -1;
     for (int k = 0; k < PLUS_MAX_SCRATCH; k++) {
         if (!p->has_scratch[k]) continue;
         if (plus_expr_eval(p, p->scratch[k], &b->env, &b->scratch_bytes[k], err, errlen)) return -1;

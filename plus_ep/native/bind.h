@@ -23,6 +23,7 @@ typedef struct {
     int64_t scratch_bytes[PLUS_MAX_SCRATCH];
     int64_t out_elems[PLUS_MAX_OUT];    /* element count of each output's shape */
     int empty;                          /* every output has 0 elements: nothing to launch */
+    uint32_t zeros;                     /* bit j: `shapev` line j read a 0 and bound its `zero` instead */
 } plus_binding;
 
 /* Check the inputs against the `in` lines, bind symbols (input axes, then `shapev` values), evaluate

@@ -192,12 +192,15 @@ static int rec_kernel(parser* ps) {
     return 0;
 }
 
-/* `shapev <k> <input> <element>`: symbol k is element `element` of the values of `input` (a rank-0/1
- * int64 or int32 shape tensor the launcher reads on the host). Binds k when no earlier line did. */
+/* `shapev <k> <input> <element> [<zero> [infer]]`: symbol k is element `element` of the values of
+ * `input` (a rank-0/1 int64 or int32 shape tensor the launcher reads on the host). Binds k when no
+ * earlier line did. `zero`: what a 0 element binds instead (an expression over earlier symbols), or `-`
+ * (refused); `infer`: a 0 that binds 0 is refused (plan.h). */
 static int rec_shapev(parser* ps) {
     plus_plan* p = ps->plan;
     int64_t k, i, e;
-    if (need(ps, 4)) return -1;
+    if (ps->nt < 4 || ps->nt > 6 || (ps->nt == 6 && strcmp(ps->tok[5], "infer")))
+        return fail(ps, "expected `shapev <sK> <i> <j> [<zero> [infer]]`");
     if (p->n_shapev == PLUS_MAX_SHAPEV) return fail(ps, "more than %d shapev lines", PLUS_MAX_SHAPEV);
     if (ps->tok[1][0] != 's') return fail(ps, "expected a symbol `sK`, got `%s`", ps->tok[1]);
     ps->tok[1]++;
@@ -216,9 +219,14 @@ static int rec_shapev(parser* ps) {
                     s->line);
     if (s->rank == 0 ? e != 0 : (s->kind[0] == PLUS_DIM_LIT && e >= s->val[0]))
         return fail(ps, "element %" PRId64 " lies outside input %" PRId64 " (plan line %d)", e, i, s->line);
+    plus_shapev sv = {(int)k, (int)i, (int)e, ps->line, PLUS_ZERO_ASIS, ps->nt == 6, {0, 0, 0}};
+    if (ps->nt >= 5) {   /* the expression reads symbols numbered before this line's */
+        sv.zero = strcmp(ps->tok[4], "-") ? PLUS_ZERO_EXPR : PLUS_ZERO_REFUSE;
+        if (sv.zero == PLUS_ZERO_EXPR && expr_tok(ps, 4, p->n_sym, 0, &sv.zexpr)) return -1;
+    }
     if (k == p->n_sym) p->n_sym++;
     s->host = 1;
-    p->shapev[p->n_shapev++] = (plus_shapev){(int)k, (int)i, (int)e, ps->line};
+    p->shapev[p->n_shapev++] = sv;
     return 0;
 }
 

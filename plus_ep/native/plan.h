@@ -49,8 +49,13 @@ typedef struct {
     plus_expr grid[3], block[3], smem;
 } plus_kernel_spec;
 
-/* `shapev <k> <input> <element>`: symbol k is element `element` of input `input`'s values. */
-typedef struct { int sym, input, elem, line; } plus_shapev;
+/* `shapev <k> <input> <element> [<zero> [infer]]`: symbol k is element `element` of input `input`'s
+ * values. `zero` says what a 0 there means (ONNX Reshape, allowzero 0, copies its input's dim): an
+ * expression bound k takes instead (`s0`; `0` keeps the 0), or `-` (a 0 is refused); `infer`: the
+ * Reshape also infers a -1, which a copied 0 leaves nothing to divide by (refused). Without `zero`
+ * (plans written before the field existed) the 0 is taken as is. */
+enum { PLUS_ZERO_ASIS, PLUS_ZERO_EXPR, PLUS_ZERO_REFUSE };
+typedef struct { int sym, input, elem, line, zero, infer; plus_expr zexpr; } plus_shapev;
 
 /* `exact in|out <i> <d>`: dim d of that line is a quotient num/den (ONNX Reshape's exact division). */
 typedef struct { int out, index, dim, line; plus_expr num, den; } plus_exact;

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, event, given, note, seed, settings
 from onnx import helper, numpy_helper
 
 from plus_ep import config
-from plus_ep.graph_rewrites.fuse import DOMAIN, OP_TYPE
+from plus_ep.graph_rewrites.fuse import DOMAIN, OP_TYPE, _canonical_attr
 from plus_ep.graph_rewrites.partition import boundary
 from plus_ep.graph_rewrites.interpret import run_subgraph
 from plus_ep.graph_rewrites.shape_reads import read_shapes_through_copies
@@ -120,7 +120,9 @@ class Float16Reference:
 
 # ---- (b) the partition -------------------------------------------------------------------------
 def _attrs(node):
-    return sorted(a.SerializeToString(deterministic=True) for a in node.attribute)
+    """A node's attributes as fuse() compares them when identical subgraphs share one function body: a
+    Constant's value without its tensor name or doc string (they compute nothing)."""
+    return sorted(_canonical_attr(a) for a in node.attribute)
 
 
 def check_partition(model, res):
@@ -553,3 +555,54 @@ def test_sliced_shape_of_an_intermediate_through_a_concat():
                  [_const("s", 1.5), i64("one", [1]), i64("ax", [-1])])
     res = check_case(case)
     assert [(sg.pattern.name, len(sg.nodes)) for sg in res.subgraphs] == [("row_reduction", len(nodes))]
+
+
+def _scaled_gram_chains(scales):
+    """Found by the fuzzer (PLUS_EP_FUZZ_SEED=7, case RandomChooser(49032)): MatMul(Transpose(t), t) *
+    Constant(scale) with t = Tanh(x_k), one chain per scale, each Constant's value tensor named after its
+    node (as exporters write them)."""
+    nodes, ins, outs = [], [], []
+    for k, scale in enumerate(scales):
+        c = numpy_helper.from_array(np.asarray(scale, np.float32), f"k{k}_value")
+        nodes += [helper.make_node("Tanh", [f"x{k}"], [f"t{k}"]),
+                  helper.make_node("Transpose", [f"t{k}"], [f"tt{k}"], perm=[0, 2, 1]),
+                  helper.make_node("MatMul", [f"tt{k}", f"t{k}"], [f"g{k}"]),
+                  helper.make_node("Constant", [], [f"k{k}"], name=f"k{k}", value=c),
+                  helper.make_node("Mul", [f"g{k}", f"k{k}"], [f"y{k}"])]
+        ins.append(helper.make_tensor_value_info(f"x{k}", F32, ["n", 4, 4]))
+        outs.append(helper.make_tensor_value_info(f"y{k}", F32, ["n", 4, 4]))
+    return _case(nodes, ins, outs)
+
+
+@pytest.mark.parametrize("scales,shared", [((0.25, 0.25), True), ((0.25, 0.5), False)], ids=["equal", "differ"])
+def test_fused_nodes_share_a_body_only_when_it_computes_the_same(scales, shared):
+    """Two GEMM subgraphs alike but for their Constant's tensor name share one function (fuse.py: a
+    Constant's value is compared without its name, which computes nothing); so the partition check reads
+    each body node's attributes as fuse does. Different constant values never share a body."""
+    case = _scaled_gram_chains(scales)
+    res = check_case(case)
+    gemms = [n for n in res.model.graph.node if n.domain == DOMAIN and n.name.startswith("plus_ep/gemm/")]
+    assert len(gemms) == 2, [n.name for n in res.model.graph.node]
+    assert (gemms[0].overload == gemms[1].overload) == shared
+    consts = {f.overload: [onnx.numpy_helper.to_array(n.attribute[0].t) for n in f.node if n.op_type == "Constant"]
+              for f in res.model.functions}
+    assert [float(c) for g in gemms for c in consts[g.overload]] == list(scales)
+
+
+def test_partition_check_reads_constants_as_fuse_does():
+    """Property (b)'s oracle on a shared body: another name for a Constant's value tensor is the same
+    body (fuse.py shares it), another value is a corrupted one."""
+    import copy
+    case = _scaled_gram_chains((0.25, 0.25))
+    res = rewrite_detailed(case.model)
+    check_partition(case.model, res)
+    for name, value, ok in (("renamed_value", 0.25, True), ("k0_value", 0.5, False)):
+        bad = copy.copy(res)
+        bad.model = copy.deepcopy(res.model)
+        const = next(n for f in bad.model.functions for n in f.node if n.op_type == "Constant")
+        const.attribute[0].t.CopyFrom(numpy_helper.from_array(np.asarray(value, np.float32), name))
+        if ok:
+            check_partition(case.model, bad)
+        else:
+            with pytest.raises(AssertionError, match="body node n1 \\(Constant\\)"):
+                check_partition(case.model, bad)

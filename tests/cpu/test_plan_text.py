@@ -51,6 +51,10 @@ def test_shapev_records_round_trip():
     assert "in 1 1 2 * 64\nshapev s0 0 0\nout 0 " in text   # before the `out` lines that read it (plan.c)
     assert "\nval 0 s0\n" in text        # the symbol a shape tensor binds is a bound symbol
     assert P.parse(text).shapev == [(0, 0, 0)]
+    p.shapev_zero = [(0, 0, "s1 infer")]         # what a 0 there binds (a Reshape copies its input's dim)
+    assert "\nshapev s0 0 0 s1 infer\n" in p.text() and P.parse(p.text()).shapev_zero == [(0, 0, "s1 infer")]
+    with pytest.raises(P.PlanSyntaxError, match="shapev <sK> <i> <j> \\[<zero> \\[infer\\]\\]"):
+        P.parse(text.replace("shapev s0 0 0\n", "shapev s0 0 0 s1 other\n"))
 
 
 def test_broadcast_and_equal_records_round_trip():

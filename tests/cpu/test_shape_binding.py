@@ -39,7 +39,7 @@ def test_gpt2_seq_binds_from_the_shape_tensor(tmp_path):
     rd = render(res.view, sg, ins, outs, Target("sm_80", "exact"), node_name="gemm")
     text = rd.plan.text()
     k_seq = rd.plan.syms.index("seq")
-    assert f"shapev s{k_seq} {ins.index('shape')} 1\n" in text
+    assert f"shapev s{k_seq} {ins.index('shape')} 1 192\n" in text     # a 0 there: the GEMM's 192
     assert P.parse(text).shapev == rd.plan.shapev
     # out dims: batch = batch_seq / seq, seq and 192
     assert P.parse(text).outputs[0][1][1] == f"s{k_seq}"
@@ -80,3 +80,38 @@ def test_more_than_32_inputs_render():
     rd = render(res.view, big, ins, outs, Target("sm_80", "exact"), node_name="wide")
     assert len(rd.plan.inputs) == len(ins) > 32
     assert f"args.in[{len(ins) - 1}]" in rd.variants[0].source
+
+
+def test_a_zero_in_a_shape_tensor_means_what_the_reshape_makes_of_it():
+    """The `zero` field of `shapev` lines (issue 34's open finding): ONNX Reshape (allowzero 0) reads a 0
+    as its input's dim there; allowzero 1 keeps it (refused beside a -1); a dim the input lacks, or
+    readers that disagree, refuse it."""
+    import sympy
+    dims = {"x": [sympy.Symbol("rows"), sympy.Integer(96)], "w": [sympy.Integer(4), sympy.Integer(96)]}
+    shape = dims.__getitem__
+
+    def reshape(data="x", allowzero=None, t="s"):
+        return helper.make_node("Reshape", [data, t], ["y"], **({} if allowzero is None else {"allowzero": allowzero}))
+    m = shapevals.zero_meaning
+    assert [m([reshape()], "s", j, shape) for j in range(3)] == [sympy.Symbol("rows"), 96, None]
+    assert m([reshape(allowzero=1)], "s", 0, shape) == 0
+    assert m([reshape(allowzero=1)], "s", 0, shape, [sympy.Symbol("b"), sympy.Integer(-1)]) is None
+    assert m([helper.make_node("Expand", ["x", "s"], ["y"])], "s", 0, shape) == 0
+    assert m([reshape(), reshape("w")], "s", 1, shape) == 96 and m([reshape(), reshape("w")], "s", 0, shape) is None
+    cast = helper.make_node("Cast", ["s"], ["c"], to=TensorProto.INT64)
+    assert m([cast, reshape(t="c")], "s", 0, shape) == sympy.Symbol("rows")        # followed through a Cast
+    moved = helper.make_node("Slice", ["s", "a", "b"], ["c"])
+    assert m([moved, reshape(t="c")], "s", 0, shape) is None                        # positions no longer known
+
+
+@pytest.mark.parametrize("variant,lines", [
+    ({}, ["shapev s1 0 1 192", "shapev s2 0 0 s0"]),
+    ({"allowzero": 1}, ["shapev s1 0 1 0", "shapev s2 0 0 0"]),
+    ({"tail": [-1]}, ["shapev s1 0 1 192", "shapev s2 0 0 s0 infer"]),
+    ({"tail": [], "mask_rank": 3}, ["shapev s2 0 2 -"]),
+], ids=["copy", "allowzero", "infer", "no-dim"])
+def test_rendered_plan_says_what_a_zero_binds(variant, lines):
+    res = rewrite_detailed(shapev_models.gpt2_like(64, **variant), archs=["sm_80"], fp32_math="exact")
+    node = next(n for n in res.model.graph.node if n.domain == "ai.plus_ep")
+    text = next(a.s.decode() for a in node.attribute if a.name == "plus_plan")
+    assert all(f"\n{ln}\n" in text for ln in lines), text

@@ -74,6 +74,11 @@ route 0 1
 kernel 0 0 fake_fill 1 1 1 1 1 1 0
 end
 """
+# As the rewriter writes them now: each `shapev` line says what a 0 there means (ONNX Reshape, allowzero
+# 0: its input's dim, X2 @ W's [s0, 96]); `infer` where the shape also holds a -1 the Reshape infers.
+ROWS_ZERO = ROWS.replace("shapev s1 0 0\n", "shapev s1 0 0 s0\n").replace("shapev s2 0 1\n", "shapev s2 0 1 96\n")
+CHAIN_ZERO = CHAIN.replace("shapev s1 0 1\n", "shapev s1 0 1 96\nshapev s2 0 0 s0\n").replace(
+    "sym 1 seq\n", "sym 1 seq\nsym 2 shape0_0\n").replace("exact out 0 0\n", "exact out 0 0\nequal s2 s0,s1,/ element 0\n")
 X2 = "1:6x32="
 
 
@@ -140,6 +145,40 @@ def test_case_1_consistent_inputs_run(host, twin, plan, shape):
     rc, out = host(twin, plan, _shape(*shape), X2)
     assert rc == 0, out
     assert out.split("out:")[1].split("counts:")[0].split() == ["7"] * 576 and _counts(out)["launch"] == 1, out
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+@pytest.mark.parametrize("plan,shape,x2,want", [
+    (ROWS_ZERO, (0, 1, 96), X2, [6, 1, 96]),         # ORT: [0 -> 6 rows, 1, 96]
+    (CHAIN_ZERO, (0, 1, 96), X2, [6, 1, 96]),
+    (CHAIN_ZERO, (2, 0, 96), "1:192x32=", [2, 96, 96]),   # [2, 0 -> 96, 96] from 192 rows
+    (ROWS_ZERO, (0, 5, 96), "1:0x32=", [0, 5, 96]),  # an empty batch
+], ids=["rows-0x1", "chain-0x1", "chain-2x0", "rows-empty"])
+def test_zero_element_is_the_reshape_input_dim(host, twin, plan, shape, x2, want):
+    rc, out = host(twin, plan, _shape(*shape), x2)
+    assert rc == 0, out
+    n = want[0] * want[1] * want[2]
+    assert out.split("out:")[1].split("counts:")[0].split() == ["7"] * n and _counts(out)["launch"] == (n > 0), out
+
+
+@pytest.mark.parametrize("twin", ["cuda", "cpu"])
+@pytest.mark.parametrize("plan,shape,x2,words", [
+    # issue 34's open finding: X2 [0, 32], mask [65, 0] asked ORT for [65, 96, 96] from 0 elements
+    (ROWS_ZERO, (65, 0, 96), "1:0x32=", ["output 0 would be {65,96,96}", "element 1 of input 0 is 0, which the "
+                                          "Reshape (allowzero 0) reads as its input's dim there: seq (s2) = 96",
+                                          "cannot be reshaped"]),
+    (CHAIN_ZERO, (65, 0, 96), "1:0x32=", ["(s2) = 65 and (s0,s1,/) = 0", "element 1 of input 0 is 0"]),
+    (CHAIN_ZERO, (6, 0, 96), X2, ["6/96, which does not divide exactly", "element 1 of input 0 is 0"]),
+    (CHAIN_ZERO.replace("shapev s2 0 0 s0\n", "shapev s2 0 0 s0 infer\n"), (0, 5, 96), "1:0x32=",
+     ["element 0 is 0, which the original graph's Reshape reads as its input's dim 0, also 0, leaving the -1"]),
+    (ROWS_ZERO.replace("shapev s2 0 1 96\n", "shapev s2 0 1 -\n"), (6, 0, 96), X2,
+     ["element 1 is 0, which the original graph's Reshape cannot take there", "--disable"]),
+], ids=["rows-65x0", "chain-65x0", "chain-6x0", "infer", "refused"])
+def test_zero_element_refused_as_ort_refuses(host, twin, plan, shape, x2, words):
+    rc, out = host(twin, plan, _shape(*shape), x2)
+    line = _error_line(out)
+    assert rc == 1 and f"PlusEP node '{NODE}'" in line and all(w in line for w in words), line
+    assert _counts(out)["launch"] == 0, out
 
 
 @pytest.mark.parametrize("twin", ["cuda", "cpu"])
@@ -294,6 +333,13 @@ def test_plugin_ep_cases_1_to_3(tmp_path, fake_cuda):
         assert res == {"y": [shape, 7.0]} if ok else "cannot be reshaped" in res.get("error", ""), res
     res = _ep_run(fake_cuda, _ep_model(CHAIN, tmp_path / "absent.onnx", wire_b=False), [3, 2, 96])
     assert f"PlusEP node '{NODE}': input 2 is absent (wired \"\")" in res.get("error", ""), res
+
+
+def test_plugin_ep_zero_element_is_the_reshape_input_dim(tmp_path, fake_cuda):
+    rows = _ep_model(ROWS_ZERO, tmp_path / "rows.onnx")
+    assert _ep_run(fake_cuda, rows, [0, 1, 96]) == {"y": [[6, 1, 96], 7.0]}      # ORT's [0 -> 6, 1, 96]
+    res = _ep_run(fake_cuda, rows, [65, 0, 96], rows=0)                         # ORT: [65, 96, 96] from 0
+    assert f"PlusEP node '{NODE}'" in res.get("error", "") and "output 0 would be {65,96,96}" in res["error"], res
 
 
 def test_plugin_ep_zero_size_output_launches_nothing(tmp_path, fake_cuda):

@@ -454,6 +454,26 @@ def test_bind_symbols_from_shape_tensor_values(h):
         "bind", h.file(_edit(SHAPEV_PLAN, "in 1 7 1 3", "in 1 7 1 *")), "1:14x768", "7:1=v:2")
 
 
+def test_bind_zero_shape_value_as_the_reshape_does(h):
+    """A `shapev` line's `zero` field: what a 0 element binds (ONNX Reshape, allowzero 0: its input's dim
+    there), `0` keeping it, `-` refusing it; without the field the 0 is taken as is (older plans)."""
+    reshape = _edit(SHAPEV_PLAN, "extent out 0 s1,s2,*,768,*", "extent out 0 s1,s2,*,768,*\nextent out 0 s0,768,*")
+    copy = h.file(_edit(_edit(reshape, "shapev s1 1 0", "shapev s1 1 0 s0"), "shapev s2 1 1", "shapev s2 1 1 1"))
+    assert "out0 float32 [14,1,768]" in h.ok("bind", copy, "1:14x768", "7:3=v:0,1,768")     # ORT: [14, 1, 768]
+    assert "out0 float32 [2,1,768]" in h.ok("bind", copy, "1:2x768", "7:3=v:2,0,768")
+    keep = h.file(_edit(SHAPEV_PLAN, "shapev s1 1 0", "shapev s1 1 0 0"))
+    assert "out0 float32 [0,7,768]" in h.ok("bind", keep, "1:0x768", "7:3=v:0,7,768")
+    assert "out0 float32 [0,7,768]" in h.ok("bind", h.file(SHAPEV_PLAN), "1:0x768", "7:3=v:0,7,768")
+    msg = h.err("bind", copy, "1:14x768", "7:3=v:2,0,768")          # [2, 0 -> 1, 768] of 14 rows: ORT refuses
+    assert "output 0 would be {2,1,768}" in msg and "element 1 of input 1 is 0, which the Reshape (allowzero 0) " \
+        "reads as its input's dim there: seq (s2) = 1" in msg, msg
+    refuse = h.file(_edit(SHAPEV_PLAN, "shapev s2 1 1", "shapev s2 1 1 -"))
+    assert "element 1 is 0, which the original graph's Reshape cannot take there" in h.err(
+        "bind", refuse, "1:14x768", "7:3=v:2,0,768")
+    infer = h.file(_edit(SHAPEV_PLAN, "shapev s1 1 0", "shapev s1 1 0 s0 infer"))
+    assert "leaving the -1 in its shape nothing to divide by" in h.err("bind", infer, "1:0x768", "7:3=v:0,7,768")
+
+
 def test_shape_tensor_read_from_device_memory(h, tmp_path):
     """The CUDA twin's inputs are device memory: the launcher waits for the node's stream, copies the
     elements the plan reads, binds from them and launches; the CPU twin reads them in place."""
@@ -483,6 +503,10 @@ def test_shapev_parse_errors(h):
         "parse", h.file(_edit(SHAPEV_PLAN, "in 1 7 1 3", "in 1 7 1 *").replace("shapev s1 1 0", "shapev s1 1 64")))
     assert "input 2 is not declared by an earlier `in` line" in h.err(
         "parse", h.file(_edit(SHAPEV_PLAN, "shapev s1 1 0", "shapev s1 2 0")))
+    assert "expected `shapev <sK> <i> <j> [<zero> [infer]]`" in h.err(
+        "parse", h.file(_edit(SHAPEV_PLAN, "shapev s1 1 0", "shapev s1 1 0 s0 other")))
+    assert "symbol s1 is not bound" in h.err(   # a `zero` reads the symbols numbered before its line's
+        "parse", h.file(_edit(SHAPEV_PLAN, "shapev s1 1 0", "shapev s1 1 0 s1")))
 
 
 def test_more_than_32_inputs(h):

@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 import plus_ep
 from plus_ep.kernels.families.gemm import configs as gemm_configs
+from plus_ep.kernels.wire import plan as plan_text
 from plus_ep.rewrite import rewrite_detailed
 from tests.support.quant_models import K8, linear_model
 
@@ -27,8 +28,8 @@ def _rewritten_on_tma_tiles(model, monkeypatch, tmp_path, maps_per_kernel):
     assert not r.kernels.failures, r.kernels.failures
     node = next(n for n in r.model.graph.node if n.domain == "ai.plus_ep" and "gemm" in n.name)
     plan = next(a.s.decode() for a in node.attribute if a.name == "plus_plan")
-    kernels = [ln for ln in plan.splitlines() if ln.startswith("kernel ")]
-    tmaps = [ln.split() for ln in plan.splitlines() if ln.startswith("tmap ")]
+    kernels = [ln for r in plan_text.parse(plan).routes for ln in r.launches]
+    tmaps = [plan_text.tmap_line(t).split() for ln in kernels for t in ln.tmaps]     # as the plan's records
     assert kernels and len(tmaps) == maps_per_kernel * len(kernels)
     assert {t[1] for t in tmaps} == {"3"}                        # int8 maps: A [M, K], B [K, N] in 128 x 128 boxes
     assert all(t[-4:] == ["128", "128", "1", "128"] for i, t in enumerate(tmaps) if i % maps_per_kernel)

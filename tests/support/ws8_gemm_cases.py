@@ -7,15 +7,14 @@ The reference is exact integer numpy (int64 sums wrapped to s32, then the epilog
 float32 arithmetic is exact: power-of-two scales, small integers). `mutate` edits the template (a planted bug)."""
 from __future__ import annotations
 
-import pathlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from plus_ep.kernels.compile.nvrtc import FAMILIES_DIR
 from plus_ep.kernels.families.gemm import sm90a_configs as gc
 from plus_ep.kernels.ptx import tensormap as TM
 from tests.support import ptx_harness as H
+from tests.support.ws_gemm_cases import template_and_check
 
 # in[2]: per-column float scale, in[3]: per-column float correction (-scale za colsum), in[4]: float bias;
 # out[0]: int8 = saturate(round_half_even(relu(acc scale + corr + bias) / s_out) + z_out), s_out = 0.5, z_out = -3
@@ -55,14 +54,7 @@ def source(c: Case, mutate=None) -> str:
     if c.bt != c.at:
         head += f"#define PLUS_HAS_B_T 1\ntypedef {CTYPE[c.bt]} plus_b_t;\n"
     head += "#define PLUS_HAS_C_T 1\ntypedef int plus_c_t;\n" if c.hooks == "default" else REQUANT
-    text = '#include "gemm_sm90a_ws.cuh"\n'
-    if mutate is not None:
-        tpl = (pathlib.Path(FAMILIES_DIR) / "gemm" / "gemm_sm90a_ws.cuh").read_text()
-        edited = mutate(tpl)
-        assert edited != tpl, "the mutation changed nothing"
-        text = edited
-    check = (f"static_assert(PLUS_THREADS == {c.config.threads}, \"PLUS_THREADS\");\n"
-             f"static_assert(PLUS_SMEM_BYTES == {c.config.smem_bytes}, \"PLUS_SMEM_BYTES\");\n")
+    text, check = template_and_check(c.config, mutate)
     return f'#include "plus_common.cuh"\n{head}{text}{check}'
 
 

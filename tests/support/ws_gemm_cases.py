@@ -54,16 +54,23 @@ def source(c: Case, mutate=None) -> str:
         defines["PLUS_EPI_M_FASTEST"] = c.m_fastest
     head = "".join(f"#define {k} {v}\n" for k, v in defines.items())
     hooks = {"default": "", "epilogue": EPILOGUE, "gated": GATED}[c.hooks]
+    text, check = template_and_check(c.config, mutate)
+    return f'#include "plus_common.cuh"\n{head}typedef {c.dtype} plus_ab_t;\n{hooks}{text}{check}'
+
+
+def template_and_check(config, mutate=None) -> tuple[str, str]:
+    """The template's text (its #include, or the whole file edited by `mutate`, which must change it) and the
+    static_asserts that PLUS_THREADS and PLUS_SMEM_BYTES equal the Python mirrors of `config`
+    (kernels/families/gemm/sm90a_configs.py)."""
     text = '#include "gemm_sm90a_ws.cuh"\n'
     if mutate is not None:
         tpl = (pathlib.Path(FAMILIES_DIR) / "gemm" / "gemm_sm90a_ws.cuh").read_text()
         edited = mutate(tpl)
         assert edited != tpl, "the mutation changed nothing"
         text = edited
-    # PLUS_THREADS and PLUS_SMEM_BYTES must equal the Python mirrors (kernels/families/gemm/sm90a_configs.py)
-    check = (f"static_assert(PLUS_THREADS == {c.config.threads}, \"PLUS_THREADS\");\n"
-             f"static_assert(PLUS_SMEM_BYTES == {c.config.smem_bytes}, \"PLUS_SMEM_BYTES\");\n")
-    return f'#include "plus_common.cuh"\n{head}typedef {c.dtype} plus_ab_t;\n{hooks}{text}{check}'
+    check = (f"static_assert(PLUS_THREADS == {config.threads}, \"PLUS_THREADS\");\n"
+             f"static_assert(PLUS_SMEM_BYTES == {config.smem_bytes}, \"PLUS_SMEM_BYTES\");\n")
+    return text, check
 
 
 def run(c: Case, batch: int, M: int, N: int, K: int, grid: int | None = None, mutate=None, seed: int = 0,

@@ -27,8 +27,11 @@ def frozen_templates(tmp_path, monkeypatch):
 def test_golden_sources_carry_the_header_and_name_their_symbols(path):
     text = path.read_text()
     head = text[:len(text) - len(sources.body(text))]
-    for field in ("node:    " + path.stem, "pattern: ", "route:   0 of ", "variant: ", "+Graph:", "//   loop0 ["):
+    for field in ("node:    " + path.stem, "pattern: ", "variant: ", "+Graph:", "//   loop0 ["):
         assert field in head, field
+    # a golden is one route's source: the first, or the route the golden is about (wg_attention: the sm_90a body)
+    route = re.search(r"^// route:   (\d+) of (\d+), taken when `.+` is the first non-zero condition$", head, re.M)
+    assert route and int(route[1]) < int(route[2]), head[:400]
     code = sources.body(text)
     assert code.startswith('#include "plus_common.cuh"\n')
     syms = re.search(r"^// symbols: (.*)$", head, re.M).group(1).split(", ")

@@ -130,6 +130,7 @@ def test_an_entry_must_name_its_digest(manifest):
 def test_cache_clear_removes_leftover_tmp_files_and_keeps_entries(manifest, tmp_path, monkeypatch, capsys):
     d, path = manifest
     monkeypatch.setenv("PLUS_EP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PLUS_EP_ZOO_DIR", raising=False)        # `cache clear` empties the zoo: never the shared one
     assert cli.main(["trust", str(path), "--accept"]) == 0
     entries = _files(d)
     shard = d / entries[0].split("/")[0]

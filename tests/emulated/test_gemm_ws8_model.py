@@ -18,7 +18,7 @@ import plus_ep
 from plus_ep.kernels.families.gemm import configs as gemm_configs
 from plus_ep.kernels.wire import plan as plan_text
 from plus_ep.rewrite import rewrite_detailed
-from tests.support.quant_models import K8, linear_model
+from tests.support.quant_models import K8, linear_input, linear_model, verify_linear
 
 
 def _rewritten_on_tma_tiles(model, monkeypatch, tmp_path, maps_per_kernel):
@@ -41,18 +41,7 @@ def _rewritten_on_tma_tiles(model, monkeypatch, tmp_path, maps_per_kernel):
 def test_qdq_linear_on_the_8bit_tma_gemm(tmp_path, monkeypatch):
     model = linear_model("qdq_view")
     path = _rewritten_on_tma_tiles(model, monkeypatch, tmp_path, 2)
-    x = (np.random.default_rng(12).standard_normal((2, 70, K8)) * 3).astype(np.float32)
-    x[0, 0, :4] = [1e4, -1e4, 0.025, -0.375]                        # saturation, ties of x / 0.05
-    x = np.ascontiguousarray(x.reshape(2, 70, 2, K8 // 2).transpose(0, 2, 1, 3))    # the view's input
-    np.savez(tmp_path / "x.npz", x=x)
-    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False,
-                         outputs_to=str(tmp_path / "y.npz"))
-    assert rep["ok"], plus_ep.verify_text(rep)
-    gemm_row = next(n for n in rep["nodes"] if "gemm" in n["node"])
-    assert gemm_row["executed"] and all(o["bound"] == "element" for o in gemm_row["outputs"])
-    import onnxruntime as ort
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    got = np.load(tmp_path / "y.npz")["sm_90a/y"]
+    got, want = verify_linear(path, model, linear_input("qdq_view"), "sm_90a", tmp_path)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max() + 0.04    # y is requantized: a step of 0.04
 
 

@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 
 import plus_ep
 from plus_ep.rewrite import rewrite_detailed
-from tests.support.quant_models import K8, attention_feeds, attention_model, linear_model
+from tests.support.quant_models import attention_feeds, attention_model, linear_input, linear_model, verify_linear
 
 C = 48
 
@@ -111,22 +111,9 @@ def test_quantized_linear_runs_as_an_8bit_gemm(kind, arch, tmp_path):
     assert "w" in node.input and "wd" not in node.input             # reads the int8 weight, no dequantised copy
     path = tmp_path / "l.plus.onnx"
     onnx.save(r.model, path)
-    x = (np.random.default_rng(12).standard_normal((2, 70, K8)) * 3).astype(np.float32)
-    x[0, 0, :4] = [1e4, -1e4, 0.025, -0.375]                        # saturation, ties of x / 0.05
-    if kind == "qdq_view":
-        x = np.ascontiguousarray(x.reshape(2, 70, 2, K8 // 2).transpose(0, 2, 1, 3))
-    np.savez(tmp_path / "x.npz", x=x)
-    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False,
-                         outputs_to=str(tmp_path / "y.npz"))
-    assert rep["ok"], plus_ep.verify_text(rep)
-    gemm_row = next(n for n in rep["nodes"] if "gemm" in n["node"])
-    assert gemm_row["executed"] and all(o["bound"] == "element" for o in gemm_row["outputs"])
     # verify checks each kernel against its node's body, which holds the fold: the kernels' output against the
     # original quantized layer on ORT CPU checks the fold too (qdq: y is requantized, a step of 0.04)
-    import onnxruntime as ort
-    want = ort.InferenceSession(linear_model(kind).SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    got = np.load(tmp_path / "y.npz")[f"{arch}/y"]
+    got, want = verify_linear(path, linear_model(kind), linear_input(kind), arch, tmp_path)
     # dynamic_ln: the LayerNorm's reductions round in another order than ORT CPU's (values of size ~1)
     tol = 1e-5 * np.abs(want).max() + {"dynamic": 0.0, "dynamic_ln": 2e-5}.get(kind, 0.04)
     assert np.abs(got - want).max() <= tol

@@ -60,6 +60,32 @@ def linear_model(kind: str, k: int = K8, n: int = N8, rows=70):
     return onnx.shape_inference.infer_shapes(m)
 
 
+def linear_input(kind: str) -> np.ndarray:
+    """x for linear_model(kind): [2, 70, K8] (the qdq_view model's: its [2, 2, 70, K8/2] view), with values
+    that saturate int8 and land on ties of x / 0.05."""
+    x = (np.random.default_rng(12).standard_normal((2, 70, K8)) * 3).astype(np.float32)
+    x[0, 0, :4] = [1e4, -1e4, 0.025, -0.375]
+    if kind == "qdq_view":
+        x = np.ascontiguousarray(x.reshape(2, 70, 2, K8 // 2).transpose(0, 2, 1, 3))
+    return x
+
+
+def verify_linear(path, model, x, arch, tmp_path):
+    """Run `plus-ep verify` on the rewritten linear layer at `path` with input x; it must pass and its GEMM node
+    must have executed within element bounds. Returns (the kernels' y on `arch`, ORT CPU's y on `model`)."""
+    import onnxruntime as ort
+
+    import plus_ep
+    np.savez(tmp_path / "x.npz", x=x)
+    rep = plus_ep.verify(str(path), inputs=str(tmp_path / "x.npz"), cubins=False, stress=False,
+                         outputs_to=str(tmp_path / "y.npz"))
+    assert rep["ok"], plus_ep.verify_text(rep)
+    gemm_row = next(n for n in rep["nodes"] if "gemm" in n["node"])
+    assert gemm_row["executed"] and all(o["bound"] == "element" for o in gemm_row["outputs"])
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return np.load(tmp_path / "y.npz")[f"{arch}/y"], want
+
+
 def attention_model(heads: int = 2, dim: int = 32, probs=("uint8", 1 / 255, 0), float_type=T.FLOAT):
     """Self-attention as ORT's quantize_static writes BERT's (QDQ, int8 activations): Q, K and V arrive through
     QuantizeLinear -> DequantizeLinear, the scores, the scaled scores and the masked logits are fake-quantized,

@@ -220,10 +220,13 @@ PLUS_DEV plus_u64 plus_wgmma_desc_sw128(plus_u32 smem_addr, plus_u32 lbo_bytes, 
 #define PLUS_WG_REGS_256                                                                                 \
   "{" PLUS_WG_R0 ", " PLUS_WG_R1 ", " PLUS_WG_R2 ", " PLUS_WG_R3 ", " PLUS_WG_R4 ", " PLUS_WG_R5 ", " \
   PLUS_WG_R6 ", " PLUS_WG_R7 "}"
-#define PLUS_WG_F8(d, i)                                                                             \
-  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
-      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
-#define PLUS_WG_F32(d, i) PLUS_WG_F8(d, i), PLUS_WG_F8(d, (i) + 8), PLUS_WG_F8(d, (i) + 16), PLUS_WG_F8(d, (i) + 24)
+// wgmma accumulator operands: 8 / 32 consecutive registers d[i..] under the constraint C ("+f" fp32, "+r" s32)
+#define PLUS_WG_ACC8(C, d, i)                                                                             \
+  C(d[(i) + 0]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), C(d[(i) + 6]), \
+      C(d[(i) + 7])
+#define PLUS_WG_ACC32(C, d, i) \
+  PLUS_WG_ACC8(C, d, i), PLUS_WG_ACC8(C, d, (i) + 8), PLUS_WG_ACC8(C, d, (i) + 16), PLUS_WG_ACC8(C, d, (i) + 24)
+#define PLUS_WG_F32(d, i) PLUS_WG_ACC32("+f", d, i)
 #define PLUS_WG_OPS_64(d) PLUS_WG_F32(d, 0)
 #define PLUS_WG_OPS_128(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32)
 #define PLUS_WG_OPS_192(d) PLUS_WG_F32(d, 0), PLUS_WG_F32(d, 32), PLUS_WG_F32(d, 64)
@@ -264,10 +267,7 @@ PLUS_DEV void plus_wgmma_m64k16(float (&d)[N / 2], plus_u64 desc_a, plus_u64 des
 }
 
 // s32 accumulators of wgmma.mma_async.m64nNk32 with 8-bit integer operands: N/2 registers per thread.
-#define PLUS_WG_I8(d, i)                                                                             \
-  "+r"(d[(i) + 0]), "+r"(d[(i) + 1]), "+r"(d[(i) + 2]), "+r"(d[(i) + 3]), "+r"(d[(i) + 4]), \
-      "+r"(d[(i) + 5]), "+r"(d[(i) + 6]), "+r"(d[(i) + 7])
-#define PLUS_WG_I32(d, i) PLUS_WG_I8(d, i), PLUS_WG_I8(d, (i) + 8), PLUS_WG_I8(d, (i) + 16), PLUS_WG_I8(d, (i) + 24)
+#define PLUS_WG_I32(d, i) PLUS_WG_ACC32("+r", d, i)
 #define PLUS_WG_IOPS_64(d) PLUS_WG_I32(d, 0)
 #define PLUS_WG_IOPS_128(d) PLUS_WG_I32(d, 0), PLUS_WG_I32(d, 32)
 #define PLUS_WG_IOPS_192(d) PLUS_WG_I32(d, 0), PLUS_WG_I32(d, 32), PLUS_WG_I32(d, 64)
